@@ -1,0 +1,147 @@
+# corio - build, test, bench, install.
+#
+#   make            libcorio.a, libcorio.so (versioned), corio.pc, the tools
+#   make test       install missing Debian packages, build, run every test
+#   make bench      install missing Debian packages, build, run the benchmarks
+#   make install    PREFIX=/usr/local DESTDIR=
+#   make test SAN=address   ASan+UBSan build in build/asan
+#   make test SAN=thread    TSan build in build/tsan
+#   V=1             show the commands
+#   WERROR=1        warnings are errors (CI sets it)
+
+VERSION   := 0.1.0
+SOVERSION := 0
+
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+PCDIR      ?= $(LIBDIR)/pkgconfig
+
+CFLAGS ?= -O2 -g
+SAN    ?=
+WERROR ?=
+
+ifeq ($(SAN),)
+B := build
+else ifeq ($(SAN),address)
+B := build/asan
+SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
+else ifeq ($(SAN),thread)
+B := build/tsan
+SANFLAGS := -fsanitize=thread
+else
+$(error SAN must be empty, address or thread)
+endif
+
+WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wno-unused-parameter
+override CFLAGS += -std=gnu11 $(WARN) $(SANFLAGS) -D_GNU_SOURCE -Iinclude -I. -MMD -MP
+ifneq ($(WERROR),)
+override CFLAGS += -Werror
+endif
+override LDFLAGS += $(SANFLAGS)
+LIBS := -luring -lnuma -lpthread
+
+ifeq ($(V),1)
+Q :=
+quiet = @true
+else
+Q := @
+quiet = @printf '  %-6s %s\n'
+endif
+
+LIB_SRCS  := $(sort $(wildcard uring/*.c core/*.c timer/*.c net/*.c fs/*.c))
+LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
+TOOL_LIB  := $(sort $(wildcard tools/lib/*.c))
+TOOL_LOBJ := $(TOOL_LIB:%.c=$(B)/obj/%.o)
+TOOL_SRCS := $(sort $(wildcard tools/*.c))
+TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(B)/tools/%)
+TEST_SRCS := $(sort $(wildcard test/test_*.c))
+TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
+
+STATIC := $(B)/libcorio.a
+SHARED := $(B)/libcorio.so.$(VERSION)
+
+.PHONY: all lib tools tests test bench install uninstall clean deps check-headers
+all: lib $(B)/corio.pc tools
+
+lib: $(STATIC) $(SHARED)
+
+tools: $(TOOL_BINS)
+
+tests: $(TEST_BINS) check-headers
+
+deps:
+	$(Q)sh tools/deps.sh
+
+$(B)/obj/%.o: %.c
+	$(quiet) CC $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<
+
+$(STATIC): $(LIB_OBJS)
+	$(quiet) AR $@
+	$(Q)rm -f $@ && $(AR) rcs $@ $^
+
+$(SHARED): $(LIB_OBJS) corio.map
+	$(quiet) LD $@
+	$(Q)$(CC) -shared $(LDFLAGS) -Wl,-soname,libcorio.so.$(SOVERSION) \
+		-Wl,--version-script=corio.map -o $@ $(LIB_OBJS) $(LIBS)
+	$(Q)ln -sf libcorio.so.$(VERSION) $(B)/libcorio.so.$(SOVERSION)
+	$(Q)ln -sf libcorio.so.$(SOVERSION) $(B)/libcorio.so
+
+$(B)/corio.pc: corio.pc.in Makefile
+	$(quiet) GEN $@
+	@mkdir -p $(dir $@)
+	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+
+$(B)/tools/%: tools/%.c $(STATIC) $(TOOL_LOBJ)
+	$(quiet) CC $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
+
+$(B)/test/%: test/%.c test/helpers.h $(STATIC)
+	$(quiet) CC $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) -lcriterion $(LIBS) -lm
+
+# Every public header compiles on its own, as C and as C++.
+check-headers: $(B)/.headers-ok
+$(B)/.headers-ok: $(wildcard include/*.h include/corio/*.h)
+	$(quiet) HDRS include/
+	@mkdir -p $(B)
+	$(Q)for h in $^; do \
+		printf '#include "%s"\n#include "%s"\n' $$h $$h | \
+			$(CC) -std=c11 -Wall -Wextra -Werror -Iinclude -x c -fsyntax-only - || exit 1; \
+		if command -v c++ >/dev/null; then printf '#include "%s"\n' $$h | \
+			c++ -Wall -Werror -Iinclude -x c++ -fsyntax-only - || exit 1; fi; \
+	done
+	@touch $@
+
+test: deps
+	$(Q)$(MAKE) --no-print-directory lib tests tools
+	$(Q)sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)"
+
+bench: deps
+	$(Q)$(MAKE) --no-print-directory lib tools
+	$(Q)sh tools/bench.sh $(B)
+
+install: lib $(B)/corio.pc
+	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)
+	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
+	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
+	ln -sf libcorio.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libcorio.so.$(SOVERSION)
+	ln -sf libcorio.so.$(SOVERSION) $(DESTDIR)$(LIBDIR)/libcorio.so
+	install -m 644 include/corio.h $(DESTDIR)$(INCLUDEDIR)/
+	if [ -d include/corio ]; then install -d $(DESTDIR)$(INCLUDEDIR)/corio && \
+		install -m 644 include/corio/*.h $(DESTDIR)$(INCLUDEDIR)/corio/; fi
+	install -m 644 $(B)/corio.pc $(DESTDIR)$(PCDIR)/
+
+uninstall:
+	rm -f $(DESTDIR)$(LIBDIR)/libcorio.* $(DESTDIR)$(PCDIR)/corio.pc $(DESTDIR)$(INCLUDEDIR)/corio.h
+	rm -rf $(DESTDIR)$(INCLUDEDIR)/corio
+
+clean:
+	rm -rf build bench-results
+
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d)

@@ -1,0 +1,441 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/fiber.c - fibers: spawn, switch, park/wake, yield, join, exit, cancel,
+ * wait queues.
+ *
+ * Switches always go through the shard loop's own context (the scheduler):
+ * fiber -> scheduler -> next fiber. The run queue is FIFO. A fiber struct
+ * comes from a per-shard free list (allocated in chunks, never freed before
+ * the shard ends); its stack is taken from the shard's stack cache when it
+ * first runs and returned when it ends, so spawning is cheap and a fiber
+ * that never ran holds no stack.
+ *
+ * Cancellation is sticky: once cancelled, every blocking call returns
+ * -ECANCELED. A fiber parked on a wait queue is taken off it and woken at
+ * once; one parked on a kernel op gets an async cancel and stays parked
+ * until the op's final CQE (invariant 2).
+ */
+#include "core/internal.h"
+#include "core/sanitizer.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define FIBER_CHUNK 64
+
+static struct corio_fiber *fiber_alloc(struct corio__shard *s)
+{
+	struct corio_fiber *f = s->fiber_free;
+
+	if (CORIO__UNLIKELY(!f)) {
+		struct corio_fiber *chunk = calloc(FIBER_CHUNK, sizeof(*chunk));
+
+		if (!chunk)
+			return NULL;
+		if (s->nchunks == s->chunks_cap) {
+			size_t cap = s->chunks_cap ? s->chunks_cap * 2 : 16;
+			void **n = realloc(s->fiber_chunks, cap * sizeof(*n));
+
+			if (!n) {
+				free(chunk);
+				return NULL;
+			}
+			s->fiber_chunks = n;
+			s->chunks_cap = cap;
+		}
+		s->fiber_chunks[s->nchunks++] = chunk;
+		for (int i = FIBER_CHUNK - 1; i >= 0; i--) {
+			chunk[i].run_next = s->fiber_free;
+			s->fiber_free = &chunk[i];
+		}
+		f = s->fiber_free;
+	}
+	s->fiber_free = f->run_next;
+	return f;
+}
+
+static void fiber_free(struct corio__shard *s, struct corio_fiber *f)
+{
+	f->state = CORIO__F_DONE;
+	f->flags = 0;
+	f->run_next = s->fiber_free;
+	s->fiber_free = f;
+}
+
+void corio__fiber_pool_free(struct corio__shard *s)
+{
+	for (size_t i = 0; i < s->nchunks; i++)
+		free(s->fiber_chunks[i]);
+	free(s->fiber_chunks);
+	s->fiber_chunks = NULL;
+	s->nchunks = s->chunks_cap = 0;
+	s->fiber_free = NULL;
+}
+
+static void all_unlink(struct corio__shard *s, struct corio_fiber *f)
+{
+	if (f->all_prev)
+		f->all_prev->all_next = f->all_next;
+	else
+		s->all = f->all_next;
+	if (f->all_next)
+		f->all_next->all_prev = f->all_prev;
+	f->all_next = f->all_prev = NULL;
+}
+
+/* ---- the switch ----------------------------------------------------------- */
+
+static void fiber_main(void *arg) __attribute__((noreturn));
+static void fiber_end(struct corio_fiber *f) __attribute__((noreturn));
+
+/* After control arrives in a fiber (first entry or return from a park). */
+static inline void arrived(struct corio__shard *s, struct corio_fiber *f)
+{
+	CORIO__ASAN_FINISH(f->asan_fake, &s->sched_stack_bottom, &s->sched_stack_size);
+	(void)s;
+	(void)f;
+}
+
+/* Scheduler side: run f until it parks, yields or ends. */
+void corio__switch_to(struct corio__shard *s, struct corio_fiber *f)
+{
+	if (f->state == CORIO__F_NEW) {
+		if (corio__stack_get(s, f)) {
+			/* No memory for a stack: the fiber ends without running. */
+			f->status = -ENOMEM;
+			f->state = CORIO__F_DONE;
+			corio__fiber_reap(s, f);
+			return;
+		}
+		corio__ctx_make(&f->ctx, f->stack_lo, f->stack_size, fiber_main, f);
+#if CORIO__TSAN
+		f->tsan_fiber = __tsan_create_fiber(0);
+#endif
+	}
+	f->state = CORIO__F_RUNNING;
+	s->current = f;
+	CORIO__STAT_ADD(s->stats.switches, 1);
+	CORIO__ASAN_START(&s->sched_asan_fake, f->stack_lo, f->stack_size);
+#if CORIO__TSAN
+	__tsan_switch_to_fiber(f->tsan_fiber, 0);
+#endif
+	corio__ctx_switch(&s->sched_ctx, &f->ctx);
+	CORIO__ASAN_FINISH(s->sched_asan_fake, NULL, NULL);
+	s->current = NULL;
+	if (f->state == CORIO__F_DONE)
+		corio__fiber_reap(s, f);
+}
+
+/* Fiber side: give the CPU back to the scheduler. */
+static inline void to_sched(struct corio__shard *s, struct corio_fiber *f)
+{
+	CORIO__ASAN_START(&f->asan_fake, s->sched_stack_bottom, s->sched_stack_size);
+#if CORIO__TSAN
+	__tsan_switch_to_fiber(s->tsan_sched, 0);
+#endif
+	corio__ctx_switch(&f->ctx, &s->sched_ctx);
+	arrived(s, f);
+}
+
+static void fiber_main(void *arg)
+{
+	struct corio_fiber *f = arg;
+	struct corio__shard *s = f->shard;
+
+	CORIO__ASAN_FINISH(NULL, &s->sched_stack_bottom, &s->sched_stack_size);
+	f->status = f->fn(f->arg);
+	fiber_end(f);
+}
+
+static void fiber_end(struct corio_fiber *f)
+{
+	struct corio__shard *s = f->shard;
+
+	f->state = CORIO__F_DONE;
+	if (f->joiner)
+		corio__ready(f->joiner, 0);
+	/* Final switch: NULL tells ASan this stack's fake frames can go. */
+	CORIO__ASAN_START(NULL, s->sched_stack_bottom, s->sched_stack_size);
+#if CORIO__TSAN
+	__tsan_switch_to_fiber(s->tsan_sched, 0);
+#endif
+	corio__ctx_switch(&f->ctx, &s->sched_ctx);
+	__builtin_unreachable();
+}
+
+void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f)
+{
+	corio__stack_put(s, f);
+#if CORIO__TSAN
+	if (f->tsan_fiber) {
+		__tsan_destroy_fiber(f->tsan_fiber);
+		f->tsan_fiber = NULL;
+	}
+#endif
+	all_unlink(s, f);
+	CORIO__STAT_ADD(s->stats.fibers_live, -1);
+	corio__shard_busy(s);
+	if (f->flags & CORIO__FF_DETACHED)
+		fiber_free(s, f);
+}
+
+/* ---- run queue and parking -------------------------------------------------- */
+
+void corio__ready(struct corio_fiber *f, int res)
+{
+	struct corio__shard *s = f->shard;
+
+	if (f->flags & CORIO__FF_QUEUED)
+		return;
+	f->wake_res = res;
+	f->flags |= CORIO__FF_QUEUED;
+	if (f->state != CORIO__F_NEW)
+		f->state = CORIO__F_READY;
+	f->run_next = NULL;
+	if (s->runq_tail)
+		s->runq_tail->run_next = f;
+	else
+		s->runq_head = f;
+	s->runq_tail = f;
+}
+
+int corio__park(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+	struct corio_fiber *f = s->current;
+
+	f->state = CORIO__F_PARKED;
+	to_sched(s, f);
+	return f->wake_res;
+}
+
+void corio_yield(void)
+{
+	struct corio_fiber *f = corio__self();
+
+	if (!f)
+		return;
+	corio__ready(f, 0);
+	to_sched(f->shard, f);
+}
+
+/* ---- wait queues -------------------------------------------------------------- */
+
+static void wq_remove(struct corio_waitq *wq, struct corio_fiber *f)
+{
+	if (f->wq_prev)
+		f->wq_prev->wq_next = f->wq_next;
+	else
+		wq->head = f->wq_next;
+	if (f->wq_next)
+		f->wq_next->wq_prev = f->wq_prev;
+	else
+		wq->tail = f->wq_prev;
+	f->wq_next = f->wq_prev = NULL;
+	f->wq = NULL;
+}
+
+int corio__wq_wait(struct corio_waitq *wq)
+{
+	struct corio_fiber *f = corio__self();
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (f->flags & CORIO__FF_CANCELLED)
+		return -ECANCELED;
+	f->wq = wq;
+	f->wq_next = NULL;
+	f->wq_prev = wq->tail;
+	if (wq->tail)
+		wq->tail->wq_next = f;
+	else
+		wq->head = f;
+	wq->tail = f;
+	return corio__park();
+}
+
+struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res)
+{
+	struct corio_fiber *f = wq->head;
+
+	if (!f)
+		return NULL;
+	wq_remove(wq, f);
+	corio__ready(f, res);
+	return f;
+}
+
+void corio__wq_wake_all(struct corio_waitq *wq, int res)
+{
+	while (corio__wq_wake_one(wq, res))
+		;
+}
+
+/* ---- public fiber API ---------------------------------------------------------- */
+
+int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opts,
+		struct corio_fiber **out)
+{
+	struct corio__shard *s = corio__tl_shard;
+	struct corio_fiber *f;
+
+	if (out)
+		*out = NULL;
+	if (!s) {
+		assert(!"corio_spawn outside a shard");
+		return -EPERM;
+	}
+	if (!fn)
+		return -EINVAL;
+	if (opts) {
+		if (opts->flags)
+			return corio__error(-EINVAL, "corio_spawn: unknown flags 0x%x", opts->flags);
+		for (unsigned i = 0; i < 3; i++)
+			if (opts->reserved[i])
+				return corio__error(-EINVAL, "corio_spawn: reserved[%u] is not zero", i);
+		if (opts->stack_size && opts->stack_size < 16384)
+			return corio__error(-EINVAL,
+					    "corio_spawn: stack_size %zu is below the 16 KiB minimum",
+					    opts->stack_size);
+	}
+	if (s->stopping)
+		return -ECANCELED;
+	f = fiber_alloc(s);
+	if (!f)
+		return -ENOMEM;
+	memset(f, 0, sizeof(*f));
+	f->shard = s;
+	f->fn = fn;
+	f->arg = arg;
+	f->id = ++s->next_fiber_id;
+	f->state = CORIO__F_NEW;
+	f->stack_req = opts ? opts->stack_size : 0;
+	if (opts && opts->name) {
+		strncpy(f->name, opts->name, sizeof(f->name) - 1);
+	}
+	/* Inherit the spawner's deadline scope? No: a new fiber is a new scope. */
+	if (!out)
+		f->flags |= CORIO__FF_DETACHED;
+	f->all_next = s->all;
+	if (s->all)
+		s->all->all_prev = f;
+	s->all = f;
+	CORIO__STAT_ADD(s->stats.fibers_live, 1);
+	CORIO__STAT_ADD(s->stats.fibers_spawned, 1);
+	corio__shard_busy(s);
+	corio__ready(f, 0);
+	if (out)
+		*out = f;
+	return 0;
+}
+
+int corio_join(struct corio_fiber *f, int *status)
+{
+	struct corio_fiber *self = corio__self();
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (!f || f == self || f->shard != self->shard || (f->flags & CORIO__FF_DETACHED) ||
+	    (f->joiner && f->joiner != self))
+		return -EINVAL;
+	while (f->state != CORIO__F_DONE) {
+		int ret;
+
+		if (self->flags & CORIO__FF_CANCELLED)
+			return -ECANCELED;
+		f->joiner = self;
+		ret = corio__park();
+		f->joiner = NULL;
+		if (ret == -ECANCELED && f->state != CORIO__F_DONE)
+			return -ECANCELED;
+	}
+	if (status)
+		*status = f->status;
+	fiber_free(self->shard, f);
+	return 0;
+}
+
+int corio_detach(struct corio_fiber *f)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	if (!s || !f || f->shard != s)
+		return -EINVAL;
+	if (f->flags & CORIO__FF_DETACHED)
+		return -EINVAL;
+	if (f->state == CORIO__F_DONE) {
+		fiber_free(s, f);
+		return 0;
+	}
+	f->flags |= CORIO__FF_DETACHED;
+	return 0;
+}
+
+void corio_exit(int status)
+{
+	struct corio_fiber *f = corio__self();
+
+	if (!f) {
+		fprintf(stderr, "corio: corio_exit called outside a fiber\n");
+		abort(); /* API misuse, not input: there is no fiber to end */
+	}
+	f->status = status;
+	fiber_end(f);
+}
+
+void corio__fiber_cancel(struct corio_fiber *f)
+{
+	struct corio__shard *s = f->shard;
+
+	if (f->state == CORIO__F_DONE || (f->flags & CORIO__FF_CANCELLED))
+		return;
+	f->flags |= CORIO__FF_CANCELLED;
+	switch (f->state) {
+	case CORIO__F_NEW:
+		/* Never ran: it stays queued, and the loop ends it without
+		 * running it (status -ECANCELED). */
+		break;
+	case CORIO__F_PARKED:
+		if (f->on_cancel) {
+			f->on_cancel(f);
+		} else if (f->wq) {
+			wq_remove(f->wq, f);
+			corio__ready(f, -ECANCELED);
+		} else if (f->wait_op) {
+			corio__ring_cancel(&s->ring, f->wait_op);
+		} else if (f != s->current) {
+			/* parked in join or a bare park: wake with -ECANCELED */
+			corio__ready(f, -ECANCELED);
+		}
+		break;
+	default:
+		break;
+	}
+}
+
+int corio_cancel(struct corio_fiber *f)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	if (!s || !f || f->shard != s)
+		return -EINVAL;
+	corio__fiber_cancel(f);
+	return 0;
+}
+
+struct corio_fiber *corio_self(void)
+{
+	return corio__self();
+}
+
+int corio_cancelled(void)
+{
+	struct corio_fiber *f = corio__self();
+
+	return f && (f->flags & CORIO__FF_CANCELLED);
+}
+
+const char *corio_fiber_name(const struct corio_fiber *f)
+{
+	return f ? f->name : "";
+}

@@ -1,0 +1,276 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/internal.h - what the areas (core, timer, net, fs) share inside the
+ * library. Nothing here is installed.
+ *
+ * A shard is a list of parts: the ring (uring/), the scheduler and fibers,
+ * pools, the wake-up eventfd, stats, and one slot per later area
+ * (parts[], registered in core/parts.c).
+ */
+#ifndef CORIO_CORE_INTERNAL_H
+#define CORIO_CORE_INTERNAL_H
+
+#include "corio.h"
+#include "uring/ring.h"
+
+#include <assert.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#define CORIO__UNUSED __attribute__((unused))
+#define CORIO__LIKELY(x) __builtin_expect(!!(x), 1)
+#define CORIO__UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* Owner-written counters readable from other threads without tearing. */
+#define CORIO__STAT_ADD(field, n) \
+	__atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
+#define CORIO__STAT_SET(field, v) __atomic_store_n(&(field), (v), __ATOMIC_RELAXED)
+
+/* ---- context switch (core/ctx.c) ----------------------------------------- */
+struct corio__ctx {
+	void *sp;
+};
+/* Save callee-saved registers on the current stack, store sp in from->sp,
+ * load to->sp and return into whatever saved it. */
+void corio__ctx_switch(struct corio__ctx *from, struct corio__ctx *to);
+/* Prepare ctx so that switching to it calls entry(arg) on [lo, lo + size). */
+void corio__ctx_make(struct corio__ctx *ctx, void *lo, size_t size, void (*entry)(void *),
+		     void *arg);
+
+/* ---- fibers -------------------------------------------------------------- */
+enum corio__fiber_state {
+	CORIO__F_NEW,     /* spawned, never run: has no stack yet */
+	CORIO__F_READY,   /* on the run queue                     */
+	CORIO__F_RUNNING,
+	CORIO__F_PARKED,  /* waiting on a waitq or an op          */
+	CORIO__F_DONE,
+};
+
+enum {
+	CORIO__FF_DETACHED = 1u << 0,
+	CORIO__FF_CANCELLED = 1u << 1,
+	CORIO__FF_JOINED = 1u << 2, /* someone is joining / has joined */
+	CORIO__FF_QUEUED = 1u << 3, /* on the run queue                */
+};
+
+struct corio__shard;
+
+struct corio_fiber {
+	struct corio__ctx ctx;
+	struct corio__shard *shard;
+	struct corio_fiber *run_next;            /* run queue          */
+	struct corio_fiber *wq_next, *wq_prev;   /* a corio_waitq      */
+	struct corio_waitq *wq;                  /* the waitq parked on */
+	struct corio_fiber *all_next, *all_prev; /* shard's live list  */
+	struct corio__op *wait_op;               /* the op parked on   */
+	/* Set by an area whose park must not simply be woken on cancel (the
+	 * waited-for thing still references the fiber's memory); called
+	 * instead of the default wake. */
+	void (*on_cancel)(struct corio_fiber *f);
+	struct corio_fiber *joiner;
+	int (*fn)(void *);
+	void *arg;
+	int status;
+	int wake_res;
+	uint8_t state;
+	uint8_t flags;
+	void *stack_map;   /* mmap base (guard page first) */
+	void *stack_lo;    /* lowest usable byte, just above the guard */
+	size_t stack_size; /* usable bytes above the guard */
+	size_t stack_req;  /* requested size (0: default) */
+	unsigned vg_id;
+	uint64_t id;
+	uint64_t deadline_ns; /* nearest deadline scope, 0: none (timer/) */
+	uint64_t run_start_ns;
+	void *asan_fake;
+	void *tsan_fiber;
+	char name[24];
+};
+
+/* ---- per-area parts ------------------------------------------------------ */
+enum corio__part_id {
+	CORIO__PART_TIMER,
+	CORIO__PART_MSG,
+	CORIO__PART_NET,
+	CORIO__PART_FS,
+	CORIO__PART_STATS,
+	CORIO__PART_MAX,
+};
+
+struct corio__part {
+	const char *name;
+	/* on the shard thread, after the ring exists; -errno aborts start-up */
+	int (*init)(struct corio__shard *s);
+	/* once per loop turn, after running fibers; returns work done */
+	unsigned (*poll)(struct corio__shard *s);
+	/* when shutdown begins on this shard */
+	void (*stop)(struct corio__shard *s);
+	/* true while the part still has kernel ops or work to drain */
+	bool (*busy)(struct corio__shard *s);
+	/* after the loop ended, before the ring is closed */
+	void (*fini)(struct corio__shard *s);
+};
+extern const struct corio__part *const corio__parts[CORIO__PART_MAX];
+
+/* ---- the shard ----------------------------------------------------------- */
+struct corio_rt;
+
+struct corio__shard {
+	struct corio__ring ring;
+	struct corio_rt *rt;
+	unsigned id;
+	int cpu;
+	int numa_node;
+	pthread_t thread;
+	pid_t tid;
+
+	/* scheduler */
+	struct corio__ctx sched_ctx;
+	struct corio_fiber *current;
+	struct corio_fiber *runq_head, *runq_tail;
+	struct corio_fiber *all; /* live fibers, for shutdown */
+	uint64_t ops_inflight;   /* kernel ops whose final CQE is pending */
+	uint64_t next_fiber_id;
+	bool stopping;           /* shutdown seen on this shard */
+	bool busy;               /* counted in rt->busy_shards */
+
+	/* pools */
+	struct corio_fiber *fiber_free;
+	void **fiber_chunks;
+	size_t nchunks, chunks_cap;
+	void **stack_cache;
+	unsigned nstacks, stack_cache_cap;
+	size_t stack_size; /* default */
+
+	/* wake-up from other threads: an eventfd with a read always armed */
+	int efd;
+	uint64_t efd_buf;
+	struct corio__op efd_op;
+	bool efd_armed;
+	_Atomic int sleeping; /* 1 while blocked (or about to) in io_uring_enter */
+
+	/* sanitizer bookkeeping for the scheduler's own stack */
+	const void *sched_stack_bottom;
+	size_t sched_stack_size;
+	void *sched_asan_fake;
+	void *tsan_sched;
+
+	/* signal stack for the overflow detector */
+	void *altstack;
+
+	struct corio_stats stats;
+	void *parts[CORIO__PART_MAX];
+	char err[256];
+};
+
+struct corio_rt {
+	struct corio_config cfg;
+	unsigned nshards;
+	int *cpus;
+	struct corio__shard **shards;
+	void (*entry)(void *);
+	void *entry_arg;
+	_Atomic int stopping;
+	_Atomic unsigned busy_shards; /* shards with live fibers */
+	/* start-up handshake */
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	unsigned ready, failed;
+	int first_err;
+	bool go;
+	char err[256];
+};
+
+extern __thread struct corio__shard *corio__tl_shard;
+
+static inline struct corio__shard *corio__shard(void)
+{
+	return corio__tl_shard;
+}
+
+/* The calling fiber, or NULL (not on a shard, or in the loop itself). */
+static inline struct corio_fiber *corio__self(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->current : NULL;
+}
+
+/* Debug-build misuse check; release builds return the given error. */
+#define CORIO__REQUIRE_FIBER(errval)                               \
+	do {                                                       \
+		if (CORIO__UNLIKELY(!corio__self())) {             \
+			assert(!"corio: blocking call outside a fiber"); \
+			return (errval);                           \
+		}                                                  \
+	} while (0)
+
+/* ---- scheduler (core/sched.c) -------------------------------------------- */
+/* Park the calling fiber until corio__ready(); returns the value passed there. */
+int corio__park(void);
+/* Make f runnable with wake result res (no-op if it is already queued). */
+void corio__ready(struct corio_fiber *f, int res);
+/* Park on a wait queue; -ECANCELED if cancelled (then off the queue). */
+int corio__wq_wait(struct corio_waitq *wq);
+/* Pop the first waiter (NULL if none) and make it ready with res. */
+struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res);
+void corio__wq_wake_all(struct corio_waitq *wq, int res);
+void corio__fiber_cancel(struct corio_fiber *f);
+
+/* ---- kernel ops waited on by a fiber (core/ops.c) ------------------------ */
+/*
+ * The pattern every blocking call uses:
+ *
+ *	struct corio__op op;
+ *	struct io_uring_sqe *sqe;
+ *	int ret = corio__op_begin(&op, &sqe);   // -ECANCELED / -EPERM, or 0
+ *	if (ret) return ret;
+ *	io_uring_prep_xxx(sqe, ...);
+ *	return corio__op_wait(&op);
+ *
+ * corio__op_wait parks until the op's final CQE and returns its result. If
+ * the fiber is cancelled meanwhile, an async cancel is queued and the wait
+ * goes on until the final CQE, so the kernel is done with every buffer when
+ * it returns (invariant 2).
+ */
+int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe);
+int corio__op_wait(struct corio__op *op);
+
+/* Book-keeping for ops not waited on by a fiber (multishot, callbacks):
+ * the shard drains them before it stops. */
+static inline void corio__op_started(struct corio__shard *s)
+{
+	s->ops_inflight++;
+}
+static inline void corio__op_finished(struct corio__shard *s)
+{
+	s->ops_inflight--;
+}
+
+/* ---- errors -------------------------------------------------------------- */
+/* Record a message for corio_last_error() on this thread; returns err. */
+int corio__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* ---- stacks (core/stack.c) ----------------------------------------------- */
+int corio__stack_get(struct corio__shard *s, struct corio_fiber *f);
+void corio__stack_put(struct corio__shard *s, struct corio_fiber *f);
+void corio__stack_cache_free(struct corio__shard *s);
+void corio__overflow_handler_install(void);
+int corio__altstack_init(struct corio__shard *s);
+void corio__altstack_fini(struct corio__shard *s);
+
+/* ---- fiber pool (core/fiber.c) ------------------------------------------- */
+void corio__fiber_pool_free(struct corio__shard *s);
+/* After a fiber ended and the scheduler is back on its own stack. */
+void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f);
+void corio__switch_to(struct corio__shard *s, struct corio_fiber *f);
+
+/* ---- loop (core/shard.c) ------------------------------------------------- */
+/* Wake s if it sleeps in io_uring_enter; any thread. */
+void corio__shard_kick(struct corio__shard *s);
+/* Call after fibers_live changed: tracks whether any shard has fibers. */
+void corio__shard_busy(struct corio__shard *s);
+
+#endif

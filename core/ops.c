@@ -1,0 +1,75 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/ops.c - a fiber waiting on a kernel op, and the raw ring calls
+ * (corio_nop, corio_poll) built on it.
+ */
+#include "core/internal.h"
+
+#include <errno.h>
+
+static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
+{
+	struct corio_fiber *f = op->data;
+
+	if (cqe_flags & IORING_CQE_F_MORE)
+		return; /* not the final CQE */
+	corio__op_finished(f->shard);
+	f->wait_op = NULL;
+	corio__ready(f, res);
+}
+
+int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
+{
+	struct corio_fiber *f = corio__self();
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (f->flags & CORIO__FF_CANCELLED)
+		return -ECANCELED;
+	op->cb = wake_waiter;
+	op->data = f;
+	op->res = 0;
+	op->cqe_flags = 0;
+	*sqe = corio__ring_sqe(&f->shard->ring);
+	corio__sqe_set_op(*sqe, op);
+	return 0;
+}
+
+int corio__op_wait(struct corio__op *op)
+{
+	struct corio_fiber *f = op->data;
+	int res;
+
+	corio__op_started(f->shard);
+	f->wait_op = op;
+	res = corio__park();
+	/* Only the final CQE wakes us (a cancel never does): the kernel is done. */
+	assert(f->wait_op == NULL);
+	return res;
+}
+
+int corio_nop(void)
+{
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret = corio__op_begin(&op, &sqe);
+
+	if (ret)
+		return ret;
+	io_uring_prep_nop(sqe);
+	return corio__op_wait(&op);
+}
+
+int corio_poll(int fd, unsigned events)
+{
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret;
+
+	if (fd < 0)
+		return -EBADF;
+	ret = corio__op_begin(&op, &sqe);
+	if (ret)
+		return ret;
+	io_uring_prep_poll_add(sqe, fd, events);
+	return corio__op_wait(&op);
+}

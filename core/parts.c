@@ -1,0 +1,15 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/parts.c - the per-area parts of a shard. Each area (timers, messages,
+ * net, fs, stats) that keeps per-shard state or per-turn work registers its
+ * hooks here; the loop calls them in this order.
+ */
+#include "core/internal.h"
+
+const struct corio__part *const corio__parts[CORIO__PART_MAX] = {
+	[CORIO__PART_TIMER] = NULL,
+	[CORIO__PART_MSG] = NULL,
+	[CORIO__PART_NET] = NULL,
+	[CORIO__PART_FS] = NULL,
+	[CORIO__PART_STATS] = NULL,
+};

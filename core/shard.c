@@ -1,0 +1,699 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/shard.c - runtime start/stop, the shard thread and its loop.
+ *
+ * The loop (one iteration = one "turn"):
+ *
+ *   1. run the fibers that were ready when the turn began (at most
+ *      run_budget of them), so a fiber that yields in a loop cannot starve
+ *      I/O;
+ *   2. let each part do its per-turn work (message ring drain, ...);
+ *   3. talk to the kernel at most once: if fibers are ready, only submit
+ *      queued SQEs (no syscall at all when the SQ is empty and the kernel
+ *      has no deferred completions); if nothing is ready, submit and wait
+ *      per the idle strategy;
+ *   4. reap every CQE in batches and dispatch each to its op record, which
+ *      makes waiting fibers ready.
+ *
+ * Shutdown: corio_shutdown() raises rt->stopping and kicks every shard
+ * through its eventfd. Each shard then cancels all its fibers, keeps
+ * turning until no fiber is alive and no op awaits its final CQE, and
+ * closes its ring. corio_wait() joins the threads and frees the rest.
+ *
+ * Wake-ups from other threads: each shard keeps a read armed on an eventfd;
+ * a writer kicks it only while the shard says it is sleeping. The shard
+ * raises `sleeping` (seq_cst) before its last check for work and the
+ * blocking enter, and a kicker publishes its work before reading
+ * `sleeping` (seq_cst), so at least one of them sees the other: no lost
+ * wake-up.
+ */
+#include "core/internal.h"
+#include "core/sanitizer.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <sched.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+
+__thread struct corio__shard *corio__tl_shard;
+static __thread char tl_err[256];
+
+int corio__error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(tl_err, sizeof(tl_err), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+const char *corio_last_error(void)
+{
+	return tl_err[0] ? tl_err : "no error";
+}
+
+uint64_t corio_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+unsigned corio_shard_id(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->id : UINT32_MAX;
+}
+
+unsigned corio_shard_count(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->rt->nshards : 0;
+}
+
+int corio_shard_cpu(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->cpu : -1;
+}
+
+/* ---- config ----------------------------------------------------------------- */
+
+#if CORIO__ASAN || CORIO__TSAN
+#define DEFAULT_STACK (512 * 1024) /* sanitizers grow frames a lot */
+#else
+#define DEFAULT_STACK (128 * 1024)
+#endif
+
+void corio_config_init(struct corio_config *cfg)
+{
+	memset(cfg, 0, sizeof(*cfg));
+	cfg->sq_entries = 256;
+	cfg->stack_size = DEFAULT_STACK;
+	cfg->idle = CORIO_IDLE_BLOCK;
+	cfg->spin_us = 50;
+	cfg->msg_slots = 4096;
+	cfg->stall_ns = 10 * 1000 * 1000;
+	cfg->stack_cache = 256;
+	cfg->run_budget = 256;
+}
+
+static bool pow2(unsigned v)
+{
+	return v && !(v & (v - 1));
+}
+
+int corio_config_check(const struct corio_config *cfg)
+{
+	cpu_set_t mask;
+
+	for (unsigned i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
+		if (cfg->reserved[i])
+			return corio__error(-EINVAL,
+					    "config: reserved[%u] is %u, must be 0 (was the "
+					    "config filled by corio_config_init()?)",
+					    i, cfg->reserved[i]);
+	if (cfg->flags & ~CORIO_F_ALL)
+		return corio__error(-EINVAL, "config: unknown flags 0x%x", cfg->flags & ~CORIO_F_ALL);
+	if (cfg->shards > 1024)
+		return corio__error(-EINVAL, "config: shards is %u, the maximum is 1024", cfg->shards);
+	if (cfg->cpus && !cfg->shards)
+		return corio__error(-EINVAL, "config: cpus given but shards is 0; say how many");
+	if (!pow2(cfg->sq_entries) || cfg->sq_entries > 32768)
+		return corio__error(-EINVAL,
+				    "config: sq_entries is %u, must be a power of two in 1..32768",
+				    cfg->sq_entries);
+	if (cfg->cq_entries &&
+	    (!pow2(cfg->cq_entries) || cfg->cq_entries < cfg->sq_entries || cfg->cq_entries > 65536))
+		return corio__error(-EINVAL,
+				    "config: cq_entries is %u, must be 0 or a power of two in "
+				    "sq_entries (%u)..65536",
+				    cfg->cq_entries, cfg->sq_entries);
+	if (cfg->stack_size < 16384 || cfg->stack_size > (1ul << 30))
+		return corio__error(-EINVAL, "config: stack_size is %zu, must be 16 KiB..1 GiB",
+				    cfg->stack_size);
+	if ((unsigned)cfg->idle > CORIO_IDLE_POLL)
+		return corio__error(-EINVAL, "config: idle is %d, not a corio_idle value",
+				    (int)cfg->idle);
+	if (cfg->spin_us > 1000000)
+		return corio__error(-EINVAL, "config: spin_us is %u, at most 1000000", cfg->spin_us);
+	if (!pow2(cfg->msg_slots) || cfg->msg_slots < 2 || cfg->msg_slots > (1u << 24))
+		return corio__error(-EINVAL,
+				    "config: msg_slots is %u, must be a power of two in 2..16M",
+				    cfg->msg_slots);
+	if (!cfg->run_budget)
+		return corio__error(-EINVAL, "config: run_budget is 0, must be >= 1");
+	if (cfg->control_path && !cfg->control_path[0])
+		return corio__error(-EINVAL, "config: control_path is empty (use NULL for none)");
+	if (cfg->cpus) {
+		if (sched_getaffinity(0, sizeof(mask), &mask))
+			return corio__error(-errno, "config: sched_getaffinity: %s", strerror(errno));
+		for (unsigned i = 0; i < cfg->shards; i++) {
+			int c = cfg->cpus[i];
+
+			if (c < 0 || c >= CPU_SETSIZE || !CPU_ISSET(c, &mask))
+				return corio__error(-EINVAL,
+						    "config: cpus[%u] is %d, which is not in this "
+						    "process's CPU affinity mask",
+						    i, c);
+		}
+	}
+	return 0;
+}
+
+/* ---- busy accounting: the runtime ends when no shard has fibers ------------- */
+
+static void rt_stop(struct corio_rt *rt);
+
+void corio__shard_busy(struct corio__shard *s)
+{
+	bool busy = s->stats.fibers_live > 0;
+
+	if (busy == s->busy)
+		return;
+	s->busy = busy;
+	if (busy)
+		atomic_fetch_add(&s->rt->busy_shards, 1);
+	else if (atomic_fetch_sub(&s->rt->busy_shards, 1) == 1)
+		rt_stop(s->rt);
+}
+
+/* ---- wake-ups ----------------------------------------------------------------- */
+
+static void kick(struct corio__shard *s)
+{
+	uint64_t one = 1;
+	ssize_t r = write(s->efd, &one, sizeof(one));
+
+	(void)r; /* EAGAIN: the counter is saturated, so a wake-up is pending anyway */
+}
+
+void corio__shard_kick(struct corio__shard *s)
+{
+	if (atomic_load(&s->sleeping))
+		kick(s);
+}
+
+static void efd_arm(struct corio__shard *s);
+
+static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__shard *s = op->data;
+
+	(void)res;
+	(void)flags;
+	s->efd_armed = false;
+	efd_arm(s);
+}
+
+static void efd_arm(struct corio__shard *s)
+{
+	struct io_uring_sqe *sqe;
+
+	if (s->efd_armed || s->stopping)
+		return;
+	sqe = corio__ring_sqe(&s->ring);
+	io_uring_prep_read(sqe, s->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
+	s->efd_op.cb = efd_done;
+	s->efd_op.data = s;
+	corio__sqe_set_op(sqe, &s->efd_op);
+	s->efd_armed = true;
+}
+
+static void rt_stop(struct corio_rt *rt)
+{
+	if (atomic_exchange(&rt->stopping, 1))
+		return;
+	for (unsigned i = 0; i < rt->nshards; i++)
+		if (rt->shards[i] && rt->shards[i] != corio__tl_shard)
+			kick(rt->shards[i]);
+}
+
+void corio_shutdown(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	if (!s) {
+		assert(!"corio_shutdown outside a shard");
+		return;
+	}
+	rt_stop(s->rt);
+}
+
+int corio_stop(struct corio_rt *rt)
+{
+	if (!rt)
+		return -EINVAL;
+	rt_stop(rt);
+	return 0;
+}
+
+/* ---- the loop ------------------------------------------------------------------- */
+
+static void begin_stop(struct corio__shard *s)
+{
+	s->stopping = true;
+	for (struct corio_fiber *f = s->all; f; f = f->all_next)
+		corio__fiber_cancel(f);
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (corio__parts[i] && corio__parts[i]->stop)
+			corio__parts[i]->stop(s);
+	/* The wake-up read stays armed; io_uring_queue_exit() cancels it. */
+}
+
+static void run_fibers(struct corio__shard *s)
+{
+	struct corio_fiber *last = s->runq_tail;
+	unsigned budget = s->rt->cfg.run_budget;
+
+	while (s->runq_head && budget--) {
+		struct corio_fiber *f = s->runq_head;
+		bool was_last = f == last;
+
+		s->runq_head = f->run_next;
+		if (!s->runq_head)
+			s->runq_tail = NULL;
+		f->flags &= ~CORIO__FF_QUEUED;
+		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED)) {
+			f->status = -ECANCELED;
+			f->state = CORIO__F_DONE;
+			if (f->joiner)
+				corio__ready(f->joiner, 0);
+			corio__fiber_reap(s, f);
+		} else {
+			corio__switch_to(s, f);
+		}
+		if (was_last)
+			break;
+	}
+}
+
+static unsigned parts_poll(struct corio__shard *s)
+{
+	unsigned work = 0;
+
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (corio__parts[i] && corio__parts[i]->poll)
+			work += corio__parts[i]->poll(s);
+	return work;
+}
+
+static bool parts_busy(struct corio__shard *s)
+{
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (corio__parts[i] && corio__parts[i]->busy && corio__parts[i]->busy(s))
+			return true;
+	return false;
+}
+
+static void publish_ring_stats(struct corio__shard *s)
+{
+	CORIO__STAT_SET(s->stats.enters, s->ring.cnt.enters);
+	CORIO__STAT_SET(s->stats.sqes, s->ring.cnt.sqes);
+	CORIO__STAT_SET(s->stats.cqes, s->ring.cnt.cqes);
+	CORIO__STAT_SET(s->stats.sq_full, s->ring.cnt.sq_full);
+	CORIO__STAT_SET(s->stats.cq_overflow, s->ring.cnt.cq_overflow);
+}
+
+/* Nothing is runnable: hand SQEs to the kernel and wait per the idle strategy. */
+static void idle_wait(struct corio__shard *s, uint64_t *busy_since)
+{
+	const struct corio_config *cfg = &s->rt->cfg;
+	uint64_t t0 = corio_now_ns(), spin_end;
+
+	CORIO__STAT_ADD(s->stats.busy_ns, t0 - *busy_since);
+	if (cfg->idle != CORIO_IDLE_BLOCK) {
+		spin_end = cfg->idle == CORIO_IDLE_POLL ? UINT64_MAX : t0 + cfg->spin_us * 1000ull;
+		for (;;) {
+			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_head ||
+			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
+				goto out;
+			if (corio_now_ns() >= spin_end)
+				break;
+		}
+	}
+	atomic_store(&s->sleeping, 1);
+	/* Last look for work that another thread published before it saw us awake. */
+	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping))
+		corio__ring_enter(&s->ring, 1);
+	atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+out:
+	*busy_since = corio_now_ns();
+	CORIO__STAT_ADD(s->stats.idle_ns, *busy_since - t0);
+}
+
+static void loop(struct corio__shard *s)
+{
+	struct corio_rt *rt = s->rt;
+	uint64_t busy_since = corio_now_ns();
+
+	for (;;) {
+		if (CORIO__UNLIKELY(!s->stopping &&
+				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
+			begin_stop(s);
+		run_fibers(s);
+		parts_poll(s);
+		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&
+		    !parts_busy(s))
+			break;
+		if (s->runq_head)
+			corio__ring_enter(&s->ring, 0);
+		else
+			idle_wait(s, &busy_since);
+		corio__ring_reap(&s->ring);
+		CORIO__STAT_ADD(s->stats.loop_turns, 1);
+		publish_ring_stats(s);
+	}
+	publish_ring_stats(s);
+}
+
+/* ---- shard thread ------------------------------------------------------------------ */
+
+static int entry_fiber(void *arg)
+{
+	struct corio_rt *rt = arg;
+
+	rt->entry(rt->entry_arg);
+	return 0;
+}
+
+static int shard_setup(struct corio__shard *s)
+{
+	struct corio_rt *rt = s->rt;
+	struct corio__ring_params rp = {
+		.sq_entries = rt->cfg.sq_entries,
+		.cq_entries = rt->cfg.cq_entries,
+		.sqpoll = rt->cfg.flags & CORIO_F_SQPOLL,
+		.sqpoll_cpu = -1,
+	};
+	char why[200];
+	int ret;
+
+	if (!(rt->cfg.flags & CORIO_F_NO_PIN)) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(s->cpu, &set);
+		ret = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+		if (ret) {
+			snprintf(s->err, sizeof(s->err), "shard %u: cannot pin to CPU %d: %s", s->id,
+				 s->cpu, strerror(ret));
+			return -ret;
+		}
+	}
+	if (numa_available() >= 0)
+		numa_set_localalloc(); /* stacks and pools land on this CPU's node */
+
+	ret = corio__ring_init(&s->ring, &rp, why, sizeof(why));
+	if (ret) {
+		snprintf(s->err, sizeof(s->err), "shard %u: %s", s->id, why);
+		return ret;
+	}
+	CORIO__STAT_SET(s->stats.ring_flags, s->ring.setup_flags);
+	CORIO__STAT_SET(s->stats.ring_features, s->ring.features);
+	CORIO__STAT_SET(s->stats.cpu, (uint64_t)s->cpu);
+
+	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->efd < 0) {
+		ret = -errno;
+		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
+		return ret;
+	}
+	s->stack_size = rt->cfg.stack_size;
+	s->stack_cache_cap = rt->cfg.stack_cache;
+	s->stack_cache = calloc(s->stack_cache_cap ? s->stack_cache_cap : 1, sizeof(void *));
+	if (!s->stack_cache)
+		return -ENOMEM;
+	corio__altstack_init(s); /* without it an overflow report is lost, nothing else */
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
+		const struct corio__part *p = corio__parts[i];
+
+		if (p && p->init && (ret = p->init(s)) < 0) {
+			snprintf(s->err, sizeof(s->err), "shard %u: %s: %s", s->id, p->name,
+				 strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void shard_teardown(struct corio__shard *s)
+{
+	for (unsigned i = CORIO__PART_MAX; i-- > 0;)
+		if (corio__parts[i] && corio__parts[i]->fini && s->parts[i])
+			corio__parts[i]->fini(s);
+	if (s->ring.ring.ring_fd > 0)
+		corio__ring_exit(&s->ring);
+	corio__stack_cache_free(s);
+	corio__fiber_pool_free(s);
+	corio__altstack_fini(s);
+}
+
+static void *shard_main(void *arg)
+{
+	struct corio__shard *s = arg;
+	struct corio_rt *rt = s->rt;
+	int ret;
+
+	corio__tl_shard = s;
+	s->tid = (pid_t)syscall(SYS_gettid);
+#if CORIO__TSAN
+	s->tsan_sched = __tsan_get_current_fiber();
+#endif
+	ret = shard_setup(s);
+
+	pthread_mutex_lock(&rt->lock);
+	if (ret) {
+		rt->failed++;
+		if (!rt->first_err) {
+			rt->first_err = ret;
+			snprintf(rt->err, sizeof(rt->err), "%s", s->err);
+		}
+	} else {
+		rt->ready++;
+	}
+	pthread_cond_broadcast(&rt->cond);
+	while (!rt->go)
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	pthread_mutex_unlock(&rt->lock);
+
+	if (!ret && !rt->failed) {
+		struct corio_spawn_opts o = { .name = "entry" };
+
+		efd_arm(s);
+		ret = corio_spawn(entry_fiber, rt, &o, NULL);
+		if (ret == 0)
+			loop(s);
+	}
+	shard_teardown(s);
+	corio__tl_shard = NULL;
+	return (void *)(intptr_t)ret;
+}
+
+/* ---- start / wait -------------------------------------------------------------------- */
+
+static void shard_free(struct corio__shard *s)
+{
+	if (!s)
+		return;
+	if (s->efd > 0)
+		close(s->efd);
+	if (numa_available() >= 0)
+		numa_free(s, sizeof(*s));
+	else
+		free(s);
+}
+
+static struct corio__shard *shard_alloc(int cpu)
+{
+	struct corio__shard *s;
+	int node = -1;
+
+	if (numa_available() >= 0) {
+		node = numa_node_of_cpu(cpu);
+		s = node >= 0 ? numa_alloc_onnode(sizeof(*s), node) : numa_alloc_local(sizeof(*s));
+	} else {
+		s = aligned_alloc(64, (sizeof(*s) + 63) & ~(size_t)63);
+	}
+	if (!s)
+		return NULL;
+	memset(s, 0, sizeof(*s));
+	s->numa_node = node;
+	s->busy = true; /* counted in rt->busy_shards from the start */
+	s->efd = -1;
+	s->ring.ring.ring_fd = -1;
+	return s;
+}
+
+static void rt_free(struct corio_rt *rt)
+{
+	for (unsigned i = 0; i < rt->nshards; i++)
+		shard_free(rt->shards[i]);
+	free(rt->shards);
+	free(rt->cpus);
+	pthread_mutex_destroy(&rt->lock);
+	pthread_cond_destroy(&rt->cond);
+	free(rt);
+}
+
+int corio_start(const struct corio_config *ucfg, void (*entry)(void *), void *arg,
+		struct corio_rt **out)
+{
+	struct corio_config defcfg;
+	const struct corio_config *cfg = ucfg;
+	struct corio_rt *rt;
+	cpu_set_t mask;
+	unsigned n, nmask, started = 0;
+	int ret;
+
+	if (out)
+		*out = NULL;
+	if (!out || !entry)
+		return corio__error(-EINVAL, "corio_start: entry and out are required");
+	if (corio__tl_shard)
+		return corio__error(-EPERM, "corio_start: called from a shard; nested runtimes are not supported");
+	if (!cfg) {
+		corio_config_init(&defcfg);
+		cfg = &defcfg;
+	}
+	ret = corio_config_check(cfg);
+	if (ret)
+		return ret;
+	if (sched_getaffinity(0, sizeof(mask), &mask))
+		return corio__error(-errno, "corio_start: sched_getaffinity: %s", strerror(errno));
+	nmask = (unsigned)CPU_COUNT(&mask);
+	n = cfg->shards ? cfg->shards : nmask;
+
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rt->cfg = *cfg;
+	rt->cfg.cpus = NULL;
+	rt->nshards = n;
+	rt->entry = entry;
+	rt->entry_arg = arg;
+	atomic_init(&rt->busy_shards, n);
+	pthread_mutex_init(&rt->lock, NULL);
+	pthread_cond_init(&rt->cond, NULL);
+	rt->cpus = calloc(n, sizeof(int));
+	rt->shards = calloc(n, sizeof(*rt->shards));
+	if (!rt->cpus || !rt->shards) {
+		rt_free(rt);
+		return -ENOMEM;
+	}
+	{
+		int list[CPU_SETSIZE];
+		unsigned k = 0;
+
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &mask))
+				list[k++] = c;
+		/* cfg->cpus, or the mask's CPUs in order, wrapping when shards > CPUs */
+		for (unsigned i = 0; i < n; i++)
+			rt->cpus[i] = cfg->cpus ? cfg->cpus[i] : list[i % k];
+	}
+	corio__overflow_handler_install();
+
+	for (unsigned i = 0; i < n; i++) {
+		struct corio__shard *s = shard_alloc(rt->cpus[i]);
+
+		if (!s) {
+			ret = corio__error(-ENOMEM, "corio_start: cannot allocate shard %u", i);
+			break;
+		}
+		s->rt = rt;
+		s->id = i;
+		s->cpu = rt->cpus[i];
+		rt->shards[i] = s;
+		ret = pthread_create(&s->thread, NULL, shard_main, s);
+		if (ret) {
+			ret = corio__error(-ret, "corio_start: pthread_create for shard %u: %s", i,
+					   strerror(ret));
+			break;
+		}
+		started++;
+	}
+
+	pthread_mutex_lock(&rt->lock);
+	while (rt->ready + rt->failed < started)
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	if (!ret && rt->failed) {
+		ret = rt->first_err;
+		corio__error(ret, "%s", rt->err);
+	}
+	if (ret)
+		rt->failed++; /* tell the shards not to run */
+	rt->go = true;
+	pthread_cond_broadcast(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+
+	if (ret) {
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(rt->shards[i]->thread, NULL);
+		rt_free(rt);
+		return ret;
+	}
+	*out = rt;
+	return 0;
+}
+
+int corio_wait(struct corio_rt *rt)
+{
+	int first = 0;
+
+	if (!rt)
+		return -EINVAL;
+	if (corio__tl_shard)
+		return -EPERM; /* a shard cannot wait for its own runtime */
+	for (unsigned i = 0; i < rt->nshards; i++) {
+		void *res = NULL;
+
+		pthread_join(rt->shards[i]->thread, &res);
+		if (!first && res)
+			first = (int)(intptr_t)res;
+	}
+	rt_free(rt);
+	return first;
+}
+
+int corio_run(const struct corio_config *cfg, void (*entry)(void *), void *arg)
+{
+	struct corio_rt *rt;
+	int ret = corio_start(cfg, entry, arg, &rt);
+
+	if (ret) {
+		fprintf(stderr, "corio: %s\n", corio_last_error());
+		return ret;
+	}
+	return corio_wait(rt);
+}
+
+int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out)
+{
+	const uint64_t *src;
+	uint64_t *dst = (uint64_t *)out;
+
+	if (!rt) {
+		if (!corio__tl_shard)
+			return -EPERM;
+		rt = corio__tl_shard->rt;
+	}
+	if (!out || shard >= rt->nshards)
+		return -EINVAL;
+	src = (const uint64_t *)&rt->shards[shard]->stats;
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	return 0;
+}

@@ -1,0 +1,282 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * corio.h - the public interface of corio, a thread-per-core, completion-based
+ * io_uring runtime for Linux.
+ *
+ * Conventions (they hold for every function below unless its comment says
+ * otherwise):
+ *  - Functions return >= 0 on success and -errno on failure. errno is never
+ *    the error channel.
+ *  - "Shard-local" calls may only be made by code running on a shard (a fiber,
+ *    or a callback run by the shard loop). Called from elsewhere they return
+ *    -EPERM (and assert in debug builds).
+ *  - "Blocking" calls park only the calling fiber; the shard keeps running
+ *    other fibers. They may only be made from a fiber. When the fiber is
+ *    cancelled (corio_cancel(), or the runtime shuts down) they return
+ *    -ECANCELED, and they return only once the kernel no longer references
+ *    the caller's memory.
+ *  - Only corio_stop(), corio_wait() and corio_post_foreign() may be called
+ *    from threads that are not shards.
+ */
+#ifndef CORIO_H
+#define CORIO_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#if defined(__GNUC__)
+#define CORIO_API __attribute__((visibility("default")))
+#else
+#define CORIO_API
+#endif
+
+#define CORIO_VERSION_MAJOR 0
+#define CORIO_VERSION_MINOR 1
+#define CORIO_VERSION_PATCH 0
+
+/* ---- runtime ------------------------------------------------------------ */
+
+/* What a shard does when it has no runnable fiber. */
+enum corio_idle {
+	CORIO_IDLE_BLOCK = 0, /* sleep in io_uring_enter until a completion    */
+	CORIO_IDLE_SPIN = 1,  /* poll for spin_us microseconds, then block     */
+	CORIO_IDLE_POLL = 2,  /* never sleep: lowest latency, burns its core   */
+};
+
+/* corio_config.flags */
+#define CORIO_F_SQPOLL 0x1u /* kernel SQ polling thread per shard (needs privileges on old kernels) */
+#define CORIO_F_NO_PIN 0x2u /* do not pin shard threads to their CPUs                             */
+#define CORIO_F_ALL    (CORIO_F_SQPOLL | CORIO_F_NO_PIN)
+
+/*
+ * Runtime configuration. Fill it with corio_config_init(), then change the
+ * fields you care about. New fields are only ever taken from reserved[], so a
+ * program compiled against an older header keeps working; reserved[] must be
+ * zero and unknown flag bits are rejected with -EINVAL.
+ */
+struct corio_config {
+	unsigned shards;          /* 0: one per CPU in the affinity mask           */
+	const int *cpus;          /* optional: CPU for shard i; NULL: the mask's
+	                             CPUs in order, wrapping when shards > CPUs    */
+	unsigned sq_entries;      /* per shard, power of two, 1..32768 (256)        */
+	unsigned cq_entries;      /* 0: 2 * sq_entries; else power of two >= sq     */
+	size_t stack_size;        /* default fiber stack in bytes (128 KiB)         */
+	enum corio_idle idle;     /* CORIO_IDLE_BLOCK                               */
+	unsigned spin_us;         /* CORIO_IDLE_SPIN: spin this long (50)           */
+	unsigned msg_slots;       /* inbound message ring capacity per shard (4096) */
+	const char *control_path; /* Unix control socket path, NULL: none           */
+	uint64_t stall_ns;        /* loop-stall warning threshold, 0: off (10 ms)   */
+	unsigned flags;           /* CORIO_F_*                                      */
+	unsigned stack_cache;     /* stacks kept per shard for reuse (256)          */
+	unsigned run_budget;      /* max fibers run per loop turn before polling
+	                             the ring again (256)                           */
+	unsigned reserved[13];    /* must be zero                                   */
+};
+
+/* Set every field of *cfg to its default. Always call it first. */
+CORIO_API void corio_config_init(struct corio_config *cfg);
+
+/* Check a config without starting anything: 0 or -EINVAL (see corio_last_error()). */
+CORIO_API int corio_config_check(const struct corio_config *cfg);
+
+struct corio_rt; /* a running runtime; opaque */
+
+/*
+ * Start the shards described by cfg (NULL: defaults). Each shard is a thread
+ * pinned to its CPU with its own io_uring ring; once every shard is up,
+ * entry(arg) runs in a fiber on every shard. Returns 0 and the runtime in
+ * *out, or -errno when a shard could not start (everything is undone then,
+ * and corio_last_error() says why: bad config, io_uring disabled, ...).
+ */
+CORIO_API int corio_start(const struct corio_config *cfg, void (*entry)(void *arg),
+			  void *arg, struct corio_rt **out);
+
+/*
+ * Wait until every shard has stopped, then free the runtime. A runtime stops
+ * when corio_shutdown()/corio_stop() is called, or by itself once no shard
+ * has a live fiber. Returns 0, or the first -errno a shard failed with.
+ * Call exactly once per corio_start(), from a thread that is not a shard.
+ */
+CORIO_API int corio_wait(struct corio_rt *rt);
+
+/* corio_start() + corio_wait(). */
+CORIO_API int corio_run(const struct corio_config *cfg, void (*entry)(void *arg), void *arg);
+
+/*
+ * Stop the runtime the calling shard belongs to: every fiber is cancelled
+ * (its blocking calls return -ECANCELED), loops drain their in-flight
+ * operations, and everything is freed. Returns at once; shard-local.
+ */
+CORIO_API void corio_shutdown(void);
+
+/* corio_shutdown() for rt, from any thread. Returns 0. */
+CORIO_API int corio_stop(struct corio_rt *rt);
+
+/* Detail of the last error returned on this thread by a corio call that
+ * documents it (config validation, start-up). Never NULL. */
+CORIO_API const char *corio_last_error(void);
+
+CORIO_API unsigned corio_shard_id(void);    /* this shard's index; UINT32_MAX off-shard */
+CORIO_API unsigned corio_shard_count(void); /* shards in this runtime; 0 off-shard      */
+CORIO_API int corio_shard_cpu(void);        /* the CPU this shard is pinned to          */
+CORIO_API uint64_t corio_now_ns(void);      /* CLOCK_MONOTONIC in nanoseconds; any thread */
+
+/* ---- fibers (shard-local) ------------------------------------------------ */
+
+struct corio_fiber; /* opaque */
+
+struct corio_spawn_opts {
+	size_t stack_size;    /* 0: the config's stack_size                    */
+	const char *name;     /* for stall and overflow reports; copied (23 ch) */
+	unsigned flags;       /* must be 0                                       */
+	unsigned reserved[3]; /* must be 0                                       */
+};
+
+/*
+ * Start fn(arg) in a new fiber on this shard. It runs after the caller next
+ * parks or yields. With out == NULL the fiber is detached (freed when it
+ * ends); otherwise *out must be passed to corio_join() or corio_detach().
+ * Returns 0, -EINVAL (bad opts), -ENOMEM, or -ECANCELED when the runtime is
+ * shutting down. Shard-local.
+ */
+CORIO_API int corio_spawn(int (*fn)(void *arg), void *arg, const struct corio_spawn_opts *opts,
+			  struct corio_fiber **out);
+
+/* Let other ready fibers run; this one runs again on a later loop turn. */
+CORIO_API void corio_yield(void);
+
+/*
+ * Wait for f to end and free it; its status (fn's return value or
+ * corio_exit()'s argument) is stored in *status when status != NULL.
+ * Returns 0, -EINVAL (f is the caller, or already joined/detached), or
+ * -ECANCELED when the joining fiber is cancelled (f stays joinable then).
+ * Blocking.
+ */
+CORIO_API int corio_join(struct corio_fiber *f, int *status);
+
+/* Give up the right to join f: it is freed when it ends. */
+CORIO_API int corio_detach(struct corio_fiber *f);
+
+/* End the calling fiber with status. Never returns. */
+CORIO_API void corio_exit(int status) __attribute__((noreturn));
+
+/*
+ * Cancel f: its current blocking call (and every later one) returns
+ * -ECANCELED, after the kernel has let go of the call's memory. A fiber that
+ * has not started yet never runs and ends with status -ECANCELED. Cancelling
+ * a finished fiber does nothing. Returns 0. Shard-local.
+ */
+CORIO_API int corio_cancel(struct corio_fiber *f);
+
+CORIO_API struct corio_fiber *corio_self(void); /* NULL outside a fiber      */
+CORIO_API int corio_cancelled(void);            /* 1 if the caller is cancelled */
+CORIO_API const char *corio_fiber_name(const struct corio_fiber *f);
+
+/* ---- fiber-local sync (shard-local, no atomics) -------------------------- */
+/*
+ * These objects live on one shard: every fiber using one must belong to the
+ * shard that initialised it. Waiters are woken in FIFO order. Each wait
+ * returns 0, or -ECANCELED when the waiting fiber is cancelled.
+ */
+struct corio_waitq { /* private: an intrusive list of parked fibers */
+	struct corio_fiber *head, *tail;
+};
+
+struct corio_event { /* manual-reset event */
+	struct corio_waitq wq;
+	int set;
+};
+CORIO_API void corio_event_init(struct corio_event *ev);
+CORIO_API void corio_event_set(struct corio_event *ev);   /* wakes all waiters */
+CORIO_API void corio_event_reset(struct corio_event *ev);
+CORIO_API int corio_event_wait(struct corio_event *ev);   /* blocking */
+
+struct corio_wg { /* wait group: wait until the count drops to zero */
+	struct corio_waitq wq;
+	long count;
+};
+CORIO_API void corio_wg_init(struct corio_wg *wg);
+CORIO_API void corio_wg_add(struct corio_wg *wg, long n);
+CORIO_API void corio_wg_done(struct corio_wg *wg);
+CORIO_API int corio_wg_wait(struct corio_wg *wg); /* blocking */
+
+struct corio_sem { /* counting semaphore; releases hand permits to waiters */
+	struct corio_waitq wq;
+	long count;
+};
+CORIO_API void corio_sem_init(struct corio_sem *s, long count);
+CORIO_API int corio_sem_acquire(struct corio_sem *s);     /* blocking */
+CORIO_API int corio_sem_try_acquire(struct corio_sem *s); /* 0 or -EAGAIN */
+CORIO_API void corio_sem_release(struct corio_sem *s);
+
+struct corio_mutex { /* fiber mutex: owned by the fiber that locked it */
+	struct corio_waitq wq;
+	struct corio_fiber *owner;
+};
+CORIO_API void corio_mutex_init(struct corio_mutex *m);
+CORIO_API int corio_mutex_lock(struct corio_mutex *m);    /* blocking */
+CORIO_API int corio_mutex_trylock(struct corio_mutex *m); /* 0 or -EBUSY */
+CORIO_API void corio_mutex_unlock(struct corio_mutex *m);
+
+/* Bounded channel of fixed-size elements, copied in and out. */
+struct corio_chan {
+	struct corio_waitq recvq, sendq;
+	unsigned char *buf;
+	size_t esize, cap, head, len;
+	int closed;
+};
+/* cap >= 1 elements of esize >= 1 bytes: 0, -EINVAL or -ENOMEM. */
+CORIO_API int corio_chan_init(struct corio_chan *c, size_t esize, size_t cap);
+CORIO_API void corio_chan_destroy(struct corio_chan *c); /* no fiber may be waiting */
+/* send: 0, -EPIPE when closed, -ECANCELED. recv: 0, -EPIPE when closed and empty. */
+CORIO_API int corio_chan_send(struct corio_chan *c, const void *elem); /* blocking */
+CORIO_API int corio_chan_recv(struct corio_chan *c, void *elem);       /* blocking */
+CORIO_API int corio_chan_try_send(struct corio_chan *c, const void *elem); /* or -EAGAIN */
+CORIO_API int corio_chan_try_recv(struct corio_chan *c, void *elem);       /* or -EAGAIN */
+CORIO_API void corio_chan_close(struct corio_chan *c); /* wakes every waiter */
+
+/* ---- raw ring operations (blocking, shard-local) ------------------------ */
+
+/* One IORING_OP_NOP through this shard's ring: 0 or -ECANCELED. */
+CORIO_API int corio_nop(void);
+
+/* Wait until fd is ready for the poll(2) events mask: the revents, or -errno. */
+CORIO_API int corio_poll(int fd, unsigned events);
+
+/* ---- stats ---------------------------------------------------------------- */
+
+/*
+ * One shard's counters. Each is written only by its shard and can be read
+ * from any thread without tearing; a snapshot is not atomic as a whole.
+ * New counters are added at the end.
+ */
+struct corio_stats {
+	uint64_t loop_turns;     /* shard loop iterations                        */
+	uint64_t enters;         /* io_uring_enter calls                          */
+	uint64_t sqes;           /* SQEs submitted                                */
+	uint64_t cqes;           /* CQEs reaped                                   */
+	uint64_t sq_full;        /* SQE requests that found the SQ full           */
+	uint64_t cq_overflow;    /* turns that found the CQ overflowed (flushed)  */
+	uint64_t fibers_live;    /* fibers that have not ended                    */
+	uint64_t fibers_spawned; /* fibers ever spawned                           */
+	uint64_t switches;       /* context switches                              */
+	uint64_t idle_ns;        /* time blocked in io_uring_enter                */
+	uint64_t busy_ns;        /* time not blocked                              */
+	uint64_t ring_flags;     /* IORING_SETUP_* flags the ring runs with       */
+	uint64_t ring_features;  /* IORING_FEAT_* the kernel reported             */
+	uint64_t cpu;            /* CPU the shard is pinned to                    */
+};
+
+/* Copy a snapshot of shard's counters. Any thread while the runtime runs
+ * (rt may be NULL on a shard: its own runtime). 0, -EINVAL or -EPERM. */
+CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* CORIO_H */

@@ -1,0 +1,83 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test/helpers.h - shared by the Criterion tests.
+ *
+ * Criterion's assertions must run on the test's own thread, so code that runs
+ * on shards records failures with CHECK() and the test asserts them after
+ * the runtime has stopped (th_run()). th_run() also checks that the runtime
+ * left no file descriptor behind.
+ */
+#ifndef CORIO_TEST_HELPERS_H
+#define CORIO_TEST_HELPERS_H
+
+#include <corio.h>
+#include <criterion/criterion.h>
+#include <dirent.h>
+#include <errno.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+
+static _Atomic int th_failures;
+static char th_msg[512];
+
+static inline void th_fail(const char *file, int line, const char *what)
+{
+	if (atomic_fetch_add(&th_failures, 1) == 0)
+		snprintf(th_msg, sizeof(th_msg), "%s:%d: CHECK(%s) failed", file, line, what);
+}
+
+/* Record a failure without leaving the (shard) thread. */
+#define CHECK(cond)                                          \
+	do {                                                 \
+		if (!(cond))                                 \
+			th_fail(__FILE__, __LINE__, #cond);  \
+	} while (0)
+#define CHECK_EQ(a, b)                                                              \
+	do {                                                                        \
+		long long th_a = (long long)(a), th_b = (long long)(b);             \
+		if (th_a != th_b) {                                                 \
+			char th_buf[200];                                           \
+			snprintf(th_buf, sizeof(th_buf), "%s == %s (%lld != %lld)", #a, #b, \
+				 th_a, th_b);                                       \
+			th_fail(__FILE__, __LINE__, th_buf);                        \
+		}                                                                   \
+	} while (0)
+
+static inline int th_fd_count(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static inline struct corio_config th_cfg(unsigned shards)
+{
+	struct corio_config cfg;
+
+	corio_config_init(&cfg);
+	cfg.shards = shards;
+	return cfg;
+}
+
+/* Run a runtime to completion and check it returned 0, recorded no CHECK
+ * failure and closed every fd it opened. */
+static inline void th_run(const struct corio_config *cfg, void (*entry)(void *), void *arg)
+{
+	int before = th_fd_count();
+	int ret = corio_run(cfg, entry, arg);
+
+	cr_assert_eq(ret, 0, "corio_run: %s (%s)", strerror(-ret), corio_last_error());
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
+}
+
+#endif

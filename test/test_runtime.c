@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/* Runtime start/stop, shard identity and pinning, shutdown, stats. */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+struct seen {
+	_Atomic unsigned mask;
+	_Atomic unsigned count;
+	_Atomic int bad_cpu;
+	int cpu_of[8];
+};
+
+static void record_entry(void *arg)
+{
+	struct seen *s = arg;
+	unsigned id = corio_shard_id();
+
+	CHECK(id < corio_shard_count());
+	atomic_fetch_or(&s->mask, 1u << id);
+	atomic_fetch_add(&s->count, 1);
+	s->cpu_of[id] = corio_shard_cpu();
+	if (sched_getcpu() != corio_shard_cpu())
+		atomic_fetch_add(&s->bad_cpu, 1);
+}
+
+static void start_stop(unsigned n)
+{
+	struct corio_config cfg = th_cfg(n);
+	struct seen s = { 0 };
+
+	th_run(&cfg, record_entry, &s);
+	cr_assert_eq(atomic_load(&s.count), n);
+	cr_assert_eq(atomic_load(&s.mask), (1u << n) - 1);
+	cr_assert_eq(atomic_load(&s.bad_cpu), 0, "a shard ran off its CPU");
+}
+
+Test(runtime, one_shard, .timeout = 30) { start_stop(1); }
+Test(runtime, two_shards, .timeout = 30) { start_stop(2); }
+Test(runtime, four_shards_oversubscribed, .timeout = 30) { start_stop(4); }
+
+Test(runtime, default_is_one_shard_per_cpu, .timeout = 30)
+{
+	struct seen s = { 0 };
+	cpu_set_t mask;
+
+	sched_getaffinity(0, sizeof(mask), &mask);
+	th_run(NULL, record_entry, &s);
+	cr_assert_eq(atomic_load(&s.count), (unsigned)CPU_COUNT(&mask));
+}
+
+Test(runtime, explicit_cpus_are_used, .timeout = 30)
+{
+	cpu_set_t mask;
+	int cpus[2], n = 0;
+	struct corio_config cfg;
+	struct seen s = { 0 };
+
+	sched_getaffinity(0, sizeof(mask), &mask);
+	for (int c = CPU_SETSIZE - 1; c >= 0 && n < 2; c--)
+		if (CPU_ISSET(c, &mask))
+			cpus[n++] = c;
+	if (n < 2)
+		cr_skip_test("needs two CPUs in the affinity mask");
+	cfg = th_cfg(2);
+	cfg.cpus = cpus;
+	th_run(&cfg, record_entry, &s);
+	cr_assert_eq(s.cpu_of[0], cpus[0]);
+	cr_assert_eq(s.cpu_of[1], cpus[1]);
+	cr_assert_eq(atomic_load(&s.bad_cpu), 0);
+}
+
+/* Shard 0 shuts down while every other shard has fibers blocked forever. */
+static _Atomic int cancelled_waits;
+static _Atomic unsigned blocked;
+
+static int block_forever(void *arg)
+{
+	struct corio_event *ev = arg;
+	int ret;
+
+	atomic_fetch_add(&blocked, 1);
+	ret = corio_event_wait(ev);
+
+	if (ret == -ECANCELED)
+		atomic_fetch_add(&cancelled_waits, 1);
+	return ret;
+}
+
+static void shutdown_entry(void *arg)
+{
+	static __thread struct corio_event ev;
+	(void)arg;
+	corio_event_init(&ev);
+	for (int i = 0; i < 10; i++)
+		CHECK_EQ(corio_spawn(block_forever, &ev, NULL, NULL), 0);
+	if (corio_shard_id() == 0) {
+		/* wait until every shard has its blocked fibers, then stop all */
+		while (atomic_load(&blocked) < 10 * corio_shard_count())
+			corio_yield();
+		corio_shutdown();
+	}
+	/* this fiber blocks too and must be cancelled */
+	CHECK_EQ(corio_event_wait(&ev), -ECANCELED);
+	CHECK_EQ(corio_spawn(block_forever, &ev, NULL, NULL), -ECANCELED);
+}
+
+Test(runtime, shutdown_cancels_blocked_fibers_everywhere, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(3);
+
+	th_run(&cfg, shutdown_entry, NULL);
+	cr_assert_eq(atomic_load(&cancelled_waits), 30, "got %d", atomic_load(&cancelled_waits));
+}
+
+/* corio_stop() from a thread that is not a shard. */
+static void wait_entry(void *arg)
+{
+	struct corio_event ev;
+
+	corio_event_init(&ev);
+	atomic_fetch_add((_Atomic unsigned *)arg, 1);
+	CHECK_EQ(corio_event_wait(&ev), -ECANCELED);
+}
+
+Test(runtime, stop_from_foreign_thread, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	_Atomic unsigned up = 0;
+	int before = th_fd_count();
+
+	cr_assert_eq(corio_start(&cfg, wait_entry, &up, &rt), 0, "%s", corio_last_error());
+	while (atomic_load(&up) < 2)
+		usleep(1000);
+	cr_assert_eq(corio_stop(rt), 0);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before);
+}
+
+/* The runtime ends by itself once no shard has a live fiber. */
+static int short_child(void *arg)
+{
+	corio_yield();
+	atomic_fetch_add((_Atomic unsigned *)arg, 1);
+	return 0;
+}
+
+static void spawn_and_leave(void *arg)
+{
+	for (int i = 0; i < 100; i++)
+		CHECK_EQ(corio_spawn(short_child, arg, NULL, NULL), 0);
+}
+
+Test(runtime, ends_when_all_fibers_end, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	_Atomic unsigned done = 0;
+
+	th_run(&cfg, spawn_and_leave, &done);
+	cr_assert_eq(atomic_load(&done), 200);
+}
+
+static void off_shard_calls(void)
+{
+	cr_assert_eq(corio_shard_id(), UINT32_MAX);
+	cr_assert_eq(corio_shard_count(), 0);
+	cr_assert_eq(corio_nop(), -EPERM);
+	cr_assert_eq(corio_spawn(short_child, NULL, NULL, NULL), -EPERM);
+}
+
+Test(runtime, off_shard_calls_fail_cleanly)
+{
+#ifdef NDEBUG
+	off_shard_calls();
+#else
+	cr_skip_test("debug builds assert on this misuse (build with -DNDEBUG to run)");
+	(void)off_shard_calls;
+#endif
+}
+
+/* Counters move by what the work implies. */
+static void stats_entry(void *arg)
+{
+	struct corio_stats *out = arg;
+	struct corio_stats before, after;
+
+	CHECK_EQ(corio_stats_get(NULL, corio_shard_id(), &before), 0);
+	for (int i = 0; i < 1000; i++)
+		CHECK_EQ(corio_nop(), 0);
+	for (int i = 0; i < 10; i++)
+		CHECK_EQ(corio_spawn(short_child, &(_Atomic unsigned){ 0 }, NULL, NULL), 0);
+	corio_yield();
+	corio_yield();
+	CHECK_EQ(corio_stats_get(NULL, corio_shard_id(), &after), 0);
+	CHECK(after.sqes - before.sqes >= 1000);
+	CHECK(after.cqes - before.cqes >= 1000);
+	CHECK(after.enters - before.enters >= 1000); /* one fiber: one enter per nop */
+	CHECK(after.enters - before.enters < 1100);
+	CHECK_EQ(after.fibers_spawned - before.fibers_spawned, 10);
+	CHECK(after.switches - before.switches >= 1000 + 10);
+	CHECK(after.loop_turns - before.loop_turns >= 1000);
+	CHECK_EQ(corio_stats_get(NULL, 99, &after), -EINVAL);
+	*out = after;
+}
+
+Test(runtime, stats_count_known_work, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_stats st;
+
+	th_run(&cfg, stats_entry, &st);
+	cr_assert_neq(st.ring_features, 0);
+}

@@ -1,0 +1,54 @@
+#!/bin/sh
+# Run every Criterion test binary in $1/test and the README's example
+# programs; print one summary line at the end. Exit 1 on any failure.
+B=$1 CC=$2 CFLAGS=$3 LIBS=$4
+passed=0 failed=0 skipped=0 status=0
+
+for t in "$B"/test/test_*; do
+	[ -x "$t" ] || continue
+	echo "== $(basename "$t")"
+	out=$(mktemp)
+	timeout 900 "$t" --jobs 2 2>&1 | tee "$out"
+	rc=$?
+	# "[====] Synthesis: Tested: N | Passing: N | Failing: N | Crashing: N"
+	line=$(grep 'Synthesis:' "$out" | tail -n 1)
+	rm -f "$out"
+	if [ -z "$line" ]; then
+		echo "!! $(basename "$t") printed no summary"
+		failed=$((failed + 1)); status=1; continue
+	fi
+	p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
+	f=$(echo "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
+	c=$(echo "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
+	s=$(echo "$line" | sed -n 's/.*Skipped: \([0-9]*\).*/\1/p')
+	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
+	[ "$f" = 0 ] || status=1
+	[ "$rc" = 0 ] || status=1
+done
+
+# README examples: every ```c block with a main() must compile and run.
+if [ -f README.md ]; then
+	mkdir -p "$B/examples"
+	awk -v dir="$B/examples" '
+		/^```c$/ { n++; f = sprintf("%s/readme-%d.c", dir, n); inb = 1; printf "" > f; next }
+		/^```$/ && inb { inb = 0; close(f); next }
+		inb { print >> f }
+	' README.md
+	for src in "$B"/examples/readme-*.c; do
+		[ -f "$src" ] || continue
+		grep -q 'int main' "$src" || continue
+		bin=${src%.c}
+		name=$(basename "$src")
+		if $CC $CFLAGS -Iinclude -o "$bin" "$src" "$B/libcorio.a" $LIBS && timeout 60 "$bin" >/dev/null; then
+			echo "[PASS] README example $name"
+			passed=$((passed + 1))
+		else
+			echo "[FAIL] README example $name (compile or run failed)"
+			failed=$((failed + 1)); status=1
+		fi
+	done
+fi
+
+echo
+echo "$passed passed, $failed failed, $skipped skipped"
+exit $status

@@ -1,0 +1,315 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uring/ring.c - ring setup with feature probing, SQE acquisition, submit,
+ * batched reaping and dispatch, cancel.
+ *
+ * Setup ladder (first rung the kernel accepts wins; -EINVAL means "kernel too
+ * old for this flag", any other error is fatal and diagnosed):
+ *   1. SINGLE_ISSUER | DEFER_TASKRUN | TASKRUN_FLAG   (Linux 6.1)
+ *      completions are produced only when we enter the kernel, on our thread:
+ *      no IPIs, no lock on the CQ, batched task work.
+ *   2. SINGLE_ISSUER | COOP_TASKRUN | TASKRUN_FLAG    (Linux 6.0)
+ *   3. COOP_TASKRUN | TASKRUN_FLAG                    (Linux 5.19)
+ *   4. no flags                                       (anything with io_uring)
+ * With SQPOLL (DEFER_TASKRUN cannot be combined with it):
+ *   1. SQPOLL | SINGLE_ISSUER, 2. SQPOLL, then the ladder above without it.
+ * TASKRUN_FLAG makes the kernel raise IORING_SQ_TASKRUN when deferred work
+ * waits, so the loop knows when an enter is needed to see completions.
+ */
+#include "uring/ring.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+
+static bool disabled_by_env(const char *what)
+{
+	const char *env = getenv("CORIO_RING_DISABLE");
+	size_t n = strlen(what);
+
+	if (!env)
+		return false;
+	for (const char *p = env; *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && !strncmp(p, what, n))
+			return true;
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return false;
+}
+
+static void explain_failure(int err, unsigned sq, char *buf, size_t len)
+{
+	FILE *f;
+	int disabled = -1;
+	struct rlimit rl;
+
+	switch (err) {
+	case -ENOSYS:
+		snprintf(buf, len,
+			 "io_uring_setup failed with ENOSYS: this kernel has no io_uring "
+			 "(CONFIG_IO_URING=n) or a seccomp filter blocks the syscall");
+		return;
+	case -EPERM:
+		f = fopen("/proc/sys/kernel/io_uring_disabled", "r");
+		if (f) {
+			if (fscanf(f, "%d", &disabled) != 1)
+				disabled = -1;
+			fclose(f);
+		}
+		if (disabled == 2)
+			snprintf(buf, len, "io_uring is disabled: sysctl kernel.io_uring_disabled=2");
+		else if (disabled == 1)
+			snprintf(buf, len,
+				 "io_uring is restricted: sysctl kernel.io_uring_disabled=1 allows "
+				 "only CAP_SYS_ADMIN or members of kernel.io_uring_group");
+		else
+			snprintf(buf, len,
+				 "io_uring_setup failed with EPERM: blocked by a seccomp filter or "
+				 "security module (container runtimes often do this), or SQPOLL "
+				 "needs privileges on this kernel");
+		return;
+	case -ENOMEM:
+		if (getrlimit(RLIMIT_MEMLOCK, &rl) == 0 && rl.rlim_cur != RLIM_INFINITY)
+			snprintf(buf, len,
+				 "io_uring_setup failed with ENOMEM: ring memory for %u entries "
+				 "could not be locked; RLIMIT_MEMLOCK is %llu KiB (kernels before "
+				 "5.12 charge rings to it: raise ulimit -l)",
+				 sq, (unsigned long long)rl.rlim_cur / 1024);
+		else
+			snprintf(buf, len, "io_uring_setup failed with ENOMEM for %u entries", sq);
+		return;
+	case -EMFILE:
+	case -ENFILE:
+		snprintf(buf, len, "io_uring_setup: out of file descriptors (%s)", strerror(-err));
+		return;
+	case -EINVAL:
+		snprintf(buf, len, "io_uring_setup rejected a ring of %u entries (EINVAL)", sq);
+		return;
+	default:
+		snprintf(buf, len, "io_uring_setup failed: %s", strerror(-err));
+	}
+}
+
+int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, char *err,
+		     size_t errlen)
+{
+	static const unsigned ladder[] = {
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+		IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+		IORING_SETUP_COOP_TASKRUN | IORING_SETUP_TASKRUN_FLAG,
+		0,
+	};
+	static const unsigned sqpoll_ladder[] = {
+		IORING_SETUP_SQPOLL | IORING_SETUP_SINGLE_ISSUER,
+		IORING_SETUP_SQPOLL,
+	};
+	unsigned candidates[8], n = 0, drop = 0;
+	struct io_uring_params ip;
+	struct io_uring_probe *probe;
+	int ret = -EINVAL;
+
+	memset(r, 0, sizeof(*r));
+	if (disabled_by_env("single_issuer"))
+		drop |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
+	if (disabled_by_env("defer_taskrun"))
+		drop |= IORING_SETUP_DEFER_TASKRUN;
+	if (disabled_by_env("coop_taskrun"))
+		drop |= IORING_SETUP_COOP_TASKRUN;
+	if (p->sqpoll && !disabled_by_env("sqpoll")) {
+		for (unsigned i = 0; i < 2; i++)
+			candidates[n++] = sqpoll_ladder[i];
+	}
+	for (unsigned i = 0; i < 4; i++) {
+		unsigned f = ladder[i];
+
+		if (f & drop)
+			continue;
+		candidates[n++] = f;
+	}
+	candidates[n++] = 0;
+
+	for (unsigned i = 0; i < n; i++) {
+		memset(&ip, 0, sizeof(ip));
+		ip.flags = candidates[i];
+		if (p->cq_entries) {
+			ip.flags |= IORING_SETUP_CQSIZE;
+			ip.cq_entries = p->cq_entries;
+		}
+		if ((ip.flags & IORING_SETUP_SQPOLL) && p->sqpoll_cpu >= 0) {
+			ip.flags |= IORING_SETUP_SQ_AFF;
+			ip.sq_thread_cpu = (unsigned)p->sqpoll_cpu;
+		}
+		ip.sq_thread_idle = 1000; /* ms the SQPOLL thread spins before sleeping */
+		ret = io_uring_queue_init_params(p->sq_entries, &r->ring, &ip);
+		if (ret == 0)
+			break;
+		/* EINVAL: a flag this kernel does not know; EPERM on an SQPOLL rung:
+		 * unprivileged SQPOLL (before 5.11); try the next rung. */
+		if (ret != -EINVAL && !(ret == -EPERM && (ip.flags & IORING_SETUP_SQPOLL)))
+			break;
+	}
+	if (ret < 0) {
+		explain_failure(ret, p->sq_entries, err, errlen);
+		return ret;
+	}
+	r->setup_flags = ip.flags;
+	r->features = ip.features;
+	r->sq_entries = ip.sq_entries;
+	r->cq_entries = ip.cq_entries;
+	if (ip.flags & IORING_SETUP_SINGLE_ISSUER)
+		r->caps |= CORIO__CAP_SINGLE_ISSUER;
+	if (ip.flags & IORING_SETUP_DEFER_TASKRUN)
+		r->caps |= CORIO__CAP_DEFER_TASKRUN;
+	if (ip.flags & IORING_SETUP_COOP_TASKRUN)
+		r->caps |= CORIO__CAP_COOP_TASKRUN;
+	if (ip.flags & IORING_SETUP_SQPOLL)
+		r->caps |= CORIO__CAP_SQPOLL;
+	if (ip.flags & IORING_SETUP_TASKRUN_FLAG)
+		r->caps |= CORIO__CAP_TASKRUN_FLAG;
+
+	probe = io_uring_get_probe_ring(&r->ring);
+	if (probe) {
+		for (unsigned op = 0; op <= IORING_OP_LAST; op++)
+			r->ops[op] = (unsigned char)io_uring_opcode_supported(probe, (int)op);
+		io_uring_free_probe(probe);
+	} else {
+		/* IORING_REGISTER_PROBE is 5.6+; corio's kernels all have it. */
+		r->ops[IORING_OP_NOP] = 1;
+	}
+	return 0;
+}
+
+void corio__ring_exit(struct corio__ring *r)
+{
+	io_uring_queue_exit(&r->ring);
+}
+
+struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
+{
+	struct io_uring_sqe *sqe;
+
+	while (!(sqe = io_uring_get_sqe(&r->ring))) {
+		int ret;
+
+		/* SQ full: hand what is queued to the kernel and try again. With
+		 * SQPOLL the kernel thread may not have consumed them yet: wait
+		 * for room. */
+		r->cnt.sq_full++;
+		if (r->caps & CORIO__CAP_SQPOLL) {
+			io_uring_submit(&r->ring);
+			io_uring_sqring_wait(&r->ring);
+			continue;
+		}
+		r->cnt.enters++;
+		ret = io_uring_submit(&r->ring);
+		if (ret > 0)
+			r->cnt.sqes += (unsigned)ret;
+		else if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+			fprintf(stderr, "corio: io_uring_submit failed with a full SQ: %s\n",
+				strerror(-ret));
+			abort(); /* the ring itself is broken: nothing sane to do */
+		}
+	}
+	return sqe;
+}
+
+bool corio__ring_needs_enter(const struct corio__ring *r)
+{
+	unsigned flags = IO_URING_READ_ONCE(*r->ring.sq.kflags);
+
+	return flags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
+}
+
+int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
+{
+	unsigned pending = io_uring_sq_ready(&r->ring);
+	int ret;
+
+	if (wait_nr) {
+		ret = io_uring_submit_and_wait(&r->ring, wait_nr);
+	} else if (corio__ring_needs_enter(r)) {
+		/* Deferred task work or overflowed CQEs wait for us: submit and
+		 * run them in the same enter. */
+		ret = io_uring_submit_and_get_events(&r->ring);
+	} else if (pending) {
+		ret = io_uring_submit(&r->ring);
+	} else {
+		return 0;
+	}
+	r->cnt.enters++;
+	if (ret > 0)
+		r->cnt.sqes += (unsigned)ret;
+	return ret;
+}
+
+unsigned corio__ring_poll(struct corio__ring *r)
+{
+	/* Without TASKRUN_FLAG we cannot tell whether completions wait in the
+	 * kernel: ask every time. */
+	if (corio__ring_pending(r) || corio__ring_needs_enter(r) ||
+	    !(r->caps & CORIO__CAP_TASKRUN_FLAG)) {
+		int ret = io_uring_submit_and_get_events(&r->ring);
+
+		r->cnt.enters++;
+		if (ret > 0)
+			r->cnt.sqes += (unsigned)ret;
+	}
+	return io_uring_cq_ready(&r->ring);
+}
+
+void corio__ring_cancel(struct corio__ring *r, struct corio__op *op)
+{
+	struct io_uring_sqe *sqe = corio__ring_sqe(r);
+
+	io_uring_prep_cancel(sqe, op, 0);
+	corio__sqe_set_op(sqe, NULL);
+}
+
+unsigned corio__ring_reap(struct corio__ring *r)
+{
+	struct io_uring_cqe *cqes[64];
+	unsigned total = 0;
+	bool flushed = false;
+
+	for (;;) {
+		unsigned n = io_uring_peek_batch_cqe(&r->ring, cqes, 64);
+
+		for (unsigned i = 0; i < n; i++) {
+			struct corio__op *op = io_uring_cqe_get_data(cqes[i]);
+
+			if (op) {
+				op->res = cqes[i]->res;
+				op->cqe_flags = cqes[i]->flags;
+				op->cb(op, cqes[i]->res, cqes[i]->flags);
+			}
+		}
+		if (n)
+			io_uring_cq_advance(&r->ring, n);
+		total += n;
+		if (n == 64)
+			continue;
+		/* The kernel parked completions that did not fit in the CQ in its
+		 * overflow list (IORING_FEAT_NODROP): flush them with an enter
+		 * and reap again, so none is lost. */
+		if (!flushed &&
+		    (IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW)) {
+			r->cnt.cq_overflow++;
+			r->cnt.enters++;
+			io_uring_get_events(&r->ring);
+			flushed = true;
+			continue;
+		}
+		if (!n)
+			break;
+		flushed = false;
+	}
+	r->cnt.cqes += total;
+	return total;
+}

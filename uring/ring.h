@@ -1,0 +1,114 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uring/ring.h - the only layer that talks to liburing.
+ *
+ * It knows rings, SQEs, CQEs and op records; it knows nothing of fibers.
+ * Every SQE's user_data is either 0 (a fire-and-forget SQE whose CQE is
+ * dropped: async-cancel requests, linked timeouts) or a pointer to a
+ * struct corio__op, whose cb runs once per CQE. For a multishot op the
+ * callback sees IORING_CQE_F_MORE on every CQE but the last one.
+ */
+#ifndef CORIO_URING_RING_H
+#define CORIO_URING_RING_H
+
+#include <liburing.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+struct corio__op;
+typedef void (*corio__op_cb)(struct corio__op *op, int32_t res, uint32_t cqe_flags);
+
+/* An operation record: one per in-flight request (multishot: one per stream). */
+struct corio__op {
+	corio__op_cb cb;    /* runs on the owning shard for each CQE           */
+	void *data;         /* owner's cookie (the waiting fiber, a timer, ...) */
+	int32_t res;        /* last CQE's result                                */
+	uint32_t cqe_flags; /* last CQE's flags                                 */
+};
+
+/* Capability bits probed at ring setup (struct corio__ring.caps). */
+enum {
+	CORIO__CAP_SINGLE_ISSUER = 1u << 0,
+	CORIO__CAP_DEFER_TASKRUN = 1u << 1,
+	CORIO__CAP_COOP_TASKRUN = 1u << 2,
+	CORIO__CAP_SQPOLL = 1u << 3,
+	CORIO__CAP_TASKRUN_FLAG = 1u << 4,
+};
+
+struct corio__ring_params {
+	unsigned sq_entries;
+	unsigned cq_entries; /* 0: kernel default (2 * sq) */
+	bool sqpoll;
+	int sqpoll_cpu;      /* -1: not pinned */
+};
+
+/* Ring counters; the core copies them into its stats. Owner-written. */
+struct corio__ring_counters {
+	uint64_t enters, sqes, cqes, sq_full, cq_overflow;
+};
+
+struct corio__ring {
+	struct io_uring ring;
+	unsigned setup_flags;   /* IORING_SETUP_* actually used */
+	unsigned features;      /* IORING_FEAT_* from the kernel */
+	unsigned caps;          /* CORIO__CAP_* */
+	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
+	unsigned sq_entries, cq_entries;
+	struct corio__ring_counters cnt;
+};
+
+/*
+ * Create a ring, trying the best flag set first and falling back for older
+ * kernels (see ring.c for the ladder). The environment variable
+ * CORIO_RING_DISABLE (comma list of single_issuer, defer_taskrun,
+ * coop_taskrun, sqpoll) forces fallbacks for tests. On failure returns
+ * -errno and writes a human-readable cause into err.
+ */
+int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, char *err,
+		     size_t errlen);
+void corio__ring_exit(struct corio__ring *r);
+
+static inline bool corio__ring_has_op(const struct corio__ring *r, unsigned op)
+{
+	return op <= IORING_OP_LAST && r->ops[op];
+}
+
+/* A free SQE, never NULL: when the SQ is full, submits what is queued first. */
+struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r);
+
+/* Bind an SQE to an op record (or to nothing: op == NULL drops its CQE). */
+static inline void corio__sqe_set_op(struct io_uring_sqe *sqe, struct corio__op *op)
+{
+	io_uring_sqe_set_data(sqe, op);
+}
+
+/* SQEs queued but not yet handed to the kernel. */
+static inline unsigned corio__ring_pending(const struct corio__ring *r)
+{
+	return io_uring_sq_ready(&r->ring);
+}
+
+/* True if the kernel has completions that only an enter will flush (deferred
+ * task work or overflowed CQEs). */
+bool corio__ring_needs_enter(const struct corio__ring *r);
+
+/*
+ * One io_uring_enter: submit what is queued and, with wait_nr > 0, sleep
+ * until that many completions are ready. Returns >= 0 or -errno (-EINTR and
+ * -EAGAIN/-EBUSY are returned to the caller, which simply loops).
+ */
+int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
+
+/* Non-blocking: submit what is queued, flush completions the kernel holds
+ * back, and return how many CQEs are ready (for spinning idle loops). */
+unsigned corio__ring_poll(struct corio__ring *r);
+
+/* Reap every ready CQE in batches and run each op's callback. Returns the
+ * number reaped. Flushes overflowed CQEs so none is lost. */
+unsigned corio__ring_reap(struct corio__ring *r);
+
+/* Queue an async cancel of op (matched by user_data). The op's own final CQE
+ * still arrives (with -ECANCELED, or its real result if it won the race). */
+void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
+
+#endif
