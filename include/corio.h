@@ -279,4 +279,11 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #ifdef __cplusplus
 }
 #endif
+
+/* Per-area headers; each also compiles on its own. */
+#include "corio/timer.h" /* sleeps, timers, deadlines, per-call timeouts */
+#include "corio/msg.h"   /* cross-shard messages                        */
+#include "corio/net.h"   /* TCP, UDP and Unix sockets                   */
+#include "corio/fs.h"    /* file I/O                                    */
+
 #endif /* CORIO_H */
