@@ -25,11 +25,14 @@
 
 static size_t page_size(void)
 {
-	static size_t ps;
+	static size_t ps; /* racy first fill writes the same value: atomics keep TSan honest */
+	size_t v = __atomic_load_n(&ps, __ATOMIC_RELAXED);
 
-	if (!ps)
-		ps = (size_t)sysconf(_SC_PAGESIZE);
-	return ps;
+	if (!v) {
+		v = (size_t)sysconf(_SC_PAGESIZE);
+		__atomic_store_n(&ps, v, __ATOMIC_RELAXED);
+	}
+	return v;
 }
 
 int corio__stack_get(struct corio__shard *s, struct corio_fiber *f)

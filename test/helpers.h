@@ -11,7 +11,11 @@
 #define CORIO_TEST_HELPERS_H
 
 #include <corio.h>
+#ifdef CORIO_TEST_SHIM
+#include "crit_shim.h" /* TSan builds: Criterion cannot run under TSan */
+#else
 #include <criterion/criterion.h>
+#endif
 #include <dirent.h>
 #include <errno.h>
 #include <stdatomic.h>

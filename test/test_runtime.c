@@ -188,12 +188,13 @@ static void stats_entry(void *arg)
 {
 	struct corio_stats *out = arg;
 	struct corio_stats before, after;
+	_Atomic unsigned children_done = 0;
 
 	CHECK_EQ(corio_stats_get(NULL, corio_shard_id(), &before), 0);
 	for (int i = 0; i < 1000; i++)
 		CHECK_EQ(corio_nop(), 0);
 	for (int i = 0; i < 10; i++)
-		CHECK_EQ(corio_spawn(short_child, &(_Atomic unsigned){ 0 }, NULL, NULL), 0);
+		CHECK_EQ(corio_spawn(short_child, &children_done, NULL, NULL), 0);
 	corio_yield();
 	corio_yield();
 	CHECK_EQ(corio_stats_get(NULL, corio_shard_id(), &after), 0);
@@ -205,6 +206,8 @@ static void stats_entry(void *arg)
 	CHECK(after.switches - before.switches >= 1000 + 10);
 	CHECK(after.loop_turns - before.loop_turns >= 1000);
 	CHECK_EQ(corio_stats_get(NULL, 99, &after), -EINVAL);
+	while (atomic_load(&children_done) < 10)
+		corio_yield();
 	*out = after;
 }
 
