@@ -74,7 +74,8 @@ static void flags_entry(void *arg)
 
 	for (int i = 0; i < 100; i++)
 		CHECK_EQ(corio_nop(), 0);
-	CHECK_EQ(corio_stats_get(NULL, 0, st), 0);
+	if (corio_shard_id() == 0)
+		CHECK_EQ(corio_stats_get(NULL, 0, st), 0);
 }
 
 Test(uring, best_flags_by_default, .timeout = 30)
