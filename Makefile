@@ -8,6 +8,7 @@
 #   make test SAN=thread    TSan build in build/tsan
 #   V=1             show the commands
 #   WERROR=1        warnings are errors (CI sets it)
+#   TESTS="a b"     make test runs only test/test_a and test/test_b
 
 VERSION   := 0.1.0
 SOVERSION := 0
@@ -125,7 +126,7 @@ $(B)/.headers-ok: $(wildcard include/*.h include/corio/*.h)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory lib tests tools
-	$(Q)sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)"
+	$(Q)TESTS="$(TESTS)" sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)"
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
