@@ -1,0 +1,525 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * fs/file.c - file calls: each is one io_uring op waited on by the calling
+ * fiber (corio__op_begin/corio__op_wait, so cancel, deadlines and per-call
+ * timeouts apply), or, where the kernel lacks the op, the blocking syscall.
+ *
+ * Every call is described by a struct req, so that preparing the SQE, the
+ * synchronous fallback and the accounting are each written once. Argument
+ * errors are caught before anything is submitted and explained through
+ * corio_last_error(); an EINVAL from the kernel on an O_DIRECT file is
+ * explained after the fact (alignment), which costs two syscalls on that
+ * error path only.
+ */
+#include "fs/internal.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+struct req {
+	const char *fn;         /* public name, for messages */
+	enum corio_fs_kind kind;
+	uint8_t opcode;         /* IORING_OP_* */
+	int fd, fd2;            /* fd or dirfd; rename: new dirfd */
+	const void *addr;       /* buffer, iovec array or path */
+	const void *addr2;      /* rename: new path; statx: result */
+	uint32_t len;           /* bytes, iovecs, mode or statx mask */
+	uint64_t off;           /* offset; fallocate: length */
+	uint32_t flags;         /* open, fsync, statx, rename or unlink flags; fallocate mode */
+	uint64_t off2;          /* fallocate: offset */
+};
+
+static void prep(struct io_uring_sqe *sqe, const struct req *q)
+{
+	switch (q->opcode) {
+	case IORING_OP_READ:
+	case IORING_OP_WRITE:
+	case IORING_OP_READV:
+	case IORING_OP_WRITEV:
+		io_uring_prep_rw(q->opcode, sqe, q->fd, q->addr, q->len, q->off);
+		break;
+	case IORING_OP_OPENAT:
+		io_uring_prep_openat(sqe, q->fd, q->addr, (int)q->flags, (mode_t)q->len);
+		break;
+	case IORING_OP_CLOSE:
+		io_uring_prep_close(sqe, q->fd);
+		break;
+	case IORING_OP_FSYNC:
+		io_uring_prep_fsync(sqe, q->fd, q->flags);
+		break;
+	case IORING_OP_FALLOCATE:
+		io_uring_prep_fallocate(sqe, q->fd, (int)q->flags, (off_t)q->off2, (off_t)q->off);
+		break;
+	case IORING_OP_STATX:
+		io_uring_prep_statx(sqe, q->fd, q->addr, (int)q->flags, q->len,
+				    (struct statx *)q->addr2);
+		break;
+	case IORING_OP_RENAMEAT:
+		io_uring_prep_renameat(sqe, q->fd, q->addr, q->fd2, q->addr2, q->flags);
+		break;
+	case IORING_OP_UNLINKAT:
+		io_uring_prep_unlinkat(sqe, q->fd, q->addr, (int)q->flags);
+		break;
+	case IORING_OP_MKDIRAT:
+		io_uring_prep_mkdirat(sqe, q->fd, q->addr, (mode_t)q->len);
+		break;
+	default:
+		assert(!"fs: unknown opcode");
+	}
+}
+
+/* The blocking equivalent of q, for kernels without the op (see fs.h). */
+static int64_t run_sync(const struct req *q)
+{
+	bool cur = q->off == CORIO_OFF_CUR;
+	int64_t r;
+
+	switch (q->opcode) {
+	case IORING_OP_READ:
+		r = cur ? read(q->fd, (void *)q->addr, q->len)
+			: pread(q->fd, (void *)q->addr, q->len, (off_t)q->off);
+		break;
+	case IORING_OP_WRITE:
+		r = cur ? write(q->fd, q->addr, q->len)
+			: pwrite(q->fd, q->addr, q->len, (off_t)q->off);
+		break;
+	case IORING_OP_READV: /* preadv2 with offset -1 uses the file position */
+		r = preadv2(q->fd, q->addr, (int)q->len, cur ? -1 : (off_t)q->off, 0);
+		break;
+	case IORING_OP_WRITEV:
+		r = pwritev2(q->fd, q->addr, (int)q->len, cur ? -1 : (off_t)q->off, 0);
+		break;
+	case IORING_OP_OPENAT:
+		r = openat(q->fd, q->addr, (int)q->flags, (mode_t)q->len);
+		break;
+	case IORING_OP_CLOSE:
+		r = close(q->fd);
+		break;
+	case IORING_OP_FSYNC:
+		r = (q->flags & IORING_FSYNC_DATASYNC) ? fdatasync(q->fd) : fsync(q->fd);
+		break;
+	case IORING_OP_FALLOCATE:
+		r = fallocate(q->fd, (int)q->flags, (off_t)q->off2, (off_t)q->off);
+		break;
+	case IORING_OP_STATX:
+		r = statx(q->fd, q->addr, (int)q->flags, q->len, (struct statx *)q->addr2);
+		break;
+	case IORING_OP_RENAMEAT:
+		r = renameat2(q->fd, q->addr, q->fd2, q->addr2, q->flags);
+		break;
+	case IORING_OP_UNLINKAT:
+		r = unlinkat(q->fd, q->addr, (int)q->flags);
+		break;
+	case IORING_OP_MKDIRAT:
+		r = mkdirat(q->fd, q->addr, (mode_t)q->len);
+		break;
+	default:
+		assert(!"fs: unknown opcode");
+		r = -1;
+		errno = ENOSYS;
+	}
+	return r < 0 ? -errno : r;
+}
+
+static int64_t run(const struct req *q)
+{
+	struct corio__fs *fs = corio__fs_of(corio__shard());
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int64_t res;
+
+	if (CORIO__UNLIKELY(fs && fs->sync[q->kind])) {
+		CORIO__REQUIRE_FIBER(-EPERM);
+		if (corio_cancelled()) {
+			res = -ECANCELED;
+		} else {
+			res = run_sync(q);
+			CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
+		}
+	} else {
+		int ret = corio__op_begin(&op, &sqe);
+
+		if (ret) {
+			res = ret;
+		} else {
+			prep(sqe, q);
+			res = corio__op_wait(&op);
+		}
+	}
+	corio__fs_account(fs, q->kind, res);
+	return res;
+}
+
+/* ---- argument checks and error explanations ---------------------------- */
+
+static int bad_fd(const char *fn, int fd)
+{
+	return corio__error(-EBADF, "%s: fd %d is negative", fn, fd);
+}
+
+static int check_off(const char *fn, uint64_t off)
+{
+	if (off != CORIO_OFF_CUR && off > (uint64_t)INT64_MAX)
+		return corio__error(-EINVAL, "%s: offset %llu is beyond the largest file offset",
+				    fn, (unsigned long long)off);
+	return 0;
+}
+
+static int check_path(const char *fn, const char *path)
+{
+	if (!path)
+		return corio__error(-EINVAL, "%s: path is NULL", fn);
+	return 0;
+}
+
+/* Direct-I/O alignment of fd without a fiber (error path only): statx
+ * STATX_DIOALIGN, else the conventional 512 bytes. */
+static void dio_align_sync(int fd, unsigned *mem, unsigned *off)
+{
+	struct statx stx;
+
+	*mem = *off = 512;
+	if (statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx) == 0 &&
+	    (stx.stx_mask & STATX_DIOALIGN) && stx.stx_dio_mem_align) {
+		*mem = stx.stx_dio_mem_align;
+		*off = stx.stx_dio_offset_align;
+	}
+}
+
+/*
+ * The kernel said EINVAL to a read or write. If fd is O_DIRECT, say which
+ * of buffer(s), length or offset breaks its alignment.
+ */
+static void explain_rw_einval(const struct req *q)
+{
+	const struct iovec *iov = q->addr;
+	unsigned mem, offa;
+	uintptr_t bad_buf = 0;
+	size_t bad_len = 0;
+	bool vec = q->opcode == IORING_OP_READV || q->opcode == IORING_OP_WRITEV;
+	int fl = fcntl(q->fd, F_GETFL);
+
+	if (fl < 0 || !(fl & O_DIRECT)) {
+		corio__error(-EINVAL, "%s: the kernel rejected the request on fd %d (EINVAL)", q->fn,
+			     q->fd);
+		return;
+	}
+	dio_align_sync(q->fd, &mem, &offa);
+	for (uint32_t i = 0; i < (vec ? q->len : 1); i++) {
+		uintptr_t b = (uintptr_t)(vec ? iov[i].iov_base : q->addr);
+		size_t l = vec ? iov[i].iov_len : q->len;
+
+		if (!bad_buf && (b % mem))
+			bad_buf = b;
+		if (!bad_len && (l % offa))
+			bad_len = l;
+	}
+	if (bad_buf)
+		corio__error(-EINVAL,
+			     "%s: fd %d is O_DIRECT and buffer %p is not aligned to %u bytes "
+			     "(use corio_dma_alloc())",
+			     q->fn, q->fd, (void *)bad_buf, mem);
+	else if (bad_len)
+		corio__error(-EINVAL,
+			     "%s: fd %d is O_DIRECT and length %zu is not a multiple of %u bytes",
+			     q->fn, q->fd, bad_len, offa);
+	else if (q->off != CORIO_OFF_CUR && q->off % offa)
+		corio__error(-EINVAL,
+			     "%s: fd %d is O_DIRECT and offset %llu is not a multiple of %u bytes",
+			     q->fn, q->fd, (unsigned long long)q->off, offa);
+	else
+		corio__error(-EINVAL,
+			     "%s: the kernel rejected O_DIRECT I/O on fd %d (EINVAL) although "
+			     "buffer, length and offset are aligned to %u/%u bytes",
+			     q->fn, q->fd, mem, offa);
+}
+
+static ssize_t rw(struct req *q)
+{
+	int64_t r = run(q);
+
+	if (CORIO__UNLIKELY(r == -EINVAL))
+		explain_rw_einval(q);
+	return (ssize_t)r;
+}
+
+/* ---- open / close ------------------------------------------------------------ */
+
+int corio_openat(int dirfd, const char *path, int flags, mode_t mode)
+{
+	struct req q = { .fn = "corio_open", .kind = CORIO_FS_OPEN, .opcode = IORING_OP_OPENAT,
+			 .fd = dirfd, .addr = path, .len = mode,
+			 .flags = (uint32_t)(flags | O_CLOEXEC) };
+	int ret = check_path(q.fn, path);
+
+	if (ret)
+		return ret;
+	ret = (int)run(&q);
+	if (ret == -EINVAL && (flags & O_DIRECT))
+		corio__error(ret, "corio_open: %s: EINVAL with O_DIRECT: its filesystem probably "
+			     "does not support direct I/O (tmpfs before 6.6 does not)", path);
+	return ret;
+}
+
+int corio_open(const char *path, int flags, mode_t mode)
+{
+	return corio_openat(AT_FDCWD, path, flags, mode);
+}
+
+int corio_close_fd(int fd)
+{
+	struct req q = { .fn = "corio_close_fd", .kind = CORIO_FS_CLOSE,
+			 .opcode = IORING_OP_CLOSE, .fd = fd };
+	struct corio__fs *fs;
+
+	if (fd < 0)
+		return bad_fd(q.fn, fd);
+	/* A cancelled fiber still gets its fd closed (see fs.h): clean-up
+	 * paths after a cancel must not leak. close(2) of a regular file does
+	 * not block for long (no flush on local filesystems). */
+	if (corio_cancelled() && (fs = corio__fs_of(corio__shard()))) {
+		int ret = (int)run_sync(&q);
+
+		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
+		corio__fs_account(fs, q.kind, ret);
+		return ret;
+	}
+	return (int)run(&q);
+}
+
+/* ---- read / write --------------------------------------------------------------- */
+
+static ssize_t rw1(const char *fn, enum corio_fs_kind kind, uint8_t opcode, int fd,
+		   const void *buf, size_t len, uint64_t off)
+{
+	struct req q = { .fn = fn, .kind = kind, .opcode = opcode, .fd = fd, .addr = buf,
+			 .off = off };
+	int ret;
+
+	if (fd < 0)
+		return bad_fd(fn, fd);
+	if ((ret = check_off(fn, off)))
+		return ret;
+	if (!buf && len)
+		return corio__error(-EINVAL, "%s: buffer is NULL", fn);
+	q.len = len > CORIO_FS_MAX_RW ? CORIO_FS_MAX_RW : (uint32_t)len;
+	return rw(&q);
+}
+
+ssize_t corio_read_at(int fd, void *buf, size_t len, uint64_t off)
+{
+	return rw1("corio_read_at", CORIO_FS_READ, IORING_OP_READ, fd, buf, len, off);
+}
+
+ssize_t corio_write_at(int fd, const void *buf, size_t len, uint64_t off)
+{
+	return rw1("corio_write_at", CORIO_FS_WRITE, IORING_OP_WRITE, fd, buf, len, off);
+}
+
+static ssize_t rwv(const char *fn, enum corio_fs_kind kind, uint8_t opcode, int fd,
+		   const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	struct req q = { .fn = fn, .kind = kind, .opcode = opcode, .fd = fd, .addr = iov,
+			 .len = (uint32_t)iovcnt, .off = off };
+	int ret;
+
+	if (fd < 0)
+		return bad_fd(fn, fd);
+	if ((ret = check_off(fn, off)))
+		return ret;
+	if (!iov || iovcnt < 1 || iovcnt > IOV_MAX)
+		return corio__error(-EINVAL, "%s: need an iovec array of 1..%d entries (got %d%s)",
+				    fn, IOV_MAX, iovcnt, iov ? "" : ", NULL");
+	return rw(&q);
+}
+
+ssize_t corio_readv_at(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	return rwv("corio_readv_at", CORIO_FS_READ, IORING_OP_READV, fd, iov, iovcnt, off);
+}
+
+ssize_t corio_writev_at(int fd, const struct iovec *iov, int iovcnt, uint64_t off)
+{
+	return rwv("corio_writev_at", CORIO_FS_WRITE, IORING_OP_WRITEV, fd, iov, iovcnt, off);
+}
+
+static uint64_t advance(uint64_t off, size_t n)
+{
+	return off == CORIO_OFF_CUR ? off : off + n;
+}
+
+ssize_t corio_read_all(int fd, void *buf, size_t len, uint64_t off, size_t *done)
+{
+	size_t got = 0;
+	ssize_t r;
+
+	if (len > (size_t)SSIZE_MAX)
+		return corio__error(-EINVAL, "corio_read_all: length %zu does not fit ssize_t", len);
+	while (got < len) {
+		r = corio_read_at(fd, (char *)buf + got, len - got, advance(off, got));
+		if (r < 0) {
+			if (done)
+				*done = got;
+			return r;
+		}
+		if (r == 0)
+			break; /* end of file */
+		got += (size_t)r;
+	}
+	if (done)
+		*done = got;
+	return (ssize_t)got;
+}
+
+ssize_t corio_write_all(int fd, const void *buf, size_t len, uint64_t off, size_t *done)
+{
+	size_t put = 0;
+	ssize_t r;
+
+	if (len > (size_t)SSIZE_MAX)
+		return corio__error(-EINVAL, "corio_write_all: length %zu does not fit ssize_t", len);
+	while (put < len) {
+		r = corio_write_at(fd, (const char *)buf + put, len - put, advance(off, put));
+		if (r <= 0) {
+			if (done)
+				*done = put;
+			if (r == 0)
+				return corio__error(-EIO, "corio_write_all: fd %d accepted 0 bytes of %zu",
+						    fd, len - put);
+			return r;
+		}
+		put += (size_t)r;
+	}
+	if (done)
+		*done = put;
+	return (ssize_t)put;
+}
+
+/* ---- durability and metadata ------------------------------------------------------ */
+
+int corio_fsync(int fd, unsigned flags)
+{
+	struct req q = { .fn = "corio_fsync", .kind = CORIO_FS_FSYNC, .opcode = IORING_OP_FSYNC,
+			 .fd = fd };
+
+	if (fd < 0)
+		return bad_fd(q.fn, fd);
+	if (flags & ~CORIO_FSYNC_DATA)
+		return corio__error(-EINVAL, "corio_fsync: unknown flags 0x%x", flags & ~CORIO_FSYNC_DATA);
+	q.flags = (flags & CORIO_FSYNC_DATA) ? IORING_FSYNC_DATASYNC : 0;
+	return (int)run(&q);
+}
+
+int corio_fallocate(int fd, int mode, uint64_t off, uint64_t len)
+{
+	struct req q = { .fn = "corio_fallocate", .kind = CORIO_FS_FALLOCATE,
+			 .opcode = IORING_OP_FALLOCATE, .fd = fd, .flags = (uint32_t)mode,
+			 .off2 = off, .off = len };
+
+	if (fd < 0)
+		return bad_fd(q.fn, fd);
+	if (off > (uint64_t)INT64_MAX || len > (uint64_t)INT64_MAX - off)
+		return corio__error(-EINVAL, "corio_fallocate: range %llu+%llu is beyond the largest "
+				    "file offset", (unsigned long long)off, (unsigned long long)len);
+	if (len == 0)
+		return corio__error(-EINVAL, "corio_fallocate: length is 0");
+	return (int)run(&q);
+}
+
+int corio_statx(int dirfd, const char *path, int flags, unsigned mask, struct statx *out)
+{
+	struct req q = { .fn = "corio_statx", .kind = CORIO_FS_STATX, .opcode = IORING_OP_STATX,
+			 .fd = dirfd, .addr = path, .addr2 = out, .len = mask,
+			 .flags = (uint32_t)flags };
+	int ret = check_path(q.fn, path);
+
+	if (ret)
+		return ret;
+	if (!out)
+		return corio__error(-EINVAL, "corio_statx: out is NULL");
+	return (int)run(&q);
+}
+
+int corio_dio_align(int fd, unsigned *mem_align, unsigned *off_align)
+{
+	struct statx stx;
+	int ret;
+
+	if (fd < 0)
+		return bad_fd("corio_dio_align", fd);
+	ret = corio_statx(fd, "", AT_EMPTY_PATH, STATX_DIOALIGN, &stx);
+	if (ret)
+		return ret;
+	if (!(stx.stx_mask & STATX_DIOALIGN) || !stx.stx_dio_mem_align)
+		return corio__error(-EOPNOTSUPP, "corio_dio_align: fd %d: its filesystem reports "
+				    "no direct-I/O support", fd);
+	if (mem_align)
+		*mem_align = stx.stx_dio_mem_align;
+	if (off_align)
+		*off_align = stx.stx_dio_offset_align;
+	return 0;
+}
+
+int corio_renameat(int olddirfd, const char *oldpath, int newdirfd, const char *newpath,
+		   unsigned flags)
+{
+	struct req q = { .fn = "corio_rename", .kind = CORIO_FS_RENAME,
+			 .opcode = IORING_OP_RENAMEAT, .fd = olddirfd, .fd2 = newdirfd,
+			 .addr = oldpath, .addr2 = newpath, .flags = flags };
+	int ret = check_path(q.fn, oldpath);
+
+	if (ret || (ret = check_path(q.fn, newpath)))
+		return ret;
+	return (int)run(&q);
+}
+
+int corio_rename(const char *oldpath, const char *newpath)
+{
+	return corio_renameat(AT_FDCWD, oldpath, AT_FDCWD, newpath, 0);
+}
+
+int corio_unlinkat(int dirfd, const char *path, int flags)
+{
+	struct req q = { .fn = "corio_unlink", .kind = CORIO_FS_UNLINK,
+			 .opcode = IORING_OP_UNLINKAT, .fd = dirfd, .addr = path,
+			 .flags = (uint32_t)flags };
+	int ret = check_path(q.fn, path);
+
+	if (ret)
+		return ret;
+	if (flags & ~AT_REMOVEDIR)
+		return corio__error(-EINVAL, "corio_unlinkat: unknown flags 0x%x", flags & ~AT_REMOVEDIR);
+	return (int)run(&q);
+}
+
+int corio_unlink(const char *path)
+{
+	return corio_unlinkat(AT_FDCWD, path, 0);
+}
+
+int corio_rmdir(const char *path)
+{
+	return corio_unlinkat(AT_FDCWD, path, AT_REMOVEDIR);
+}
+
+int corio_mkdirat(int dirfd, const char *path, mode_t mode)
+{
+	struct req q = { .fn = "corio_mkdir", .kind = CORIO_FS_MKDIR, .opcode = IORING_OP_MKDIRAT,
+			 .fd = dirfd, .addr = path, .len = mode };
+	int ret = check_path(q.fn, path);
+
+	if (ret)
+		return ret;
+	return (int)run(&q);
+}
+
+int corio_mkdir(const char *path, mode_t mode)
+{
+	return corio_mkdirat(AT_FDCWD, path, mode);
+}
