@@ -278,6 +278,10 @@ unsigned corio__ring_reap(struct corio__ring *r)
 	unsigned total = 0;
 	bool flushed = false;
 
+	/* Fast path for turns with nothing to reap (fibers only yielding). */
+	if (!io_uring_cq_ready(&r->ring) &&
+	    !(IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW))
+		return 0;
 	for (;;) {
 		unsigned n = io_uring_peek_batch_cqe(&r->ring, cqes, 64);
 
