@@ -1,6 +1,253 @@
 /* SPDX-License-Identifier: MIT */
-/* corio/net.h - placeholder: filled in by its issue. Include <corio.h>. */
+/*
+ * corio/net.h - TCP, UDP and Unix stream sockets on io_uring. Include <corio.h>.
+ *
+ * Sockets and listeners are shard-local: every call on one must be made on
+ * the shard that created it (-EPERM otherwise). To move a connection to
+ * another shard, take its fd with corio_sock_release_fd() and wrap it there
+ * with corio_sock_from_fd(). All blocking calls park only the calling fiber,
+ * honour the fiber's deadline scope (they return -ETIMEDOUT once it has
+ * passed) and cancellation (-ECANCELED), and return only once the kernel no
+ * longer references the caller's memory.
+ *
+ * Addresses are "host:port": "127.0.0.1:8080", "[::1]:8080", "localhost:80"
+ * (127.0.0.1), "*:80" or ":80" (IPv4 any), "[::]:80" (IPv6 any). Host names
+ * are not resolved (a DNS lookup would block the shard): anything else is
+ * -EINVAL with the reason in corio_last_error(). Port 0 binds an ephemeral
+ * port; read it back with corio_listener_addr() / corio_sock_local_addr().
+ */
 #ifndef CORIO_NET_H
 #define CORIO_NET_H
+
 #include <corio.h>
+
+#include <sys/socket.h>
+#include <sys/uio.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+struct corio_listener; /* opaque: a listening TCP or Unix socket */
+struct corio_sock;     /* opaque: a connected stream socket or a UDP socket */
+
+/* ---- addresses ----------------------------------------------------------- */
+
+/* Parse "host:port" (see above) into *addr / *len: 0 or -EINVAL. Any thread. */
+CORIO_API int corio_addr_parse(const char *host_port, struct sockaddr_storage *addr,
+			       socklen_t *len);
+/* Format an IPv4/IPv6 address as "1.2.3.4:80" / "[::1]:80", a Unix one as its
+ * path: the length written (truncated to fit, always terminated) or -EINVAL. */
+CORIO_API int corio_addr_format(const struct sockaddr *addr, socklen_t len, char *buf,
+				size_t size);
+/* The port of an IPv4/IPv6 address, host order; -EINVAL for other families. */
+CORIO_API int corio_addr_port(const struct sockaddr *addr);
+
+/* ---- listening ------------------------------------------------------------- */
+
+/* corio_listen_opts.flags */
+#define CORIO_LISTEN_REUSEPORT 0x1u /* SO_REUSEPORT: one listener per shard on
+                                       one port, the kernel spreads connections */
+#define CORIO_LISTEN_V6ONLY    0x2u /* IPv6 socket accepts no IPv4 (default: both) */
+#define CORIO_LISTEN_UNLINK    0x4u /* Unix: remove a stale socket file first    */
+#define CORIO_LISTEN_ALL       0x7u
+
+struct corio_listen_opts {
+	unsigned backlog;     /* 0: SOMAXCONN                  */
+	unsigned flags;       /* CORIO_LISTEN_*                 */
+	unsigned reserved[6]; /* must be zero                   */
+};
+
+/*
+ * Listen on host_port (opts may be NULL). TCP_NODELAY is set on the
+ * listener, and accepted sockets inherit it. Returns 0 and the listener in
+ * *out, or -errno (-EINVAL for a bad address or opts, -EADDRINUSE, ...).
+ * Shard-local, does not block.
+ */
+CORIO_API int corio_tcp_listen(const char *host_port, const struct corio_listen_opts *opts,
+			       struct corio_listener **out);
+/* Listen on a Unix stream socket at path ("@name": abstract namespace). */
+CORIO_API int corio_unix_listen(const char *path, const struct corio_listen_opts *opts,
+				struct corio_listener **out);
+
+/*
+ * Wait for the next connection and return it in *out. One multishot accept
+ * per listener stays armed while anyone accepts, so a burst of connections
+ * costs one CQE each and no SQE. EMFILE/ENFILE (and other transient errors
+ * such as ENOMEM) do not come back: the listener backs off (1 ms doubling
+ * to 100 ms) and keeps listening; they are counted in the net stats.
+ * Returns 0, -ECANCELED, -ETIMEDOUT, or -errno when the listener broke.
+ * Blocking; one accepting fiber per listener at a time (-EBUSY).
+ */
+CORIO_API int corio_accept(struct corio_listener *l, struct corio_sock **out);
+
+/* The listener's bound address (for port 0). 0 or -errno. */
+CORIO_API int corio_listener_addr(struct corio_listener *l, struct sockaddr_storage *addr,
+				  socklen_t *len);
+CORIO_API int corio_listener_fd(const struct corio_listener *l);
+
+/* Stop listening and free l. Connections already accepted by the kernel but
+ * not yet returned by corio_accept() are closed. A fiber blocked in
+ * corio_accept() on l must have been cancelled first. Blocking (waits for
+ * the multishot accept's last CQE); returns 0. */
+CORIO_API int corio_listener_close(struct corio_listener *l);
+
+/*
+ * Accept model 2: accept on this shard and hand every connection to a shard
+ * (round robin, or the one with the fewest live connections), where
+ * handler(sock, arg) runs in a new fiber; the handler owns the socket and
+ * must close it. Runs until the calling fiber is cancelled or its deadline
+ * passes (returns -ECANCELED / -ETIMEDOUT) or the listener breaks. Needs
+ * corio_spawn_on() (cross-shard messages). Blocking.
+ */
+#define CORIO_DISPATCH_ROUND_ROBIN  0u
+#define CORIO_DISPATCH_LEAST_LOADED 1u
+CORIO_API int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
+				    int (*handler)(struct corio_sock *s, void *arg), void *arg);
+
+/* ---- connecting ------------------------------------------------------------- */
+
+/* Connect to host_port (TCP_NODELAY on). Bound it with a deadline scope.
+ * 0 and the socket in *out, or -ECONNREFUSED, -ETIMEDOUT, -EINVAL, ...
+ * Blocking. */
+CORIO_API int corio_tcp_connect(const char *host_port, struct corio_sock **out);
+CORIO_API int corio_unix_connect(const char *path, struct corio_sock **out);
+
+/* Wrap a connected stream socket fd (taking ownership), on this shard. */
+CORIO_API int corio_sock_from_fd(int fd, struct corio_sock **out);
+/* Free s but keep its fd open and return it (the caller owns it), or -EBUSY
+ * when received data is still queued in s (it would be lost). Blocking
+ * briefly if a multishot receive must be cancelled first. */
+CORIO_API int corio_sock_release_fd(struct corio_sock *s);
+
+/* ---- receiving ------------------------------------------------------------- */
+
+/* A receive buffer borrowed from the shard's provided-buffer ring. */
+struct corio_buf {
+	void *data;        /* the bytes; valid until corio_buf_release()   */
+	size_t len;
+	void *_owner;      /* private */
+	unsigned _id;      /* private */
+	unsigned _pad;
+};
+
+/*
+ * Receive into buf: the bytes received (>= 1), 0 when the peer has closed
+ * its side (half-close or close), or -errno (-ECONNRESET, -ETIMEDOUT,
+ * -ECANCELED, ...). Blocking; one receiving fiber per socket at a time.
+ */
+CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
+
+/*
+ * Zero-copy receive: borrow the next chunk of data in *b without copying.
+ * The socket keeps a multishot receive armed on the shard's provided-buffer
+ * ring; data lands in whichever buffer the kernel picks, so idle sockets
+ * hold no receive memory. Returns b->len (>= 1), 0 at end of stream, or
+ * -errno like corio_recv(). When the ring runs dry (-ENOBUFS from the
+ * kernel) nothing is lost: the data waits in the socket, and the receive is
+ * re-armed as soon as a buffer comes back. Release every borrowed buffer
+ * with corio_buf_release() on this shard; it stays valid after
+ * corio_close(s). Once used on a socket, corio_recv() on it copies from the
+ * same stream. Blocking.
+ */
+CORIO_API ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b);
+CORIO_API void corio_buf_release(struct corio_buf *b);
+
+/* ---- sending ------------------------------------------------------------- */
+
+/* corio_send_ex flags */
+#define CORIO_SEND_ZC 0x1u /* zero-copy (IORING_OP_SEND_ZC) when the kernel and
+                              socket support it, else a plain send; pays for
+                              large payloads only */
+
+/*
+ * Send all len bytes: len, or -errno (-EPIPE, -ECONNRESET, -ETIMEDOUT,
+ * -ECANCELED, ...) with nothing said about how much went out. Short writes
+ * are retried. Never raises SIGPIPE. Blocking.
+ */
+CORIO_API ssize_t corio_send(struct corio_sock *s, const void *buf, size_t len);
+/* corio_send with flags; *sent (may be NULL) is how many bytes reached the
+ * socket, on success and on error. */
+CORIO_API ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len,
+				unsigned flags, size_t *sent);
+/* Send every byte of iov[0..iovcnt): the total, or -errno. iov is not
+ * modified. *sent as for corio_send_ex. */
+CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt,
+			      size_t *sent);
+
+/* shutdown(SHUT_WR): the peer reads end of stream; receiving still works. */
+CORIO_API int corio_shutdown_write(struct corio_sock *s);
+
+/* Close s and free it. Buffers borrowed from it stay valid until released.
+ * Blocking (waits for a pending multishot receive's last CQE); returns 0 or
+ * the close error. s must not be in use by another fiber. */
+CORIO_API int corio_close(struct corio_sock *s);
+
+/* ---- UDP -------------------------------------------------------------- */
+
+/* A UDP socket bound to host_port ("127.0.0.1:0" for a client). */
+CORIO_API int corio_udp_bind(const char *host_port, struct corio_sock **out);
+/* Send one datagram to addr (NULL: the connected peer): len or -errno. */
+CORIO_API ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
+			       const struct sockaddr *addr, socklen_t addrlen);
+/* Receive one datagram into buf; a longer one is truncated (the rest is
+ * discarded, as recvfrom(2)). The sender's address goes to addr/addrlen
+ * when addr is not NULL (*addrlen in: its size, out: the address length).
+ * Returns the bytes stored or -errno. Blocking. */
+CORIO_API ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len,
+				 struct sockaddr *addr, socklen_t *addrlen);
+/* Zero-copy corio_recvfrom through the provided-buffer ring (multishot
+ * recvmsg where available): one datagram per buffer; release it with
+ * corio_buf_release(). Datagrams larger than the ring's buffers are
+ * truncated. */
+CORIO_API ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b,
+				     struct sockaddr *addr, socklen_t *addrlen);
+
+/* ---- socket details ---------------------------------------------------------- */
+
+CORIO_API int corio_sock_fd(const struct corio_sock *s);
+CORIO_API int corio_sock_local_addr(struct corio_sock *s, struct sockaddr_storage *addr,
+				    socklen_t *len);
+CORIO_API int corio_sock_peer_addr(struct corio_sock *s, struct sockaddr_storage *addr,
+				   socklen_t *len);
+/* setsockopt(2)/getsockopt(2) pass-through: 0 or -errno. */
+CORIO_API int corio_setsockopt(struct corio_sock *s, int level, int name, const void *val,
+			       socklen_t len);
+CORIO_API int corio_getsockopt(struct corio_sock *s, int level, int name, void *val,
+			       socklen_t *len);
+
+/* ---- stats ------------------------------------------------------------------ */
+
+/* One shard's network counters; written by the shard, readable from any
+ * thread without tearing (a snapshot is not atomic as a whole). New
+ * counters are added at the end. */
+struct corio_net_stats {
+	uint64_t accepts;      /* connections accepted                          */
+	uint64_t connects;     /* outgoing connections established              */
+	uint64_t conns_live;   /* stream sockets open now                       */
+	uint64_t bytes_in;     /* bytes received                                */
+	uint64_t bytes_out;    /* bytes sent                                    */
+	uint64_t ops_in;       /* receive completions with data                 */
+	uint64_t ops_out;      /* send completions                              */
+	uint64_t enobufs;      /* multishot receives stopped by an empty ring   */
+	uint64_t rearms;       /* multishot receives/accepts armed again        */
+	uint64_t bufs_out;     /* provided buffers out of the ring now          */
+	uint64_t dispatched;   /* connections handed to other shards            */
+	uint64_t err_reset;    /* ECONNRESET                                    */
+	uint64_t err_pipe;     /* EPIPE                                         */
+	uint64_t err_refused;  /* ECONNREFUSED                                  */
+	uint64_t err_timeout;  /* ETIMEDOUT (deadline or TCP)                   */
+	uint64_t err_fd_limit; /* EMFILE / ENFILE on accept (backed off)        */
+	uint64_t err_other;    /* every other error, cancellation excluded      */
+};
+
+/* Copy a snapshot of shard's net counters. Any thread while the runtime
+ * runs; rt may be NULL on a shard (its own runtime). 0, -EINVAL or -EPERM. */
+CORIO_API int corio_net_stats_get(struct corio_rt *rt, unsigned shard,
+				  struct corio_net_stats *out);
+
+#ifdef __cplusplus
+}
+#endif
+
 #endif

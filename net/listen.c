@@ -1,0 +1,421 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/listen.c - listeners (TCP over IPv4/IPv6, Unix stream), multishot
+ * accept with back-off on fd exhaustion, and outgoing connects.
+ *
+ * One multishot accept per listener (l->a) stays in the kernel while a
+ * fiber accepts; every CQE carries a new fd, queued in l->q until
+ * corio_accept() takes it. When the queue holds ACCEPT_QMAX fds the op is
+ * cancelled (back-pressure: further connections wait in the kernel's
+ * backlog) and armed again by the next corio_accept().
+ *
+ * EMFILE/ENFILE (and ENOMEM/ENOBUFS) end the multishot. The connection stays
+ * in the backlog, so nothing is lost: the accepting fiber sleeps 1 ms,
+ * doubling up to 100 ms while the error persists, then arms again.
+ */
+#include "net/net.h"
+
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define ACCEPT_QMAX 256
+#define BACKOFF_MAX_MS 100
+
+static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio_listener *l = op->data;
+	struct corio__net *n = l->net;
+	bool more = flags & IORING_CQE_F_MORE;
+
+	if (res >= 0) {
+		if (l->qlen == l->qcap) {
+			unsigned cap = l->qcap ? l->qcap * 2 : 16;
+			int *q = malloc(cap * sizeof(*q));
+
+			if (!q) {
+				close(res); /* the peer sees a reset; counted below */
+				corio__net_err(n, -ENOMEM);
+				goto out;
+			}
+			for (unsigned i = 0; i < l->qlen; i++)
+				q[i] = l->q[(l->qhead + i) % l->qcap];
+			free(l->q);
+			l->q = q;
+			l->qcap = cap;
+			l->qhead = 0;
+		}
+		l->q[(l->qhead + l->qlen) % l->qcap] = res;
+		l->qlen++;
+		if (l->qlen >= ACCEPT_QMAX && more && l->a.state == NET_ARMED) {
+			corio__ring_cancel(&n->shard->ring, op);
+			l->a.state = NET_CANCELING;
+		}
+	} else {
+		switch (-res) {
+		case ECANCELED: /* ours: close, back-pressure or shutdown */
+		case ECONNABORTED: /* that connection died in the backlog */
+		case EINTR:
+		case EAGAIN:
+			break;
+		case EMFILE:
+		case ENFILE:
+		case ENOMEM:
+		case ENOBUFS:
+			corio__net_err(n, res);
+			l->backoff = true;
+			if (more && l->a.state == NET_ARMED) {
+				corio__ring_cancel(&n->shard->ring, op);
+				l->a.state = NET_CANCELING;
+			}
+			break;
+		default:
+			corio__net_err(n, res);
+			l->aterm = res;
+		}
+	}
+out:
+	if (!more) {
+		l->a.state = NET_IDLE;
+		corio__nlist_del(&l->a.link);
+		corio__op_finished(n->shard);
+		if (l->closer)
+			corio__ready(l->closer, 0);
+	}
+	corio__net_wake(&l->waiter);
+}
+
+static void accept_arm(struct corio_listener *l)
+{
+	struct corio__net *n = l->net;
+	struct io_uring_sqe *sqe = corio__ring_sqe(&n->shard->ring);
+
+	if (n->multishot_accept)
+		io_uring_prep_multishot_accept(sqe, l->fd, NULL, NULL, SOCK_CLOEXEC);
+	else
+		io_uring_prep_accept(sqe, l->fd, NULL, NULL, SOCK_CLOEXEC);
+	corio__sqe_set_op(sqe, &l->a.op);
+	l->a.state = NET_ARMED;
+	l->armed_once = true;
+	corio__nlist_add(&n->armed, &l->a.link);
+	corio__op_started(n->shard);
+}
+
+static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
+			 const struct corio_listen_opts *o, const char *what,
+			 struct corio_listener **out)
+{
+	struct corio__net *n = corio__net();
+	struct corio_listener *l;
+	int fd, one = 1, zero = 0;
+	unsigned flags = o ? o->flags : 0;
+
+	if (!n)
+		return -EPERM;
+	fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return corio__error(-errno, "listen %s: socket: %s", what, strerror(errno));
+	if (family != AF_UNIX) {
+		if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) < 0 ||
+		    ((flags & CORIO_LISTEN_REUSEPORT) &&
+		     setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) < 0) ||
+		    (family == AF_INET6 &&
+		     setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY,
+				(flags & CORIO_LISTEN_V6ONLY) ? &one : &zero, sizeof(one)) < 0) ||
+		    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) < 0) {
+			int err = errno;
+
+			close(fd);
+			return corio__error(-err, "listen %s: setsockopt: %s", what, strerror(err));
+		}
+	}
+	if (bind(fd, sa, salen) < 0 ||
+	    listen(fd, o && o->backlog ? (int)o->backlog : SOMAXCONN) < 0) {
+		int err = errno;
+
+		close(fd);
+		return corio__error(-err, "listen %s: %s", what, strerror(err));
+	}
+	l = calloc(1, sizeof(*l));
+	if (!l) {
+		close(fd);
+		return -ENOMEM;
+	}
+	l->net = n;
+	l->fd = fd;
+	l->family = family;
+	l->backoff_ms = 1;
+	l->a.op.cb = aop_cb;
+	l->a.op.data = l;
+	*out = l;
+	return 0;
+}
+
+static int check_opts(const struct corio_listen_opts *o, const char *fn)
+{
+	if (!o)
+		return 0;
+	if (o->flags & ~CORIO_LISTEN_ALL)
+		return corio__error(-EINVAL, "%s: unknown flags 0x%x", fn,
+				    o->flags & ~CORIO_LISTEN_ALL);
+	for (unsigned i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
+		if (o->reserved[i])
+			return corio__error(-EINVAL, "%s: reserved[%u] is not zero", fn, i);
+	return 0;
+}
+
+int corio_tcp_listen(const char *host_port, const struct corio_listen_opts *o,
+		     struct corio_listener **out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	ret = check_opts(o, "corio_tcp_listen");
+	if (ret)
+		return ret;
+	ret = corio_addr_parse(host_port, &ss, &len);
+	if (ret)
+		return ret;
+	return listen_common(ss.ss_family, (struct sockaddr *)&ss, len, o, host_port, out);
+}
+
+static int unix_addr(const char *path, struct sockaddr_un *sun, socklen_t *len, const char *fn)
+{
+	size_t plen;
+
+	if (!path || !*path)
+		return corio__error(-EINVAL, "%s: empty path", fn);
+	plen = strlen(path);
+	if (plen >= sizeof(sun->sun_path))
+		return corio__error(-EINVAL, "%s: path \"%s\" is longer than %zu bytes", fn, path,
+				    sizeof(sun->sun_path) - 1);
+	memset(sun, 0, sizeof(*sun));
+	sun->sun_family = AF_UNIX;
+	memcpy(sun->sun_path, path, plen);
+	*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen + 1);
+	if (path[0] == '@') { /* abstract namespace: no file, no terminating NUL */
+		sun->sun_path[0] = 0;
+		*len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + plen);
+	}
+	return 0;
+}
+
+int corio_unix_listen(const char *path, const struct corio_listen_opts *o,
+		      struct corio_listener **out)
+{
+	struct sockaddr_un sun;
+	socklen_t len;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	ret = check_opts(o, "corio_unix_listen");
+	if (ret)
+		return ret;
+	ret = unix_addr(path, &sun, &len, "corio_unix_listen");
+	if (ret)
+		return ret;
+	if (o && (o->flags & CORIO_LISTEN_UNLINK) && path[0] != '@')
+		unlink(path);
+	ret = listen_common(AF_UNIX, (struct sockaddr *)&sun, len, o, path, out);
+	if (!ret && path[0] != '@')
+		snprintf((*out)->path, sizeof((*out)->path), "%s", path);
+	return ret;
+}
+
+static struct corio__net *lowner(const struct corio_listener *l)
+{
+	return l ? corio__net_owner(l->net) : NULL;
+}
+
+int corio_accept(struct corio_listener *l, struct corio_sock **out)
+{
+	struct corio__net *n = lowner(l);
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!n)
+		return l ? -EPERM : -EINVAL;
+	if (l->waiter)
+		return -EBUSY;
+	for (;;) {
+		if (l->qlen) {
+			int fd = l->q[l->qhead];
+			struct corio_sock *s = corio__sock_new(n, fd, l->family, SOCK_STREAM);
+
+			if (!s)
+				return -ENOMEM; /* fd stays queued */
+			l->qhead = (l->qhead + 1) % l->qcap;
+			l->qlen--;
+			l->backoff_ms = 1;
+			s->live = true;
+			CORIO__STAT_ADD(n->stats.conns_live, 1);
+			CORIO__STAT_ADD(n->stats.accepts, 1);
+			*out = s;
+			return 0;
+		}
+		if (l->aterm)
+			return l->aterm;
+		if (n->stopping)
+			return -ECANCELED;
+		if (l->backoff && l->a.state == NET_IDLE) {
+			ret = corio__net_park(&l->waiter, corio_now_ns() + l->backoff_ms * 1000000ull);
+			if (ret == -ETIME) {
+				l->backoff = false;
+				if (l->backoff_ms < BACKOFF_MAX_MS)
+					l->backoff_ms *= 2;
+				continue;
+			}
+			if (ret < 0)
+				return corio__net_err(n, ret);
+			continue;
+		}
+		if (l->a.state == NET_IDLE) {
+			if (l->armed_once)
+				CORIO__STAT_ADD(n->stats.rearms, 1);
+			accept_arm(l);
+		}
+		ret = corio__net_park(&l->waiter, 0);
+		if (ret < 0)
+			return corio__net_err(n, ret);
+	}
+}
+
+int corio_listener_addr(struct corio_listener *l, struct sockaddr_storage *addr, socklen_t *len)
+{
+	socklen_t sl = sizeof(*addr);
+
+	if (!l || !addr)
+		return -EINVAL;
+	if (getsockname(l->fd, (struct sockaddr *)addr, &sl) < 0)
+		return -errno;
+	if (len)
+		*len = sl;
+	return 0;
+}
+
+int corio_listener_fd(const struct corio_listener *l)
+{
+	return l ? l->fd : -EINVAL;
+}
+
+static bool aop_idle(void *arg)
+{
+	return ((struct corio_listener *)arg)->a.state == NET_IDLE;
+}
+
+int corio_listener_close(struct corio_listener *l)
+{
+	struct corio__net *n = lowner(l);
+
+	if (!n)
+		return l ? -EPERM : -EINVAL;
+	assert(!l->waiter);
+	if (l->a.state != NET_IDLE) {
+		if (!corio__self())
+			return -EPERM;
+		if (l->a.state == NET_ARMED) {
+			corio__ring_cancel(&n->shard->ring, &l->a.op);
+			l->a.state = NET_CANCELING;
+		}
+		l->closer = corio__self();
+		corio__net_park_until(aop_idle, l);
+		l->closer = NULL;
+	}
+	while (l->qlen) {
+		close(l->q[l->qhead]);
+		l->qhead = (l->qhead + 1) % l->qcap;
+		l->qlen--;
+	}
+	close(l->fd);
+	if (l->path[0])
+		unlink(l->path);
+	free(l->q);
+	free(l);
+	return 0;
+}
+
+/* ---- connect ---------------------------------------------------------------- */
+
+static int connect_common(int family, const struct sockaddr *sa, socklen_t len, const char *what,
+			  struct corio_sock **out)
+{
+	struct corio__net *n = corio__net();
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	struct corio_sock *s;
+	int fd, ret, one = 1;
+
+	if (!n)
+		return -EPERM;
+	if (corio_cancelled())
+		return -ECANCELED;
+	fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return corio__net_err(n, corio__error(-errno, "connect %s: socket: %s", what,
+						      strerror(errno)));
+	if (family != AF_UNIX)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	ret = corio__op_begin(&op, &sqe);
+	if (ret) {
+		close(fd);
+		return ret;
+	}
+	io_uring_prep_connect(sqe, fd, sa, len);
+	ret = corio__op_wait(&op);
+	if (ret < 0) {
+		close(fd);
+		return corio__net_err(n, ret);
+	}
+	s = corio__sock_new(n, fd, family, SOCK_STREAM);
+	if (!s) {
+		close(fd);
+		return -ENOMEM;
+	}
+	s->live = true;
+	CORIO__STAT_ADD(n->stats.conns_live, 1);
+	CORIO__STAT_ADD(n->stats.connects, 1);
+	*out = s;
+	return 0;
+}
+
+int corio_tcp_connect(const char *host_port, struct corio_sock **out)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	ret = corio_addr_parse(host_port, &ss, &len);
+	if (ret)
+		return ret;
+	return connect_common(ss.ss_family, (struct sockaddr *)&ss, len, host_port, out);
+}
+
+int corio_unix_connect(const char *path, struct corio_sock **out)
+{
+	struct sockaddr_un sun;
+	socklen_t len;
+	int ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	ret = unix_addr(path, &sun, &len, "corio_unix_connect");
+	if (ret)
+		return ret;
+	return connect_common(AF_UNIX, (struct sockaddr *)&sun, len, path, out);
+}

@@ -1,0 +1,178 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/net.h - what the files of net/ share: the per-shard net part, the
+ * socket and listener records, the deadline-aware park.
+ */
+#ifndef CORIO_NET_NET_H
+#define CORIO_NET_NET_H
+
+#include "core/internal.h"
+#include "uring/bufring.h"
+
+#include <netinet/in.h>
+#include <sys/socket.h>
+
+#define CORIO__NET_NOBUF 0xffffu
+
+/* A multishot (or re-armed single-shot) stream op's state. */
+enum {
+	NET_IDLE = 0,  /* nothing in the kernel              */
+	NET_ARMED,     /* in the kernel                       */
+	NET_CANCELING, /* cancel queued, final CQE pending    */
+};
+
+struct corio__net;
+
+/* Intrusive doubly-linked list node. */
+struct corio__nlink {
+	struct corio__nlink *next, *prev;
+};
+
+/* A long-lived receive or accept op; on net->armed while in the kernel, so
+ * shutdown can cancel it. */
+struct corio__mshot {
+	struct corio__nlink link;
+	struct corio__op op;
+	uint8_t state; /* NET_* */
+};
+
+struct corio_sock {
+	struct corio__net *net;
+	int fd;
+	int family, type;
+	bool live;        /* counted in conns_live */
+	bool buffered;    /* receives go through the provided-buffer ring */
+
+	/* receive stream through the buffer ring */
+	struct corio__mshot r;
+	bool has_term;    /* rterm holds end of stream (0) or an error */
+	bool starved;     /* on net->starved: armed again when a buffer returns */
+	int32_t rterm;
+	uint16_t qhead, qtail; /* queued buffers, linked through net->qnext */
+	uint32_t qoff;         /* bytes of the head buffer already consumed */
+	unsigned ubid;         /* user-mode buffer of a pending single-shot recv */
+	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
+	struct corio_fiber *rwaiter; /* fiber waiting for data */
+	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
+	struct corio__nlink starved_link;
+	struct corio_sock *free_next;
+};
+
+struct corio_listener {
+	struct corio__net *net;
+	int fd;
+	int family;
+	struct corio__mshot a;
+	bool backoff;      /* a transient error stopped accepting: wait, re-arm */
+	bool armed_once;
+	unsigned backoff_ms;
+	int aterm;         /* a fatal accept error, sticky */
+	int *q;            /* accepted fds not yet returned */
+	unsigned qhead, qlen, qcap;
+	struct corio_fiber *waiter, *closer;
+	char path[108];    /* Unix: the file to remove on close */
+};
+
+struct corio__net {
+	struct corio__shard *shard;
+	struct corio_net_stats stats;
+	struct corio__bufring bufs;
+	bool bufs_ready;
+	bool multishot_recv;   /* probed: multishot recv accepted */
+	bool multishot_accept;
+	bool multishot_recvmsg;
+	bool send_zc;
+	bool stopping;
+	uint16_t *qnext;       /* per buffer id: next in a socket's queue */
+	uint32_t *qlen;        /* per buffer id: bytes in it */
+	struct corio__nlink starved; /* sockets waiting for a free buffer */
+	struct corio__nlink armed;   /* corio__mshot ops in the kernel */
+	struct corio_sock *sock_free;
+	unsigned nsock_free;
+};
+
+static inline void corio__nlist_init(struct corio__nlink *h)
+{
+	h->next = h->prev = h;
+}
+static inline bool corio__nlist_linked(const struct corio__nlink *n)
+{
+	return n->next != NULL;
+}
+static inline void corio__nlist_add(struct corio__nlink *h, struct corio__nlink *n)
+{
+	n->next = h;
+	n->prev = h->prev;
+	h->prev->next = n;
+	h->prev = n;
+}
+static inline void corio__nlist_del(struct corio__nlink *n)
+{
+	if (!n->next)
+		return;
+	n->prev->next = n->next;
+	n->next->prev = n->prev;
+	n->next = n->prev = NULL;
+}
+
+#define CORIO__CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
+
+/* The calling shard's net part, or NULL off-shard. */
+static inline struct corio__net *corio__net(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->parts[CORIO__PART_NET] : NULL;
+}
+
+extern const struct corio__part corio__net_part;
+
+/* Set up the shard's buffer ring on first use: 0 or -errno. */
+int corio__net_bufs(struct corio__net *n);
+
+/* Count an error in the stats by kind. Returns err. */
+int corio__net_err(struct corio__net *n, int err);
+
+/*
+ * Park the calling fiber in *slot until corio__net_wake(slot), cancellation
+ * (-ECANCELED) or the fiber's deadline (-ETIMEDOUT). wake_at != 0 adds an
+ * internal alarm: -ETIME when it rings first. Waits for its own timeout
+ * SQE's last CQE before returning.
+ */
+int corio__net_park(struct corio_fiber **slot, uint64_t wake_at);
+
+static inline void corio__net_wake(struct corio_fiber **slot)
+{
+	struct corio_fiber *f = *slot;
+
+	if (f) {
+		*slot = NULL;
+		corio__ready(f, 0);
+	}
+}
+
+/* Park, not interruptible by cancellation, until *done is true (the caller's
+ * CQE handler sets it and readies the fiber). */
+void corio__net_park_until(bool (*done)(void *), void *arg);
+
+/* Check that obj belongs to this shard: its net part, or NULL. */
+static inline struct corio__net *corio__net_owner(struct corio__net *n)
+{
+	return n && n == corio__net() ? n : NULL;
+}
+
+/* Queue a receive on s (multishot where possible): 0 or -errno. */
+int corio__sock_arm(struct corio_sock *s);
+
+/* A socket record from the shard's pool. */
+struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
+void corio__sock_free(struct corio_sock *s);
+
+/* Internal sleep (backoff): 0, -ECANCELED or -ETIMEDOUT. */
+int corio__net_sleep_ms(unsigned ms);
+
+/* Hand-off model: implemented in net/dispatch.c. */
+int corio__net_dispatch(struct corio_listener *l, unsigned policy,
+			int (*handler)(struct corio_sock *, void *), void *arg);
+
+#endif

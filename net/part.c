@@ -1,0 +1,351 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/part.c - the shard's net part: capability probe, the lazily created
+ * provided-buffer ring, re-arming receives starved by an empty ring,
+ * shutdown draining of multishot ops, stats, and the deadline-aware park
+ * every net wait goes through.
+ *
+ * Why a park of our own: single-shot calls (connect, send, recv into a
+ * caller buffer) wait in corio__op_wait(), which the timer area bounds with
+ * linked timeouts. A fiber waiting for a multishot stream (accept, recv_buf)
+ * has no SQE of its own to link a timeout to, so corio__net_park() arms an
+ * absolute IORING_OP_TIMEOUT for the fiber's deadline and removes it (and
+ * waits for its CQE: the timespec is on the fiber's stack) when something
+ * else woke the fiber first. No timeout SQE is spent without a deadline.
+ */
+#include "net/net.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define DEFAULT_NBUFS 512
+#define DEFAULT_BUFSZ (16 * 1024)
+
+/* CORIO_NET_DISABLE=bufring,multishot,send_zc forces fallbacks (tests). */
+static bool net_disabled(const char *what)
+{
+	const char *env = getenv("CORIO_NET_DISABLE");
+	size_t n = strlen(what);
+
+	if (!env)
+		return false;
+	for (const char *p = env; *p;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+
+		if (len == n && !strncmp(p, what, n))
+			return true;
+		if (!end)
+			break;
+		p = end + 1;
+	}
+	return false;
+}
+
+static int net_init(struct corio__shard *s)
+{
+	struct corio__net *n = calloc(1, sizeof(*n));
+	const struct corio__ring *r = &s->ring;
+
+	if (!n)
+		return -ENOMEM;
+	n->shard = s;
+	corio__nlist_init(&n->starved);
+	corio__nlist_init(&n->armed);
+	/*
+	 * The opcode probe cannot see flags, so infer them from opcodes that
+	 * landed in the same release: multishot accept came with
+	 * IORING_OP_SOCKET (5.19), multishot recv/recvmsg with
+	 * IORING_OP_SEND_ZC (6.0).
+	 */
+	n->multishot_accept = corio__ring_has_op(r, IORING_OP_SOCKET) && !net_disabled("multishot");
+	n->multishot_recv = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("multishot");
+	n->multishot_recvmsg = n->multishot_recv;
+	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("send_zc");
+	s->parts[CORIO__PART_NET] = n;
+	return 0;
+}
+
+int corio__net_bufs(struct corio__net *n)
+{
+	unsigned nbufs = DEFAULT_NBUFS, size = DEFAULT_BUFSZ;
+	const char *env = getenv("CORIO_NET_BUFS"); /* "count:size", for tests */
+	int ret;
+
+	if (CORIO__LIKELY(n->bufs_ready))
+		return 0;
+	if (env && sscanf(env, "%u:%u", &nbufs, &size) != 2) {
+		nbufs = DEFAULT_NBUFS;
+		size = DEFAULT_BUFSZ;
+	}
+	ret = corio__bufring_init(&n->bufs, &n->shard->ring, 0, nbufs, size,
+				  !net_disabled("bufring"));
+	if (ret)
+		return corio__error(ret, "net: cannot set up %u receive buffers of %u bytes: %s",
+				    nbufs, size, strerror(-ret));
+	n->qnext = calloc(nbufs, sizeof(*n->qnext));
+	n->qlen = calloc(nbufs, sizeof(*n->qlen));
+	if (!n->qnext || !n->qlen) {
+		free(n->qnext);
+		free(n->qlen);
+		n->qnext = NULL;
+		n->qlen = NULL;
+		corio__bufring_fini(&n->bufs, &n->shard->ring);
+		return -ENOMEM;
+	}
+	if (!corio__bufring_kernel(&n->bufs))
+		n->multishot_recv = n->multishot_recvmsg = false; /* user mode is single-shot */
+	n->bufs_ready = true;
+	return 0;
+}
+
+/* Re-arm receives that an empty ring stopped, once buffers came back. A
+ * socket whose reader waits gets the first free buffer; one nobody waits
+ * on only when the ring has some slack, so a slow consumer holding buffers
+ * does not make the others ping-pong on ENOBUFS. */
+static unsigned net_poll(struct corio__shard *sh)
+{
+	struct corio__net *n = sh->parts[CORIO__PART_NET];
+	struct corio__nlink *l, *next;
+	unsigned work = 0, slack;
+
+	if (!n || n->starved.next == &n->starved || n->stopping)
+		return 0;
+	slack = n->bufs.nbufs / 8 ? n->bufs.nbufs / 8 : 1;
+	for (l = n->starved.next; l != &n->starved && n->bufs.in_ring; l = next) {
+		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
+
+		next = l->next;
+		if (!s->rwaiter && n->bufs.in_ring < slack)
+			continue;
+		corio__nlist_del(l);
+		s->starved = false;
+		if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0)
+			work++;
+	}
+	return work;
+}
+
+static void net_stop(struct corio__shard *sh)
+{
+	struct corio__net *n = sh->parts[CORIO__PART_NET];
+
+	if (!n)
+		return;
+	n->stopping = true;
+	/* Multishot ops would keep the shard alive: cancel them all. Their
+	 * final CQEs arrive as -ECANCELED (counted in ops_inflight). */
+	for (struct corio__nlink *l = n->armed.next; l != &n->armed; l = l->next) {
+		struct corio__mshot *m = CORIO__CONTAINER(l, struct corio__mshot, link);
+
+		if (m->state == NET_ARMED) {
+			corio__ring_cancel(&sh->ring, &m->op);
+			m->state = NET_CANCELING;
+		}
+	}
+}
+
+static bool net_busy(struct corio__shard *sh)
+{
+	struct corio__net *n = sh->parts[CORIO__PART_NET];
+
+	return n && n->armed.next != &n->armed;
+}
+
+static void net_fini(struct corio__shard *sh)
+{
+	struct corio__net *n = sh->parts[CORIO__PART_NET];
+
+	if (!n)
+		return;
+	while (n->sock_free) {
+		struct corio_sock *s = n->sock_free;
+
+		n->sock_free = s->free_next;
+		free(s);
+	}
+	if (n->bufs_ready)
+		corio__bufring_fini(&n->bufs, &sh->ring);
+	free(n->qnext);
+	free(n->qlen);
+	free(n);
+	sh->parts[CORIO__PART_NET] = NULL;
+}
+
+const struct corio__part corio__net_part = {
+	.name = "net",
+	.init = net_init,
+	.poll = net_poll,
+	.stop = net_stop,
+	.busy = net_busy,
+	.fini = net_fini,
+};
+
+/* ---- errors and stats ------------------------------------------------------- */
+
+int corio__net_err(struct corio__net *n, int err)
+{
+	struct corio_net_stats *st = &n->stats;
+
+	switch (-err) {
+	case 0:
+	case ECANCELED:
+	case ETIME:
+	case EAGAIN:
+		break;
+	case ECONNRESET:
+		CORIO__STAT_ADD(st->err_reset, 1);
+		break;
+	case EPIPE:
+		CORIO__STAT_ADD(st->err_pipe, 1);
+		break;
+	case ECONNREFUSED:
+		CORIO__STAT_ADD(st->err_refused, 1);
+		break;
+	case ETIMEDOUT:
+		CORIO__STAT_ADD(st->err_timeout, 1);
+		break;
+	case EMFILE:
+	case ENFILE:
+		CORIO__STAT_ADD(st->err_fd_limit, 1);
+		break;
+	default:
+		CORIO__STAT_ADD(st->err_other, 1);
+	}
+	return err;
+}
+
+int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_stats *out)
+{
+	const struct corio__net *n;
+	const uint64_t *src;
+	uint64_t *dst = (uint64_t *)out;
+
+	if (!rt) {
+		if (!corio__tl_shard)
+			return -EPERM;
+		rt = corio__tl_shard->rt;
+	}
+	if (!out || shard >= rt->nshards || !rt->shards[shard])
+		return -EINVAL;
+	n = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_NET], __ATOMIC_ACQUIRE);
+	if (!n) {
+		memset(out, 0, sizeof(*out));
+		return 0;
+	}
+	src = (const uint64_t *)&n->stats;
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	return 0;
+}
+
+/* ---- parking ---------------------------------------------------------------- */
+
+struct alarm {
+	struct corio__op op;
+	struct __kernel_timespec ts;
+	struct corio_fiber *f;
+	struct corio_fiber **slot;
+	bool done, draining;
+};
+
+static void alarm_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct alarm *a = op->data;
+
+	(void)flags;
+	a->done = true;
+	corio__op_finished(a->f->shard);
+	if (a->draining) {
+		corio__ready(a->f, 0);
+	} else if (res == -ETIME && *a->slot == a->f) {
+		*a->slot = NULL;
+		corio__ready(a->f, -ETIME);
+	}
+}
+
+static void wake_cancelled(struct corio_fiber *f)
+{
+	corio__ready(f, -ECANCELED);
+}
+
+static void ignore_cancel(struct corio_fiber *f)
+{
+	(void)f; /* the wait is not interruptible; the CQE handler wakes us */
+}
+
+int corio__net_park(struct corio_fiber **slot, uint64_t wake_at)
+{
+	struct corio_fiber *f = corio__self();
+	struct alarm a;
+	uint64_t at, dl;
+	bool user;
+	int ret;
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (f->flags & CORIO__FF_CANCELLED)
+		return -ECANCELED;
+	dl = f->deadline_ns;
+	at = dl;
+	user = at != 0;
+	if (wake_at && (!at || wake_at < at)) {
+		at = wake_at;
+		user = false;
+	}
+	if (at && corio_now_ns() >= at)
+		return user ? -ETIMEDOUT : -ETIME;
+	if (at) {
+		struct io_uring_sqe *sqe = corio__ring_sqe(&f->shard->ring);
+
+		memset(&a, 0, sizeof(a));
+		a.ts.tv_sec = (long long)(at / 1000000000u);
+		a.ts.tv_nsec = (long long)(at % 1000000000u);
+		a.f = f;
+		a.slot = slot;
+		a.op.cb = alarm_cb;
+		a.op.data = &a;
+		io_uring_prep_timeout(sqe, &a.ts, 0, IORING_TIMEOUT_ABS);
+		corio__sqe_set_op(sqe, &a.op);
+		corio__op_started(f->shard);
+	}
+	*slot = f;
+	f->on_cancel = wake_cancelled;
+	ret = corio__park();
+	f->on_cancel = NULL;
+	if (*slot == f)
+		*slot = NULL;
+	if (at && !a.done) {
+		struct io_uring_sqe *sqe = corio__ring_sqe(&f->shard->ring);
+
+		io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)&a.op, 0);
+		corio__sqe_set_op(sqe, NULL);
+		a.draining = true;
+		f->on_cancel = ignore_cancel;
+		while (!a.done)
+			corio__park();
+		f->on_cancel = NULL;
+	}
+	if (ret == -ETIME && user)
+		ret = -ETIMEDOUT;
+	return ret;
+}
+
+void corio__net_park_until(bool (*done)(void *), void *arg)
+{
+	struct corio_fiber *f = corio__self();
+
+	f->on_cancel = ignore_cancel;
+	while (!done(arg))
+		corio__park();
+	f->on_cancel = NULL;
+}
+
+int corio__net_sleep_ms(unsigned ms)
+{
+	struct corio_fiber *slot = NULL;
+	int ret = corio__net_park(&slot, corio_now_ns() + (uint64_t)ms * 1000000u);
+
+	return ret == -ETIME ? 0 : ret;
+}

@@ -1,0 +1,645 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/sock.c - connected sockets: receive (into a caller buffer, or borrowed
+ * from the provided-buffer ring), send with all-or-error semantics, shutdown,
+ * close, options.
+ *
+ * The buffered receive path. A socket that has used corio_recv_buf() keeps
+ * one multishot recv (s->r) in the kernel while its reader wants data. Each
+ * CQE with IORING_CQE_F_BUFFER hands us a buffer id, which is appended to
+ * the socket's queue (linked through net->qnext[], so queuing allocates
+ * nothing); the reader pops from the queue. A buffer goes back to the ring
+ * only from corio_buf_release() or when a queued buffer is dropped at close
+ * - never on a CQE without IORING_CQE_F_BUFFER (an EOF or error CQE carries
+ * no buffer).
+ *
+ * The multishot ends (a CQE without IORING_CQE_F_MORE) on end of stream,
+ * an error, our cancel, or -ENOBUFS when the ring is empty. ENOBUFS loses
+ * nothing: the kernel has not consumed the bytes, so the socket goes on
+ * net->starved and the part's poll arms it again once a buffer is back.
+ * End of stream and errors are sticky: every later receive returns them
+ * after the queued data is consumed.
+ */
+#include "net/net.h"
+
+#include <errno.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define SOCK_POOL_MAX 4096
+
+/* ---- records ---------------------------------------------------------------- */
+
+static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags);
+
+struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type)
+{
+	struct corio_sock *s = n->sock_free;
+
+	if (s) {
+		n->sock_free = s->free_next;
+		n->nsock_free--;
+	} else {
+		s = malloc(sizeof(*s));
+		if (!s)
+			return NULL;
+	}
+	memset(s, 0, sizeof(*s));
+	s->net = n;
+	s->fd = fd;
+	s->family = family;
+	s->type = type;
+	s->qhead = s->qtail = CORIO__NET_NOBUF;
+	s->r.op.cb = rop_cb;
+	s->r.op.data = s;
+	return s;
+}
+
+void corio__sock_free(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+
+	if (n->nsock_free < SOCK_POOL_MAX) {
+		s->free_next = n->sock_free;
+		n->sock_free = s;
+		n->nsock_free++;
+	} else {
+		free(s);
+	}
+}
+
+/* s belongs to the calling shard? */
+static struct corio__net *owner(const struct corio_sock *s)
+{
+	return s ? corio__net_owner(s->net) : NULL;
+}
+
+static void set_live(struct corio_sock *s, bool live)
+{
+	if (s->live == live)
+		return;
+	s->live = live;
+	CORIO__STAT_ADD(s->net->stats.conns_live, live ? 1 : -1);
+}
+
+int corio_sock_from_fd(int fd, struct corio_sock **out)
+{
+	struct corio__net *n = corio__net();
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	int type = 0;
+	socklen_t tlen = sizeof(type);
+	struct corio_sock *s;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!n)
+		return -EPERM;
+	if (fd < 0)
+		return -EBADF;
+	if (getsockname(fd, (struct sockaddr *)&ss, &len) < 0 ||
+	    getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &tlen) < 0)
+		return corio__error(-errno, "corio_sock_from_fd: fd %d is not a socket", fd);
+	s = corio__sock_new(n, fd, ss.ss_family, type);
+	if (!s)
+		return -ENOMEM;
+	if (type == SOCK_STREAM)
+		set_live(s, true);
+	*out = s;
+	return 0;
+}
+
+/* ---- the receive queue ------------------------------------------------------- */
+
+static void q_push(struct corio_sock *s, unsigned bid, uint32_t len)
+{
+	struct corio__net *n = s->net;
+
+	n->qnext[bid] = CORIO__NET_NOBUF;
+	n->qlen[bid] = len;
+	if (s->qtail == CORIO__NET_NOBUF)
+		s->qhead = (uint16_t)bid;
+	else
+		n->qnext[s->qtail] = (uint16_t)bid;
+	s->qtail = (uint16_t)bid;
+}
+
+static unsigned q_pop(struct corio_sock *s)
+{
+	unsigned bid = s->qhead;
+
+	s->qhead = s->net->qnext[bid];
+	if (s->qhead == CORIO__NET_NOBUF)
+		s->qtail = CORIO__NET_NOBUF;
+	s->qoff = 0;
+	return bid;
+}
+
+static void buf_put(struct corio__net *n, unsigned bid)
+{
+	corio__bufring_put(&n->bufs, bid);
+	CORIO__STAT_ADD(n->stats.bufs_out, -1);
+}
+
+static void starve(struct corio_sock *s)
+{
+	if (!s->starved) {
+		s->starved = true;
+		corio__nlist_add(&s->net->starved, &s->starved_link);
+	}
+}
+
+static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio_sock *s = op->data;
+	struct corio__net *n = s->net;
+	bool more = flags & IORING_CQE_F_MORE;
+	bool enobufs = false;
+
+	if (flags & IORING_CQE_F_BUFFER) {
+		unsigned bid = corio__bufring_cqe_bid(&n->bufs, flags);
+
+		CORIO__STAT_ADD(n->stats.bufs_out, 1);
+		if (res > 0)
+			q_push(s, bid, (uint32_t)res);
+		else
+			buf_put(n, bid);
+	} else if (!corio__bufring_kernel(&n->bufs)) {
+		/* user mode: the buffer we took in corio__sock_arm() */
+		CORIO__STAT_ADD(n->stats.bufs_out, 1);
+		if (res > 0)
+			q_push(s, s->ubid, (uint32_t)res);
+		else
+			buf_put(n, s->ubid);
+	}
+	if (res > 0) {
+		CORIO__STAT_ADD(n->stats.ops_in, 1);
+	} else if (res == -ENOBUFS) {
+		CORIO__STAT_ADD(n->stats.enobufs, 1);
+		enobufs = true;
+	} else if (res != -ECANCELED) {
+		/* 0: end of stream; < 0: the connection's error. (-ECANCELED
+		 * only ever comes from our own cancel: close or shutdown.) */
+		s->has_term = true;
+		s->rterm = res;
+		if (res < 0)
+			corio__net_err(n, res);
+	}
+	if (!more) {
+		s->r.state = NET_IDLE;
+		corio__nlist_del(&s->r.link);
+		corio__op_finished(n->shard);
+		if (s->closer)
+			corio__ready(s->closer, 0);
+		else if (enobufs && !n->stopping)
+			starve(s);
+	}
+	corio__net_wake(&s->rwaiter);
+}
+
+int corio__sock_arm(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	struct io_uring_sqe *sqe;
+	int ret;
+
+	if (n->stopping)
+		return -ECANCELED;
+	ret = corio__net_bufs(n);
+	if (ret)
+		return ret;
+	if (!n->bufs.in_ring) {
+		/* Nothing to receive into: arm when a buffer comes back. */
+		starve(s);
+		return 0;
+	}
+	sqe = corio__ring_sqe(&n->shard->ring);
+	if (s->type == SOCK_DGRAM) {
+		io_uring_prep_recvmsg_multishot(sqe, s->fd, &s->rmsg, 0);
+		corio__bufring_select(sqe, &n->bufs);
+	} else if (corio__bufring_kernel(&n->bufs)) {
+		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
+		if (n->multishot_recv)
+			sqe->ioprio |= IORING_RECV_MULTISHOT;
+		corio__bufring_select(sqe, &n->bufs);
+	} else {
+		s->ubid = (unsigned)corio__bufring_take(&n->bufs);
+		io_uring_prep_recv(sqe, s->fd, corio__bufring_addr(&n->bufs, s->ubid), n->bufs.size,
+				   0);
+	}
+	corio__sqe_set_op(sqe, &s->r.op);
+	if (s->buffered)
+		CORIO__STAT_ADD(n->stats.rearms, 1);
+	s->buffered = true;
+	s->r.state = NET_ARMED;
+	corio__nlist_add(&n->armed, &s->r.link);
+	corio__op_started(n->shard);
+	return 0;
+}
+
+/* Wait until s has queued data or a terminal result: 0, or -errno. */
+static int wait_data(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	int ret;
+
+	if (s->rwaiter)
+		return -EBUSY;
+	while (s->qhead == CORIO__NET_NOBUF && !s->has_term) {
+		if (s->r.state == NET_IDLE && !s->starved) {
+			ret = corio__sock_arm(s);
+			if (ret)
+				return ret;
+		}
+		ret = corio__net_park(&s->rwaiter, 0);
+		if (ret < 0)
+			return corio__net_err(n, ret);
+	}
+	return 0;
+}
+
+ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
+{
+	struct corio__net *n = owner(s);
+	unsigned bid;
+	int ret;
+
+	if (!b)
+		return -EINVAL;
+	b->data = NULL;
+	b->len = 0;
+	b->_owner = NULL;
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (s->type != SOCK_STREAM)
+		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
+					     "(use corio_recvfrom_buf)");
+	ret = wait_data(s);
+	if (ret)
+		return ret;
+	if (s->qhead == CORIO__NET_NOBUF)
+		return s->rterm;
+	bid = s->qhead;
+	b->data = (char *)corio__bufring_addr(&n->bufs, bid) + s->qoff;
+	b->len = n->qlen[bid] - s->qoff;
+	b->_owner = n;
+	b->_id = bid;
+	q_pop(s);
+	CORIO__STAT_ADD(n->stats.bytes_in, b->len);
+	return (ssize_t)b->len;
+}
+
+void corio_buf_release(struct corio_buf *b)
+{
+	struct corio__net *n;
+
+	if (!b || !b->_owner)
+		return;
+	n = b->_owner;
+	if (n != corio__net()) {
+		/* Released on the wrong shard: returning it here would corrupt
+		 * another shard's ring. Leak it instead. */
+		assert(!"corio_buf_release on another shard");
+		return;
+	}
+	buf_put(n, b->_id);
+	b->_owner = NULL;
+	b->data = NULL;
+	b->len = 0;
+}
+
+ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
+{
+	struct corio__net *n = owner(s);
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	unsigned bid;
+	size_t avail;
+	int ret;
+
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (!buf || !len)
+		return corio__error(-EINVAL, "corio_recv: empty buffer");
+	if (len > INT32_MAX)
+		len = INT32_MAX;
+	if (s->buffered) {
+		/* Keep the byte order: copy out of the buffered stream. */
+		ret = wait_data(s);
+		if (ret)
+			return ret;
+		if (s->qhead == CORIO__NET_NOBUF)
+			return s->rterm;
+		bid = s->qhead;
+		avail = n->qlen[bid] - s->qoff;
+		if (len > avail)
+			len = avail;
+		memcpy(buf, (char *)corio__bufring_addr(&n->bufs, bid) + s->qoff, len);
+		s->qoff += (uint32_t)len;
+		if (s->qoff == n->qlen[bid])
+			buf_put(n, q_pop(s));
+		CORIO__STAT_ADD(n->stats.bytes_in, len);
+		return (ssize_t)len;
+	}
+	if (s->rwaiter)
+		return -EBUSY;
+	ret = corio__op_begin(&op, &sqe);
+	if (ret)
+		return ret;
+	io_uring_prep_recv(sqe, s->fd, buf, len, 0);
+	ret = corio__op_wait(&op);
+	if (ret > 0) {
+		CORIO__STAT_ADD(n->stats.ops_in, 1);
+		CORIO__STAT_ADD(n->stats.bytes_in, (uint64_t)ret);
+	} else if (ret < 0) {
+		corio__net_err(n, ret);
+	}
+	return ret;
+}
+
+/* ---- send ------------------------------------------------------------------ */
+
+/*
+ * Zero-copy send posts two CQEs: the result (with IORING_CQE_F_MORE when a
+ * notification follows) and, once the kernel let go of the pages, the
+ * notification (IORING_CQE_F_NOTIF). corio__op_wait() returns at the final
+ * CQE, so keep the first CQE's result and hand it to the waiter's callback.
+ */
+struct zc_op {
+	struct corio__op op;
+	corio__op_cb inner;
+	int32_t res;
+};
+
+static void zc_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct zc_op *z = (struct zc_op *)op;
+
+	if (!(flags & IORING_CQE_F_NOTIF))
+		z->res = res;
+	if (flags & IORING_CQE_F_MORE)
+		return;
+	z->inner(op, z->res, flags);
+}
+
+static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc)
+{
+	struct io_uring_sqe *sqe;
+	struct zc_op z;
+	int ret = corio__op_begin(&z.op, &sqe);
+
+	if (ret)
+		return ret;
+	if (*zc) {
+		io_uring_prep_send_zc(sqe, s->fd, buf, len, MSG_NOSIGNAL, 0);
+		z.inner = z.op.cb;
+		z.op.cb = zc_cb;
+		z.res = 0;
+	} else {
+		io_uring_prep_send(sqe, s->fd, buf, len, MSG_NOSIGNAL);
+	}
+	ret = corio__op_wait(&z.op);
+	if (*zc && (ret == -EOPNOTSUPP || ret == -EINVAL)) {
+		/* The socket family has no zero-copy path (Unix): plain send. */
+		*zc = false;
+		return -EAGAIN;
+	}
+	return ret;
+}
+
+ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigned flags,
+		      size_t *sent)
+{
+	struct corio__net *n = owner(s);
+	bool zc;
+	size_t done = 0;
+
+	if (sent)
+		*sent = 0;
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (flags & ~CORIO_SEND_ZC)
+		return corio__error(-EINVAL, "corio_send_ex: unknown flags 0x%x",
+				    flags & ~CORIO_SEND_ZC);
+	if (!buf && len)
+		return -EINVAL;
+	zc = (flags & CORIO_SEND_ZC) && n->send_zc;
+	while (done < len) {
+		size_t chunk = len - done > INT32_MAX ? INT32_MAX : len - done;
+		int ret = send_once(s, (const char *)buf + done, chunk, &zc);
+
+		if (ret == -EAGAIN)
+			continue;
+		if (ret < 0)
+			return corio__net_err(n, ret);
+		done += (size_t)ret;
+		if (sent)
+			*sent = done;
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+	}
+	return (ssize_t)len;
+}
+
+ssize_t corio_send(struct corio_sock *s, const void *buf, size_t len)
+{
+	return corio_send_ex(s, buf, len, 0, NULL);
+}
+
+#define SENDV_BATCH 64
+
+ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, size_t *sent)
+{
+	struct corio__net *n = owner(s);
+	struct iovec v[SENDV_BATCH];
+	size_t total = 0, done = 0;
+	int i = 0;
+
+	if (sent)
+		*sent = 0;
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (iovcnt < 0 || (iovcnt && !iov))
+		return -EINVAL;
+	for (int k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	/* Take up to SENDV_BATCH entries at a time (copies: iov is the
+	 * caller's, and a short write advances our copy). */
+	while (i < iovcnt) {
+		int cnt = 0;
+		size_t batch = 0;
+
+		while (i + cnt < iovcnt && cnt < SENDV_BATCH) {
+			v[cnt] = iov[i + cnt];
+			batch += v[cnt].iov_len;
+			cnt++;
+		}
+		i += cnt;
+		for (int first = 0; batch;) {
+			struct msghdr mh = { .msg_iov = v + first, .msg_iovlen = (size_t)(cnt - first) };
+			struct io_uring_sqe *sqe;
+			struct corio__op op;
+			int ret = corio__op_begin(&op, &sqe);
+			size_t r;
+
+			if (ret)
+				return corio__net_err(n, ret);
+			io_uring_prep_sendmsg(sqe, s->fd, &mh, MSG_NOSIGNAL);
+			ret = corio__op_wait(&op);
+			if (ret < 0)
+				return corio__net_err(n, ret);
+			CORIO__STAT_ADD(n->stats.ops_out, 1);
+			CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+			r = (size_t)ret;
+			done += r;
+			batch -= r;
+			if (sent)
+				*sent = done;
+			while (first < cnt && r >= v[first].iov_len) {
+				r -= v[first].iov_len;
+				first++;
+			}
+			if (first < cnt) {
+				v[first].iov_base = (char *)v[first].iov_base + r;
+				v[first].iov_len -= r;
+			}
+		}
+	}
+	return (ssize_t)total;
+}
+
+/* ---- shutdown and close ------------------------------------------------------ */
+
+int corio_shutdown_write(struct corio_sock *s)
+{
+	struct corio__net *n = owner(s);
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret;
+
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	ret = corio__op_begin(&op, &sqe);
+	if (ret)
+		return ret;
+	io_uring_prep_shutdown(sqe, s->fd, SHUT_WR);
+	ret = corio__op_wait(&op);
+	return ret < 0 ? corio__net_err(n, ret) : 0;
+}
+
+static bool rop_idle(void *arg)
+{
+	return ((struct corio_sock *)arg)->r.state == NET_IDLE;
+}
+
+/* Take s's receive out of the kernel: cancel it and wait for its last CQE. */
+static void quiesce(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+
+	corio__nlist_del(&s->starved_link);
+	s->starved = false;
+	if (s->r.state == NET_IDLE)
+		return;
+	if (s->r.state == NET_ARMED) {
+		corio__ring_cancel(&n->shard->ring, &s->r.op);
+		s->r.state = NET_CANCELING;
+	}
+	s->closer = corio__self();
+	assert(s->closer);
+	corio__net_park_until(rop_idle, s);
+	s->closer = NULL;
+}
+
+static void drop_queue(struct corio_sock *s)
+{
+	while (s->qhead != CORIO__NET_NOBUF)
+		buf_put(s->net, q_pop(s));
+}
+
+int corio_close(struct corio_sock *s)
+{
+	struct corio__net *n = owner(s);
+	int ret = 0;
+
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (s->r.state != NET_IDLE && !corio__self())
+		return -EPERM; /* must wait for the kernel: only a fiber can */
+	assert(!s->rwaiter);
+	quiesce(s);
+	drop_queue(s);
+	set_live(s, false);
+	if (close(s->fd) < 0)
+		ret = -errno;
+	corio__sock_free(s);
+	return ret;
+}
+
+int corio_sock_release_fd(struct corio_sock *s)
+{
+	struct corio__net *n = owner(s);
+	int fd;
+
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (s->r.state != NET_IDLE && !corio__self())
+		return -EPERM;
+	quiesce(s);
+	if (s->qhead != CORIO__NET_NOBUF)
+		return -EBUSY;
+	fd = s->fd;
+	set_live(s, false);
+	corio__sock_free(s);
+	return fd;
+}
+
+/* ---- details ----------------------------------------------------------------- */
+
+int corio_sock_fd(const struct corio_sock *s)
+{
+	return s ? s->fd : -EINVAL;
+}
+
+int corio_sock_local_addr(struct corio_sock *s, struct sockaddr_storage *addr, socklen_t *len)
+{
+	socklen_t l = sizeof(*addr);
+
+	if (!s || !addr)
+		return -EINVAL;
+	if (getsockname(s->fd, (struct sockaddr *)addr, &l) < 0)
+		return -errno;
+	if (len)
+		*len = l;
+	return 0;
+}
+
+int corio_sock_peer_addr(struct corio_sock *s, struct sockaddr_storage *addr, socklen_t *len)
+{
+	socklen_t l = sizeof(*addr);
+
+	if (!s || !addr)
+		return -EINVAL;
+	if (getpeername(s->fd, (struct sockaddr *)addr, &l) < 0)
+		return -errno;
+	if (len)
+		*len = l;
+	return 0;
+}
+
+int corio_setsockopt(struct corio_sock *s, int level, int name, const void *val, socklen_t len)
+{
+	if (!s)
+		return -EINVAL;
+	return setsockopt(s->fd, level, name, val, len) < 0 ? -errno : 0;
+}
+
+int corio_getsockopt(struct corio_sock *s, int level, int name, void *val, socklen_t *len)
+{
+	if (!s)
+		return -EINVAL;
+	return getsockopt(s->fd, level, name, val, len) < 0 ? -errno : 0;
+}

@@ -1,0 +1,245 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/udp.c - UDP sockets: bind, sendto and recvfrom through SENDMSG /
+ * RECVMSG (each datagram keeps its boundary), and a zero-copy receive
+ * through multishot recvmsg into the shard's provided-buffer ring, where
+ * each buffer holds a struct io_uring_recvmsg_out, the sender's address
+ * and the payload.
+ */
+#include "net/net.h"
+
+#include <errno.h>
+#include <string.h>
+#include <unistd.h>
+
+int corio_udp_bind(const char *host_port, struct corio_sock **out)
+{
+	struct corio__net *n = corio__net();
+	struct sockaddr_storage ss;
+	struct corio_sock *s;
+	socklen_t len;
+	int fd, ret;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	if (!n)
+		return -EPERM;
+	ret = corio_addr_parse(host_port, &ss, &len);
+	if (ret)
+		return ret;
+	fd = socket(ss.ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return corio__error(-errno, "corio_udp_bind %s: socket: %s", host_port,
+				    strerror(errno));
+	if (bind(fd, (struct sockaddr *)&ss, len) < 0) {
+		int err = errno;
+
+		close(fd);
+		return corio__error(-err, "corio_udp_bind %s: %s", host_port, strerror(err));
+	}
+	s = corio__sock_new(n, fd, ss.ss_family, SOCK_DGRAM);
+	if (!s) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*out = s;
+	return 0;
+}
+
+static struct corio__net *owner(const struct corio_sock *s)
+{
+	return s ? corio__net_owner(s->net) : NULL;
+}
+
+ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
+		     const struct sockaddr *addr, socklen_t addrlen)
+{
+	struct corio__net *n = owner(s);
+	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
+	struct msghdr mh = {
+		.msg_name = (void *)addr,
+		.msg_namelen = addr ? addrlen : 0,
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+	};
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret;
+
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (!buf && len)
+		return -EINVAL;
+	ret = corio__op_begin(&op, &sqe);
+	if (ret)
+		return ret;
+	io_uring_prep_sendmsg(sqe, s->fd, &mh, MSG_NOSIGNAL);
+	ret = corio__op_wait(&op);
+	if (ret < 0)
+		return corio__net_err(n, ret);
+	CORIO__STAT_ADD(n->stats.ops_out, 1);
+	CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+	return ret;
+}
+
+static void copy_addr(const void *name, socklen_t namelen, struct sockaddr *addr,
+		      socklen_t *addrlen)
+{
+	if (!addr || !addrlen)
+		return;
+	memcpy(addr, name, namelen < *addrlen ? namelen : *addrlen);
+	*addrlen = namelen;
+}
+
+/* The head buffer of a buffered UDP socket: payload and sender. */
+static void *dgram_parse(struct corio_sock *s, unsigned bid, size_t *plen, void **name,
+			 socklen_t *namelen)
+{
+	struct corio__net *n = s->net;
+	void *b = corio__bufring_addr(&n->bufs, bid);
+	struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(b, (int)n->qlen[bid], &s->rmsg);
+
+	if (!o)
+		return NULL;
+	*name = io_uring_recvmsg_name(o);
+	*namelen = o->namelen < s->rmsg.msg_namelen ? o->namelen : s->rmsg.msg_namelen;
+	*plen = io_uring_recvmsg_payload_length(o, (int)n->qlen[bid], &s->rmsg);
+	return io_uring_recvmsg_payload(o, &s->rmsg);
+}
+
+static int dgram_wait(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	int ret;
+
+	if (s->rwaiter)
+		return -EBUSY;
+	while (s->qhead == CORIO__NET_NOBUF && !s->has_term) {
+		if (s->r.state == NET_IDLE && !s->starved) {
+			ret = corio__sock_arm(s);
+			if (ret)
+				return ret;
+		}
+		ret = corio__net_park(&s->rwaiter, 0);
+		if (ret < 0)
+			return corio__net_err(n, ret);
+	}
+	return 0;
+}
+
+static int buffered_setup(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	int ret;
+
+	if (s->buffered)
+		return 0;
+	ret = corio__net_bufs(n);
+	if (ret)
+		return ret;
+	if (!n->multishot_recvmsg || !corio__bufring_kernel(&n->bufs))
+		return corio__error(-EOPNOTSUPP,
+				    "corio_recvfrom_buf needs multishot recvmsg and a provided-"
+				    "buffer ring (Linux 6.0)");
+	memset(&s->rmsg, 0, sizeof(s->rmsg));
+	s->rmsg.msg_namelen = sizeof(struct sockaddr_storage);
+	return 0;
+}
+
+ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct sockaddr *addr,
+			   socklen_t *addrlen)
+{
+	struct corio__net *n = owner(s);
+	int ret;
+
+	if (!b)
+		return -EINVAL;
+	b->data = NULL;
+	b->len = 0;
+	b->_owner = NULL;
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (s->type != SOCK_DGRAM)
+		return corio__error(-EINVAL, "corio_recvfrom_buf: not a UDP socket");
+	ret = buffered_setup(s);
+	if (ret)
+		return ret;
+	for (;;) {
+		void *name, *p;
+		socklen_t namelen;
+		size_t plen;
+		unsigned bid;
+
+		ret = dgram_wait(s);
+		if (ret)
+			return ret;
+		if (s->qhead == CORIO__NET_NOBUF)
+			return s->rterm;
+		bid = s->qhead;
+		s->qhead = n->qnext[bid];
+		if (s->qhead == CORIO__NET_NOBUF)
+			s->qtail = CORIO__NET_NOBUF;
+		p = dgram_parse(s, bid, &plen, &name, &namelen);
+		if (!p) { /* cannot happen with a sane kernel: skip it */
+			corio__bufring_put(&n->bufs, bid);
+			CORIO__STAT_ADD(n->stats.bufs_out, -1);
+			continue;
+		}
+		copy_addr(name, namelen, addr, addrlen);
+		b->data = p;
+		b->len = plen;
+		b->_owner = n;
+		b->_id = bid;
+		CORIO__STAT_ADD(n->stats.bytes_in, plen);
+		return (ssize_t)plen;
+	}
+}
+
+ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct sockaddr *addr,
+		       socklen_t *addrlen)
+{
+	struct corio__net *n = owner(s);
+	struct sockaddr_storage ss;
+	struct iovec iov = { .iov_base = buf, .iov_len = len };
+	struct msghdr mh = {
+		.msg_name = &ss,
+		.msg_namelen = sizeof(ss),
+		.msg_iov = &iov,
+		.msg_iovlen = 1,
+	};
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret;
+
+	if (!n)
+		return s ? -EPERM : -EINVAL;
+	if (!buf && len)
+		return -EINVAL;
+	if (s->buffered) {
+		/* Datagrams already sit in the ring: copy the next one out. */
+		struct corio_buf b;
+		ssize_t r = corio_recvfrom_buf(s, &b, addr, addrlen);
+
+		if (r <= 0)
+			return r;
+		if ((size_t)r > len)
+			r = (ssize_t)len;
+		memcpy(buf, b.data, (size_t)r);
+		corio_buf_release(&b);
+		return r;
+	}
+	if (s->rwaiter)
+		return -EBUSY;
+	ret = corio__op_begin(&op, &sqe);
+	if (ret)
+		return ret;
+	io_uring_prep_recvmsg(sqe, s->fd, &mh, 0);
+	ret = corio__op_wait(&op);
+	if (ret < 0)
+		return corio__net_err(n, ret);
+	CORIO__STAT_ADD(n->stats.ops_in, 1);
+	CORIO__STAT_ADD(n->stats.bytes_in, (uint64_t)ret);
+	copy_addr(&ss, mh.msg_namelen, addr, addrlen);
+	return ret;
+}
