@@ -272,25 +272,44 @@ int corio_open(const char *path, int flags, mode_t mode)
 	return corio_openat(AT_FDCWD, path, flags, mode);
 }
 
+static void ignore_cancel(struct corio_fiber *f)
+{
+	(void)f; /* stays parked: the close runs to its end; the flag is set */
+}
+
 int corio_close_fd(int fd)
 {
 	struct req q = { .fn = "corio_close_fd", .kind = CORIO_FS_CLOSE,
 			 .opcode = IORING_OP_CLOSE, .fd = fd };
-	struct corio__fs *fs;
+	struct corio__fs *fs = corio__fs_of(corio__shard());
+	struct corio_fiber *f = corio__self();
+	void (*saved)(struct corio_fiber *);
+	int ret;
 
 	if (fd < 0)
 		return bad_fd(q.fn, fd);
-	/* A cancelled fiber still gets its fd closed (see fs.h): clean-up
-	 * paths after a cancel must not leak. close(2) of a regular file does
-	 * not block for long (no flush on local filesystems). */
-	if (corio_cancelled() && (fs = corio__fs_of(corio__shard()))) {
-		int ret = (int)run_sync(&q);
-
+	if (!f || !fs || fs->sync[q.kind])
+		return (int)run(&q); /* -EPERM off a fiber; or the fallback */
+	/*
+	 * A close must close (see fs.h): a cancelled fiber's clean-up must not
+	 * leak the fd, and a close cancelled half-way (punted to a kernel
+	 * worker for a file with a flush method) would leave it unknown
+	 * whether the fd is still open, and retrying could close a number
+	 * another shard has just been given. So: already cancelled, close(2)
+	 * here (cheap on local filesystems); otherwise a cancel arriving
+	 * while the close is in flight is noted but does not interrupt it.
+	 */
+	if (f->flags & CORIO__FF_CANCELLED) {
+		ret = (int)run_sync(&q);
 		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
 		corio__fs_account(fs, q.kind, ret);
 		return ret;
 	}
-	return (int)run(&q);
+	saved = f->on_cancel;
+	f->on_cancel = ignore_cancel;
+	ret = (int)run(&q);
+	f->on_cancel = saved;
+	return ret;
 }
 
 /* ---- read / write --------------------------------------------------------------- */
