@@ -86,7 +86,7 @@ out:
 		if (l->closer)
 			corio__ready(l->closer, 0);
 	}
-	corio__net_wake(&l->waiter);
+	corio__net_wake(&l->wq);
 }
 
 static void accept_arm(struct corio_listener *l)
@@ -247,7 +247,7 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 	*out = NULL;
 	if (!n)
 		return l ? -EPERM : -EINVAL;
-	if (l->waiter)
+	if (l->wq.head)
 		return -EBUSY;
 	for (;;) {
 		if (l->qlen) {
@@ -270,7 +270,7 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 		if (n->stopping)
 			return -ECANCELED;
 		if (l->backoff && l->a.state == NET_IDLE) {
-			ret = corio__net_park(&l->waiter, corio_now_ns() + l->backoff_ms * 1000000ull);
+			ret = corio__net_wait(&l->wq, corio_now_ns() + l->backoff_ms * 1000000ull);
 			if (ret == -ETIME) {
 				l->backoff = false;
 				if (l->backoff_ms < BACKOFF_MAX_MS)
@@ -286,7 +286,7 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 				CORIO__STAT_ADD(n->stats.rearms, 1);
 			accept_arm(l);
 		}
-		ret = corio__net_park(&l->waiter, 0);
+		ret = corio__net_wait(&l->wq, 0);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
@@ -321,7 +321,7 @@ int corio_listener_close(struct corio_listener *l)
 
 	if (!n)
 		return l ? -EPERM : -EINVAL;
-	assert(!l->waiter);
+	assert(!l->wq.head);
 	if (l->a.state != NET_IDLE) {
 		if (!corio__self())
 			return -EPERM;

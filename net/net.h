@@ -52,7 +52,7 @@ struct corio_sock {
 	uint32_t qoff;         /* bytes of the head buffer already consumed */
 	unsigned ubid;         /* user-mode buffer of a pending single-shot recv */
 	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
-	struct corio_fiber *rwaiter; /* fiber waiting for data */
+	struct corio_waitq rwq;      /* the fiber waiting for data */
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
 	struct corio__nlink starved_link;
 	struct corio_sock *free_next;
@@ -69,7 +69,8 @@ struct corio_listener {
 	int aterm;         /* a fatal accept error, sticky */
 	int *q;            /* accepted fds not yet returned */
 	unsigned qhead, qlen, qcap;
-	struct corio_fiber *waiter, *closer;
+	struct corio_waitq wq;  /* the accepting fiber */
+	struct corio_fiber *closer;
 	char path[108];    /* Unix: the file to remove on close */
 };
 
@@ -134,21 +135,16 @@ int corio__net_bufs(struct corio__net *n);
 int corio__net_err(struct corio__net *n, int err);
 
 /*
- * Park the calling fiber in *slot until corio__net_wake(slot), cancellation
- * (-ECANCELED) or the fiber's deadline (-ETIMEDOUT). wake_at != 0 adds an
- * internal alarm: -ETIME when it rings first. Waits for its own timeout
- * SQE's last CQE before returning.
+ * Park the calling fiber on wq (it must be the only waiter) until
+ * corio__net_wake(wq), cancellation (-ECANCELED) or the fiber's deadline
+ * (-ETIMEDOUT). wake_at != 0 adds an internal alarm: -ETIME when it rings
+ * first. Waits for its own timeout SQE's last CQE before returning.
  */
-int corio__net_park(struct corio_fiber **slot, uint64_t wake_at);
+int corio__net_wait(struct corio_waitq *wq, uint64_t wake_at);
 
-static inline void corio__net_wake(struct corio_fiber **slot)
+static inline void corio__net_wake(struct corio_waitq *wq)
 {
-	struct corio_fiber *f = *slot;
-
-	if (f) {
-		*slot = NULL;
-		corio__ready(f, 0);
-	}
+	corio__wq_wake_all(wq, 0);
 }
 
 /* Park, not interruptible by cancellation, until *done is true (the caller's
@@ -167,9 +163,6 @@ int corio__sock_arm(struct corio_sock *s);
 /* A socket record from the shard's pool. */
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
 void corio__sock_free(struct corio_sock *s);
-
-/* Internal sleep (backoff): 0, -ECANCELED or -ETIMEDOUT. */
-int corio__net_sleep_ms(unsigned ms);
 
 /* Hand-off model: implemented in net/dispatch.c. */
 int corio__net_dispatch(struct corio_listener *l, unsigned policy,

@@ -8,7 +8,7 @@
  * Why a park of our own: single-shot calls (connect, send, recv into a
  * caller buffer) wait in corio__op_wait(), which the timer area bounds with
  * linked timeouts. A fiber waiting for a multishot stream (accept, recv_buf)
- * has no SQE of its own to link a timeout to, so corio__net_park() arms an
+ * has no SQE of its own to link a timeout to, so corio__net_wait() arms an
  * absolute IORING_OP_TIMEOUT for the fiber's deadline and removes it (and
  * waits for its CQE: the timespec is on the fiber's stack) when something
  * else woke the fiber first. No timeout SQE is spent without a deadline.
@@ -118,7 +118,7 @@ static unsigned net_poll(struct corio__shard *sh)
 		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
 
 		next = l->next;
-		if (!s->rwaiter && n->bufs.in_ring < slack)
+		if (!s->rwq.head && n->bufs.in_ring < slack)
 			continue;
 		corio__nlist_del(l);
 		s->starved = false;
@@ -247,7 +247,7 @@ struct alarm {
 	struct corio__op op;
 	struct __kernel_timespec ts;
 	struct corio_fiber *f;
-	struct corio_fiber **slot;
+	struct corio_waitq *wq;
 	bool done, draining;
 };
 
@@ -258,17 +258,10 @@ static void alarm_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	(void)flags;
 	a->done = true;
 	corio__op_finished(a->f->shard);
-	if (a->draining) {
+	if (a->draining)
 		corio__ready(a->f, 0);
-	} else if (res == -ETIME && *a->slot == a->f) {
-		*a->slot = NULL;
-		corio__ready(a->f, -ETIME);
-	}
-}
-
-static void wake_cancelled(struct corio_fiber *f)
-{
-	corio__ready(f, -ECANCELED);
+	else if (res == -ETIME && a->f->wq == a->wq)
+		corio__wq_wake_one(a->wq, -ETIME); /* the only waiter: a->f */
 }
 
 static void ignore_cancel(struct corio_fiber *f)
@@ -276,19 +269,18 @@ static void ignore_cancel(struct corio_fiber *f)
 	(void)f; /* the wait is not interruptible; the CQE handler wakes us */
 }
 
-int corio__net_park(struct corio_fiber **slot, uint64_t wake_at)
+int corio__net_wait(struct corio_waitq *wq, uint64_t wake_at)
 {
 	struct corio_fiber *f = corio__self();
 	struct alarm a;
-	uint64_t at, dl;
+	uint64_t at;
 	bool user;
 	int ret;
 
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
-	dl = f->deadline_ns;
-	at = dl;
+	at = f->deadline_ns;
 	user = at != 0;
 	if (wake_at && (!at || wake_at < at)) {
 		at = wake_at;
@@ -303,19 +295,14 @@ int corio__net_park(struct corio_fiber **slot, uint64_t wake_at)
 		a.ts.tv_sec = (long long)(at / 1000000000u);
 		a.ts.tv_nsec = (long long)(at % 1000000000u);
 		a.f = f;
-		a.slot = slot;
+		a.wq = wq;
 		a.op.cb = alarm_cb;
 		a.op.data = &a;
 		io_uring_prep_timeout(sqe, &a.ts, 0, IORING_TIMEOUT_ABS);
 		corio__sqe_set_op(sqe, &a.op);
 		corio__op_started(f->shard);
 	}
-	*slot = f;
-	f->on_cancel = wake_cancelled;
-	ret = corio__park();
-	f->on_cancel = NULL;
-	if (*slot == f)
-		*slot = NULL;
+	ret = corio__wq_wait(wq);
 	if (at && !a.done) {
 		struct io_uring_sqe *sqe = corio__ring_sqe(&f->shard->ring);
 
@@ -340,12 +327,4 @@ void corio__net_park_until(bool (*done)(void *), void *arg)
 	while (!done(arg))
 		corio__park();
 	f->on_cancel = NULL;
-}
-
-int corio__net_sleep_ms(unsigned ms)
-{
-	struct corio_fiber *slot = NULL;
-	int ret = corio__net_park(&slot, corio_now_ns() + (uint64_t)ms * 1000000u);
-
-	return ret == -ETIME ? 0 : ret;
 }

@@ -197,7 +197,7 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		else if (enobufs && !n->stopping)
 			starve(s);
 	}
-	corio__net_wake(&s->rwaiter);
+	corio__net_wake(&s->rwq);
 }
 
 int corio__sock_arm(struct corio_sock *s)
@@ -246,7 +246,7 @@ static int wait_data(struct corio_sock *s)
 	struct corio__net *n = s->net;
 	int ret;
 
-	if (s->rwaiter)
+	if (s->rwq.head)
 		return -EBUSY;
 	while (s->qhead == CORIO__NET_NOBUF && !s->has_term) {
 		if (s->r.state == NET_IDLE && !s->starved) {
@@ -254,7 +254,7 @@ static int wait_data(struct corio_sock *s)
 			if (ret)
 				return ret;
 		}
-		ret = corio__net_park(&s->rwaiter, 0);
+		ret = corio__net_wait(&s->rwq, 0);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
@@ -344,7 +344,7 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		CORIO__STAT_ADD(n->stats.bytes_in, len);
 		return (ssize_t)len;
 	}
-	if (s->rwaiter)
+	if (s->rwq.head)
 		return -EBUSY;
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)
@@ -569,7 +569,7 @@ int corio_close(struct corio_sock *s)
 		return s ? -EPERM : -EINVAL;
 	if (s->r.state != NET_IDLE && !corio__self())
 		return -EPERM; /* must wait for the kernel: only a fiber can */
-	assert(!s->rwaiter);
+	assert(!s->rwq.head);
 	quiesce(s);
 	drop_queue(s);
 	set_live(s, false);

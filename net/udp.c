@@ -113,7 +113,7 @@ static int dgram_wait(struct corio_sock *s)
 	struct corio__net *n = s->net;
 	int ret;
 
-	if (s->rwaiter)
+	if (s->rwq.head)
 		return -EBUSY;
 	while (s->qhead == CORIO__NET_NOBUF && !s->has_term) {
 		if (s->r.state == NET_IDLE && !s->starved) {
@@ -121,7 +121,7 @@ static int dgram_wait(struct corio_sock *s)
 			if (ret)
 				return ret;
 		}
-		ret = corio__net_park(&s->rwaiter, 0);
+		ret = corio__net_wait(&s->rwq, 0);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
@@ -229,7 +229,7 @@ ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct socka
 		corio_buf_release(&b);
 		return r;
 	}
-	if (s->rwaiter)
+	if (s->rwq.head)
 		return -EBUSY;
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)

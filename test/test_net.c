@@ -1,0 +1,490 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Networking: TCP over 127.0.0.1 and ::1, Unix stream sockets, UDP; both
+ * receive paths (caller buffer, provided-buffer ring), both accept models,
+ * faults (half-close, reset, refused, EMFILE, ENOBUFS) and timeouts. Every
+ * listener binds port 0 and reads the port back.
+ */
+#include "helpers.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdlib.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+static uint8_t pat(size_t i, size_t seed)
+{
+	return (uint8_t)((i * 7 + seed * 13 + (i >> 8)) & 0xff);
+}
+
+static void fill(uint8_t *p, size_t n, size_t seed)
+{
+	for (size_t i = 0; i < n; i++)
+		p[i] = pat(i, seed);
+}
+
+static void addr_of(struct corio_listener *l, char *buf, size_t size)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	CHECK(corio_addr_format((struct sockaddr *)&ss, len, buf, size) > 0);
+}
+
+static bool have_ipv6_loopback(void)
+{
+	struct sockaddr_in6 a = { .sin6_family = AF_INET6, .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+	int fd = socket(AF_INET6, SOCK_STREAM, 0);
+	bool ok;
+
+	if (fd < 0)
+		return false;
+	ok = bind(fd, (struct sockaddr *)&a, sizeof(a)) == 0;
+	close(fd);
+	return ok;
+}
+
+/* Read exactly n bytes with corio_recv: n, 0 at EOF, or -errno. */
+static ssize_t recv_all(struct corio_sock *s, uint8_t *p, size_t n)
+{
+	size_t got = 0;
+
+	while (got < n) {
+		ssize_t r = corio_recv(s, p + got, n - got);
+
+		if (r <= 0)
+			return r;
+		got += (size_t)r;
+	}
+	return (ssize_t)got;
+}
+
+/* Echo every byte back until EOF, through borrowed buffers or a copy. */
+static int echo_conn(struct corio_sock *s, bool borrow)
+{
+	uint8_t buf[8192];
+	ssize_t r;
+
+	for (;;) {
+		if (borrow) {
+			struct corio_buf b;
+
+			r = corio_recv_buf(s, &b);
+			if (r > 0) {
+				CHECK_EQ(corio_send(s, b.data, b.len), r);
+				corio_buf_release(&b);
+			}
+		} else {
+			r = corio_recv(s, buf, sizeof(buf));
+			if (r > 0)
+				CHECK_EQ(corio_send(s, buf, (size_t)r), r);
+		}
+		if (r <= 0)
+			break;
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+/* ---- address parsing ---------------------------------------------------------- */
+
+Test(net, addr_parse)
+{
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char buf[64];
+	static const char *bad[] = {
+		"",          "127.0.0.1", "127.0.0.1:",  "127.0.0.1:65536", "127.0.0.1:8x",
+		"host.example:80", "::1:80", "[::1]80",    "[::1",            "[zz]:1",
+		"1.2.3:4",   "999.1.1.1:1",
+	};
+
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		cr_expect_eq(corio_addr_parse(bad[i], &ss, &len), -EINVAL, "\"%s\" accepted", bad[i]);
+		cr_expect(strlen(corio_last_error()) > 10);
+	}
+	cr_assert_eq(corio_addr_parse("127.0.0.1:8080", &ss, &len), 0);
+	cr_assert_eq(ss.ss_family, AF_INET);
+	cr_assert_eq(corio_addr_port((struct sockaddr *)&ss), 8080);
+	corio_addr_format((struct sockaddr *)&ss, len, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "127.0.0.1:8080");
+	cr_assert_eq(corio_addr_parse("[::1]:0", &ss, &len), 0);
+	cr_assert_eq(ss.ss_family, AF_INET6);
+	corio_addr_format((struct sockaddr *)&ss, len, buf, sizeof(buf));
+	cr_assert_str_eq(buf, "[::1]:0");
+	cr_assert_eq(corio_addr_parse("localhost:1", &ss, &len), 0);
+	cr_assert_eq(corio_addr_parse("*:1", &ss, &len), 0);
+	cr_assert_eq(corio_addr_parse(":65535", &ss, &len), 0);
+}
+
+static void bad_input_entry(void *arg)
+{
+	struct corio_listener *l = (void *)1;
+	struct corio_sock *s = (void *)1;
+	struct corio_listen_opts o = { .flags = 0x100 };
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("nonsense", NULL, &l), -EINVAL);
+	CHECK(l == NULL);
+	CHECK(strstr(corio_last_error(), "nonsense") != NULL);
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &l), -EINVAL);
+	CHECK_EQ(corio_tcp_connect("example.com:80", &s), -EINVAL);
+	CHECK(s == NULL);
+	CHECK_EQ(corio_udp_bind("1.2.3.4", &s), -EINVAL);
+	CHECK_EQ(corio_unix_listen("", NULL, &l), -EINVAL);
+	CHECK_EQ(corio_recv(NULL, NULL, 0), -EINVAL);
+}
+
+Test(net, bad_input_is_einval, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, bad_input_entry, NULL);
+}
+
+/* ---- echo, 1 B .. 1 MiB ------------------------------------------------------- */
+
+struct echo_cfg {
+	const char *listen;
+	bool borrow;  /* server receives through the buffer ring */
+	bool unix_;
+};
+
+struct writer {
+	struct corio_sock *s;
+	const uint8_t *p;
+	size_t n;
+	int mode; /* 0 send, 1 sendv, 2 zero-copy */
+};
+
+static int writer_fn(void *arg)
+{
+	struct writer *w = arg;
+	size_t sent = 0;
+
+	if (w->mode == 1 && w->n >= 3) {
+		struct iovec iov[3] = {
+			{ (void *)w->p, 1 },
+			{ (void *)(w->p + 1), w->n / 2 },
+			{ (void *)(w->p + 1 + w->n / 2), w->n - 1 - w->n / 2 },
+		};
+		CHECK_EQ(corio_sendv(w->s, iov, 3, &sent), w->n);
+	} else {
+		CHECK_EQ(corio_send_ex(w->s, w->p, w->n, w->mode == 2 ? CORIO_SEND_ZC : 0, &sent),
+			 w->n);
+	}
+	CHECK_EQ(sent, w->n);
+	return 0;
+}
+
+static int echo_server(void *arg)
+{
+	struct corio_listener *l = arg;
+	struct corio_sock *s;
+	int nd = 0;
+	socklen_t len = sizeof(nd);
+
+	CHECK_EQ(corio_accept(l, &s), 0);
+	if (!s)
+		return -1;
+	if (corio_getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &nd, &len) == 0) /* not Unix */
+		CHECK_EQ(nd, 1); /* inherited from the listener */
+	/* the fiber's name says which receive path to use */
+	return echo_conn(s, strcmp(corio_fiber_name(corio_self()), "borrow") == 0);
+}
+
+static void echo_entry(void *arg)
+{
+	const struct echo_cfg *ec = arg;
+	static const size_t sizes[] = { 1, 2, 100, 1460, 4096, 65536, 300000, 1 << 20 };
+	struct corio_listener *l;
+	struct corio_fiber *srv;
+	struct corio_sock *c;
+	char where[128];
+	uint8_t *out = malloc(1 << 20), *in = malloc(1 << 20);
+	struct corio_net_stats st;
+	struct corio_spawn_opts so = { .name = ec->borrow ? "borrow" : "copy" };
+	size_t total = 0;
+
+	if (ec->unix_) {
+		snprintf(where, sizeof(where), "@corio-test-%d-%d", (int)getpid(), ec->borrow);
+		CHECK_EQ(corio_unix_listen(where, NULL, &l), 0);
+	} else {
+		CHECK_EQ(corio_tcp_listen(ec->listen, NULL, &l), 0);
+		addr_of(l, where, sizeof(where));
+	}
+	CHECK_EQ(corio_spawn(echo_server, l, &so, &srv), 0);
+	if (ec->unix_)
+		CHECK_EQ(corio_unix_connect(where, &c), 0);
+	else
+		CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (!c)
+		return;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct writer w = { c, out, sizes[k], (int)(k % 3) };
+		struct corio_fiber *wf;
+
+		fill(out, sizes[k], k);
+		memset(in, 0, sizes[k]);
+		CHECK_EQ(corio_spawn(writer_fn, &w, NULL, &wf), 0);
+		CHECK_EQ(recv_all(c, in, sizes[k]), sizes[k]);
+		CHECK_EQ(corio_join(wf, NULL), 0);
+		for (size_t i = 0; i < sizes[k]; i++)
+			if (in[i] != pat(i, k)) {
+				CHECK_EQ(in[i], pat(i, k));
+				break;
+			}
+		total += sizes[k];
+	}
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(corio_recv(c, in, 1), 0); /* server closed after our EOF */
+	CHECK_EQ(corio_join(srv, NULL), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.accepts, 1);
+	CHECK_EQ(st.connects, 1);
+	CHECK_EQ(st.conns_live, 1);
+	CHECK(st.bytes_in >= 2 * total);
+	CHECK(st.bytes_out >= 2 * total);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.conns_live, 0);
+	CHECK_EQ(st.bufs_out, 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	free(out);
+	free(in);
+}
+
+static void run_echo(const char *listen, bool borrow, bool unix_)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct echo_cfg ec = { listen, borrow, unix_ };
+
+	th_run(&cfg, echo_entry, &ec);
+}
+
+Test(net, echo_ipv4_copy, .timeout = 60) { run_echo("127.0.0.1:0", false, false); }
+Test(net, echo_ipv4_borrowed, .timeout = 60) { run_echo("127.0.0.1:0", true, false); }
+Test(net, echo_ipv6_borrowed, .timeout = 60)
+{
+	if (!have_ipv6_loopback())
+		cr_skip_test("no IPv6 loopback (::1) on this machine");
+	run_echo("[::1]:0", true, false);
+}
+Test(net, echo_ipv6_copy, .timeout = 60)
+{
+	if (!have_ipv6_loopback())
+		cr_skip_test("no IPv6 loopback (::1) on this machine");
+	run_echo("[::1]:0", false, false);
+}
+Test(net, echo_unix_abstract, .timeout = 60) { run_echo(NULL, true, true); }
+
+/* The fallbacks: no provided-buffer ring (user-mode pool), no multishot. */
+Test(net, echo_fallback_no_bufring, .timeout = 60)
+{
+	setenv("CORIO_NET_DISABLE", "bufring,send_zc", 1);
+	run_echo("127.0.0.1:0", true, false);
+}
+Test(net, echo_fallback_no_multishot, .timeout = 60)
+{
+	setenv("CORIO_NET_DISABLE", "multishot", 1);
+	run_echo("127.0.0.1:0", true, false);
+}
+
+/* ---- Unix socket on a path ------------------------------------------------------- */
+
+static int unix_echo_server(void *arg)
+{
+	struct corio_sock *s;
+
+	CHECK_EQ(corio_accept(arg, &s), 0);
+	return s ? echo_conn(s, false) : -1;
+}
+
+static void unix_path_entry(void *arg)
+{
+	char dir[] = "/tmp/corio-net-XXXXXX", path[64];
+	struct corio_listener *l;
+	struct corio_fiber *f;
+	struct corio_sock *c;
+	struct corio_listen_opts o = { .flags = CORIO_LISTEN_UNLINK };
+	char buf[16];
+	struct stat stbuf;
+
+	(void)arg;
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/ctl.sock", dir);
+	CHECK_EQ(corio_unix_listen(path, &o, &l), 0);
+	CHECK_EQ(stat(path, &stbuf), 0);
+	CHECK_EQ(corio_spawn(unix_echo_server, l, NULL, &f), 0);
+	CHECK_EQ(corio_unix_connect(path, &c), 0);
+	CHECK_EQ(corio_send(c, "stats\n", 6), 6);
+	CHECK_EQ(recv_all(c, (uint8_t *)buf, 6), 6);
+	CHECK(memcmp(buf, "stats\n", 6) == 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	CHECK(stat(path, &stbuf) < 0); /* the listener removed its file */
+	CHECK_EQ(corio_unix_connect(path, &c), -ENOENT);
+	rmdir(dir);
+}
+
+Test(net, unix_path, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, unix_path_entry, NULL);
+}
+
+/* ---- half-close, reset, refused ----------------------------------------------------- */
+
+static int half_close_server(void *arg)
+{
+	struct corio_sock *s;
+	struct corio_buf b;
+	char got[16] = { 0 };
+	size_t n = 0;
+	ssize_t r;
+
+	CHECK_EQ(corio_accept(arg, &s), 0);
+	if (!s)
+		return -1;
+	while ((r = corio_recv_buf(s, &b)) > 0) {
+		memcpy(got + n, b.data, (size_t)r);
+		n += (size_t)r;
+		corio_buf_release(&b);
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(n, 5);
+	CHECK(memcmp(got, "hello", 5) == 0);
+	CHECK_EQ(corio_recv_buf(s, &b), 0); /* EOF is sticky */
+	/* our direction still works after the peer's half-close */
+	CHECK_EQ(corio_send(s, "bye", 3), 3);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+static void half_close_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_fiber *f;
+	struct corio_sock *c;
+	char where[64], buf[8];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_spawn(half_close_server, l, NULL, &f), 0);
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	CHECK_EQ(corio_send(c, "hello", 5), 5);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(recv_all(c, (uint8_t *)buf, 3), 3);
+	CHECK(memcmp(buf, "bye", 3) == 0);
+	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 0);
+	CHECK_EQ(corio_send(c, "x", 1), -EPIPE); /* we shut our side down */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, half_close, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, half_close_entry, NULL);
+}
+
+static int reset_server(void *arg)
+{
+	struct corio_sock *s;
+	struct linger lg = { 1, 0 };
+	char buf[4];
+
+	CHECK_EQ(corio_accept(arg, &s), 0);
+	if (!s)
+		return -1;
+	CHECK_EQ(recv_all(s, (uint8_t *)buf, 4), 4); /* the client is ready */
+	CHECK_EQ(corio_setsockopt(s, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	CHECK_EQ(corio_close(s), 0); /* linger 0: RST */
+	return 0;
+}
+
+static void reset_entry(void *arg)
+{
+	bool borrow = arg != NULL;
+	struct corio_listener *l;
+	struct corio_fiber *f;
+	struct corio_sock *c;
+	struct corio_buf b;
+	struct corio_net_stats st;
+	char where[64], buf[8];
+	ssize_t r;
+
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_spawn(reset_server, l, NULL, &f), 0);
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	CHECK_EQ(corio_send(c, "ping", 4), 4);
+	r = borrow ? corio_recv_buf(c, &b) : corio_recv(c, buf, sizeof(buf));
+	CHECK_EQ(r, -ECONNRESET);
+	if (borrow)
+		CHECK_EQ(corio_recv_buf(c, &b), -ECONNRESET); /* sticky */
+	r = corio_send(c, "x", 1);
+	CHECK(r == -EPIPE || r == -ECONNRESET);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.err_reset >= 1);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, reset_by_peer, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, reset_entry, NULL);
+}
+
+Test(net, reset_by_peer_borrowed, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, reset_entry, (void *)1);
+}
+
+static void refused_entry(void *arg)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(a);
+	struct corio_sock *c;
+	struct corio_net_stats st;
+	char where[64];
+	/* bound, never listening: a SYN to it gets a RST */
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	(void)arg;
+	CHECK_EQ(bind(fd, (struct sockaddr *)&a, sizeof(a)), 0);
+	CHECK_EQ(getsockname(fd, (struct sockaddr *)&a, &len), 0);
+	snprintf(where, sizeof(where), "127.0.0.1:%u", ntohs(a.sin_port));
+	CHECK_EQ(corio_tcp_connect(where, &c), -ECONNREFUSED);
+	CHECK(c == NULL);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.err_refused, 1);
+	CHECK_EQ(st.conns_live, 0);
+	close(fd);
+}
+
+Test(net, connection_refused, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, refused_entry, NULL);
+}
