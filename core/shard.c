@@ -25,7 +25,9 @@
  * raises `sleeping` (seq_cst) before its last check for work and the
  * blocking enter, and a kicker publishes its work before reading
  * `sleeping` (seq_cst), so at least one of them sees the other: no lost
- * wake-up.
+ * wake-up. The first kicker to exchange `sleeping` back to 0 sends the one
+ * doorbell; shards wake each other with IORING_OP_MSG_RING instead of the
+ * eventfd when they can (core/msg.c has the full argument).
  */
 #include "core/internal.h"
 #include "core/sanitizer.h"
@@ -200,9 +202,12 @@ static void kick(struct corio__shard *s)
 	(void)r; /* EAGAIN: the counter is saturated, so a wake-up is pending anyway */
 }
 
+/* The caller published its work before calling (seq_cst load). Whoever
+ * exchanges `sleeping` from 1 to 0 owns the wake-up, so a sleeping shard
+ * gets one doorbell however many threads find it asleep (core/msg.c). */
 void corio__shard_kick(struct corio__shard *s)
 {
-	if (atomic_load(&s->sleeping))
+	if (atomic_load(&s->sleeping) && atomic_exchange(&s->sleeping, 0))
 		kick(s);
 }
 
@@ -344,11 +349,21 @@ static void idle_wait(struct corio__shard *s, uint64_t *busy_since)
 				break;
 		}
 	}
+	/* A stopping shard never blocks: it turns until its fibers, ops and
+	 * parts have drained, and never advertises itself as sleeping (a
+	 * MSG_RING doorbell must not target a ring that is about to close). */
+	if (atomic_load_explicit(&s->rt->stopping, memory_order_relaxed)) {
+		corio__ring_poll(&s->ring); /* submit, and flush deferred completions */
+		goto out;
+	}
 	atomic_store(&s->sleeping, 1);
-	/* Last look for work that another thread published before it saw us awake. */
+	/* Last look for work that another thread published before it saw us
+	 * awake (seq_cst loads in the parts; see core/msg.c). */
 	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping))
 		corio__ring_enter(&s->ring, 1);
-	atomic_store_explicit(&s->sleeping, 0, memory_order_relaxed);
+	/* seq_cst: a waker whose exchange won saw us before this store, and
+	 * our next check of the waker's in-flight count sees its increment. */
+	atomic_store(&s->sleeping, 0);
 out:
 	*busy_since = corio_now_ns();
 	CORIO__STAT_ADD(s->stats.idle_ns, *busy_since - t0);

@@ -1,0 +1,851 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/msg.c - the cross-shard message ring: post, call, spawn_on,
+ * broadcast, gather, post_foreign.
+ *
+ * ---- The ring ---------------------------------------------------------------
+ * Each shard owns one inbound ring of cap = cfg.msg_slots slots (a power of
+ * two). A slot is 32 bytes: a sequence word, a function, its argument and an
+ * aux word (message kind and sender). Producers are the other shards, the
+ * shard itself and foreign threads; the consumer is the owning shard only.
+ * It is a bounded MPSC queue with a sequence number per slot:
+ *
+ *   slot[i].seq == pos          slot free for the producer that claims pos
+ *   slot[i].seq == pos + 1      message at pos published
+ *   slot[i].seq == pos + cap    consumed; free for position pos + cap
+ *
+ * Producer: read tail; if slot[tail].seq == tail, claim the position with a
+ * CAS tail -> tail + 1 (seq_cst), write fn/arg/aux with plain stores, then
+ * publish with ONE release store seq = pos + 1. If slot[tail].seq < tail the
+ * slot still holds a message from the previous lap: the ring is full
+ * (-EAGAIN). Per-producer FIFO: one producer claims increasing positions, and
+ * the consumer takes positions strictly in order.
+ * Consumer: while slot[head].seq == head + 1 (acquire; pairs with the
+ * producer's release, so fn/arg/aux are visible), copy the slot out, free it
+ * with a release store seq = head + cap (pairs with the next producer's
+ * acquire load of seq, so our reads of the old payload happen before its
+ * writes), advance head (private to the consumer), run the message. At most
+ * `batch` messages per loop turn, so a flood cannot starve I/O.
+ *
+ * ---- No lost wake-up ----------------------------------------------------------
+ * A shard about to block in io_uring_enter (core/shard.c, idle_wait) stores
+ * sleeping = 1 (seq_cst), then takes a last look (this part's poll), which
+ * loads tail (seq_cst) and treats any position claimed but not consumed as
+ * work, published or not. A producer's claim is a seq_cst CAS on tail, and
+ * after publishing it loads sleeping (seq_cst). These four accesses are in
+ * one total order (the store-buffering pattern, forbidden for seq_cst):
+ * either the consumer's load of tail follows the claim (it sees the message
+ * or a claim in progress, and does not block; a claim in progress is
+ * published within a few instructions), or the producer's load of sleeping
+ * follows the consumer's store and sees 1, and the producer rings. No fence
+ * is needed on the producer's fast path: the CAS is the full barrier.
+ * The producer that sees sleeping == 1 takes the wake-up with an exchange
+ * to 0; only the winner rings, so a sleeping shard gets one doorbell however
+ * many shards post to it, and the others know a doorbell is on its way. The
+ * sleeper stores sleeping = 0 after its enter returns. The same handshake
+ * covers the two other things that wake a shard from outside: call replies
+ * (a CAS on `done`) and room notices (a fetch_or on `room_from`), each
+ * followed by the same sleeping check.
+ *
+ * Doorbells: from a shard, an IORING_OP_MSG_RING SQE on the sender's own ring
+ * that posts a CQE (user_data 0, ignored) on the target's ring, submitted at
+ * once; from a foreign thread (or with CORIO_MSG_DOORBELL=eventfd, or an
+ * SQPOLL ring), a write to the target's eventfd, on which the target always
+ * keeps a read armed. A MSG_RING names the target by fd, so the target must
+ * not close its ring between our exchange and the kernel resolving the fd
+ * inside our submit: the sender raises the target's db_inflight around it,
+ * and a stopping shard does not finish its loop while db_inflight != 0.
+ * (The sleeper's store of 0 is seq_cst, so a sender whose exchange won saw
+ * the target before that store, and the target's later check of
+ * db_inflight sees the sender's increment.)
+ *
+ * ---- Full ring -----------------------------------------------------------------
+ * The *_wait variants park the fiber on a per-target wait queue of its own
+ * shard after setting the sender's bit in the target's room_waiters bitmap
+ * and trying once more (seq_cst fence between the two; the consumer fences
+ * between freeing slots and reading the bitmap, so one of them sees the
+ * other). After a batch that freed slots, the consumer hands each waiting
+ * shard a bit in that shard's room_from bitmap and wakes it; that shard's
+ * poll wakes the fibers waiting on that target, which retry.
+ *
+ * ---- Calls -------------------------------------------------------------------
+ * corio_call queues a CALL message whose argument is a record on the
+ * caller's stack; the target spawns a fiber that runs fn and pushes the
+ * record on the caller shard's `done` stack (a Treiber stack: CAS push by any
+ * thread, exchange-all pop by the owner, so no ABA). Replies never need ring
+ * space, so two shards calling each other with full rings cannot deadlock.
+ * The caller parks with an on_cancel hook that does nothing: the target may
+ * use *arg until it replies, so the caller waits for the reply even when
+ * cancelled.
+ *
+ * ---- Shutdown ------------------------------------------------------------------
+ * stop: the ring is closed by setting bit 63 of tail with one fetch_or; the
+ * value before it is the final number of positions ever claimed, and every
+ * later post sees the bit and returns -ECANCELED. The loop then drains up to
+ * that position: posts run, calls are answered -ECANCELED (corio_spawn
+ * refuses while stopping), spawn_on messages count as spawn_failed. Calls
+ * whose fiber was spawned but never started (stop cancels it before it
+ * runs) are answered -ECANCELED at stop. Fibers waiting for room here are
+ * woken and get -ECANCELED. So every message is either run or reported.
+ * Auto-stop (the runtime ends when no shard has a live fiber): a spawn_on in
+ * flight adds one to rt->busy_shards until the target has spawned the
+ * fiber, so the runtime cannot end between the post and the spawn. Posts do
+ * not keep it alive (that would put a shared atomic on every post); they
+ * still run during the stop drain.
+ *
+ * Memory: the rings of all shards live until the last shard's fini (other
+ * shards may still post to a stopped shard and must read its closed tail).
+ */
+#include "core/internal.h"
+#include "uring/msg_ring.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define CLOSED (1ull << 63)
+#define BATCH_MAX 1024u /* messages run per loop turn */
+#define GATHER_WAVE 16u /* calls a gather keeps in flight (records on the stack) */
+
+enum { KIND_POST = 0, KIND_CALL = 1, KIND_SPAWN = 2 };
+#define AUX(kind, sender) (((uint64_t)(sender) << 2) | (uint64_t)(kind))
+
+struct slot {
+	_Atomic uint64_t seq;
+	void (*fn)(void *);
+	void *arg;
+	uint64_t aux;
+};
+
+/* Counters owned by one shard (read by others with relaxed loads). */
+struct peer_stats {
+	uint64_t sent, received, full, doorbells, calls, spawn_failed;
+};
+
+struct callwait {
+	struct corio_fiber *fiber;
+	unsigned pending;
+};
+
+/* A call in flight; lives on the caller's stack. Between the request and the
+ * reply only the target touches it. */
+struct call {
+	struct call *next; /* done stack */
+	struct call *un_next, *un_prev;
+	intptr_t (*fn)(void *);
+	void *arg;
+	intptr_t result;
+	int status;
+	struct corio__shard *home;
+	struct callwait *wait;
+};
+
+struct msg {
+	/* written by producers */
+	_Atomic uint64_t tail __attribute__((aligned(64)));
+
+	/* consumer (owner) only */
+	uint64_t head __attribute__((aligned(64)));
+	uint64_t mask, cap, closed_at;
+	bool closed;
+	bool use_msg_ring;
+	unsigned batch;
+	unsigned nshards, nwords;
+	struct slot *slots;
+	struct corio__shard *s;
+	struct corio_waitq *room_wq; /* [nshards]: fibers here waiting for room on shard i */
+	unsigned room_waiting;       /* how many */
+	struct call *unstarted;      /* calls spawned here whose fiber has not run yet */
+	struct peer_stats *peers;    /* [nshards + 1], the last is foreign threads */
+	unsigned fini_left_init;
+
+	/* written by other threads */
+	_Atomic(struct call *) done __attribute__((aligned(64))); /* replies for fibers here */
+	_Atomic unsigned db_inflight;
+	_Atomic uint64_t foreign_sent, foreign_full, foreign_doorbells;
+	_Atomic uint64_t *room_waiters; /* [nwords]: shards waiting for room in this ring */
+	_Atomic uint64_t *room_from;    /* [nwords]: rings that have room again for us */
+	_Atomic unsigned fini_left;     /* shard 0's copy: shards not yet finished */
+};
+
+static inline struct msg *part(struct corio__shard *s)
+{
+	return s->parts[CORIO__PART_MSG];
+}
+
+/* ---- producer side ------------------------------------------------------------ */
+
+static int push(struct msg *t, void (*fn)(void *), void *arg, uint64_t aux)
+{
+	uint64_t pos = atomic_load_explicit(&t->tail, memory_order_relaxed);
+
+	for (;;) {
+		struct slot *sl;
+		int64_t dif;
+
+		if (CORIO__UNLIKELY(pos & CLOSED))
+			return -ECANCELED;
+		sl = &t->slots[pos & t->mask];
+		dif = (int64_t)(atomic_load_explicit(&sl->seq, memory_order_acquire) - pos);
+		if (CORIO__LIKELY(dif == 0)) {
+			if (atomic_compare_exchange_weak_explicit(&t->tail, &pos, pos + 1,
+								  memory_order_seq_cst,
+								  memory_order_relaxed)) {
+				sl->fn = fn;
+				sl->arg = arg;
+				sl->aux = aux;
+				atomic_store_explicit(&sl->seq, pos + 1, memory_order_release);
+				return 0;
+			}
+		} else if (dif < 0) {
+			return -EAGAIN;
+		} else {
+			pos = atomic_load_explicit(&t->tail, memory_order_relaxed);
+		}
+	}
+}
+
+static void efd_write(struct corio__shard *t)
+{
+	uint64_t one = 1;
+	ssize_t r = write(t->efd, &one, sizeof(one));
+
+	(void)r; /* EAGAIN: the counter is saturated, so a wake-up is pending anyway */
+}
+
+/* After publishing something t will look at: wake t if it sleeps. s is the
+ * calling shard (NULL: a foreign thread). Returns 1 if a doorbell was sent. */
+static int wake(struct corio__shard *s, struct corio__shard *t)
+{
+	struct msg *tm;
+	int rang = 0;
+
+	if (s == t || !atomic_load(&t->sleeping))
+		return 0;
+	if (!s || !part(s)->use_msg_ring) {
+		if (atomic_exchange(&t->sleeping, 0)) {
+			efd_write(t);
+			rang = 1;
+		}
+		return rang;
+	}
+	tm = part(t);
+	atomic_fetch_add(&tm->db_inflight, 1);
+	if (atomic_exchange(&t->sleeping, 0)) {
+		if (corio__ring_msg_doorbell(&s->ring, t->ring.ring.ring_fd) < 0)
+			efd_write(t); /* could not submit now: the eventfd never fails us */
+		rang = 1;
+	}
+	atomic_fetch_sub(&tm->db_inflight, 1);
+	return rang;
+}
+
+/* One attempt from shard s to shard index `to`. */
+static int send_try(struct corio__shard *s, unsigned to, void (*fn)(void *), void *arg,
+		    unsigned kind, bool count_full)
+{
+	struct corio__shard *t = s->rt->shards[to];
+	struct peer_stats *ps = &part(s)->peers[to];
+	int ret = push(part(t), fn, arg, AUX(kind, s->id));
+
+	if (CORIO__UNLIKELY(ret)) {
+		if (ret == -EAGAIN && count_full)
+			CORIO__STAT_ADD(ps->full, 1);
+		return ret;
+	}
+	CORIO__STAT_ADD(ps->sent, 1);
+	if (CORIO__UNLIKELY(wake(s, t)))
+		CORIO__STAT_ADD(ps->doorbells, 1);
+	return 0;
+}
+
+/* send_try, parking the calling fiber while the target's ring is full. */
+static int send_wait(struct corio__shard *s, unsigned to, void (*fn)(void *), void *arg,
+		     unsigned kind)
+{
+	struct msg *m = part(s);
+	struct msg *tm = part(s->rt->shards[to]);
+	bool first = true;
+	int ret;
+
+	for (;;) {
+		ret = send_try(s, to, fn, arg, kind, first);
+		first = false;
+		if (ret != -EAGAIN)
+			return ret;
+		if (corio_cancelled())
+			return -ECANCELED;
+		atomic_fetch_or(&tm->room_waiters[s->id / 64], 1ull << (s->id % 64));
+		atomic_thread_fence(memory_order_seq_cst);
+		ret = send_try(s, to, fn, arg, kind, false);
+		if (ret != -EAGAIN)
+			return ret;
+		m->room_waiting++;
+		ret = corio__wq_wait(&m->room_wq[to]);
+		m->room_waiting--;
+		if (ret == -ECANCELED)
+			return ret;
+	}
+}
+
+/* Common argument checks; returns the calling shard or NULL with *err set. */
+static struct corio__shard *sender(unsigned to, const void *fn, int *err)
+{
+	struct corio__shard *s = corio__shard();
+
+	if (CORIO__UNLIKELY(!s)) {
+		assert(!"corio: cross-shard message call outside a shard (use corio_post_foreign)");
+		*err = -EPERM;
+		return NULL;
+	}
+	if (CORIO__UNLIKELY(to >= s->rt->nshards || !fn)) {
+		*err = -EINVAL;
+		return NULL;
+	}
+	return s;
+}
+
+int corio_post(unsigned shard, void (*fn)(void *), void *arg)
+{
+	int err;
+	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	return send_try(s, shard, fn, arg, KIND_POST, true);
+}
+
+int corio_post_wait(unsigned shard, void (*fn)(void *), void *arg)
+{
+	int err;
+	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (corio_cancelled())
+		return -ECANCELED;
+	return send_wait(s, shard, fn, arg, KIND_POST);
+}
+
+/* spawn_on holds the runtime open (rt->busy_shards) until the target spawned. */
+static void token_put(struct corio_rt *rt)
+{
+	if (atomic_fetch_sub(&rt->busy_shards, 1) == 1)
+		corio_stop(rt);
+}
+
+static int spawn_on(unsigned shard, int (*fn)(void *), void *arg, bool wait)
+{
+	int err;
+	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	if (wait) {
+		CORIO__REQUIRE_FIBER(-EPERM);
+		if (corio_cancelled())
+			return -ECANCELED;
+	}
+	atomic_fetch_add(&s->rt->busy_shards, 1);
+	/* The function pointer travels as void (*)(void *) and is converted
+	 * back before the call (C11 6.3.2.3p8); the detour through
+	 * void (*)(void) tells gcc the cast is deliberate. */
+	err = wait ? send_wait(s, shard, (void (*)(void *))(void (*)(void))fn, arg, KIND_SPAWN)
+		   : send_try(s, shard, (void (*)(void *))(void (*)(void))fn, arg, KIND_SPAWN,
+			      true);
+	if (err)
+		token_put(s->rt);
+	return err;
+}
+
+int corio_spawn_on(unsigned shard, int (*fn)(void *), void *arg)
+{
+	return spawn_on(shard, fn, arg, false);
+}
+
+int corio_spawn_on_wait(unsigned shard, int (*fn)(void *), void *arg)
+{
+	return spawn_on(shard, fn, arg, true);
+}
+
+int corio_broadcast(void (*fn)(void *), void *arg)
+{
+	int err, n = 0;
+	struct corio__shard *s = sender(0, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	CORIO__REQUIRE_FIBER(-EPERM);
+	for (unsigned i = 0; i < s->rt->nshards; i++)
+		if (!corio_cancelled() && send_wait(s, i, fn, arg, KIND_POST) == 0)
+			n++;
+	return n;
+}
+
+int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *), void *arg)
+{
+	struct corio__shard *t;
+	struct msg *tm;
+	int ret;
+
+	if (!rt || !fn || shard >= rt->nshards)
+		return -EINVAL;
+	t = rt->shards[shard];
+	tm = part(t);
+	ret = push(tm, fn, arg, AUX(KIND_POST, rt->nshards));
+	if (ret) {
+		if (ret == -EAGAIN)
+			atomic_fetch_add_explicit(&tm->foreign_full, 1, memory_order_relaxed);
+		return ret;
+	}
+	atomic_fetch_add_explicit(&tm->foreign_sent, 1, memory_order_relaxed);
+	if (wake(NULL, t))
+		atomic_fetch_add_explicit(&tm->foreign_doorbells, 1, memory_order_relaxed);
+	return 0;
+}
+
+/* ---- calls ---------------------------------------------------------------------- */
+
+/* Target side: hand c back to its caller's shard. c may be gone on return. */
+static void reply(struct corio__shard *s, struct call *c)
+{
+	struct corio__shard *home = c->home;
+	struct msg *hm = part(home);
+	struct call *old = atomic_load_explicit(&hm->done, memory_order_relaxed);
+
+	do
+		c->next = old;
+	while (!atomic_compare_exchange_weak_explicit(&hm->done, &old, c, memory_order_seq_cst,
+						      memory_order_relaxed));
+	if (wake(s, home))
+		CORIO__STAT_ADD(part(s)->peers[home->id].doorbells, 1);
+}
+
+static void unstarted_unlink(struct msg *m, struct call *c)
+{
+	if (c->un_prev)
+		c->un_prev->un_next = c->un_next;
+	else
+		m->unstarted = c->un_next;
+	if (c->un_next)
+		c->un_next->un_prev = c->un_prev;
+	c->un_next = c->un_prev = NULL;
+}
+
+static int call_main(void *arg)
+{
+	struct call *c = arg;
+	struct corio__shard *s = corio__shard();
+
+	unstarted_unlink(part(s), c);
+	c->result = c->fn(c->arg);
+	c->status = 0;
+	reply(s, c);
+	return 0;
+}
+
+static void call_start(struct msg *m, struct call *c)
+{
+	struct corio_spawn_opts o = { .name = "corio_call" };
+	int ret = corio_spawn(call_main, c, &o, NULL);
+
+	if (ret) {
+		c->status = ret;
+		reply(m->s, c);
+		return;
+	}
+	c->un_prev = NULL;
+	c->un_next = m->unstarted;
+	if (m->unstarted)
+		m->unstarted->un_prev = c;
+	m->unstarted = c;
+}
+
+static void call_on_cancel(struct corio_fiber *f)
+{
+	(void)f; /* keep waiting: the target may still use the caller's memory */
+}
+
+static void calls_wait(struct callwait *cw)
+{
+	struct corio_fiber *f = cw->fiber;
+
+	f->on_cancel = call_on_cancel;
+	while (cw->pending)
+		corio__park();
+	f->on_cancel = NULL;
+}
+
+/* Queue one call; on success cw->pending counts it. */
+static int call_send(struct corio__shard *s, unsigned to, struct call *c, struct callwait *cw)
+{
+	int ret;
+
+	c->home = s;
+	c->wait = cw;
+	c->status = -ECANCELED;
+	c->next = c->un_next = c->un_prev = NULL;
+	ret = send_wait(s, to, NULL, c, KIND_CALL);
+	if (ret == 0) {
+		cw->pending++;
+		CORIO__STAT_ADD(part(s)->peers[to].calls, 1);
+	}
+	return ret;
+}
+
+int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *result)
+{
+	int err;
+	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+	struct callwait cw;
+	struct call c;
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (corio_cancelled())
+		return -ECANCELED;
+	cw.fiber = s->current;
+	cw.pending = 0;
+	c.fn = fn;
+	c.arg = arg;
+	c.result = 0;
+	err = call_send(s, shard, &c, &cw);
+	if (err)
+		return err;
+	calls_wait(&cw);
+	if (c.status == 0 && result)
+		*result = c.result;
+	return c.status;
+}
+
+int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
+{
+	int err, first = 0;
+	struct corio__shard *s = sender(0, (const void *)fn, &err);
+	struct call c[GATHER_WAVE];
+	struct callwait cw;
+	unsigned n;
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (corio_cancelled())
+		return -ECANCELED;
+	n = s->rt->nshards;
+	cw.fiber = s->current;
+	for (unsigned base = 0; base < n; base += GATHER_WAVE) {
+		unsigned k = n - base < GATHER_WAVE ? n - base : GATHER_WAVE;
+
+		/* pending starts at 1 so that replies arriving while a later
+		 * send waits for room cannot make us ready in the middle of
+		 * that wait */
+		cw.pending = 1;
+		for (unsigned i = 0; i < k; i++) {
+			c[i].fn = fn;
+			c[i].arg = arg;
+			c[i].result = 0;
+			if (call_send(s, base + i, &c[i], &cw))
+				c[i].status = -ECANCELED;
+		}
+		cw.pending--;
+		calls_wait(&cw);
+		for (unsigned i = 0; i < k; i++) {
+			if (results)
+				results[base + i] = c[i].status ? 0 : c[i].result;
+			if (c[i].status && !first)
+				first = c[i].status;
+		}
+	}
+	return first;
+}
+
+/* ---- consumer side (the owning shard's loop) --------------------------------- */
+
+static void run_one(struct msg *m, void (*fn)(void *), void *arg, uint64_t aux)
+{
+	switch (aux & 3) {
+	case KIND_POST:
+		fn(arg);
+		break;
+	case KIND_CALL:
+		call_start(m, arg);
+		break;
+	case KIND_SPAWN: {
+		int (*sfn)(void *) = (int (*)(void *))(void (*)(void))fn;
+
+		if (corio_spawn(sfn, arg, NULL, NULL))
+			CORIO__STAT_ADD(m->peers[aux >> 2].spawn_failed, 1);
+		token_put(m->s->rt);
+		break;
+	}
+	default:
+		assert(!"corio: bad message kind");
+	}
+}
+
+/* Tell every shard that waits for room in m's ring to try again. */
+static void room_notify(struct msg *m)
+{
+	struct corio__shard *s = m->s;
+
+	for (unsigned w = 0; w < m->nwords; w++) {
+		uint64_t bits;
+
+		if (!atomic_load_explicit(&m->room_waiters[w], memory_order_relaxed))
+			continue;
+		bits = atomic_exchange(&m->room_waiters[w], 0);
+		while (bits) {
+			unsigned b = (unsigned)__builtin_ctzll(bits) + w * 64;
+			struct corio__shard *t = s->rt->shards[b];
+
+			bits &= bits - 1;
+			atomic_fetch_or(&part(t)->room_from[s->id / 64], 1ull << (s->id % 64));
+			wake(s, t);
+		}
+	}
+}
+
+static unsigned drain(struct msg *m)
+{
+	uint64_t head = m->head;
+	unsigned n = 0;
+
+	while (n < m->batch) {
+		struct slot *sl = &m->slots[head & m->mask];
+		void (*fn)(void *);
+		void *arg;
+		uint64_t aux;
+
+		if (atomic_load_explicit(&sl->seq, memory_order_acquire) != head + 1)
+			break;
+		fn = sl->fn;
+		arg = sl->arg;
+		aux = sl->aux;
+		atomic_store_explicit(&sl->seq, head + m->cap, memory_order_release);
+		m->head = ++head;
+		n++;
+		CORIO__STAT_ADD(m->peers[aux >> 2].received, 1);
+		run_one(m, fn, arg, aux);
+	}
+	if (n) {
+		/* Pairs with the fence in send_wait: either we see its bit or it
+		 * sees the slots we freed. */
+		atomic_thread_fence(memory_order_seq_cst);
+		room_notify(m);
+	}
+	return n;
+}
+
+static unsigned replies(struct msg *m)
+{
+	struct call *c;
+	unsigned n = 0;
+
+	if (!atomic_load(&m->done)) /* seq_cst: part of the sleeping handshake */
+		return 0;
+	c = atomic_exchange_explicit(&m->done, NULL, memory_order_acquire);
+	while (c) {
+		struct call *next = c->next;
+		struct callwait *cw = c->wait;
+
+		if (--cw->pending == 0)
+			corio__ready(cw->fiber, 0);
+		c = next;
+		n++;
+	}
+	return n;
+}
+
+static unsigned room_wakeups(struct msg *m)
+{
+	unsigned n = 0;
+
+	for (unsigned w = 0; w < m->nwords; w++) {
+		uint64_t bits;
+
+		if (!atomic_load(&m->room_from[w])) /* seq_cst: sleeping handshake */
+			continue;
+		bits = atomic_exchange(&m->room_from[w], 0);
+		while (bits) {
+			unsigned b = (unsigned)__builtin_ctzll(bits) + w * 64;
+
+			bits &= bits - 1;
+			corio__wq_wake_all(&m->room_wq[b], 0);
+			n++;
+		}
+	}
+	return n;
+}
+
+static unsigned msg_poll(struct corio__shard *s)
+{
+	struct msg *m = part(s);
+	unsigned work = replies(m);
+
+	if (m->room_waiting)
+		work += room_wakeups(m);
+	work += drain(m);
+	/* The last look before sleeping: a claimed, not yet published position
+	 * is work too (see the top of the file). */
+	if (!work && atomic_load_explicit(&s->sleeping, memory_order_relaxed) &&
+	    (atomic_load(&m->tail) & ~CLOSED) != m->head)
+		work = 1;
+	return work;
+}
+
+static void msg_stop(struct corio__shard *s)
+{
+	struct msg *m = part(s);
+
+	m->closed_at = atomic_fetch_or(&m->tail, CLOSED) & ~CLOSED;
+	m->closed = true;
+	/* Fibers elsewhere waiting for room here retry and get -ECANCELED. */
+	atomic_thread_fence(memory_order_seq_cst);
+	room_notify(m);
+	/* Their fibers were cancelled before they ran: answer for them. */
+	while (m->unstarted) {
+		struct call *c = m->unstarted;
+
+		unstarted_unlink(m, c);
+		c->status = -ECANCELED;
+		reply(s, c);
+	}
+}
+
+static bool msg_busy(struct corio__shard *s)
+{
+	struct msg *m = part(s);
+
+	return !m->closed || m->head != m->closed_at || atomic_load(&m->db_inflight);
+}
+
+/* ---- set-up and teardown ----------------------------------------------------------- */
+
+static void msg_free(struct msg *m)
+{
+	if (!m)
+		return;
+	free(m->slots);
+	free(m->room_waiters);
+	free(m->room_wq);
+	free(m->peers);
+	free(m);
+}
+
+static int msg_init(struct corio__shard *s)
+{
+	struct corio_rt *rt = s->rt;
+	const char *env = getenv("CORIO_MSG_DOORBELL");
+	struct msg *m;
+	size_t cap = rt->cfg.msg_slots;
+
+	m = aligned_alloc(64, (sizeof(*m) + 63) & ~(size_t)63);
+	if (!m)
+		return -ENOMEM;
+	memset(m, 0, sizeof(*m));
+	m->s = s;
+	m->cap = cap;
+	m->mask = cap - 1;
+	m->batch = cap < BATCH_MAX ? (unsigned)cap : BATCH_MAX;
+	m->nshards = rt->nshards;
+	m->nwords = (rt->nshards + 63) / 64;
+	m->slots = aligned_alloc(64, cap * sizeof(struct slot));
+	m->room_waiters = calloc(2 * (size_t)m->nwords, sizeof(*m->room_waiters));
+	m->room_wq = calloc(rt->nshards, sizeof(*m->room_wq));
+	m->peers = calloc(rt->nshards + 1, sizeof(*m->peers));
+	if (!m->slots || !m->room_waiters || !m->room_wq || !m->peers) {
+		msg_free(m);
+		return -ENOMEM;
+	}
+	m->room_from = m->room_waiters + m->nwords;
+	for (size_t i = 0; i < cap; i++)
+		atomic_init(&m->slots[i].seq, i);
+	atomic_init(&m->tail, 0);
+	atomic_init(&m->done, NULL);
+	atomic_init(&m->fini_left, rt->nshards);
+	/* MSG_RING doorbells unless the ring cannot send them or the
+	 * environment asks for the eventfd (tests, the benchmark). */
+	m->use_msg_ring = corio__ring_can_msg(&s->ring) && !(env && !strcmp(env, "eventfd"));
+	s->parts[CORIO__PART_MSG] = m;
+	return 0;
+}
+
+static void msg_fini(struct corio__shard *s)
+{
+	struct corio_rt *rt = s->rt;
+	struct msg *m0;
+
+	/* If start-up failed no loop ran and nobody else can see our ring. */
+	if (rt->failed || !rt->shards[0] || !part(rt->shards[0])) {
+		msg_free(part(s));
+		s->parts[CORIO__PART_MSG] = NULL;
+		return;
+	}
+	m0 = part(rt->shards[0]);
+	if (atomic_fetch_sub(&m0->fini_left, 1) != 1)
+		return;
+	/* Last shard out: no loop runs any more, free every ring. */
+	for (unsigned i = 0; i < rt->nshards; i++) {
+		msg_free(part(rt->shards[i]));
+		rt->shards[i]->parts[CORIO__PART_MSG] = NULL;
+	}
+}
+
+const struct corio__part corio__msg_part = {
+	.name = "msg",
+	.init = msg_init,
+	.poll = msg_poll,
+	.stop = msg_stop,
+	.busy = msg_busy,
+	.fini = msg_fini,
+};
+
+/* ---- stats ------------------------------------------------------------------------- */
+
+static void add_peer(struct corio_msg_stats *o, const struct peer_stats *p)
+{
+	o->sent += __atomic_load_n(&p->sent, __ATOMIC_RELAXED);
+	o->received += __atomic_load_n(&p->received, __ATOMIC_RELAXED);
+	o->full += __atomic_load_n(&p->full, __ATOMIC_RELAXED);
+	o->doorbells += __atomic_load_n(&p->doorbells, __ATOMIC_RELAXED);
+	o->calls += __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
+	o->spawn_failed += __atomic_load_n(&p->spawn_failed, __ATOMIC_RELAXED);
+}
+
+static void add_foreign(struct corio_msg_stats *o, struct msg *m)
+{
+	add_peer(o, &m->peers[m->nshards]);
+	o->sent += atomic_load_explicit(&m->foreign_sent, memory_order_relaxed);
+	o->full += atomic_load_explicit(&m->foreign_full, memory_order_relaxed);
+	o->doorbells += atomic_load_explicit(&m->foreign_doorbells, memory_order_relaxed);
+}
+
+int corio_msg_stats_get(struct corio_rt *rt, unsigned shard, unsigned peer,
+			struct corio_msg_stats *out)
+{
+	struct msg *m;
+
+	if (!rt) {
+		if (!corio__shard())
+			return -EPERM;
+		rt = corio__shard()->rt;
+	}
+	if (!out || shard >= rt->nshards || !(m = part(rt->shards[shard])))
+		return -EINVAL;
+	if (peer != CORIO_MSG_PEER_ALL && peer != CORIO_MSG_PEER_FOREIGN && peer >= rt->nshards)
+		return -EINVAL;
+	memset(out, 0, sizeof(*out));
+	if (peer == CORIO_MSG_PEER_ALL) {
+		for (unsigned i = 0; i < rt->nshards; i++)
+			add_peer(out, &m->peers[i]);
+		add_foreign(out, m);
+	} else if (peer == CORIO_MSG_PEER_FOREIGN) {
+		add_foreign(out, m);
+	} else {
+		add_peer(out, &m->peers[peer]);
+	}
+	return 0;
+}

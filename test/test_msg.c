@@ -1,0 +1,588 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Cross-shard messages: exactly-once per-producer FIFO delivery, calls,
+ * gather/broadcast, full-ring backpressure, foreign threads, shutdown with
+ * messages in flight, wake-ups of sleeping shards (MSG_RING and eventfd).
+ *
+ * Message counts are divided by SCALE under ASan/TSan (20x) so the file stays
+ * well under a minute there too; the ordering checks are the same.
+ */
+#include "helpers.h"
+
+#include <pthread.h>
+#include <sched.h>
+#include <stdlib.h>
+
+#ifndef __has_feature
+#define __has_feature(x) 0
+#endif
+#if defined(__SANITIZE_THREAD__) || defined(__SANITIZE_ADDRESS__) || \
+	__has_feature(thread_sanitizer) || __has_feature(address_sanitizer)
+#define SCALE 20
+#else
+#define SCALE 1
+#endif
+
+#define MAXS 8
+
+/* ---- argument checks ------------------------------------------------------------ */
+
+static void nop_fn(void *arg) { (void)arg; }
+static intptr_t nop_call(void *arg) { (void)arg; return 0; }
+static int nop_fiber(void *arg) { (void)arg; return 0; }
+
+static void errors_entry(void *arg)
+{
+	struct corio_msg_stats st;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_post(2, nop_fn, NULL), -EINVAL);
+	CHECK_EQ(corio_post(0, NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_post_wait(7, nop_fn, NULL), -EINVAL);
+	CHECK_EQ(corio_call(2, nop_call, NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_call(1, NULL, NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_spawn_on(5, nop_fiber, NULL), -EINVAL);
+	CHECK_EQ(corio_spawn_on(1, NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_broadcast(NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_gather(NULL, NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_post_foreign(NULL, 0, nop_fn, NULL), -EINVAL);
+	CHECK_EQ(corio_msg_stats_get(NULL, 0, 2, &st), -EINVAL);
+	CHECK_EQ(corio_msg_stats_get(NULL, 2, 0, &st), -EINVAL);
+	CHECK_EQ(corio_msg_stats_get(NULL, 0, 1, NULL), -EINVAL);
+	CHECK_EQ(corio_msg_stats_get(NULL, 0, CORIO_MSG_PEER_ALL, &st), 0);
+	CHECK_EQ(corio_msg_stats_get(NULL, 0, CORIO_MSG_PEER_FOREIGN, &st), 0);
+	/* a call into this very shard works too */
+	CHECK_EQ(corio_call(0, nop_call, NULL, NULL), 0);
+}
+
+Test(msg, bad_arguments_are_rejected, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct corio_msg_stats st;
+
+	th_run(&cfg, errors_entry, NULL);
+	cr_assert_eq(corio_msg_stats_get(NULL, 0, 0, &st), -EPERM);
+}
+
+Test(msg, off_shard_calls_fail_cleanly)
+{
+#ifdef NDEBUG
+	cr_assert_eq(corio_post(0, nop_fn, NULL), -EPERM);
+	cr_assert_eq(corio_call(0, nop_call, NULL, NULL), -EPERM);
+#else
+	cr_skip_test("debug builds assert on this misuse (build with -DNDEBUG to run)");
+#endif
+}
+
+/* ---- exactly once, per-producer FIFO ------------------------------------------------ */
+
+static struct fifo {
+	unsigned n;
+	uint64_t per_pair;
+	uint64_t next[MAXS][MAXS]; /* [receiver][sender]: next sequence expected */
+	uint64_t got[MAXS];
+	uint64_t eagain[MAXS];
+	struct corio_event done[MAXS];
+} fifo;
+
+static void fifo_handler(void *arg)
+{
+	uintptr_t a = (uintptr_t)arg;
+	unsigned me = corio_shard_id(), from = (unsigned)(a & 0xff);
+	uint64_t seq = a >> 8;
+
+	if (fifo.next[me][from] != seq)
+		CHECK_EQ(seq, fifo.next[me][from]); /* only formats on failure */
+	fifo.next[me][from] = seq + 1;
+	if (++fifo.got[me] == fifo.per_pair * (fifo.n - 1))
+		corio_event_set(&fifo.done[me]);
+}
+
+static void fifo_entry(void *arg)
+{
+	unsigned me = corio_shard_id();
+
+	(void)arg;
+	for (uint64_t seq = 0; seq < fifo.per_pair; seq++) {
+		for (unsigned k = 1; k < fifo.n; k++) {
+			unsigned to = (me + k) % fifo.n;
+			void *a = (void *)(uintptr_t)(seq << 8 | me);
+			int ret = corio_post(to, fifo_handler, a);
+
+			if (ret == -EAGAIN) {
+				fifo.eagain[me]++;
+				ret = corio_post_wait(to, fifo_handler, a);
+			}
+			CHECK_EQ(ret, 0);
+		}
+	}
+	CHECK_EQ(corio_event_wait(&fifo.done[me]), 0);
+}
+
+static void fifo_run(unsigned n)
+{
+	struct corio_config cfg = th_cfg(n);
+
+	memset(&fifo, 0, sizeof(fifo));
+	fifo.n = n;
+	fifo.per_pair = 1000000 / SCALE;
+	for (unsigned i = 0; i < n; i++)
+		corio_event_init(&fifo.done[i]);
+	th_run(&cfg, fifo_entry, NULL);
+	for (unsigned r = 0; r < n; r++) {
+		cr_assert_eq(fifo.got[r], fifo.per_pair * (n - 1), "shard %u got %llu", r,
+			     (unsigned long long)fifo.got[r]);
+		for (unsigned s = 0; s < n; s++)
+			if (s != r)
+				cr_assert_eq(fifo.next[r][s], fifo.per_pair, "%u from %u", r, s);
+	}
+}
+
+Test(msg, two_shards_1M_each_exactly_once_fifo, .timeout = 120) { fifo_run(2); }
+Test(msg, four_shards_1M_each_exactly_once_fifo, .timeout = 240) { fifo_run(4); }
+
+/* ---- calls, gather, broadcast -------------------------------------------------------- */
+
+#define CALL_ROUNDS (4000 / SCALE)
+static _Atomic unsigned bcast_seen[MAXS];
+
+static intptr_t double_plus_id(void *arg)
+{
+	intptr_t x = *(intptr_t *)arg;
+
+	CHECK(corio_self() != NULL); /* runs in a fiber: may block */
+	if (x % 7 == 0)
+		corio_yield();
+	return x * 2 + (intptr_t)corio_shard_id() * 1000000;
+}
+
+static intptr_t shard_times_ten(void *arg)
+{
+	(void)arg;
+	return (intptr_t)corio_shard_id() * 10;
+}
+
+static void bcast_fn(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&bcast_seen[corio_shard_id()], 1);
+}
+
+static void call_entry(void *arg)
+{
+	unsigned n = corio_shard_count();
+	intptr_t res[MAXS], sum = 0;
+	struct corio_msg_stats st;
+
+	(void)arg;
+	for (intptr_t i = 0; i < CALL_ROUNDS; i++) {
+		unsigned to = (unsigned)i % n;
+		intptr_t x = i, r = -1;
+
+		CHECK_EQ(corio_call(to, double_plus_id, &x, &r), 0);
+		CHECK_EQ(r, i * 2 + (intptr_t)to * 1000000);
+	}
+	CHECK_EQ(corio_gather(shard_times_ten, NULL, res), 0);
+	for (unsigned i = 0; i < n; i++) {
+		CHECK_EQ(res[i], (intptr_t)i * 10);
+		sum += res[i];
+	}
+	CHECK_EQ(sum, 10 * (intptr_t)(n * (n - 1) / 2));
+	CHECK_EQ(corio_broadcast(bcast_fn, NULL), (int)n);
+	CHECK_EQ(corio_msg_stats_get(NULL, corio_shard_id(), (corio_shard_id() + 1) % n, &st), 0);
+	CHECK(st.calls >= CALL_ROUNDS / n + 1);
+}
+
+Test(msg, call_round_trips_gather_broadcast, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(3);
+
+	th_run(&cfg, call_entry, NULL);
+	/* broadcast posts that were still queued when the runtime stopped ran
+	 * during the stop drain */
+	for (unsigned i = 0; i < 3; i++)
+		cr_assert_eq(atomic_load(&bcast_seen[i]), 3);
+}
+
+/* A caller cancelled while its call runs keeps waiting for the answer. */
+static _Atomic int slow_started, slow_release, slow_finished;
+
+static intptr_t slow_fn(void *arg)
+{
+	(void)arg;
+	atomic_store(&slow_started, 1);
+	while (!atomic_load(&slow_release))
+		corio_yield();
+	atomic_store(&slow_finished, 1);
+	return 42;
+}
+
+static int caller_fiber(void *arg)
+{
+	intptr_t r = 0;
+
+	(void)arg;
+	CHECK_EQ(corio_call(1, slow_fn, NULL, &r), 0);
+	CHECK_EQ(r, 42);
+	CHECK(atomic_load(&slow_finished));
+	CHECK(corio_cancelled());
+	/* sticky: the next blocking call is refused */
+	CHECK_EQ(corio_call(1, slow_fn, NULL, &r), -ECANCELED);
+	return 0;
+}
+
+static void cancel_entry(void *arg)
+{
+	struct corio_fiber *f;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_spawn(caller_fiber, NULL, NULL, &f), 0);
+	while (!atomic_load(&slow_started))
+		corio_yield();
+	CHECK_EQ(corio_cancel(f), 0);
+	corio_yield();
+	corio_yield();
+	CHECK(!atomic_load(&slow_finished));
+	atomic_store(&slow_release, 1);
+	CHECK_EQ(corio_join(f, NULL), 0);
+}
+
+Test(msg, cancelled_caller_waits_for_the_answer, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	th_run(&cfg, cancel_entry, NULL);
+	cr_assert(atomic_load(&slow_finished));
+}
+
+/* ---- full ring -------------------------------------------------------------------------- */
+
+#define BP_SLOTS 64
+#define BP_MORE (20000 / SCALE)
+static _Atomic int bp_spinning, bp_go, bp_in_wait, bp_wait_returned, bp_helper_saw_parked;
+static uint64_t bp_next, bp_got;
+static struct corio_event bp_done;
+
+static void bp_handler(void *arg)
+{
+	CHECK_EQ((uint64_t)(uintptr_t)arg, bp_next);
+	bp_next++;
+	if (++bp_got == BP_SLOTS + 1 + BP_MORE)
+		corio_event_set(&bp_done);
+}
+
+static int bp_helper(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&bp_in_wait))
+		corio_yield();
+	/* We run, on the poster's shard, while its post_wait is pending: it
+	 * parked instead of spinning. Now let the target drain. */
+	atomic_store(&bp_helper_saw_parked, !atomic_load(&bp_wait_returned));
+	atomic_store(&bp_go, 1);
+	return 0;
+}
+
+static void bp_entry(void *arg)
+{
+	struct corio_msg_stats st;
+	uint64_t seq = 0;
+
+	(void)arg;
+	if (corio_shard_id() == 1) {
+		/* Hog the loop so nothing is drained until bp_go. */
+		atomic_store(&bp_spinning, 1);
+		while (!atomic_load(&bp_go))
+			;
+		CHECK_EQ(corio_event_wait(&bp_done), 0);
+		CHECK_EQ(corio_msg_stats_get(NULL, 1, 0, &st), 0);
+		CHECK_EQ(st.received, BP_SLOTS + 1 + BP_MORE);
+		return;
+	}
+	CHECK_EQ(corio_spawn(bp_helper, NULL, NULL, NULL), 0);
+	while (!atomic_load(&bp_spinning))
+		corio_yield();
+	for (; seq < BP_SLOTS; seq++)
+		CHECK_EQ(corio_post(1, bp_handler, (void *)(uintptr_t)seq), 0);
+	CHECK_EQ(corio_post(1, bp_handler, (void *)(uintptr_t)seq), -EAGAIN);
+	CHECK_EQ(corio_spawn_on(1, nop_fiber, NULL), -EAGAIN);
+	atomic_store(&bp_in_wait, 1);
+	CHECK_EQ(corio_post_wait(1, bp_handler, (void *)(uintptr_t)seq), 0);
+	atomic_store(&bp_wait_returned, 1);
+	seq++;
+	for (uint64_t i = 0; i < BP_MORE; i++, seq++)
+		CHECK_EQ(corio_post_wait(1, bp_handler, (void *)(uintptr_t)seq), 0);
+	CHECK_EQ(corio_msg_stats_get(NULL, 0, 1, &st), 0);
+	CHECK_EQ(st.sent, BP_SLOTS + 1 + BP_MORE);
+	CHECK(st.full >= 2);
+}
+
+Test(msg, full_ring_eagain_then_wait_parks, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	cfg.msg_slots = BP_SLOTS;
+	corio_event_init(&bp_done);
+	th_run(&cfg, bp_entry, NULL);
+	cr_assert(atomic_load(&bp_helper_saw_parked), "post_wait did not park");
+	cr_assert_eq(bp_got, BP_SLOTS + 1 + BP_MORE);
+}
+
+/* ---- foreign threads ------------------------------------------------------------------------- */
+
+#define FOREIGN_THREADS 2
+#define FOREIGN_MSGS (200000 / SCALE)
+static uint64_t fr_next[2][FOREIGN_THREADS], fr_got[2];
+static struct corio_event fr_done[2];
+static struct corio_rt *fr_rt;
+
+static void fr_handler(void *arg)
+{
+	uintptr_t a = (uintptr_t)arg;
+	unsigned me = corio_shard_id(), t = (unsigned)(a & 0xff);
+
+	CHECK(corio_self() == NULL); /* posts run on the loop */
+	if (fr_next[me][t] != a >> 8)
+		CHECK_EQ(a >> 8, fr_next[me][t]);
+	fr_next[me][t] = (a >> 8) + 1;
+	if (++fr_got[me] == (uint64_t)FOREIGN_MSGS * FOREIGN_THREADS)
+		corio_event_set(&fr_done[me]);
+}
+
+static void *fr_thread(void *arg)
+{
+	uintptr_t t = (uintptr_t)arg;
+
+	for (uint64_t seq = 0; seq < FOREIGN_MSGS; seq++) {
+		for (unsigned to = 0; to < 2; to++) {
+			int ret;
+
+			while ((ret = corio_post_foreign(fr_rt, to, fr_handler,
+							 (void *)(uintptr_t)(seq << 8 | t))) == -EAGAIN)
+				sched_yield();
+			CHECK_EQ(ret, 0);
+		}
+	}
+	return NULL;
+}
+
+static void fr_entry(void *arg)
+{
+	struct corio_msg_stats st;
+
+	(void)arg;
+	CHECK_EQ(corio_event_wait(&fr_done[corio_shard_id()]), 0);
+	CHECK_EQ(corio_msg_stats_get(NULL, corio_shard_id(), CORIO_MSG_PEER_FOREIGN, &st), 0);
+	CHECK_EQ(st.received, (uint64_t)FOREIGN_MSGS * FOREIGN_THREADS);
+	CHECK_EQ(st.sent, (uint64_t)FOREIGN_MSGS * FOREIGN_THREADS);
+}
+
+Test(msg, foreign_threads_post_in_order, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(2);
+	pthread_t th[FOREIGN_THREADS];
+	int before = th_fd_count();
+
+	cfg.msg_slots = 256;
+	corio_event_init(&fr_done[0]);
+	corio_event_init(&fr_done[1]);
+	cr_assert_eq(corio_start(&cfg, fr_entry, NULL, &fr_rt), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_post_foreign(fr_rt, 2, nop_fn, NULL), -EINVAL);
+	cr_assert_eq(corio_post_foreign(fr_rt, 0, NULL, NULL), -EINVAL);
+	for (uintptr_t i = 0; i < FOREIGN_THREADS; i++)
+		pthread_create(&th[i], NULL, fr_thread, (void *)i);
+	for (int i = 0; i < FOREIGN_THREADS; i++)
+		pthread_join(th[i], NULL);
+	cr_assert_eq(corio_wait(fr_rt), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before);
+	for (int s = 0; s < 2; s++)
+		for (int t = 0; t < FOREIGN_THREADS; t++)
+			cr_assert_eq(fr_next[s][t], FOREIGN_MSGS);
+}
+
+/* ---- shutdown with messages in flight ------------------------------------------------------------- */
+
+static _Atomic uint64_t sd_attempts, sd_accepted, sd_cancelled, sd_other, sd_executed;
+static _Atomic uint64_t sd_calls, sd_call_ok, sd_call_cancelled, sd_call_ran;
+
+static void sd_handler(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add_explicit(&sd_executed, 1, memory_order_relaxed);
+}
+
+static intptr_t sd_call_fn(void *arg)
+{
+	atomic_fetch_add(&sd_call_ran, 1);
+	corio_yield();
+	return (intptr_t)arg;
+}
+
+static int sd_poster(void *arg)
+{
+	unsigned me = corio_shard_id(), n = corio_shard_count();
+
+	for (uintptr_t i = (uintptr_t)arg;; i++) {
+		unsigned to = (unsigned)(me + 1 + i % (n - 1)) % n;
+		int ret = (i & 1) ? corio_post(to, sd_handler, NULL)
+				  : corio_post_wait(to, sd_handler, NULL);
+
+		if (ret == -EAGAIN) {
+			corio_yield();
+			continue;
+		}
+		atomic_fetch_add(&sd_attempts, 1);
+		if (ret == 0)
+			atomic_fetch_add(&sd_accepted, 1);
+		else if (ret == -ECANCELED)
+			atomic_fetch_add(&sd_cancelled, 1);
+		else
+			atomic_fetch_add(&sd_other, 1);
+		if (ret == -ECANCELED && corio_cancelled())
+			return 0;
+		if (ret == -ECANCELED)
+			corio_yield();
+	}
+}
+
+static int sd_caller(void *arg)
+{
+	unsigned me = corio_shard_id(), n = corio_shard_count();
+
+	(void)arg;
+	for (unsigned i = 0;; i++) {
+		intptr_t r = -1;
+		int ret = corio_call((me + 1 + i % (n - 1)) % n, sd_call_fn, (void *)(intptr_t)i, &r);
+
+		atomic_fetch_add(&sd_calls, 1);
+		if (ret == 0) {
+			atomic_fetch_add(&sd_call_ok, 1);
+			CHECK_EQ(r, (intptr_t)i);
+		} else {
+			CHECK_EQ(ret, -ECANCELED);
+			atomic_fetch_add(&sd_call_cancelled, 1);
+		}
+		if (corio_cancelled())
+			return 0;
+	}
+}
+
+static void sd_entry(void *arg)
+{
+	(void)arg;
+	for (uintptr_t i = 0; i < 3; i++)
+		CHECK_EQ(corio_spawn(sd_poster, (void *)i, NULL, NULL), 0);
+	CHECK_EQ(corio_spawn(sd_caller, NULL, NULL, NULL), 0);
+	if (corio_shard_id() == 0) {
+		while (atomic_load(&sd_accepted) < 200000 / SCALE || atomic_load(&sd_call_ok) < 100)
+			corio_yield();
+		corio_shutdown();
+	}
+}
+
+Test(msg, shutdown_in_flight_nothing_vanishes, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(4);
+
+	cfg.msg_slots = 256;
+	th_run(&cfg, sd_entry, NULL);
+	cr_assert_eq(atomic_load(&sd_other), 0);
+	cr_assert_eq(atomic_load(&sd_executed), atomic_load(&sd_accepted),
+		     "executed %llu, accepted %llu",
+		     (unsigned long long)atomic_load(&sd_executed),
+		     (unsigned long long)atomic_load(&sd_accepted));
+	cr_assert_eq(atomic_load(&sd_accepted) + atomic_load(&sd_cancelled),
+		     atomic_load(&sd_attempts));
+	cr_assert_gt(atomic_load(&sd_cancelled), 0, "shutdown should refuse some posts");
+	cr_assert_eq(atomic_load(&sd_call_ok) + atomic_load(&sd_call_cancelled),
+		     atomic_load(&sd_calls));
+	cr_assert_eq(atomic_load(&sd_call_ran), atomic_load(&sd_call_ok),
+		     "ran %llu, ok %llu", (unsigned long long)atomic_load(&sd_call_ran),
+		     (unsigned long long)atomic_load(&sd_call_ok));
+}
+
+/* ---- spawn_on keeps the runtime alive until the fiber exists --------------------------------------- */
+
+static _Atomic unsigned so_ran;
+
+static int so_worker(void *arg)
+{
+	intptr_t r = 0;
+
+	(void)arg;
+	corio_yield();
+	/* shard 0 has no fiber left: a call there still works */
+	CHECK_EQ(corio_call(0, shard_times_ten, NULL, &r), 0);
+	CHECK_EQ(r, 0);
+	atomic_fetch_add(&so_ran, 1);
+	return 0;
+}
+
+static void so_entry(void *arg)
+{
+	(void)arg;
+	if (corio_shard_id() == 0)
+		CHECK_EQ(corio_spawn_on(1, so_worker, NULL), 0);
+}
+
+Test(msg, spawn_on_outlives_the_sender, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	for (int i = 0; i < 20; i++)
+		th_run(&cfg, so_entry, NULL);
+	cr_assert_eq(atomic_load(&so_ran), 20);
+}
+
+/* ---- wake-ups: sleeping shards, both doorbells ------------------------------------------------------ */
+
+#define PING_ROUNDS (40000 / SCALE)
+static uint64_t ping_count[2];
+static struct corio_event ping_done;
+
+static void ping_fn(void *arg)
+{
+	unsigned me = corio_shard_id();
+
+	ping_count[me]++;
+	if (me == 0 && ping_count[0] == PING_ROUNDS)
+		corio_event_set(&ping_done);
+	else
+		CHECK_EQ(corio_post(1 - me, ping_fn, arg), 0);
+}
+
+static void ping_entry(void *arg)
+{
+	struct corio_msg_stats st;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	/* posts bounce between the loops while both sleep in between */
+	CHECK_EQ(corio_post(1, ping_fn, NULL), 0);
+	CHECK_EQ(corio_event_wait(&ping_done), 0);
+	for (int i = 0; i < PING_ROUNDS / 4; i++)
+		CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+	CHECK_EQ(corio_msg_stats_get(NULL, 0, 1, &st), 0);
+	CHECK(st.doorbells > 0);
+}
+
+static void ping_run(const char *doorbell)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	if (doorbell)
+		setenv("CORIO_MSG_DOORBELL", doorbell, 1);
+	memset(ping_count, 0, sizeof(ping_count));
+	corio_event_init(&ping_done);
+	th_run(&cfg, ping_entry, NULL);
+	cr_assert_eq(ping_count[1], PING_ROUNDS);
+}
+
+Test(msg, ping_pong_sleeping_shards_msg_ring, .timeout = 60) { ping_run(NULL); }
+Test(msg, ping_pong_sleeping_shards_eventfd, .timeout = 60) { ping_run("eventfd"); }
