@@ -62,9 +62,9 @@
  * ---- Full ring -----------------------------------------------------------------
  * The *_wait variants park the fiber on a per-target wait queue of its own
  * shard after setting the sender's bit in the target's room_waiters bitmap
- * and trying once more (seq_cst fence between the two; the consumer fences
- * between freeing slots and reading the bitmap, so one of them sees the
- * other). After a batch that freed slots, the consumer hands each waiting
+ * and trying once more (an acq_rel RMW on the target's room_seq between the
+ * two; the consumer does the same between freeing slots and reading the
+ * bitmap, so one of them sees the other: room_sync()). After a batch that freed slots, the consumer hands each waiting
  * shard a bit in that shard's room_from bitmap and wakes it; that shard's
  * poll wakes the fibers waiting on that target, which retry.
  *
@@ -163,7 +163,8 @@ struct msg {
 	/* written by other threads */
 	_Atomic(struct call *) done __attribute__((aligned(64))); /* replies for fibers here */
 	_Atomic unsigned db_inflight;
-	_Atomic uint64_t foreign_sent, foreign_full, foreign_doorbells;
+	_Atomic unsigned room_seq; /* see room_sync() */
+	_Atomic uint64_t foreign_sent, foreign_full;
 	_Atomic uint64_t *room_waiters; /* [nwords]: shards waiting for room in this ring */
 	_Atomic uint64_t *room_from;    /* [nwords]: rings that have room again for us */
 	_Atomic unsigned fini_left;     /* shard 0's copy: shards not yet finished */
@@ -176,7 +177,24 @@ static inline struct msg *part(struct corio__shard *s)
 
 /* ---- producer side ------------------------------------------------------------ */
 
-static int push(struct msg *t, void (*fn)(void *), void *arg, uint64_t aux)
+/*
+ * The full-ring handshake: a waiter sets its bit then retries; the consumer
+ * frees slots then reads the bits. Both sides do an acq_rel RMW on
+ * room_seq in between. RMWs on one location are totally ordered and each
+ * reads the previous one, so whichever comes second synchronizes with the
+ * first and sees what came before it: the consumer sees the bit, or the
+ * waiter sees the freed slots. (Not a seq_cst fence: TSan cannot model
+ * those, and this costs one RMW per drained batch.)
+ */
+static inline void room_sync(struct msg *m)
+{
+	atomic_fetch_add_explicit(&m->room_seq, 1, memory_order_acq_rel);
+}
+
+/* Claim and publish one slot; *count (if not NULL) is bumped before the
+ * publishing store, so whoever consumes the message also sees the count. */
+static int push(struct msg *t, void (*fn)(void *), void *arg, uint64_t aux,
+		_Atomic uint64_t *count)
 {
 	uint64_t pos = atomic_load_explicit(&t->tail, memory_order_relaxed);
 
@@ -195,6 +213,8 @@ static int push(struct msg *t, void (*fn)(void *), void *arg, uint64_t aux)
 				sl->fn = fn;
 				sl->arg = arg;
 				sl->aux = aux;
+				if (count)
+					atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
 				atomic_store_explicit(&sl->seq, pos + 1, memory_order_release);
 				return 0;
 			}
@@ -247,7 +267,7 @@ static int send_try(struct corio__shard *s, unsigned to, void (*fn)(void *), voi
 {
 	struct corio__shard *t = s->rt->shards[to];
 	struct peer_stats *ps = &part(s)->peers[to];
-	int ret = push(part(t), fn, arg, AUX(kind, s->id));
+	int ret = push(part(t), fn, arg, AUX(kind, s->id), NULL);
 
 	if (CORIO__UNLIKELY(ret)) {
 		if (ret == -EAGAIN && count_full)
@@ -277,7 +297,7 @@ static int send_wait(struct corio__shard *s, unsigned to, void (*fn)(void *), vo
 		if (corio_cancelled())
 			return -ECANCELED;
 		atomic_fetch_or(&tm->room_waiters[s->id / 64], 1ull << (s->id % 64));
-		atomic_thread_fence(memory_order_seq_cst);
+		room_sync(tm);
 		ret = send_try(s, to, fn, arg, kind, false);
 		if (ret != -EAGAIN)
 			return ret;
@@ -394,15 +414,16 @@ int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *), 
 		return -EINVAL;
 	t = rt->shards[shard];
 	tm = part(t);
-	ret = push(tm, fn, arg, AUX(KIND_POST, rt->nshards));
+	/* Once our message is published the target may consume it, stop and
+	 * free its ring: after the push only the shard struct (sleeping, efd),
+	 * which lives until corio_wait(), is touched. */
+	ret = push(tm, fn, arg, AUX(KIND_POST, rt->nshards), &tm->foreign_sent);
 	if (ret) {
 		if (ret == -EAGAIN)
 			atomic_fetch_add_explicit(&tm->foreign_full, 1, memory_order_relaxed);
 		return ret;
 	}
-	atomic_fetch_add_explicit(&tm->foreign_sent, 1, memory_order_relaxed);
-	if (wake(NULL, t))
-		atomic_fetch_add_explicit(&tm->foreign_doorbells, 1, memory_order_relaxed);
+	wake(NULL, t);
 	return 0;
 }
 
@@ -631,9 +652,9 @@ static unsigned drain(struct msg *m)
 		run_one(m, fn, arg, aux);
 	}
 	if (n) {
-		/* Pairs with the fence in send_wait: either we see its bit or it
+		/* Pairs with room_sync in send_wait: either we see its bit or it
 		 * sees the slots we freed. */
-		atomic_thread_fence(memory_order_seq_cst);
+		room_sync(m);
 		room_notify(m);
 	}
 	return n;
@@ -680,20 +701,33 @@ static unsigned room_wakeups(struct msg *m)
 	return n;
 }
 
+/* The last look before the shard blocks (it has raised `sleeping`): say
+ * whether anything waits, run nothing, so the window in which senders see
+ * the shard asleep (and ring) stays a few loads wide. seq_cst loads: the
+ * sleeping handshake at the top of the file. A claimed position that is
+ * not yet published counts: its producer is about to publish it. */
+static unsigned msg_pending(struct msg *m)
+{
+	if (atomic_load(&m->done))
+		return 1;
+	if (m->room_waiting)
+		for (unsigned w = 0; w < m->nwords; w++)
+			if (atomic_load(&m->room_from[w]))
+				return 1;
+	return (atomic_load(&m->tail) & ~CLOSED) != m->head;
+}
+
 static unsigned msg_poll(struct corio__shard *s)
 {
 	struct msg *m = part(s);
-	unsigned work = replies(m);
+	unsigned work;
 
+	if (atomic_load_explicit(&s->sleeping, memory_order_relaxed))
+		return msg_pending(m);
+	work = replies(m);
 	if (m->room_waiting)
 		work += room_wakeups(m);
-	work += drain(m);
-	/* The last look before sleeping: a claimed, not yet published position
-	 * is work too (see the top of the file). */
-	if (!work && atomic_load_explicit(&s->sleeping, memory_order_relaxed) &&
-	    (atomic_load(&m->tail) & ~CLOSED) != m->head)
-		work = 1;
-	return work;
+	return work + drain(m);
 }
 
 static void msg_stop(struct corio__shard *s)
@@ -703,7 +737,7 @@ static void msg_stop(struct corio__shard *s)
 	m->closed_at = atomic_fetch_or(&m->tail, CLOSED) & ~CLOSED;
 	m->closed = true;
 	/* Fibers elsewhere waiting for room here retry and get -ECANCELED. */
-	atomic_thread_fence(memory_order_seq_cst);
+	room_sync(m);
 	room_notify(m);
 	/* Their fibers were cancelled before they ran: answer for them. */
 	while (m->unstarted) {
@@ -820,7 +854,6 @@ static void add_foreign(struct corio_msg_stats *o, struct msg *m)
 	add_peer(o, &m->peers[m->nshards]);
 	o->sent += atomic_load_explicit(&m->foreign_sent, memory_order_relaxed);
 	o->full += atomic_load_explicit(&m->foreign_full, memory_order_relaxed);
-	o->doorbells += atomic_load_explicit(&m->foreign_doorbells, memory_order_relaxed);
 }
 
 int corio_msg_stats_get(struct corio_rt *rt, unsigned shard, unsigned peer,

@@ -121,8 +121,9 @@ struct corio_msg_stats {
 	uint64_t reserved[2];
 };
 
-/* Peer index for "all foreign threads" (then sent/full/doorbells count what
- * foreign threads did to this shard) and for the sum over every peer. */
+/* Peer index for "all foreign threads" (then sent and full count what
+ * foreign threads did to this shard; their doorbells are not counted) and
+ * for the sum over every peer. */
 #define CORIO_MSG_PEER_FOREIGN 0xfffffffeu
 #define CORIO_MSG_PEER_ALL     0xffffffffu
 
