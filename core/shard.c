@@ -356,6 +356,10 @@ static void idle_wait(struct corio__shard *s, uint64_t *busy_since)
 		corio__ring_poll(&s->ring); /* submit, and flush deferred completions */
 		goto out;
 	}
+	/* One more pass before advertising sleep: under a steady stream of
+	 * messages this usually finds work, and senders never see us asleep. */
+	if (cfg->idle == CORIO_IDLE_BLOCK && (parts_poll(s) || s->runq_head))
+		goto out;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
