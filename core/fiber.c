@@ -17,6 +17,7 @@
  */
 #include "core/internal.h"
 #include "core/sanitizer.h"
+#include "timer/timer.h" /* deadline scopes bound wait-queue waits */
 
 #include <errno.h>
 #include <stdio.h>
@@ -240,10 +241,16 @@ static void wq_remove(struct corio_waitq *wq, struct corio_fiber *f)
 int corio__wq_wait(struct corio_waitq *wq)
 {
 	struct corio_fiber *f = corio__self();
+	struct corio_timer dt; /* the deadline scope's timer (timer/deadline.c) */
+	bool bounded;
+	int ret;
 
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
+	bounded = f->deadline_ns != 0;
+	if (CORIO__UNLIKELY(bounded) && (ret = corio__deadline_arm(&dt, f)) < 0)
+		return ret;
 	f->wq = wq;
 	f->wq_next = NULL;
 	f->wq_prev = wq->tail;
@@ -252,7 +259,18 @@ int corio__wq_wait(struct corio_waitq *wq)
 	else
 		wq->head = f;
 	wq->tail = f;
-	return corio__park();
+	ret = corio__park();
+	if (CORIO__UNLIKELY(bounded))
+		corio__deadline_disarm(&dt);
+	return ret;
+}
+
+void corio__wq_unpark(struct corio_fiber *f, int res)
+{
+	if (!f->wq)
+		return;
+	wq_remove(f->wq, f);
+	corio__ready(f, res);
 }
 
 struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res)

@@ -83,6 +83,7 @@ struct corio_fiber {
 	unsigned vg_id;
 	uint64_t id;
 	uint64_t deadline_ns; /* nearest deadline scope, 0: none (timer/) */
+	unsigned dl_depth;    /* open deadline scopes (timer/deadline.c)  */
 	uint64_t run_start_ns;
 	void *asan_fake;
 	void *tsan_fiber;
@@ -217,6 +218,9 @@ int corio__wq_wait(struct corio_waitq *wq);
 /* Pop the first waiter (NULL if none) and make it ready with res. */
 struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res);
 void corio__wq_wake_all(struct corio_waitq *wq, int res);
+/* If f is parked on a wait queue, take it off and make it ready with res
+ * (a deadline expiring, timer/deadline.c). */
+void corio__wq_unpark(struct corio_fiber *f, int res);
 void corio__fiber_cancel(struct corio_fiber *f);
 
 /* ---- kernel ops waited on by a fiber (core/ops.c) ------------------------ */

@@ -1,0 +1,599 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * timer/timer.c - the shard's timers: a 4-ary min-heap of struct corio_timer
+ * with one IORING_OP_TIMEOUT armed for the earliest deadline; timer objects,
+ * sleeps, statistics.
+ *
+ * Why a heap and one SQE instead of one timeout SQE per timer: measured with
+ * tools/bench-timer (numbers in docs/TIMERS.md). In short, the kernel keeps
+ * a ring's timeouts on one list and IORING_OP_TIMEOUT_REMOVE finds its
+ * victim by walking it, so arm+cancel costs two SQEs, two CQEs and an O(n)
+ * walk, and every pending timeout holds a kernel request; the heap arms and
+ * cancels with no syscall at all in O(log n), in the caller's memory.
+ *
+ * The kernel timeout (state in struct corio__timers):
+ *  - armed_ns is the deadline the kernel was last given. The loop calls
+ *    timers_poll() once per turn, before it submits: it fires what is due,
+ *    then makes the kernel's deadline <= heap[0]: arm when nothing is in
+ *    flight, IORING_TIMEOUT_UPDATE (one SQE) when heap[0] moved earlier.
+ *    Arming many timers within a turn therefore costs at most one SQE.
+ *  - When heap[0] moves later (cancel, or a later re-arm) nothing is sent:
+ *    the kernel timeout fires early, finds nothing due, and the next poll
+ *    re-arms. A spurious wake-up is cheaper than an SQE per cancel.
+ *  - An update can race with the timeout firing (-ENOENT): its CQE is then
+ *    already on its way and the next poll re-arms. Either way the CQE of the
+ *    armed op is what clears `inflight`; the op record is never reused
+ *    before it.
+ *  - Kernels before 5.11 lack IORING_TIMEOUT_UPDATE (the update fails with
+ *    -EINVAL): we remove the timeout instead and re-arm on its CQE.
+ *    CORIO_TIMER_NO_UPDATE=1 forces that path for tests.
+ *
+ * Expiry runs in timers_poll() and in the timeout's CQE callback, at most
+ * EXPIRE_BUDGET timers at a time so a burst cannot starve I/O (the rest go
+ * on the next turn: poll reports work, so the loop does not sleep).
+ * Callbacks run there, on the loop; fibers are made ready.
+ *
+ * Shutdown: stop() removes the kernel timeout and disarms every timer,
+ * calling callbacks with -ECANCELED and waking waiters with -ECANCELED;
+ * busy() holds the shard until the kernel returned the op records.
+ */
+#include "timer/timer.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define HEAP_INIT 1024u
+#define EXPIRE_BUDGET 4096u
+
+/* ---- statistics ------------------------------------------------------------- */
+
+static unsigned hist_bucket(uint64_t v)
+{
+	unsigned msb;
+
+	if (v < 4)
+		return (unsigned)v;
+	msb = 63u - (unsigned)__builtin_clzll(v);
+	return 4u * (msb - 1u) + (unsigned)((v >> (msb - 2u)) & 3u);
+}
+
+uint64_t corio_timer_hist_bucket_ns(unsigned b)
+{
+	unsigned msb, sub;
+	uint64_t lo;
+
+	if (b < 4)
+		return b;
+	if (b >= 4u * 63u)
+		return UINT64_MAX;
+	msb = b / 4u + 1u;
+	sub = b % 4u;
+	lo = (1ull << msb) | ((uint64_t)sub << (msb - 2u));
+	return lo + (1ull << (msb - 2u)) - 1u;
+}
+
+uint64_t corio_timer_lateness_quantile(const struct corio_timer_stats *st, double q)
+{
+	uint64_t total = 0, want, seen = 0;
+
+	if (!st)
+		return 0;
+	for (unsigned b = 0; b < CORIO_TIMER_HIST_BUCKETS; b++)
+		total += st->lateness_hist[b];
+	if (!total)
+		return 0;
+	if (q < 0)
+		q = 0;
+	if (q > 1)
+		q = 1;
+	want = (uint64_t)((double)total * q);
+	if (want == 0)
+		want = 1;
+	for (unsigned b = 0; b < CORIO_TIMER_HIST_BUCKETS; b++) {
+		seen += st->lateness_hist[b];
+		if (seen >= want)
+			return corio_timer_hist_bucket_ns(b);
+	}
+	return st->lateness_max_ns;
+}
+
+int corio_timer_stats_get(struct corio_rt *rt, unsigned shard, struct corio_timer_stats *out)
+{
+	const uint64_t *src;
+	uint64_t *dst = (uint64_t *)out;
+	struct corio__timers *T;
+
+	if (!rt) {
+		if (!corio__tl_shard)
+			return -EPERM;
+		rt = corio__tl_shard->rt;
+	}
+	if (!out || shard >= rt->nshards || !rt->shards[shard])
+		return -EINVAL;
+	T = __atomic_load_n((struct corio__timers **)&rt->shards[shard]->parts[CORIO__PART_TIMER],
+			    __ATOMIC_ACQUIRE);
+	if (!T) {
+		memset(out, 0, sizeof(*out));
+		return 0;
+	}
+	src = (const uint64_t *)&T->st;
+	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
+		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	return 0;
+}
+
+void corio__timer_count_timeout(struct corio__shard *s)
+{
+	struct corio__timers *T = corio__timers(s);
+
+	if (T)
+		CORIO__STAT_ADD(T->st.timed_out, 1);
+}
+
+void corio__timer_count_linked(struct corio__shard *s)
+{
+	struct corio__timers *T = corio__timers(s);
+
+	if (T)
+		CORIO__STAT_ADD(T->st.linked, 1);
+}
+
+/* ---- the heap ----------------------------------------------------------------- */
+
+static inline void heap_put(struct corio__timers *T, uint32_t i, struct corio__theap_ent e)
+{
+	T->heap[i] = e;
+	e.t->slot = i + 1;
+}
+
+static void sift_up(struct corio__timers *T, uint32_t i, struct corio__theap_ent e)
+{
+	while (i) {
+		uint32_t p = (i - 1) >> 2;
+
+		if (T->heap[p].deadline <= e.deadline)
+			break;
+		heap_put(T, i, T->heap[p]);
+		i = p;
+	}
+	heap_put(T, i, e);
+}
+
+static void sift_down(struct corio__timers *T, uint32_t i, struct corio__theap_ent e)
+{
+	uint32_t n = T->n;
+
+	for (;;) {
+		uint32_t c = 4 * i + 1, best, end;
+
+		if (c >= n)
+			break;
+		best = c;
+		end = c + 4 < n ? c + 4 : n;
+		for (uint32_t j = c + 1; j < end; j++)
+			if (T->heap[j].deadline < T->heap[best].deadline)
+				best = j;
+		if (T->heap[best].deadline >= e.deadline)
+			break;
+		heap_put(T, i, T->heap[best]);
+		i = best;
+	}
+	heap_put(T, i, e);
+}
+
+/* Put e at slot i, which holds something else, restoring heap order. */
+static void heap_fix(struct corio__timers *T, uint32_t i, struct corio__theap_ent e)
+{
+	if (i && e.deadline < T->heap[(i - 1) >> 2].deadline)
+		sift_up(T, i, e);
+	else
+		sift_down(T, i, e);
+}
+
+static int heap_grow(struct corio__timers *T)
+{
+	uint32_t cap;
+	struct corio__theap_ent *h;
+
+	if (T->cap >= UINT32_MAX / 2)
+		return -ENOMEM;
+	cap = T->cap ? T->cap * 2 : HEAP_INIT;
+	h = realloc(T->heap, (size_t)cap * sizeof(*h));
+	if (!h)
+		return -ENOMEM;
+	T->heap = h;
+	T->cap = cap;
+	return 0;
+}
+
+static void heap_remove(struct corio__timers *T, struct corio_timer *t)
+{
+	uint32_t i = t->slot - 1;
+	struct corio__theap_ent last;
+
+	t->slot = 0;
+	last = T->heap[--T->n];
+	if (i != T->n)
+		heap_fix(T, i, last);
+}
+
+/* ---- the kernel timeout ---------------------------------------------------------- */
+
+static inline void ts_set(struct __kernel_timespec *ts, uint64_t ns)
+{
+	ts->tv_sec = (long long)(ns / 1000000000u);
+	ts->tv_nsec = (long long)(ns % 1000000000u);
+}
+
+static void send_remove(struct corio__shard *s, struct corio__timers *T)
+{
+	struct io_uring_sqe *sqe = corio__ring_sqe(&s->ring);
+
+	io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)&T->op, 0);
+	corio__sqe_set_op(sqe, &T->upd_op);
+	T->upd_inflight++;
+	T->removing = true;
+}
+
+/* Make the kernel's deadline <= min (heap[0]). */
+static void kernel_sync(struct corio__shard *s, struct corio__timers *T, uint64_t min)
+{
+	struct io_uring_sqe *sqe;
+
+	if (!T->inflight) {
+		ts_set(&T->arm_ts, min);
+		/* A late update still queued for the old op (SQPOLL) must not move
+		 * the new one later than min. */
+		ts_set(&T->upd_ts, min);
+		sqe = corio__ring_sqe(&s->ring);
+		io_uring_prep_timeout(sqe, &T->arm_ts, 0, IORING_TIMEOUT_ABS);
+		corio__sqe_set_op(sqe, &T->op);
+		T->inflight = true;
+		T->armed_ns = min;
+		CORIO__STAT_ADD(T->st.kernel_arms, 1);
+	} else if (min < T->armed_ns && !T->removing) {
+		if (T->no_update) {
+			send_remove(s, T);
+			return;
+		}
+		ts_set(&T->upd_ts, min);
+		sqe = corio__ring_sqe(&s->ring);
+		io_uring_prep_timeout_update(sqe, &T->upd_ts, (uint64_t)(uintptr_t)&T->op,
+					     IORING_TIMEOUT_ABS);
+		corio__sqe_set_op(sqe, &T->upd_op);
+		T->upd_inflight++;
+		T->armed_ns = min;
+		CORIO__STAT_ADD(T->st.kernel_arms, 1);
+	}
+}
+
+static void deliver(struct corio_timer *t, uint64_t count)
+{
+	int res = count > INT_MAX ? INT_MAX : (int)count;
+
+	if (t->fn) {
+		t->fn(t, t->arg, res); /* t may be gone after this */
+	} else if (t->waiters.head) {
+		corio__wq_wake_all(&t->waiters, res);
+	} else {
+		uint64_t p = (uint64_t)t->pending + count;
+
+		t->pending = p > UINT32_MAX ? UINT32_MAX : (uint32_t)p;
+	}
+}
+
+static unsigned expire(struct corio__timers *T, uint64_t now)
+{
+	unsigned budget = EXPIRE_BUDGET, fired = 0;
+
+	while (T->n && T->heap[0].deadline <= now && budget--) {
+		struct corio_timer *t = T->heap[0].t;
+		uint64_t late = now - t->deadline_ns, count = 1;
+
+		CORIO__STAT_ADD(T->st.lateness_hist[hist_bucket(late)], 1);
+		if (late > T->st.lateness_max_ns)
+			CORIO__STAT_SET(T->st.lateness_max_ns, late);
+		if (t->period_ns) {
+			uint64_t next;
+
+			count += late / t->period_ns;
+			if (__builtin_mul_overflow(count, t->period_ns, &next) ||
+			    __builtin_add_overflow(next, t->deadline_ns, &next))
+				next = UINT64_MAX;
+			t->deadline_ns = next;
+			sift_down(T, 0, (struct corio__theap_ent){ next, t });
+		} else {
+			heap_remove(T, t);
+			CORIO__STAT_ADD(T->st.active, -1);
+		}
+		CORIO__STAT_ADD(T->st.fired, count);
+		fired++;
+		deliver(t, count);
+	}
+	return fired;
+}
+
+static void timeout_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
+{
+	struct corio__shard *s = op->data;
+	struct corio__timers *T = corio__timers(s);
+
+	(void)res;
+	(void)cqe_flags;
+	T->inflight = false;
+	T->removing = false;
+	T->armed_ns = 0;
+	/* -ETIME: expired; -ECANCELED: removed (re-arm happens in poll). */
+	if (!T->stopping && T->n)
+		expire(T, corio_now_ns());
+}
+
+static void update_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
+{
+	struct corio__shard *s = op->data;
+	struct corio__timers *T = corio__timers(s);
+
+	(void)cqe_flags;
+	T->upd_inflight--;
+	if (res == -EINVAL && !T->no_update) {
+		/* IORING_TIMEOUT_UPDATE is 5.11+: fall back to remove + re-arm. */
+		T->no_update = true;
+		if (T->inflight && !T->removing)
+			send_remove(s, T);
+	}
+}
+
+/* ---- the part -------------------------------------------------------------------- */
+
+static bool env_set(const char *name)
+{
+	const char *v = getenv(name);
+
+	return v && *v && strcmp(v, "0") != 0;
+}
+
+static int timers_init(struct corio__shard *s)
+{
+	struct corio__timers *T = calloc(1, sizeof(*T));
+
+	if (!T)
+		return -ENOMEM;
+	if (heap_grow(T)) {
+		free(T);
+		return -ENOMEM;
+	}
+	T->op.cb = timeout_done;
+	T->op.data = s;
+	T->upd_op.cb = update_done;
+	T->upd_op.data = s;
+	T->no_update = env_set("CORIO_TIMER_NO_UPDATE");
+	/* Linked timeouts are 5.5+; a one-entry SQ cannot hold a link.
+	 * CORIO_TIMER_NO_LINK=1 forces the heap-timer fallback for tests. */
+	T->no_link = !corio__ring_has_op(&s->ring, IORING_OP_LINK_TIMEOUT) ||
+		     s->ring.sq_entries < 2 || env_set("CORIO_TIMER_NO_LINK");
+	__atomic_store_n(&s->parts[CORIO__PART_TIMER], T, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static unsigned timers_poll(struct corio__shard *s)
+{
+	struct corio__timers *T = corio__timers(s);
+	unsigned fired = 0;
+	uint64_t min;
+
+	if (!T->n || T->stopping)
+		return 0;
+	min = T->heap[0].deadline;
+	if (min <= corio_now_ns()) {
+		fired = expire(T, corio_now_ns());
+		if (!T->n)
+			return fired;
+		min = T->heap[0].deadline;
+	}
+	kernel_sync(s, T, min);
+	return fired;
+}
+
+static void timers_stop(struct corio__shard *s)
+{
+	struct corio__timers *T = corio__timers(s);
+
+	T->stopping = true;
+	if (T->inflight && !T->removing)
+		send_remove(s, T);
+	/* Take from the end: no sifting, and callbacks may cancel others. */
+	while (T->n) {
+		struct corio_timer *t = T->heap[T->n - 1].t;
+
+		heap_remove(T, t);
+		t->pending = 0;
+		CORIO__STAT_ADD(T->st.active, -1);
+		CORIO__STAT_ADD(T->st.cancelled, 1);
+		if (t->fn)
+			t->fn(t, t->arg, -ECANCELED);
+		else
+			corio__wq_wake_all(&t->waiters, -ECANCELED);
+	}
+}
+
+static bool timers_busy(struct corio__shard *s)
+{
+	struct corio__timers *T = corio__timers(s);
+
+	return T->inflight || T->upd_inflight;
+}
+
+static void timers_fini(struct corio__shard *s)
+{
+	struct corio__timers *T = corio__timers(s);
+
+	__atomic_store_n(&s->parts[CORIO__PART_TIMER], NULL, __ATOMIC_RELEASE);
+	free(T->heap);
+	free(T);
+}
+
+const struct corio__part corio__timer_part = {
+	.name = "timer",
+	.init = timers_init,
+	.poll = timers_poll,
+	.stop = timers_stop,
+	.busy = timers_busy,
+	.fini = timers_fini,
+};
+
+/* ---- timer objects ------------------------------------------------------------------ */
+
+/* The caller's shard and its timers, or an error. */
+static int owner(struct corio__shard **sp, struct corio__timers **Tp)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	if (CORIO__UNLIKELY(!s)) {
+		assert(!"corio timer call outside a shard");
+		return -EPERM;
+	}
+	*sp = s;
+	*Tp = corio__timers(s);
+	return *Tp ? 0 : -ENOSYS;
+}
+
+int corio_timer_init(struct corio_timer *t, corio_timer_fn fn, void *arg)
+{
+	if (!t)
+		return -EINVAL;
+	memset(t, 0, sizeof(*t));
+	t->fn = fn;
+	t->arg = arg;
+	return 0;
+}
+
+int corio_timer_arm(struct corio_timer *t, uint64_t deadline_ns, uint64_t period_ns)
+{
+	struct corio__shard *s;
+	struct corio__timers *T;
+	int ret = owner(&s, &T);
+
+	if (ret)
+		return ret;
+	if (!t)
+		return -EINVAL;
+	if (t->shard && t->shard != (void *)s && (t->slot || t->waiters.head))
+		return -EINVAL;
+	if (T->stopping)
+		return -ECANCELED;
+	t->period_ns = period_ns;
+	t->pending = 0;
+	t->deadline_ns = deadline_ns;
+	if (t->slot) {
+		heap_fix(T, t->slot - 1, (struct corio__theap_ent){ deadline_ns, t });
+	} else {
+		if (T->n == T->cap && (ret = heap_grow(T)))
+			return ret;
+		t->shard = s;
+		T->n++;
+		sift_up(T, T->n - 1, (struct corio__theap_ent){ deadline_ns, t });
+		CORIO__STAT_ADD(T->st.active, 1);
+	}
+	CORIO__STAT_ADD(T->st.armed, 1);
+	return 0;
+}
+
+static uint64_t sat_from_now(uint64_t delta)
+{
+	uint64_t now = corio_now_ns();
+
+	return delta > UINT64_MAX - now ? UINT64_MAX : now + delta;
+}
+
+int corio_timer_arm_in(struct corio_timer *t, uint64_t delay_ns, uint64_t period_ns)
+{
+	return corio_timer_arm(t, sat_from_now(delay_ns), period_ns);
+}
+
+int corio_timer_cancel(struct corio_timer *t)
+{
+	struct corio__shard *s;
+	struct corio__timers *T;
+	int ret = owner(&s, &T);
+
+	if (ret)
+		return ret;
+	if (!t)
+		return -EINVAL;
+	if (!t->slot)
+		return -ENOENT;
+	if (t->shard != (void *)s)
+		return -EINVAL;
+	heap_remove(T, t);
+	t->pending = 0;
+	CORIO__STAT_ADD(T->st.active, -1);
+	CORIO__STAT_ADD(T->st.cancelled, 1);
+	corio__wq_wake_all(&t->waiters, -ECANCELED);
+	return 0;
+}
+
+int corio_timer_wait(struct corio_timer *t)
+{
+	struct corio_fiber *f = corio__self();
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (!t || t->fn)
+		return -EINVAL;
+	if (t->shard && t->shard != (void *)f->shard)
+		return -EINVAL;
+	for (;;) {
+		int ret;
+
+		if (t->pending) {
+			uint32_t n = t->pending;
+
+			t->pending = 0;
+			return n > INT_MAX ? INT_MAX : (int)n;
+		}
+		if (!t->slot)
+			return -ENOENT;
+		ret = corio__wq_wait(&t->waiters);
+		if (ret)
+			return ret; /* expirations, or -ECANCELED / -ETIMEDOUT */
+	}
+}
+
+int corio_timer_armed(const struct corio_timer *t)
+{
+	return t && t->slot != 0;
+}
+
+uint64_t corio_timer_deadline(const struct corio_timer *t)
+{
+	return t && t->slot ? t->deadline_ns : 0;
+}
+
+/* ---- sleeping ------------------------------------------------------------------------ */
+
+int corio_sleep_until(uint64_t deadline_ns)
+{
+	struct corio_fiber *f = corio__self();
+	struct corio_timer t;
+	int ret;
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	if (f->flags & CORIO__FF_CANCELLED)
+		return -ECANCELED;
+	corio_timer_init(&t, NULL, NULL);
+	ret = corio_timer_arm(&t, deadline_ns, 0);
+	if (ret)
+		return ret;
+	ret = corio_timer_wait(&t);
+	if (ret < 0) {
+		corio_timer_cancel(&t); /* -ENOENT if it fired meanwhile: fine */
+		return ret;
+	}
+	return 0;
+}
+
+int corio_sleep_ns(uint64_t ns)
+{
+	return corio_sleep_until(sat_from_now(ns));
+}
