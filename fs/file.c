@@ -284,6 +284,7 @@ int corio_close_fd(int fd)
 	struct corio__fs *fs = corio__fs_of(corio__shard());
 	struct corio_fiber *f = corio__self();
 	void (*saved)(struct corio_fiber *);
+	struct corio_deadline shield;
 	int ret;
 
 	if (fd < 0)
@@ -305,10 +306,14 @@ int corio_close_fd(int fd)
 		corio__fs_account(fs, q.kind, ret);
 		return ret;
 	}
+	/* A deadline scope does not apply either (an expired one would fail
+	 * the close before it starts): the shield lifts it for the close. */
+	corio_deadline_shield(&shield);
 	saved = f->on_cancel;
 	f->on_cancel = ignore_cancel;
 	ret = (int)run(&q);
 	f->on_cancel = saved;
+	corio_deadline_pop(&shield);
 	return ret;
 }
 

@@ -701,3 +701,46 @@ Test(fs, dma_alloc_off_shard, .timeout = 60)
 	memset(p, 0, 10000);
 	corio_dma_free(p);
 }
+
+/* ---- deadlines bound fs calls ------------------------------------------------- */
+
+static void deadline(void *arg)
+{
+	char path[PATH_MAX], c;
+	struct corio_deadline d;
+	uint64_t t0, dt;
+	int fd, fd2;
+
+	(void)arg;
+	tpath(path, "fifo3");
+	CHECK_EQ(mkfifo(path, 0600), 0);
+	fd = corio_open(path, O_RDWR, 0);
+	CHECK(fd >= 0);
+	/* a read nobody will ever satisfy ends at the scope's deadline */
+	t0 = corio_now_ns();
+	CHECK_EQ(corio_timeout_push(&d, 50 * 1000000ull), 0);
+	CHECK_EQ(corio_read_at(fd, &c, 1, CORIO_OFF_CUR), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	dt = corio_now_ns() - t0;
+	CHECK(dt >= 45 * 1000000ull);
+	CHECK(dt < 2000 * 1000000ull);
+	/* the fifo is still usable and lost nothing */
+	CHECK_EQ(corio_write_at(fd, "z", 1, CORIO_OFF_CUR), 1);
+	CHECK_EQ(corio_read_at(fd, &c, 1, CORIO_OFF_CUR), 1);
+	CHECK_EQ(c, 'z');
+
+	/* a passed deadline fails every call at once, except close */
+	fd2 = corio_open(path, O_RDWR, 0);
+	CHECK(fd2 >= 0);
+	CHECK_EQ(corio_deadline_push(&d, corio_now_ns() - 1), 0);
+	CHECK_EQ(corio_open(path, O_RDWR, 0), -ETIMEDOUT);
+	CHECK_EQ(corio_read_at(fd, &c, 1, CORIO_OFF_CUR), -ETIMEDOUT);
+	CHECK_EQ(corio_fsync(fd, 0), -ETIMEDOUT);
+	CHECK_EQ(corio_unlink(path), -ETIMEDOUT);
+	CHECK_EQ(corio_close_fd(fd2), 0); /* th_run checks it really closed */
+	CHECK(corio_deadline_ns() != 0);  /* the scope is still in force */
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_close_fd(fd), 0);
+}
+
+FS_TEST(deadline_bounds_calls_close_still_closes) { run1(deadline, NULL); }

@@ -63,9 +63,10 @@ CORIO_API int corio_open(const char *path, int flags, mode_t mode);
 CORIO_API int corio_openat(int dirfd, const char *path, int flags, mode_t mode);
 
 /*
- * Close fd: 0 or -errno. The fd is released even when the calling fiber is
- * already cancelled (then it is closed with close(2) on the shard thread),
- * so clean-up code after a cancel does not leak descriptors.
+ * Close fd: 0 or -errno. A close always runs to its end, so clean-up code
+ * after a cancel or a timeout never leaks descriptors: deadline scopes do
+ * not apply to it, a cancel arriving meanwhile does not interrupt it, and a
+ * fiber already cancelled closes with close(2) on the shard thread.
  */
 CORIO_API int corio_close_fd(int fd);
 
