@@ -698,3 +698,24 @@ Test(timer, off_shard_calls_fail_cleanly)
 	(void)off_shard;
 #endif
 }
+
+/* Spinning shards arm the kernel timeout only when they may block. */
+static void idle_modes(enum corio_idle idle)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct order *o = calloc(1, sizeof(*o));
+
+	cfg.idle = idle;
+	cfg.spin_us = 20;
+	th_run(&cfg, order_entry, o);
+	cr_assert_eq(o->nfired, NORDER);
+	cr_assert_eq(o->early, 0);
+	for (unsigned i = 1; i < NORDER; i++)
+		cr_assert_geq(o->fired_deadline[i], o->fired_deadline[i - 1]);
+	free(o);
+	th_run(&cfg, scope_entry, NULL);
+	th_run(&cfg, periodic_entry, NULL);
+}
+
+Test(timer, idle_spin, .timeout = 60) { idle_modes(CORIO_IDLE_SPIN); }
+Test(timer, idle_poll, .timeout = 60) { idle_modes(CORIO_IDLE_POLL); }
