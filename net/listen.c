@@ -237,14 +237,11 @@ static struct corio__net *lowner(const struct corio_listener *l)
 	return l ? corio__net_owner(l->net) : NULL;
 }
 
-int corio_accept(struct corio_listener *l, struct corio_sock **out)
+int corio__accept_fd(struct corio_listener *l)
 {
 	struct corio__net *n = lowner(l);
 	int ret;
 
-	if (!out)
-		return -EINVAL;
-	*out = NULL;
 	if (!n)
 		return l ? -EPERM : -EINVAL;
 	if (l->wq.head)
@@ -252,33 +249,24 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 	for (;;) {
 		if (l->qlen) {
 			int fd = l->q[l->qhead];
-			struct corio_sock *s = corio__sock_new(n, fd, l->family, SOCK_STREAM);
 
-			if (!s)
-				return -ENOMEM; /* fd stays queued */
 			l->qhead = (l->qhead + 1) % l->qcap;
 			l->qlen--;
 			l->backoff_ms = 1;
-			s->live = true;
-			CORIO__STAT_ADD(n->stats.conns_live, 1);
 			CORIO__STAT_ADD(n->stats.accepts, 1);
-			*out = s;
-			return 0;
+			return fd;
 		}
 		if (l->aterm)
 			return l->aterm;
 		if (n->stopping)
 			return -ECANCELED;
 		if (l->backoff && l->a.state == NET_IDLE) {
-			ret = corio__net_wait(&l->wq, corio_now_ns() + l->backoff_ms * 1000000ull);
-			if (ret == -ETIME) {
-				l->backoff = false;
-				if (l->backoff_ms < BACKOFF_MAX_MS)
-					l->backoff_ms *= 2;
-				continue;
-			}
+			ret = corio_sleep_ns(l->backoff_ms * 1000000ull);
 			if (ret < 0)
 				return corio__net_err(n, ret);
+			l->backoff = false;
+			if (l->backoff_ms < BACKOFF_MAX_MS)
+				l->backoff_ms *= 2;
 			continue;
 		}
 		if (l->a.state == NET_IDLE) {
@@ -286,10 +274,32 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 				CORIO__STAT_ADD(n->stats.rearms, 1);
 			accept_arm(l);
 		}
-		ret = corio__net_wait(&l->wq, 0);
+		ret = corio__net_wait(&l->wq);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
+}
+
+int corio_accept(struct corio_listener *l, struct corio_sock **out)
+{
+	struct corio_sock *s;
+	int fd;
+
+	if (!out)
+		return -EINVAL;
+	*out = NULL;
+	fd = corio__accept_fd(l);
+	if (fd < 0)
+		return fd;
+	s = corio__sock_new(l->net, fd, l->family, SOCK_STREAM);
+	if (!s) {
+		close(fd);
+		return -ENOMEM;
+	}
+	s->live = true;
+	CORIO__STAT_ADD(l->net->stats.conns_live, 1);
+	*out = s;
+	return 0;
 }
 
 int corio_listener_addr(struct corio_listener *l, struct sockaddr_storage *addr, socklen_t *len)

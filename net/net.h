@@ -136,11 +136,13 @@ int corio__net_err(struct corio__net *n, int err);
 
 /*
  * Park the calling fiber on wq (it must be the only waiter) until
- * corio__net_wake(wq), cancellation (-ECANCELED) or the fiber's deadline
- * (-ETIMEDOUT). wake_at != 0 adds an internal alarm: -ETIME when it rings
- * first. Waits for its own timeout SQE's last CQE before returning.
+ * corio__net_wake(wq): 0, or -ECANCELED, or -ETIMEDOUT at the fiber's
+ * deadline scope (corio__wq_wait does both).
  */
-int corio__net_wait(struct corio_waitq *wq, uint64_t wake_at);
+static inline int corio__net_wait(struct corio_waitq *wq)
+{
+	return corio__wq_wait(wq);
+}
 
 static inline void corio__net_wake(struct corio_waitq *wq)
 {
@@ -164,8 +166,7 @@ int corio__sock_arm(struct corio_sock *s);
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
 void corio__sock_free(struct corio_sock *s);
 
-/* Hand-off model: implemented in net/dispatch.c. */
-int corio__net_dispatch(struct corio_listener *l, unsigned policy,
-			int (*handler)(struct corio_sock *, void *), void *arg);
+/* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
+int corio__accept_fd(struct corio_listener *l);
 
 #endif

@@ -2,16 +2,14 @@
 /*
  * net/part.c - the shard's net part: capability probe, the lazily created
  * provided-buffer ring, re-arming receives starved by an empty ring,
- * shutdown draining of multishot ops, stats, and the deadline-aware park
- * every net wait goes through.
+ * shutdown draining of multishot ops, stats.
  *
- * Why a park of our own: single-shot calls (connect, send, recv into a
- * caller buffer) wait in corio__op_wait(), which the timer area bounds with
- * linked timeouts. A fiber waiting for a multishot stream (accept, recv_buf)
- * has no SQE of its own to link a timeout to, so corio__net_wait() arms an
- * absolute IORING_OP_TIMEOUT for the fiber's deadline and removes it (and
- * waits for its CQE: the timespec is on the fiber's stack) when something
- * else woke the fiber first. No timeout SQE is spent without a deadline.
+ * Waiting: single-shot calls (connect, send, recv into a caller buffer)
+ * wait in corio__op_wait(), which the timer area bounds with linked
+ * timeouts. A fiber waiting on a multishot stream (accept, recv_buf) parks
+ * on its socket's wait queue (corio__wq_wait), which the timer area bounds
+ * with the fiber's deadline scope and which cancellation interrupts; the
+ * stream's CQE handler wakes it.
  */
 #include "net/net.h"
 
@@ -243,80 +241,9 @@ int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_st
 
 /* ---- parking ---------------------------------------------------------------- */
 
-struct alarm {
-	struct corio__op op;
-	struct __kernel_timespec ts;
-	struct corio_fiber *f;
-	struct corio_waitq *wq;
-	bool done, draining;
-};
-
-static void alarm_cb(struct corio__op *op, int32_t res, uint32_t flags)
-{
-	struct alarm *a = op->data;
-
-	(void)flags;
-	a->done = true;
-	corio__op_finished(a->f->shard);
-	if (a->draining)
-		corio__ready(a->f, 0);
-	else if (res == -ETIME && a->f->wq == a->wq)
-		corio__wq_wake_one(a->wq, -ETIME); /* the only waiter: a->f */
-}
-
 static void ignore_cancel(struct corio_fiber *f)
 {
 	(void)f; /* the wait is not interruptible; the CQE handler wakes us */
-}
-
-int corio__net_wait(struct corio_waitq *wq, uint64_t wake_at)
-{
-	struct corio_fiber *f = corio__self();
-	struct alarm a;
-	uint64_t at;
-	bool user;
-	int ret;
-
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (f->flags & CORIO__FF_CANCELLED)
-		return -ECANCELED;
-	at = f->deadline_ns;
-	user = at != 0;
-	if (wake_at && (!at || wake_at < at)) {
-		at = wake_at;
-		user = false;
-	}
-	if (at && corio_now_ns() >= at)
-		return user ? -ETIMEDOUT : -ETIME;
-	if (at) {
-		struct io_uring_sqe *sqe = corio__ring_sqe(&f->shard->ring);
-
-		memset(&a, 0, sizeof(a));
-		a.ts.tv_sec = (long long)(at / 1000000000u);
-		a.ts.tv_nsec = (long long)(at % 1000000000u);
-		a.f = f;
-		a.wq = wq;
-		a.op.cb = alarm_cb;
-		a.op.data = &a;
-		io_uring_prep_timeout(sqe, &a.ts, 0, IORING_TIMEOUT_ABS);
-		corio__sqe_set_op(sqe, &a.op);
-		corio__op_started(f->shard);
-	}
-	ret = corio__wq_wait(wq);
-	if (at && !a.done) {
-		struct io_uring_sqe *sqe = corio__ring_sqe(&f->shard->ring);
-
-		io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)&a.op, 0);
-		corio__sqe_set_op(sqe, NULL);
-		a.draining = true;
-		f->on_cancel = ignore_cancel;
-		while (!a.done)
-			corio__park();
-		f->on_cancel = NULL;
-	}
-	if (ret == -ETIME && user)
-		ret = -ETIMEDOUT;
-	return ret;
 }
 
 void corio__net_park_until(bool (*done)(void *), void *arg)

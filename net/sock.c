@@ -254,7 +254,7 @@ static int wait_data(struct corio_sock *s)
 			if (ret)
 				return ret;
 		}
-		ret = corio__net_wait(&s->rwq, 0);
+		ret = corio__net_wait(&s->rwq);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}

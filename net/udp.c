@@ -121,7 +121,7 @@ static int dgram_wait(struct corio_sock *s)
 			if (ret)
 				return ret;
 		}
-		ret = corio__net_wait(&s->rwq, 0);
+		ret = corio__net_wait(&s->rwq);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}

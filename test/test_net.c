@@ -488,3 +488,334 @@ Test(net, connection_refused, .timeout = 30)
 
 	th_run(&cfg, refused_entry, NULL);
 }
+
+/* ---- 1k concurrent connections across 2 shards ------------------------------------ */
+
+#define NCONN 1000
+#define NSHARDS 2
+
+static struct {
+	_Atomic int port;
+	_Atomic int done;      /* clients finished */
+	_Atomic int served[NSHARDS];
+	int model;             /* 0: SO_REUSEPORT, 1/2: accept + dispatch RR/LL */
+} many;
+
+static int many_handler(struct corio_sock *s, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&many.served[corio_shard_id()], 1);
+	return echo_conn(s, true);
+}
+
+static int many_handler_fiber(void *arg)
+{
+	return many_handler(arg, NULL);
+}
+
+static int many_acceptor(void *arg)
+{
+	struct corio_listener *l = arg;
+	struct corio_spawn_opts so = { .stack_size = 64 * 1024 };
+
+	if (many.model == 1)
+		return corio_accept_dispatch(l, CORIO_DISPATCH_ROUND_ROBIN, many_handler, NULL);
+	if (many.model == 2)
+		return corio_accept_dispatch(l, CORIO_DISPATCH_LEAST_LOADED, many_handler, NULL);
+	for (;;) {
+		struct corio_sock *s;
+		int ret = corio_accept(l, &s);
+
+		if (ret)
+			return ret;
+		CHECK_EQ(corio_spawn(many_handler_fiber, s, &so, NULL), 0);
+	}
+}
+
+static int many_client(void *arg)
+{
+	unsigned id = (unsigned)(uintptr_t)arg;
+	char where[32];
+	uint8_t out[64], in[64];
+	struct corio_sock *c;
+
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&many.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (c) {
+		fill(out, sizeof(out), id);
+		CHECK_EQ(corio_send(c, out, sizeof(out)), sizeof(out));
+		CHECK_EQ(recv_all(c, in, sizeof(in)), sizeof(in));
+		CHECK(memcmp(in, out, sizeof(in)) == 0);
+		CHECK_EQ(corio_close(c), 0);
+	}
+	atomic_fetch_add(&many.done, 1);
+	return 0;
+}
+
+static void many_entry(void *arg)
+{
+	struct corio_listen_opts o = { .flags = CORIO_LISTEN_REUSEPORT, .backlog = 4096 };
+	struct corio_spawn_opts so = { .stack_size = 64 * 1024 };
+	struct corio_listener *l = NULL;
+	struct corio_fiber *acc = NULL;
+	struct corio_net_stats st;
+	unsigned me = corio_shard_id();
+
+	(void)arg;
+	if (me == 0) {
+		char where[64];
+
+		CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &l), 0);
+		addr_of(l, where, sizeof(where));
+		atomic_store(&many.port, atoi(strrchr(where, ':') + 1));
+	} else {
+		while (!atomic_load(&many.port))
+			corio_yield();
+		if (many.model == 0) {
+			char where[64];
+
+			snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&many.port));
+			CHECK_EQ(corio_tcp_listen(where, &o, &l), 0);
+		}
+	}
+	if (l)
+		CHECK_EQ(corio_spawn(many_acceptor, l, NULL, &acc), 0);
+	for (unsigned i = me; i < NCONN; i += NSHARDS)
+		CHECK_EQ(corio_spawn(many_client, (void *)(uintptr_t)i, &so, NULL), 0);
+	while (atomic_load(&many.done) < NCONN)
+		CHECK_EQ(corio_sleep_ns(1000000), 0);
+	if (acc) {
+		int status = 0;
+
+		corio_cancel(acc);
+		CHECK_EQ(corio_join(acc, &status), 0);
+		CHECK_EQ(status, -ECANCELED);
+		CHECK_EQ(corio_listener_close(l), 0);
+	}
+	/* wait for this shard's handlers to see EOF and close */
+	do {
+		CHECK_EQ(corio_net_stats_get(NULL, me, &st), 0);
+		if (st.conns_live)
+			CHECK_EQ(corio_sleep_ns(1000000), 0);
+	} while (st.conns_live);
+}
+
+static void run_many(int model)
+{
+	struct corio_config cfg = th_cfg(NSHARDS);
+	struct rlimit rl;
+
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_max != RLIM_INFINITY && rl.rlim_max < 2 * NCONN + 100)
+		cr_skip_test("RLIMIT_NOFILE hard limit %lu is below %d", (unsigned long)rl.rlim_max,
+			     2 * NCONN + 100);
+	if (rl.rlim_cur < 2 * NCONN + 100) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY ? 4 * NCONN : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	many.model = model;
+	th_run(&cfg, many_entry, NULL);
+	cr_assert_eq(atomic_load(&many.done), NCONN);
+	cr_assert_eq(atomic_load(&many.served[0]) + atomic_load(&many.served[1]), NCONN);
+	if (model) /* dispatch reaches both shards */
+		cr_assert(atomic_load(&many.served[0]) > 0 && atomic_load(&many.served[1]) > 0,
+			  "served %d / %d", atomic_load(&many.served[0]),
+			  atomic_load(&many.served[1]));
+}
+
+Test(net, conns_1k_two_shards_reuseport, .timeout = 60) { run_many(0); }
+Test(net, conns_1k_two_shards_dispatch_rr, .timeout = 60) { run_many(1); }
+Test(net, conns_1k_two_shards_dispatch_ll, .timeout = 60) { run_many(2); }
+
+/* ---- accept under EMFILE --------------------------------------------------------- */
+
+static struct corio_sock *emfile_acc[8];
+static _Atomic int emfile_naccepted;
+
+static int emfile_acceptor(void *arg)
+{
+	for (;;) {
+		struct corio_sock *s;
+		int ret = corio_accept(arg, &s);
+
+		if (ret)
+			return ret;
+		emfile_acc[atomic_fetch_add(&emfile_naccepted, 1)] = s;
+	}
+}
+
+static int emfile_fail;
+#define ECHECK(c)                                                                     \
+	do {                                                                          \
+		if (!(c) && !emfile_fail) {                                           \
+			fprintf(stderr, "emfile child: %s:%d: %s\n", __FILE__, __LINE__, #c); \
+			emfile_fail = 1;                                              \
+		}                                                                     \
+	} while (0)
+
+static void wait_accepted(int n)
+{
+	while (atomic_load(&emfile_naccepted) < n)
+		corio_sleep_ns(1000000);
+}
+
+static void emfile_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_fiber *acc;
+	struct corio_sock *c[4];
+	struct corio_net_stats st;
+	struct rlimit rl;
+	char where[64], buf[4];
+	int used;
+
+	(void)arg;
+	ECHECK(corio_tcp_listen("127.0.0.1:0", NULL, &l) == 0);
+	addr_of(l, where, sizeof(where));
+	/* four clients connect (the kernel completes them from the backlog) */
+	for (int i = 0; i < 4; i++)
+		ECHECK(corio_tcp_connect(where, &c[i]) == 0);
+	/* room for two accepted sockets only */
+	used = th_fd_count() - 1; /* minus the /proc/self/fd dir handle */
+	getrlimit(RLIMIT_NOFILE, &rl);
+	rl.rlim_cur = (rlim_t)used + 2;
+	ECHECK(setrlimit(RLIMIT_NOFILE, &rl) == 0);
+	ECHECK(corio_spawn(emfile_acceptor, l, NULL, &acc) == 0);
+	wait_accepted(2);
+	do {
+		ECHECK(corio_net_stats_get(NULL, 0, &st) == 0);
+		if (!st.err_fd_limit)
+			corio_sleep_ns(1000000);
+	} while (!st.err_fd_limit);
+	ECHECK(atomic_load(&emfile_naccepted) == 2);
+	/* free fds: the listener must serve the other two */
+	ECHECK(corio_close(emfile_acc[0]) == 0);
+	ECHECK(corio_close(emfile_acc[1]) == 0);
+	wait_accepted(4);
+	for (int i = 2; i < 4; i++) {
+		ECHECK(corio_send(emfile_acc[i], "ok!", 3) == 3);
+	}
+	for (int i = 2; i < 4; i++) {
+		/* accepted in order of connect: c[2], c[3] */
+		ECHECK(recv_all(c[i], (uint8_t *)buf, 3) == 3);
+		ECHECK(memcmp(buf, "ok!", 3) == 0);
+	}
+	corio_cancel(acc);
+	corio_join(acc, NULL);
+	for (int i = 2; i < 4; i++)
+		corio_close(emfile_acc[i]);
+	for (int i = 0; i < 4; i++)
+		corio_close(c[i]);
+	corio_listener_close(l);
+}
+
+Test(net, accept_backs_off_under_emfile, .timeout = 30)
+{
+	pid_t pid = fork();
+	int status;
+
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		struct corio_config cfg = th_cfg(1);
+		int ret = corio_run(&cfg, emfile_entry, NULL);
+
+		_exit(ret || emfile_fail ? 1 : 0);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "child failed (status 0x%x)",
+		  status);
+}
+
+/* ---- buffer-ring exhaustion with slow consumers ------------------------------------- */
+
+#define SLOW_BYTES (1u << 20)
+#define SLOW_HOLD 3 /* buffers each consumer holds before releasing: 2 * 3 < 8 */
+
+static int slow_server(void *arg)
+{
+	struct corio_sock *s = arg;
+	struct corio_buf held[SLOW_HOLD];
+	unsigned nheld = 0;
+	size_t got = 0, seed = 0;
+	bool bad = false;
+	ssize_t r;
+
+	/* the first byte says which client this is */
+	while ((r = corio_recv_buf(s, &held[nheld])) > 0) {
+		const uint8_t *p = held[nheld].data;
+
+		if (!got)
+			seed = p[0] / 13; /* pat(0, seed) == 13 * seed */
+		for (ssize_t i = 0; i < r && !bad; i++)
+			if (p[i] != pat(got + (size_t)i, seed)) {
+				CHECK_EQ(p[i], pat(got + (size_t)i, seed));
+				bad = true;
+			}
+		got += (size_t)r;
+		if (++nheld == SLOW_HOLD) {
+			for (int k = 0; k < 20; k++) /* slow */
+				corio_yield();
+			while (nheld)
+				corio_buf_release(&held[--nheld]);
+		}
+	}
+	CHECK_EQ(r, 0);
+	while (nheld)
+		corio_buf_release(&held[--nheld]);
+	CHECK_EQ(got, SLOW_BYTES);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+static int slow_client(void *arg)
+{
+	const char *where = arg;
+	static uint8_t bufs[2][SLOW_BYTES];
+	static int next;
+	int me = next++;
+	struct corio_sock *c;
+
+	fill(bufs[me], SLOW_BYTES, (size_t)me);
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (!c)
+		return -1;
+	CHECK_EQ(corio_send(c, bufs[me], SLOW_BYTES), SLOW_BYTES);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(corio_recv(c, bufs[me], 1), 0);
+	CHECK_EQ(corio_close(c), 0);
+	return 0;
+}
+
+static void slow_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_fiber *f[4];
+	struct corio_net_stats st;
+	char where[64];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_spawn(slow_client, where, NULL, &f[2]), 0);
+	CHECK_EQ(corio_spawn(slow_client, where, NULL, &f[3]), 0);
+	for (int i = 0; i < 2; i++) {
+		struct corio_sock *s;
+
+		CHECK_EQ(corio_accept(l, &s), 0);
+		CHECK_EQ(corio_spawn(slow_server, s, NULL, &f[i]), 0);
+	}
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.enobufs > 0);
+	CHECK_EQ(st.bufs_out, 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, ring_exhaustion_loses_nothing, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "8:4096", 1);
+	th_run(&cfg, slow_entry, NULL);
+}

@@ -232,7 +232,8 @@ struct corio_net_stats {
 	uint64_t enobufs;      /* multishot receives stopped by an empty ring   */
 	uint64_t rearms;       /* multishot receives/accepts armed again        */
 	uint64_t bufs_out;     /* provided buffers out of the ring now          */
-	uint64_t dispatched;   /* connections handed to other shards            */
+	uint64_t dispatched;   /* connections this shard handed to a shard      */
+	uint64_t adopted;      /* connections handed to this shard              */
 	uint64_t err_reset;    /* ECONNRESET                                    */
 	uint64_t err_pipe;     /* EPIPE                                         */
 	uint64_t err_refused;  /* ECONNREFUSED                                  */
