@@ -819,3 +819,271 @@ Test(net, ring_exhaustion_loses_nothing, .timeout = 60)
 	setenv("CORIO_NET_BUFS", "8:4096", 1);
 	th_run(&cfg, slow_entry, NULL);
 }
+
+/* ---- UDP ---------------------------------------------------------------------------- */
+
+static void udp_entry(void *arg)
+{
+	const char *bind_at = arg;
+	static const size_t sizes[] = { 1, 0, 100, 1000, 1472, 7, 9000 };
+	struct corio_sock *srv, *cli;
+	struct sockaddr_storage sa, ca, from;
+	socklen_t salen, calen, flen;
+	uint8_t out[9000], in[9100];
+	size_t n = sizeof(sizes) / sizeof(sizes[0]);
+
+	CHECK_EQ(corio_udp_bind(bind_at, &srv), 0);
+	CHECK_EQ(corio_udp_bind(bind_at, &cli), 0);
+	if (!srv || !cli)
+		return;
+	CHECK_EQ(corio_sock_local_addr(srv, &sa, &salen), 0);
+	CHECK_EQ(corio_sock_local_addr(cli, &ca, &calen), 0);
+	/* round 1: copying receive; round 2: borrowed (multishot recvmsg) */
+	for (int round = 0; round < 2; round++) {
+		for (size_t k = 0; k < n; k++) {
+			fill(out, sizes[k], k + 10 * (size_t)round);
+			CHECK_EQ(corio_sendto(cli, out, sizes[k], (struct sockaddr *)&sa, salen),
+				 sizes[k]);
+		}
+		for (size_t k = 0; k < n; k++) {
+			ssize_t r;
+			struct corio_buf b = { 0 };
+
+			flen = sizeof(from);
+			memset(&from, 0, sizeof(from));
+			if (round == 0) {
+				r = corio_recvfrom(srv, in, sizeof(in), (struct sockaddr *)&from, &flen);
+			} else {
+				r = corio_recvfrom_buf(srv, &b, (struct sockaddr *)&from, &flen);
+				if (r >= 0 && b.data)
+					memcpy(in, b.data, (size_t)r);
+			}
+			CHECK_EQ(r, sizes[k]); /* one datagram per receive, boundaries kept */
+			fill(out, sizes[k], k + 10 * (size_t)round);
+			CHECK(r < 0 || memcmp(in, out, (size_t)r) == 0);
+			CHECK_EQ(flen, calen);
+			CHECK(memcmp(&from, &ca, calen) == 0);
+			corio_buf_release(&b);
+		}
+	}
+	/* truncation: a short buffer gets the head of the datagram only */
+	{
+		struct corio_sock *t;
+		struct sockaddr_storage ta;
+		socklen_t talen;
+
+		CHECK_EQ(corio_udp_bind(bind_at, &t), 0);
+		CHECK_EQ(corio_sock_local_addr(t, &ta, &talen), 0);
+		fill(out, 500, 3);
+		CHECK_EQ(corio_sendto(cli, out, 500, (struct sockaddr *)&ta, talen), 500);
+		CHECK_EQ(corio_sendto(cli, out, 3, (struct sockaddr *)&ta, talen), 3);
+		CHECK_EQ(corio_recvfrom(t, in, 10, NULL, NULL), 10);
+		CHECK(memcmp(in, out, 10) == 0);
+		CHECK_EQ(corio_recvfrom(t, in, 10, NULL, NULL), 3); /* the next datagram */
+		CHECK_EQ(corio_close(t), 0);
+	}
+	CHECK_EQ(corio_close(srv), 0);
+	CHECK_EQ(corio_close(cli), 0);
+}
+
+Test(net, udp_datagram_boundaries_ipv4, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, udp_entry, "127.0.0.1:0");
+}
+
+Test(net, udp_datagram_boundaries_ipv6, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	if (!have_ipv6_loopback())
+		cr_skip_test("no IPv6 loopback (::1) on this machine");
+	th_run(&cfg, udp_entry, "[::1]:0");
+}
+
+/* ---- timeouts and cancellation ------------------------------------------------------ */
+
+#define MS 1000000ull
+
+/* The elapsed time of a call bounded by a deadline of d: at least d, and
+ * not much more (generous: the machine is shared). */
+#define CHECK_ELAPSED(t0, d) \
+	do { \
+		uint64_t el_ = corio_now_ns() - (t0); \
+		CHECK(el_ >= (d)); \
+		CHECK(el_ < (d) + 2000 * MS); \
+	} while (0)
+
+static void timeout_entry(void *arg)
+{
+	struct corio_listener *l, *full;
+	struct corio_sock *c, *s, *extra[8];
+	struct corio_deadline d;
+	struct corio_buf b;
+	struct corio_listen_opts o = { .backlog = 1 };
+	char where[64], buf[16];
+	uint64_t t0;
+	int ret, nextra = 0;
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+
+	/* accept with nobody connecting */
+	t0 = corio_now_ns();
+	corio_timeout_push(&d, 30 * MS);
+	CHECK_EQ(corio_accept(l, &s), -ETIMEDOUT);
+	corio_deadline_pop(&d);
+	CHECK_ELAPSED(t0, 30 * MS);
+
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	CHECK_EQ(corio_accept(l, &s), 0);
+	if (!c || !s)
+		return;
+
+	/* recv on a silent socket, both paths; nothing is lost afterwards */
+	t0 = corio_now_ns();
+	corio_timeout_push(&d, 30 * MS);
+	CHECK_EQ(corio_recv(s, buf, sizeof(buf)), -ETIMEDOUT);
+	corio_deadline_pop(&d);
+	CHECK_ELAPSED(t0, 30 * MS);
+	CHECK_EQ(corio_send(c, "abc", 3), 3);
+	CHECK_EQ(recv_all(s, (uint8_t *)buf, 3), 3);
+	CHECK(memcmp(buf, "abc", 3) == 0);
+
+	t0 = corio_now_ns();
+	corio_timeout_push(&d, 30 * MS);
+	CHECK_EQ(corio_recv_buf(c, &b), -ETIMEDOUT);
+	corio_deadline_pop(&d);
+	CHECK_ELAPSED(t0, 30 * MS);
+	CHECK_EQ(corio_send(s, "xyz", 3), 3);
+	CHECK_EQ(corio_recv_buf(c, &b), 3);
+	CHECK(b.data && memcmp(b.data, "xyz", 3) == 0);
+	corio_buf_release(&b);
+
+	/* an expired scope fails every call at once */
+	corio_timeout_push(&d, 0);
+	CHECK_EQ(corio_recv_buf(c, &b), -ETIMEDOUT);
+	CHECK_EQ(corio_send(c, "x", 1), -ETIMEDOUT);
+	corio_deadline_pop(&d);
+
+	/* connect to a listener whose accept queue is full: SYNs are dropped,
+	 * so the connect hangs until the deadline */
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &full), 0);
+	addr_of(full, where, sizeof(where));
+	for (;;) {
+		t0 = corio_now_ns();
+		corio_timeout_push(&d, 100 * MS);
+		ret = corio_tcp_connect(where, &extra[nextra]);
+		corio_deadline_pop(&d);
+		if (ret == 0 && nextra < 7) {
+			nextra++;
+			continue;
+		}
+		CHECK_EQ(ret, -ETIMEDOUT);
+		CHECK_ELAPSED(t0, 100 * MS);
+		break;
+	}
+	while (nextra)
+		CHECK_EQ(corio_close(extra[--nextra]), 0);
+	CHECK_EQ(corio_listener_close(full), 0);
+
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, timeouts, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, timeout_entry, NULL);
+}
+
+static int blocked_reader(void *arg)
+{
+	struct corio_buf b;
+
+	return (int)corio_recv_buf(arg, &b);
+}
+
+static int blocked_acceptor(void *arg)
+{
+	struct corio_sock *s;
+
+	return corio_accept(arg, &s);
+}
+
+static void cancel_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_fiber *fr, *fa;
+	struct corio_sock *c, *s;
+	char where[64];
+	int st = 0;
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	CHECK_EQ(corio_accept(l, &s), 0);
+	CHECK_EQ(corio_spawn(blocked_reader, s, NULL, &fr), 0);
+	CHECK_EQ(corio_spawn(blocked_acceptor, l, NULL, &fa), 0);
+	corio_yield(); /* both park */
+	CHECK_EQ(corio_cancel(fr), 0);
+	CHECK_EQ(corio_cancel(fa), 0);
+	CHECK_EQ(corio_join(fr, &st), 0);
+	CHECK_EQ(st, -ECANCELED);
+	CHECK_EQ(corio_join(fa, &st), 0);
+	CHECK_EQ(st, -ECANCELED);
+	/* the multishot recv is still armed: close must take it out first */
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, cancel_blocked_calls_then_close, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, cancel_entry, NULL);
+}
+
+/* Shutdown with sockets whose multishot ops are armed: the runtime drains
+ * them (the test closes the sockets after the fibers were cancelled). */
+static struct corio_sock *shut_s, *shut_c;
+static struct corio_listener *shut_l;
+
+static int shut_reader(void *arg)
+{
+	struct corio_buf b;
+
+	(void)arg;
+	CHECK_EQ(corio_recv_buf(shut_s, &b), -ECANCELED);
+	CHECK_EQ(corio_close(shut_s), 0); /* works in a cancelled fiber */
+	CHECK_EQ(corio_close(shut_c), 0);
+	CHECK_EQ(corio_listener_close(shut_l), 0);
+	return 0;
+}
+
+static void shutdown_entry(void *arg)
+{
+	char where[64];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &shut_l), 0);
+	addr_of(shut_l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &shut_c), 0);
+	CHECK_EQ(corio_accept(shut_l, &shut_s), 0);
+	CHECK_EQ(corio_spawn(shut_reader, NULL, NULL, NULL), 0);
+	corio_yield();
+	corio_shutdown();
+}
+
+Test(net, shutdown_with_armed_receive, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, shutdown_entry, NULL);
+}
