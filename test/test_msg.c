@@ -466,6 +466,10 @@ static int sd_caller(void *arg)
 		} else {
 			CHECK_EQ(ret, -ECANCELED);
 			atomic_fetch_add(&sd_call_cancelled, 1);
+			/* the target is stopping; our shard may not have noticed
+			 * yet: let its loop turn (a fiber that never yields
+			 * keeps its shard from ever starting its own stop) */
+			corio_yield();
 		}
 		if (corio_cancelled())
 			return 0;
