@@ -38,6 +38,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <sys/timerfd.h>
 #include <sys/utsname.h>
@@ -49,7 +50,7 @@
 
 static int quick;
 static int cpu = -1;
-static double lat_seconds = 2.0;
+static double lat_seconds = 1.5;
 
 static uint64_t rnd_state = 0x9e3779b97f4a7c15ull;
 static inline uint64_t rnd(void)
@@ -162,6 +163,7 @@ struct ctimer {
 
 struct cjob {
 	int kind; /* 0 arm+cancel, 1 one million, 2 lateness */
+	enum corio_idle idle;
 	unsigned bg, p;
 	uint64_t pairs;
 	double rate, arm_s, cancel_s;
@@ -265,6 +267,7 @@ static int corio_job(struct cjob *j)
 	corio_config_init(&cfg);
 	cfg.shards = 1;
 	cfg.cpus = &cpu;
+	cfg.idle = j->idle;
 	cj = j;
 	return corio_run(&cfg, corio_entry, j);
 }
@@ -631,6 +634,28 @@ static void tfd_lateness(unsigned p, struct lat *l)
 	free(t);
 }
 
+/* ============================================================= nanosleep == */
+
+/* The machine's floor: one thread sleeping to absolute deadlines with
+ * clock_nanosleep (timer slack 1 ns), ~10k wake-ups/s. Any design that
+ * blocks in the kernel between expirations pays at least this. */
+static void nanosleep_lateness(struct lat *l)
+{
+	uint64_t end = now_ns() + (uint64_t)(lat_seconds * 1e9);
+
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	measure_from = 0;
+	for (uint64_t now = now_ns(); now < end; now = now_ns()) {
+		uint64_t d = now + 1000 + rnd() % (180 * 1000);
+		struct timespec ts = { (time_t)(d / SEC), (long)(d % SEC) };
+
+		while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+			;
+		lat_add(l, d, now_ns());
+	}
+	prctl(PR_SET_TIMERSLACK, 0UL, 0, 0, 0);
+}
+
 /* ================================================================ driver == */
 
 static void pin_self(void)
@@ -820,9 +845,24 @@ int main(int argc, char **argv)
 		       "", lps[k], corio_timer_lateness_quantile(&j.st, 0.5) / 1e3,
 		       corio_timer_lateness_quantile(&j.st, 0.99) / 1e3,
 		       corio_timer_lateness_quantile(&j.st, 0.999) / 1e3);
+		/* the same with a busy-polling shard: no kernel wake-up in the path */
+		j.idle = CORIO_IDLE_POLL;
+		j.lat.n = 0;
+		corio_job(&j);
+		lat_print("corio/poll", lps[k], &j.lat);
 		free(j.lat.v);
 		free(ls.v);
 		free(lt.v);
+	}
+	{
+		size_t cap = (size_t)(lat_seconds * 30000) + 1000;
+		struct lat ln = { calloc(cap, 8), 0, cap };
+
+		nanosleep_lateness(&ln);
+		lat_print("nanosleep", 1, &ln);
+		free(ln.v);
+		printf("  (nanosleep: one thread, clock_nanosleep to absolute deadlines: the "
+		       "wake-up floor of this machine)\n");
 	}
 
 	return 0;
