@@ -292,6 +292,33 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	return (ssize_t)b->len;
 }
 
+int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
+{
+	struct corio__net *n;
+	ssize_t r;
+	int count = 1;
+
+	if (!b || max < 1)
+		return corio__error(-EINVAL, "corio_recv_bufs: no room for a buffer");
+	r = corio_recv_buf(s, &b[0]);
+	if (r <= 0)
+		return (int)r;
+	n = s->net;
+	/* More already queued? Take them without waiting. */
+	while (count < max && s->qhead != CORIO__NET_NOBUF) {
+		unsigned bid = s->qhead;
+		struct corio_buf *x = &b[count++];
+
+		x->data = corio__bufring_addr(&n->bufs, bid);
+		x->len = n->qlen[bid];
+		x->_owner = n;
+		x->_id = bid;
+		q_pop(s);
+		CORIO__STAT_ADD(n->stats.bytes_in, x->len);
+	}
+	return count;
+}
+
 void corio_buf_release(struct corio_buf *b)
 {
 	struct corio__net *n;

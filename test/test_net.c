@@ -67,14 +67,31 @@ static ssize_t recv_all(struct corio_sock *s, uint8_t *p, size_t n)
 	return (ssize_t)got;
 }
 
-/* Echo every byte back until EOF, through borrowed buffers or a copy. */
-static int echo_conn(struct corio_sock *s, bool borrow)
+/* Echo every byte back until EOF: through borrowed buffers (1: one at a
+ * time, 2: every queued one, sent with one sendv) or a copy (0). */
+static int echo_conn(struct corio_sock *s, int borrow)
 {
 	uint8_t buf[8192];
 	ssize_t r;
 
 	for (;;) {
-		if (borrow) {
+		if (borrow == 2) {
+			struct corio_buf b[4];
+			struct iovec iov[4];
+			size_t total = 0;
+			int k = corio_recv_bufs(s, b, 4);
+
+			for (int i = 0; i < k; i++) {
+				iov[i].iov_base = b[i].data;
+				iov[i].iov_len = b[i].len;
+				total += b[i].len;
+			}
+			r = k;
+			if (k > 0)
+				CHECK_EQ(corio_sendv(s, iov, k, NULL), total);
+			for (int i = 0; i < k; i++)
+				corio_buf_release(&b[i]);
+		} else if (borrow) {
 			struct corio_buf b;
 
 			r = corio_recv_buf(s, &b);
@@ -155,7 +172,7 @@ Test(net, bad_input_is_einval, .timeout = 30)
 
 struct echo_cfg {
 	const char *listen;
-	bool borrow;  /* server receives through the buffer ring */
+	int borrow;   /* server: 0 copy, 1 recv_buf, 2 recv_bufs + sendv */
 	bool unix_;
 };
 
@@ -199,7 +216,8 @@ static int echo_server(void *arg)
 	if (corio_getsockopt(s, IPPROTO_TCP, TCP_NODELAY, &nd, &len) == 0) /* not Unix */
 		CHECK_EQ(nd, 1); /* inherited from the listener */
 	/* the fiber's name says which receive path to use */
-	return echo_conn(s, strcmp(corio_fiber_name(corio_self()), "borrow") == 0);
+	return echo_conn(s, strcmp(corio_fiber_name(corio_self()), "copy") == 0 ? 0
+			    : strcmp(corio_fiber_name(corio_self()), "borrow") == 0 ? 1 : 2);
 }
 
 static void echo_entry(void *arg)
@@ -212,7 +230,9 @@ static void echo_entry(void *arg)
 	char where[128];
 	uint8_t *out = malloc(1 << 20), *in = malloc(1 << 20);
 	struct corio_net_stats st;
-	struct corio_spawn_opts so = { .name = ec->borrow ? "borrow" : "copy" };
+	struct corio_spawn_opts so = {
+		.name = ec->borrow == 2 ? "bufs" : ec->borrow ? "borrow" : "copy"
+	};
 	size_t total = 0;
 
 	if (ec->unix_) {
@@ -263,7 +283,7 @@ static void echo_entry(void *arg)
 	free(in);
 }
 
-static void run_echo(const char *listen, bool borrow, bool unix_)
+static void run_echo(const char *listen, int borrow, bool unix_)
 {
 	struct corio_config cfg = th_cfg(1);
 	struct echo_cfg ec = { listen, borrow, unix_ };
@@ -272,7 +292,8 @@ static void run_echo(const char *listen, bool borrow, bool unix_)
 }
 
 Test(net, echo_ipv4_copy, .timeout = 60) { run_echo("127.0.0.1:0", false, false); }
-Test(net, echo_ipv4_borrowed, .timeout = 60) { run_echo("127.0.0.1:0", true, false); }
+Test(net, echo_ipv4_borrowed, .timeout = 60) { run_echo("127.0.0.1:0", 1, false); }
+Test(net, echo_ipv4_borrowed_batches, .timeout = 60) { run_echo("127.0.0.1:0", 2, false); }
 Test(net, echo_ipv6_borrowed, .timeout = 60)
 {
 	if (!have_ipv6_loopback())
@@ -285,7 +306,7 @@ Test(net, echo_ipv6_copy, .timeout = 60)
 		cr_skip_test("no IPv6 loopback (::1) on this machine");
 	run_echo("[::1]:0", false, false);
 }
-Test(net, echo_unix_abstract, .timeout = 60) { run_echo(NULL, true, true); }
+Test(net, echo_unix_abstract, .timeout = 60) { run_echo(NULL, 2, true); }
 
 /* The fallbacks: no provided-buffer ring (user-mode pool), no multishot. */
 Test(net, echo_fallback_no_bufring, .timeout = 60)
@@ -306,7 +327,7 @@ static int unix_echo_server(void *arg)
 	struct corio_sock *s;
 
 	CHECK_EQ(corio_accept(arg, &s), 0);
-	return s ? echo_conn(s, false) : -1;
+	return s ? echo_conn(s, 0) : -1;
 }
 
 static void unix_path_entry(void *arg)
@@ -505,7 +526,7 @@ static int many_handler(struct corio_sock *s, void *arg)
 {
 	(void)arg;
 	atomic_fetch_add(&many.served[corio_shard_id()], 1);
-	return echo_conn(s, true);
+	return echo_conn(s, 2);
 }
 
 static int many_handler_fiber(void *arg)

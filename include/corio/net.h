@@ -151,6 +151,11 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * same stream. Blocking.
  */
 CORIO_API ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b);
+/* corio_recv_buf() for up to max buffers: waits for the first, then takes
+ * the ones already queued without waiting (to send them on with one
+ * corio_sendv()). Returns how many were filled (>= 1), 0 at end of stream,
+ * or -errno. Release each one. Blocking. */
+CORIO_API int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max);
 CORIO_API void corio_buf_release(struct corio_buf *b);
 
 /* ---- sending ------------------------------------------------------------- */
