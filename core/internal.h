@@ -238,6 +238,11 @@ void corio__fiber_cancel(struct corio_fiber *f);
  * the fiber is cancelled meanwhile, an async cancel is queued and the wait
  * goes on until the final CQE, so the kernel is done with every buffer when
  * it returns (invariant 2).
+ *
+ * Take no other SQE between corio__op_begin and corio__op_wait: the wait
+ * links the deadline's LINK_TIMEOUT right behind the op's SQE, and if that
+ * SQE is no longer the last one queued it falls back to a heap timer that
+ * async-cancels the op (correct, but one more SQE and a timer).
  */
 int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe);
 int corio__op_wait(struct corio__op *op);

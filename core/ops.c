@@ -38,19 +38,6 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
  * caller that took another SQE between begin and wait): a heap timer at the
  * deadline issues an async cancel for the op.
  */
-static void reserve_sqes(struct corio__ring *r, unsigned n)
-{
-	while (io_uring_sq_space_left(&r->ring) < n) {
-		r->cnt.sq_full++;
-		if (r->caps & CORIO__CAP_SQPOLL) {
-			io_uring_submit(&r->ring);
-			io_uring_sqring_wait(&r->ring);
-		} else {
-			corio__ring_enter(r, 0);
-		}
-	}
-}
-
 int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
 {
 	struct corio_fiber *f = corio__self();
@@ -68,7 +55,7 @@ int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
 			return -ETIMEDOUT;
 		}
 		if (T && !T->no_link)
-			reserve_sqes(r, 2);
+			corio__ring_reserve(r, 2);
 	}
 	op->cb = wake_waiter;
 	op->data = f;

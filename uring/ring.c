@@ -220,6 +220,19 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 	return sqe;
 }
 
+void corio__ring_reserve(struct corio__ring *r, unsigned n)
+{
+	while (io_uring_sq_space_left(&r->ring) < n) {
+		r->cnt.sq_full++;
+		if (r->caps & CORIO__CAP_SQPOLL) {
+			io_uring_submit(&r->ring);
+			io_uring_sqring_wait(&r->ring);
+		} else {
+			corio__ring_enter(r, 0);
+		}
+	}
+}
+
 bool corio__ring_needs_enter(const struct corio__ring *r)
 {
 	unsigned flags = IO_URING_READ_ONCE(*r->ring.sq.kflags);

@@ -76,6 +76,10 @@ static inline bool corio__ring_has_op(const struct corio__ring *r, unsigned op)
 /* A free SQE, never NULL: when the SQ is full, submits what is queued first. */
 struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r);
 
+/* Make room for n SQEs that must go to the kernel in one submit (a link:
+ * corio__ring_sqe() would otherwise submit between them when the SQ fills). */
+void corio__ring_reserve(struct corio__ring *r, unsigned n);
+
 /* Bind an SQE to an op record (or to nothing: op == NULL drops its CQE). */
 static inline void corio__sqe_set_op(struct io_uring_sqe *sqe, struct corio__op *op)
 {
