@@ -61,6 +61,8 @@ TOOL_LIB  := $(sort $(wildcard tools/lib/*.c))
 TOOL_LOBJ := $(TOOL_LIB:%.c=$(B)/obj/%.o)
 TOOL_SRCS := $(sort $(wildcard tools/*.c))
 TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(B)/tools/%)
+EXAMPLE_SRCS := $(sort $(wildcard tools/examples/*.c))
+TOOL_BINS += $(EXAMPLE_SRCS:tools/examples/%.c=$(B)/tools/examples/%)
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
 TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 
@@ -105,6 +107,11 @@ $(B)/tools/%: tools/%.c $(STATIC) $(TOOL_LOBJ)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
+
+$(B)/tools/examples/%: tools/examples/%.c $(STATIC)
+	$(quiet) CC $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
 $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
 	$(quiet) CC $@
