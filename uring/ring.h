@@ -52,6 +52,7 @@ struct corio__ring {
 	unsigned setup_flags;   /* IORING_SETUP_* actually used */
 	unsigned features;      /* IORING_FEAT_* from the kernel */
 	unsigned caps;          /* CORIO__CAP_* */
+	bool under_valgrind;    /* blocking waits are sliced (see ring.c) */
 	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
 	unsigned sq_entries, cq_entries;
 	struct corio__ring_counters cnt;
