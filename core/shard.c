@@ -31,6 +31,7 @@
  */
 #include "core/internal.h"
 #include "core/sanitizer.h"
+#include "core/stats.h"
 
 #include <errno.h>
 #include <numa.h>
@@ -181,7 +182,8 @@ static void rt_stop(struct corio_rt *rt);
 
 void corio__shard_busy(struct corio__shard *s)
 {
-	bool busy = s->stats.fibers_live > 0;
+	struct corio__stats_part *sp = corio__stats_part(s);
+	bool busy = s->stats.fibers_live > (sp ? sp->daemons : 0);
 
 	if (busy == s->busy)
 		return;
@@ -220,6 +222,7 @@ static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 	(void)res;
 	(void)flags;
 	s->efd_armed = false;
+	CORIO__STAT_ADD(s->stats.doorbells_in, 1);
 	efd_arm(s);
 }
 
@@ -278,11 +281,20 @@ static void begin_stop(struct corio__shard *s)
 	/* The wake-up read stays armed; io_uring_queue_exit() cancels it. */
 }
 
-static void run_fibers(struct corio__shard *s)
+/* Returns true when a fiber ran past stall_ns (it has been reported). With
+ * stall detection on, each fiber run costs one tick read (~2.5 ns per
+ * switch in bench-core); stall_ns = 0 turns it off. */
+static bool run_fibers(struct corio__shard *s, struct corio__stats_part *sp)
 {
 	struct corio_fiber *last = s->runq_tail;
 	unsigned budget = s->rt->cfg.run_budget;
+	bool stalled = false, timed = sp->stall_ticks != UINT64_MAX;
+	uint64_t t = 0, now;
 
+	if (!s->runq_head)
+		return false;
+	if (timed)
+		t = corio__tick();
 	while (s->runq_head && budget--) {
 		struct corio_fiber *f = s->runq_head;
 		bool was_last = f == last;
@@ -299,10 +311,21 @@ static void run_fibers(struct corio__shard *s)
 			corio__fiber_reap(s, f);
 		} else {
 			corio__switch_to(s, f);
+			/* f may be back in the fiber pool: its name and id stay
+			 * until the next spawn reuses it. */
+			if (timed) {
+				now = corio__tick();
+				if (CORIO__UNLIKELY(now - t > sp->stall_ticks)) {
+					corio__stall_report(s, f, corio__ticks_ns(now - t));
+					stalled = true;
+				}
+				t = now;
+			}
 		}
 		if (was_last)
 			break;
 	}
+	return stalled;
 }
 
 static unsigned parts_poll(struct corio__shard *s)
@@ -332,20 +355,54 @@ static void publish_ring_stats(struct corio__shard *s)
 	CORIO__STAT_SET(s->stats.cq_overflow, s->ring.cnt.cq_overflow);
 }
 
-/* Nothing is runnable: hand SQEs to the kernel and wait per the idle strategy. */
-static void idle_wait(struct corio__shard *s, uint64_t *busy_since)
+/*
+ * Loop timing. The turn boundary is the loop's look at the ring (the enter,
+ * or the non-blocking submit); one tick is read there per busy turn, and an
+ * idle turn reuses the two reads around its wait. For each turn:
+ *   turn: ticks since the previous look, minus time spent idle (blocked or
+ *         spinning) - the CPU time of reaping, fibers and parts;
+ *   gap:  ticks from the previous look to the start of this one: how long a
+ *         completion could sit unseen. It differs from turn by the submit
+ *         syscall, which is only timed when there is one (a second read).
+ * A turn longer than stall_ns that no fiber answers for (run_fibers times
+ * fibers only while stall detection is on) is reported as the loop's own.
+ */
+static void account(struct corio__shard *s, struct corio__stats_part *sp, uint64_t turn_t,
+		    uint64_t gap_t, bool fiber_stalled)
+{
+	uint64_t turn = corio__ticks_ns(turn_t), gap = corio__ticks_ns(gap_t);
+	unsigned tb = corio__hist_bucket(turn), gb = corio__hist_bucket(gap);
+
+	CORIO__STAT_ADD(s->stats.busy_ns, turn);
+	CORIO__STAT_ADD(s->stats.gap_ns, gap);
+	CORIO__STAT_ADD(s->stats.turn_hist[tb], 1);
+	CORIO__STAT_ADD(s->stats.gap_hist[gb], 1);
+	if (CORIO__UNLIKELY(turn > s->stats.turn_max_ns))
+		CORIO__STAT_SET(s->stats.turn_max_ns, turn);
+	if (CORIO__UNLIKELY(gap > s->stats.gap_max_ns))
+		CORIO__STAT_SET(s->stats.gap_max_ns, gap);
+	if (CORIO__UNLIKELY(turn_t > sp->stall_ticks) && !fiber_stalled)
+		corio__stall_report(s, NULL, turn);
+}
+
+/* Nothing is runnable: hand SQEs to the kernel and wait per the idle
+ * strategy. Returns true when the shard blocked in the kernel. */
+static bool idle_wait(struct corio__shard *s, struct corio__stats_part *sp, bool fiber_stalled)
 {
 	const struct corio_config *cfg = &s->rt->cfg;
-	uint64_t t0 = corio_now_ns(), spin_end;
+	uint64_t t0 = corio__tick(), spin_end;
+	bool blocked = false;
 
-	CORIO__STAT_ADD(s->stats.busy_ns, t0 - *busy_since);
+	account(s, sp, t0 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
 	if (cfg->idle != CORIO_IDLE_BLOCK) {
-		spin_end = cfg->idle == CORIO_IDLE_POLL ? UINT64_MAX : t0 + cfg->spin_us * 1000ull;
+		spin_end = cfg->idle == CORIO_IDLE_POLL
+				   ? UINT64_MAX
+				   : t0 + corio__ns_ticks(cfg->spin_us * 1000ull);
 		for (;;) {
 			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_head ||
 			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
 				goto out;
-			if (corio_now_ns() >= spin_end)
+			if (corio__tick() >= spin_end)
 				break;
 		}
 	}
@@ -363,35 +420,62 @@ static void idle_wait(struct corio__shard *s, uint64_t *busy_since)
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
-	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping))
+	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
 		corio__ring_enter(&s->ring, 1);
+		blocked = true;
+	}
 	/* seq_cst: a waker whose exchange won saw us before this store, and
 	 * our next check of the waker's in-flight count sees its increment. */
 	atomic_store(&s->sleeping, 0);
 out:
-	*busy_since = corio_now_ns();
-	CORIO__STAT_ADD(s->stats.idle_ns, *busy_since - t0);
+	sp->last_poll = corio__tick();
+	CORIO__STAT_ADD(s->stats.idle_ns, corio__ticks_ns(sp->last_poll - t0));
+	return blocked;
+}
+
+/* Busy turn: submit without waiting (no syscall when the SQ is empty). */
+static void busy_poll(struct corio__shard *s, struct corio__stats_part *sp, bool fiber_stalled)
+{
+	uint64_t t0, t1;
+
+	if (corio__ring_pending(&s->ring) || corio__ring_needs_enter(&s->ring)) {
+		t0 = corio__tick();
+		corio__ring_enter(&s->ring, 0);
+		t1 = corio__tick();
+	} else {
+		t0 = t1 = corio__tick();
+	}
+	account(s, sp, t1 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
+	sp->last_poll = t1;
 }
 
 static void loop(struct corio__shard *s)
 {
 	struct corio_rt *rt = s->rt;
-	uint64_t busy_since = corio_now_ns();
+	struct corio__stats_part *sp = corio__stats_part(s);
+	unsigned n;
+	bool woke, stalled;
 
+	sp->last_poll = corio__tick();
 	for (;;) {
 		if (CORIO__UNLIKELY(!s->stopping &&
 				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
 			begin_stop(s);
-		run_fibers(s);
+		stalled = run_fibers(s, sp);
 		parts_poll(s);
 		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&
 		    !parts_busy(s))
 			break;
+		woke = false;
 		if (s->runq_head)
-			corio__ring_enter(&s->ring, 0);
+			busy_poll(s, sp, stalled);
 		else
-			idle_wait(s, &busy_since);
-		corio__ring_reap(&s->ring);
+			woke = idle_wait(s, sp, stalled);
+		n = corio__ring_reap(&s->ring);
+		if (woke) {
+			CORIO__STAT_ADD(s->stats.wakes, 1);
+			CORIO__STAT_ADD(s->stats.wake_cqes, n);
+		}
 		CORIO__STAT_ADD(s->stats.loop_turns, 1);
 		publish_ring_stats(s);
 	}
@@ -459,9 +543,12 @@ static int shard_setup(struct corio__shard *s)
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
 		const struct corio__part *p = corio__parts[i];
 
+		s->err[0] = '\0';
 		if (p && p->init && (ret = p->init(s)) < 0) {
-			snprintf(s->err, sizeof(s->err), "shard %u: %s: %s", s->id, p->name,
-				 strerror(-ret));
+			/* a part may say why itself, in s->err */
+			if (!s->err[0])
+				snprintf(s->err, sizeof(s->err), "shard %u: %s: %s", s->id,
+					 p->name, strerror(-ret));
 			return ret;
 		}
 	}
@@ -624,6 +711,7 @@ int corio_start(const struct corio_config *ucfg, void (*entry)(void *), void *ar
 			rt->cpus[i] = cfg->cpus ? cfg->cpus[i] : list[i % k];
 	}
 	corio__overflow_handler_install();
+	corio__tick_calibrate();
 
 	for (unsigned i = 0; i < n; i++) {
 		struct corio__shard *s = shard_alloc(rt->cpus[i]);

@@ -250,6 +250,10 @@ CORIO_API int corio_poll(int fd, unsigned events);
 
 /* ---- stats ---------------------------------------------------------------- */
 
+/* Buckets of the loop histograms: bucket 0 counts durations below 256 ns,
+ * bucket b (1..30) those in [2^(b+7), 2^(b+8)) ns, bucket 31 the rest. */
+#define CORIO_STATS_HIST_BUCKETS 32
+
 /*
  * One shard's counters. Each is written only by its shard and can be read
  * from any thread without tearing; a snapshot is not atomic as a whole.
@@ -270,6 +274,18 @@ struct corio_stats {
 	uint64_t ring_flags;     /* IORING_SETUP_* flags the ring runs with       */
 	uint64_t ring_features;  /* IORING_FEAT_* the kernel reported             */
 	uint64_t cpu;            /* CPU the shard is pinned to                    */
+	/* loop instrumentation (core/shard.c); see corio/stats.h */
+	uint64_t wakes;          /* blocking enters that returned (shard slept)   */
+	uint64_t wake_cqes;      /* CQEs reaped right after those wake-ups        */
+	uint64_t doorbells_in;   /* eventfd wake-ups (foreign threads, shutdown);
+	                            MSG_RING ones are in the peers' msg stats     */
+	uint64_t stalls;         /* fibers or loop turns that ran past stall_ns   */
+	uint64_t turn_max_ns;    /* longest loop turn (CPU time, idle excluded)   */
+	uint64_t gap_max_ns;     /* longest gap between two looks at the ring     */
+	uint64_t gap_ns;         /* sum of the gaps (the turns' sum is busy_ns)   */
+	/* log2 buckets, see corio_stats_hist_bucket_ns() */
+	uint64_t turn_hist[CORIO_STATS_HIST_BUCKETS]; /* loop-turn durations     */
+	uint64_t gap_hist[CORIO_STATS_HIST_BUCKETS];  /* gaps between ring polls */
 };
 
 /* Copy a snapshot of shard's counters. Any thread while the runtime runs
@@ -285,5 +301,7 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/msg.h"   /* cross-shard messages                        */
 #include "corio/net.h"   /* TCP, UDP and Unix sockets                   */
 #include "corio/fs.h"    /* file I/O                                    */
+#include "corio/stats.h" /* stats rendering, control socket, /metrics   */
+#include "corio/select.h" /* wait for the first of many; fiber groups */
 
 #endif /* CORIO_H */

@@ -1,0 +1,483 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/control.c - the control socket (shard 0) and HTTP /metrics.
+ *
+ * Both are served with corio's public socket API (corio/net.h), in fibers,
+ * like any application would: core/ knows no socket internals. The server
+ * and its client fibers are daemons (corio__daemon_add): they count in
+ * fibers_live but do not keep the runtime running; shutdown cancels them.
+ *
+ * Nothing a client does can stall the shard: every read and write is a
+ * parked fiber bounded by a deadline (a client that never reads is closed
+ * when its answer cannot be sent in time), lines are capped at LINE_MAX
+ * bytes, each client gets a few errors before it is closed, and at most
+ * MAX_CLIENTS are served at a time.
+ *
+ * The socket file is created inside a fresh mode-0700 directory, set to
+ * 0600 there, and renamed over control_path: nobody can connect to it while
+ * its mode is wider, and a stale socket file is replaced atomically. A
+ * socket file that still answers connect() belongs to a live process and is
+ * left alone; a path that is not a socket is never touched.
+ */
+#include "core/stats.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define LINE_MAX_ 256
+#define MAX_CLIENTS 16
+#define MAX_ERRORS 4
+
+struct corio__control {
+	struct corio_listener *l;
+	char path[sizeof(((struct sockaddr_un *)0)->sun_path)];
+	dev_t dev;
+	ino_t ino;
+	bool started;    /* the server fiber ran (it closes l then) */
+	unsigned clients;
+	uint64_t timeout_ns;
+};
+
+static const char help_text[] =
+	"commands (one per line):\n"
+	"  stats  every shard's counters as one line of JSON\n"
+	"  prom   the same in Prometheus text format, ending with '# EOF'\n"
+	"  help   this text\n"
+	"\n";
+
+static uint64_t timeout_ns(void)
+{
+	const char *e = getenv("CORIO_CONTROL_TIMEOUT_MS"); /* tests shorten it */
+	long ms = e ? atol(e) : 0;
+
+	return (uint64_t)(ms > 0 ? ms : 5000) * 1000000ull;
+}
+
+/* Send all of buf within the control timeout: 0 or -errno. */
+static int send_bounded(struct corio_sock *c, const char *buf, size_t len, uint64_t tmo)
+{
+	struct corio_deadline d;
+	ssize_t n;
+
+	corio_timeout_push(&d, tmo);
+	n = corio_send(c, buf, len);
+	corio_deadline_pop(&d);
+	return n < 0 ? (int)n : 0;
+}
+
+static int answer_render(struct corio_sock *c, unsigned fmt, uint64_t tmo)
+{
+	static const char eof[] = "# EOF\n";
+	char *out;
+	size_t len;
+	int ret = corio_stats_render(NULL, fmt, &out, &len);
+
+	if (ret < 0) {
+		char msg[80];
+		int n = snprintf(msg, sizeof(msg), "error: cannot render: %s\n", strerror(-ret));
+
+		return send_bounded(c, msg, (size_t)n, tmo);
+	}
+	ret = send_bounded(c, out, len, tmo);
+	free(out);
+	if (!ret && fmt == CORIO_STATS_PROM)
+		ret = send_bounded(c, eof, sizeof(eof) - 1, tmo);
+	return ret;
+}
+
+/* Handle one line; < 0 ends the connection. */
+static int command(struct corio_sock *c, char *line, size_t len, unsigned *errors, uint64_t tmo)
+{
+	static const char unknown[] = "error: unknown command (try 'help')\n";
+
+	while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
+		len--;
+	while (len && (*line == ' ' || *line == '\t')) {
+		line++;
+		len--;
+	}
+	if (!len)
+		return 0;
+	if (len == 5 && !memcmp(line, "stats", 5))
+		return answer_render(c, CORIO_STATS_JSON, tmo);
+	if (len == 4 && !memcmp(line, "prom", 4))
+		return answer_render(c, CORIO_STATS_PROM, tmo);
+	if (len == 4 && !memcmp(line, "help", 4))
+		return send_bounded(c, help_text, sizeof(help_text) - 1, tmo);
+	/* never echo the line back: it may be binary */
+	if (send_bounded(c, unknown, sizeof(unknown) - 1, tmo) < 0)
+		return -EPIPE;
+	return ++*errors >= MAX_ERRORS ? -EPROTO : 0;
+}
+
+struct client {
+	struct corio__control *ctl;
+	struct corio_sock *c;
+};
+
+static int client_fiber(void *arg)
+{
+	struct client *cl = arg;
+	struct corio__control *ctl = cl->ctl;
+	struct corio_sock *c = cl->c;
+	char buf[LINE_MAX_ + 1];
+	size_t have = 0;
+	unsigned errors = 0;
+	int ret = 0;
+
+	free(cl);
+	while (ret >= 0) {
+		struct corio_deadline d;
+		ssize_t n;
+		char *nl;
+
+		/* an idle client is dropped after 12 timeouts (60 s by default) */
+		corio_timeout_push(&d, ctl->timeout_ns * 12);
+		n = corio_recv(c, buf + have, sizeof(buf) - 1 - have);
+		corio_deadline_pop(&d);
+		if (n <= 0)
+			break;
+		have += (size_t)n;
+		while (ret >= 0 && (nl = memchr(buf, '\n', have))) {
+			size_t ll = (size_t)(nl - buf);
+
+			ret = command(c, buf, ll, &errors, ctl->timeout_ns);
+			memmove(buf, nl + 1, have - ll - 1);
+			have -= ll + 1;
+		}
+		if (ret >= 0 && have >= LINE_MAX_) {
+			static const char toolong[] = "error: line too long (max 255 bytes)\n";
+
+			send_bounded(c, toolong, sizeof(toolong) - 1, ctl->timeout_ns);
+			break;
+		}
+	}
+	corio_close(c);
+	ctl->clients--;
+	corio__daemon_add(corio__shard(), -1);
+	return 0;
+}
+
+static bool still_ours(const struct corio__control *ctl)
+{
+	struct stat st;
+
+	return ctl->path[0] != '@' && !lstat(ctl->path, &st) && S_ISSOCK(st.st_mode) &&
+	       st.st_dev == ctl->dev && st.st_ino == ctl->ino;
+}
+
+static void close_listener(struct corio__control *ctl)
+{
+	if (!ctl->l)
+		return;
+	corio_listener_close(ctl->l);
+	ctl->l = NULL;
+	/* a later runtime may have taken the path over: only remove our own */
+	if (still_ours(ctl))
+		unlink(ctl->path);
+}
+
+static int server_fiber(void *arg)
+{
+	struct corio__shard *s = corio__shard();
+	struct corio__control *ctl = arg;
+
+	ctl->started = true;
+	for (;;) {
+		struct corio_spawn_opts o = { .name = "corio-control-client" };
+		struct corio_sock *c;
+		struct client *cl;
+		int ret = corio_accept(ctl->l, &c);
+
+		if (ret == -ECANCELED)
+			break;
+		if (ret < 0) {
+			fprintf(stderr, "corio: control socket %s: accept: %s; not serving it any more\n",
+				ctl->path, strerror(-ret));
+			break;
+		}
+		if (ctl->clients >= MAX_CLIENTS || !(cl = malloc(sizeof(*cl)))) {
+			static const char busy[] = "error: too many clients\n";
+
+			send_bounded(c, busy, sizeof(busy) - 1, ctl->timeout_ns / 10);
+			corio_close(c);
+			continue;
+		}
+		cl->ctl = ctl;
+		cl->c = c;
+		ret = corio_spawn(client_fiber, cl, &o, NULL);
+		if (ret < 0) {
+			free(cl);
+			corio_close(c);
+			if (ret == -ECANCELED)
+				break;
+			continue;
+		}
+		ctl->clients++;
+		corio__daemon_add(s, 1);
+	}
+	close_listener(ctl);
+	corio__daemon_add(s, -1);
+	return 0;
+}
+
+static int fail(struct corio__shard *s, int err, const char *fmt, const char *path)
+{
+	char why[200];
+
+	snprintf(why, sizeof(why), fmt, path);
+	snprintf(s->err, sizeof(s->err), "shard %u: control socket: %s", s->id, why);
+	return err;
+}
+
+/* Is something listening on the socket file at path? 1 yes, 0 no (stale),
+ * -errno when we cannot tell. */
+static int socket_live(const char *path)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), ret;
+
+	if (fd < 0)
+		return -errno;
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	ret = connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0 ? 1
+	      : errno == ECONNREFUSED                          ? 0
+	      : errno == EAGAIN || errno == EINPROGRESS        ? 1 /* backlog full: live */
+							       : -errno;
+	close(fd);
+	return ret;
+}
+
+/* Listen on path with mode 0600, replacing a stale socket file. */
+static int listen_private(struct corio__shard *s, struct corio__control *ctl, const char *path)
+{
+	char dir[sizeof(ctl->path)], tmp[sizeof(ctl->path)];
+	const char *slash = strrchr(path, '/');
+	struct stat st;
+	int ret;
+
+	if (!lstat(path, &st)) {
+		if (!S_ISSOCK(st.st_mode))
+			return fail(s, -EEXIST, "%s exists and is not a socket; not replacing it",
+				    path);
+		ret = socket_live(path);
+		if (ret > 0)
+			return fail(s, -EADDRINUSE,
+				    "%s is in use: another process is listening on it", path);
+		if (ret < 0)
+			return fail(s, ret, "%s: cannot tell whether it is in use", path);
+	} else if (errno != ENOENT) {
+		return fail(s, -errno, "%s: cannot stat it", path);
+	}
+	if (slash)
+		snprintf(dir, sizeof(dir), "%.*s/.corio-ctl.XXXXXX", (int)(slash - path), path);
+	else
+		snprintf(dir, sizeof(dir), ".corio-ctl.XXXXXX");
+	if (strlen(dir) + 3 >= sizeof(dir))
+		return fail(s, -ENAMETOOLONG, "%s: path too long for a Unix socket", path);
+	if (!mkdtemp(dir)) /* mode 0700 */
+		return fail(s, -errno, "%s: cannot create a private directory beside it", path);
+	snprintf(tmp, sizeof(tmp), "%s/s", dir);
+	ret = corio_unix_listen(tmp, NULL, &ctl->l);
+	if (ret < 0) {
+		rmdir(dir);
+		return fail(s, ret, "%s: cannot listen", path);
+	}
+	if (chmod(tmp, 0600) || rename(tmp, path) || lstat(path, &st)) {
+		ret = -errno;
+		corio_listener_close(ctl->l);
+		ctl->l = NULL;
+		unlink(tmp);
+		rmdir(dir);
+		return fail(s, ret, "%s: cannot put the socket in place", path);
+	}
+	rmdir(dir);
+	ctl->dev = st.st_dev;
+	ctl->ino = st.st_ino;
+	return 0;
+}
+
+int corio__control_start(struct corio__shard *s, const char *path)
+{
+	struct corio_spawn_opts o = { .name = "corio-control" };
+	struct corio__control *ctl;
+	int ret;
+
+	if (strlen(path) >= sizeof(ctl->path))
+		return fail(s, -ENAMETOOLONG, "%s: path too long for a Unix socket", path);
+	ctl = calloc(1, sizeof(*ctl));
+	if (!ctl)
+		return -ENOMEM;
+	snprintf(ctl->path, sizeof(ctl->path), "%s", path);
+	ctl->timeout_ns = timeout_ns();
+	corio__stats_part(s)->ctl = ctl;
+	if (path[0] == '@') /* abstract namespace: no file, no mode */
+		ret = corio_unix_listen(path, NULL, &ctl->l);
+	else
+		ret = listen_private(s, ctl, path);
+	if (ret < 0) {
+		if (!s->err[0])
+			fail(s, ret, "%s: cannot listen", path);
+		return ret;
+	}
+	ret = corio_spawn(server_fiber, ctl, &o, NULL);
+	if (ret < 0)
+		return fail(s, ret, "%s: cannot start the server fiber", path);
+	/* No busy check here: the entry fiber is not spawned yet, and the
+	 * shard counts as busy until the loop has looked. */
+	corio__stats_part(s)->daemons++;
+	return 0;
+}
+
+void corio__control_fini(struct corio__shard *s)
+{
+	struct corio__stats_part *sp = corio__stats_part(s);
+	struct corio__control *ctl = sp ? sp->ctl : NULL;
+
+	if (!ctl)
+		return;
+	/* The loop never ran (another shard failed to start): the server
+	 * fiber never armed an accept, so the listener closes without one. */
+	if (!ctl->started)
+		close_listener(ctl);
+	free(ctl);
+	sp->ctl = NULL;
+}
+
+/* ---- HTTP /metrics ----------------------------------------------------------------- */
+
+struct metrics_srv {
+	unsigned refs;    /* the server fiber and each request fiber */
+	unsigned active;
+};
+
+static void srv_put(struct metrics_srv *m)
+{
+	if (--m->refs == 0)
+		free(m);
+}
+
+static int http_reply(struct corio_sock *c, const char *status, const char *ctype,
+		      const char *body, size_t len)
+{
+	char head[256];
+	int n = snprintf(head, sizeof(head),
+			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
+			 "Connection: close\r\n\r\n",
+			 status, ctype, len);
+	ssize_t r = corio_send(c, head, (size_t)n);
+
+	if (r >= 0 && len)
+		r = corio_send(c, body, len);
+	return r < 0 ? (int)r : 0;
+}
+
+static int http_fiber(void *arg)
+{
+	struct client *cl = arg;
+	struct metrics_srv *m = (struct metrics_srv *)(void *)cl->ctl;
+	struct corio_sock *c = cl->c;
+	struct corio_deadline d;
+	char req[4096];
+	size_t have = 0;
+	const char *status = NULL;
+
+	free(cl);
+	corio_timeout_push(&d, 5000000000ull);
+	for (;;) {
+		ssize_t n = corio_recv(c, req + have, sizeof(req) - 1 - have);
+
+		if (n <= 0)
+			goto out;
+		have += (size_t)n;
+		req[have] = '\0';
+		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
+			break;
+		if (have == sizeof(req) - 1) {
+			status = "431 Request Header Fields Too Large";
+			break;
+		}
+	}
+	if (!status) {
+		if (strncmp(req, "GET ", 4) && strncmp(req, "HEAD ", 5))
+			status = "405 Method Not Allowed";
+		else if (!strncmp(req + (req[0] == 'G' ? 4 : 5), "/metrics ", 9) ||
+			 !strncmp(req + (req[0] == 'G' ? 4 : 5), "/metrics?", 9))
+			status = "200 OK";
+		else if (req[0] != 'G' && req[0] != 'H')
+			status = "400 Bad Request";
+		else
+			status = "404 Not Found";
+	}
+	if (!strcmp(status, "200 OK")) {
+		char *out;
+		size_t len;
+
+		if (corio_stats_render(NULL, CORIO_STATS_PROM, &out, &len) == 0) {
+			http_reply(c, status, "text/plain; version=0.0.4; charset=utf-8", out,
+				   req[0] == 'H' ? 0 : len);
+			free(out);
+		} else {
+			http_reply(c, "500 Internal Server Error", "text/plain", "", 0);
+		}
+	} else {
+		http_reply(c, status, "text/plain", status, strlen(status));
+	}
+out:
+	corio_deadline_pop(&d);
+	corio_close(c);
+	m->active--;
+	srv_put(m);
+	return 0;
+}
+
+int corio_metrics_serve(const char *host_port)
+{
+	struct corio_listener *l;
+	struct metrics_srv *m;
+	int ret;
+
+	CORIO__REQUIRE_FIBER(-EPERM);
+	m = calloc(1, sizeof(*m));
+	if (!m)
+		return -ENOMEM;
+	m->refs = 1;
+	ret = corio_tcp_listen(host_port, NULL, &l);
+	if (ret < 0) {
+		free(m);
+		return ret;
+	}
+	for (;;) {
+		struct corio_spawn_opts o = { .name = "corio-metrics" };
+		struct corio_sock *c;
+		struct client *cl;
+
+		ret = corio_accept(l, &c);
+		if (ret < 0)
+			break;
+		if (m->active >= MAX_CLIENTS || !(cl = malloc(sizeof(*cl)))) {
+			corio_close(c);
+			continue;
+		}
+		cl->ctl = (struct corio__control *)(void *)m;
+		cl->c = c;
+		m->refs++;
+		m->active++;
+		if (corio_spawn(http_fiber, cl, &o, NULL) < 0) {
+			m->refs--;
+			m->active--;
+			free(cl);
+			corio_close(c);
+		}
+	}
+	corio_listener_close(l);
+	srv_put(m);
+	return ret;
+}

@@ -1,0 +1,757 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test/test_stats.c - the stats registry, JSON and Prometheus rendering,
+ * the control socket and the stall detector.
+ */
+#include "helpers.h"
+
+#include <ctype.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+/* ---- a small strict JSON parser that can fetch one number by path ---------- */
+
+struct jp {
+	const char *p;
+	char path[256];     /* current path, "a.b.0.c" */
+	const char *want;   /* path whose number we want */
+	uint64_t got;
+	int found;
+	int depth;
+};
+
+static void jws(struct jp *j)
+{
+	while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')
+		j->p++;
+}
+
+static int jvalue(struct jp *j);
+
+static int jstring(struct jp *j, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (*j->p++ != '"')
+		return -1;
+	while (*j->p != '"') {
+		unsigned char c = (unsigned char)*j->p++;
+
+		if (c < 0x20 || c == 0)
+			return -1;
+		if (c == '\\') {
+			c = (unsigned char)*j->p++;
+			if (!strchr("\"\\/bfnrtu", c))
+				return -1;
+		}
+		if (out && n + 1 < cap)
+			out[n++] = (char)c;
+	}
+	j->p++;
+	if (out)
+		out[n] = '\0';
+	return 0;
+}
+
+static int jnumber(struct jp *j)
+{
+	const char *s = j->p;
+	uint64_t v = 0;
+
+	if (*j->p == '-')
+		j->p++;
+	if (!isdigit((unsigned char)*j->p))
+		return -1;
+	if (*j->p == '0' && isdigit((unsigned char)j->p[1]))
+		return -1;
+	while (isdigit((unsigned char)*j->p))
+		v = v * 10 + (uint64_t)(*j->p++ - '0');
+	if (*j->p == '.' || *j->p == 'e' || *j->p == 'E')
+		return -1; /* corio's JSON has integers only */
+	if (j->want && !strcmp(j->path, j->want) && *s != '-') {
+		j->got = v;
+		j->found++;
+	}
+	return 0;
+}
+
+static int jmember(struct jp *j, const char *key)
+{
+	size_t len = strlen(j->path);
+	int ret;
+
+	if (len + strlen(key) + 2 >= sizeof(j->path))
+		return -1;
+	if (len)
+		strcat(j->path, ".");
+	strcat(j->path, key);
+	ret = jvalue(j);
+	j->path[len] = '\0';
+	return ret;
+}
+
+static int jvalue(struct jp *j)
+{
+	char key[64];
+	int i = 0;
+
+	if (++j->depth > 16)
+		return -1;
+	jws(j);
+	if (*j->p == '{') {
+		j->p++;
+		jws(j);
+		if (*j->p == '}') {
+			j->p++;
+		} else {
+			for (;;) {
+				jws(j);
+				if (jstring(j, key, sizeof(key)))
+					return -1;
+				jws(j);
+				if (*j->p++ != ':')
+					return -1;
+				if (jmember(j, key))
+					return -1;
+				jws(j);
+				if (*j->p == ',') {
+					j->p++;
+					continue;
+				}
+				if (*j->p++ != '}')
+					return -1;
+				break;
+			}
+		}
+	} else if (*j->p == '[') {
+		j->p++;
+		jws(j);
+		if (*j->p == ']') {
+			j->p++;
+		} else {
+			for (;; i++) {
+				snprintf(key, sizeof(key), "%d", i);
+				if (jmember(j, key))
+					return -1;
+				jws(j);
+				if (*j->p == ',') {
+					j->p++;
+					continue;
+				}
+				if (*j->p++ != ']')
+					return -1;
+				break;
+			}
+		}
+	} else if (*j->p == '"') {
+		if (jstring(j, NULL, 0))
+			return -1;
+	} else if (!strncmp(j->p, "true", 4) || !strncmp(j->p, "null", 4)) {
+		j->p += 4;
+	} else if (!strncmp(j->p, "false", 5)) {
+		j->p += 5;
+	} else if (jnumber(j)) {
+		return -1;
+	}
+	j->depth--;
+	return 0;
+}
+
+/* 0 and the number at path in *out; -1 bad JSON; -2 path not found. */
+static int json_get(const char *doc, const char *path, uint64_t *out)
+{
+	struct jp j = { .p = doc, .want = path };
+
+	if (jvalue(&j))
+		return -1;
+	jws(&j);
+	if (*j.p)
+		return -1;
+	if (path && j.found != 1)
+		return -2;
+	if (out)
+		*out = j.got;
+	return 0;
+}
+
+/* ---- Prometheus text format check -------------------------------------------- */
+
+static bool is_name(const char *s, size_t n)
+{
+	if (!n || !(isalpha((unsigned char)s[0]) || s[0] == '_' || s[0] == ':'))
+		return false;
+	for (size_t i = 1; i < n; i++)
+		if (!(isalnum((unsigned char)s[i]) || s[i] == '_' || s[i] == ':'))
+			return false;
+	return true;
+}
+
+/* Check every line; returns the number of samples, or -(line number) of the
+ * first bad line. Every sample's family must have a TYPE line before it. */
+static long prom_check(const char *text, char *why, size_t whylen)
+{
+	char types[512][96];
+	int ntypes = 0;
+	long line = 0, samples = 0;
+	const char *p = text;
+
+	while (*p) {
+		const char *e = strchr(p, '\n');
+		size_t n;
+
+		line++;
+		if (!e) {
+			snprintf(why, whylen, "no newline at the end");
+			return -line;
+		}
+		n = (size_t)(e - p);
+		if (n >= 2 && p[0] == '#') {
+			if (!strncmp(p, "# HELP ", 7) || !strncmp(p, "# TYPE ", 7)) {
+				const char *nm = p + 7, *sp = memchr(nm, ' ', (size_t)(e - nm));
+
+				if (!sp || !is_name(nm, (size_t)(sp - nm))) {
+					snprintf(why, whylen, "bad name in %.*s", (int)n, p);
+					return -line;
+				}
+				if (p[2] == 'T') {
+					const char *t = sp + 1;
+					size_t tl = (size_t)(e - t);
+
+					if (!((tl == 7 && !memcmp(t, "counter", 7)) ||
+					      (tl == 5 && !memcmp(t, "gauge", 5)) ||
+					      (tl == 9 && !memcmp(t, "histogram", 9)))) {
+						snprintf(why, whylen, "bad type: %.*s", (int)n, p);
+						return -line;
+					}
+					if (ntypes < 512)
+						snprintf(types[ntypes++], 96, "%.*s", (int)(sp - nm), nm);
+				}
+			}
+		} else {
+			const char *q = p, *brace, *sp, *v;
+			char fam[96], *end;
+			bool known = false;
+
+			while (q < e && *q != '{' && *q != ' ')
+				q++;
+			if (!is_name(p, (size_t)(q - p)) || strncmp(p, "corio_", 6)) {
+				snprintf(why, whylen, "bad metric name: %.*s", (int)n, p);
+				return -line;
+			}
+			snprintf(fam, sizeof(fam), "%.*s", (int)(q - p), p);
+			if (*q == '{') {
+				brace = q;
+				q++;
+				for (;;) { /* label="value" pairs */
+					const char *k = q;
+
+					while (q < e && *q != '=')
+						q++;
+					if (q >= e || !is_name(k, (size_t)(q - k)) || q[1] != '"') {
+						snprintf(why, whylen, "bad label in %.*s", (int)n, p);
+						return -line;
+					}
+					q += 2;
+					while (q < e && *q != '"')
+						q += *q == '\\' ? 2 : 1;
+					if (q >= e) {
+						snprintf(why, whylen, "unterminated label: %.*s", (int)n, p);
+						return -line;
+					}
+					q++;
+					if (*q == ',') {
+						q++;
+						continue;
+					}
+					if (*q++ != '}') {
+						snprintf(why, whylen, "bad label list: %.*s", (int)n, p);
+						return -line;
+					}
+					break;
+				}
+				(void)brace;
+			}
+			sp = q;
+			if (*sp != ' ') {
+				snprintf(why, whylen, "no space before the value: %.*s", (int)n, p);
+				return -line;
+			}
+			v = sp + 1;
+			strtod(v, &end);
+			if (end == v || end != e) {
+				snprintf(why, whylen, "bad value: %.*s", (int)n, p);
+				return -line;
+			}
+			for (int i = 0; i < ntypes && !known; i++) {
+				size_t tl = strlen(types[i]);
+
+				known = !strcmp(fam, types[i]) ||
+					(!strncmp(fam, types[i], tl) &&
+					 (!strcmp(fam + tl, "_bucket") || !strcmp(fam + tl, "_sum") ||
+					  !strcmp(fam + tl, "_count")));
+			}
+			if (!known) {
+				snprintf(why, whylen, "sample without a TYPE: %.*s", (int)n, p);
+				return -line;
+			}
+			samples++;
+		}
+		p = e + 1;
+	}
+	return samples;
+}
+
+/* ---- counters after known work ---------------------------------------------- */
+
+static int nop_fiber(void *arg)
+{
+	for (int i = 0; i < 100; i++)
+		CHECK_EQ(corio_nop(), 0);
+	return 0;
+}
+
+static void counters_entry(void *arg)
+{
+	struct corio_stats a, b;
+	struct corio_fiber *f;
+	uint64_t hsum = 0, gsum = 0;
+
+	(void)arg;
+	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+	for (int i = 0; i < 50; i++)
+		corio_yield();
+	CHECK_EQ(corio_spawn(nop_fiber, NULL, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+	CHECK(b.switches - a.switches >= 50 + 100);
+	CHECK(b.sqes - a.sqes >= 100);
+	CHECK(b.cqes - a.cqes >= 100);
+	CHECK_EQ(b.fibers_spawned - a.fibers_spawned, 1);
+	CHECK(b.loop_turns - a.loop_turns >= 50);
+	CHECK(b.enters >= 1 && b.enters <= b.loop_turns + b.sqes);
+	/* one histogram entry per finished turn, in both histograms */
+	for (unsigned i = 0; i < CORIO_STATS_HIST_BUCKETS; i++) {
+		hsum += b.turn_hist[i];
+		gsum += b.gap_hist[i];
+	}
+	CHECK_EQ(hsum, b.loop_turns);
+	CHECK_EQ(gsum, b.loop_turns);
+	CHECK(b.turn_max_ns > 0 && b.turn_max_ns >= b.gap_max_ns);
+	CHECK(b.busy_ns >= b.gap_ns);
+	CHECK_EQ(b.stalls, 0);
+	CHECK(b.wakes <= b.enters);
+}
+
+Test(stats, counters_move_after_known_work, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	cfg.stall_ns = 0; /* a loaded CI machine must not fail this test */
+	th_run(&cfg, counters_entry, NULL);
+}
+
+Test(stats, hist_buckets)
+{
+	cr_assert_eq(corio_stats_hist_bucket_ns(0), 256);
+	cr_assert_eq(corio_stats_hist_bucket_ns(1), 512);
+	cr_assert_eq(corio_stats_hist_bucket_ns(30), 1ull << 38);
+	cr_assert_eq(corio_stats_hist_bucket_ns(31), UINT64_MAX);
+	cr_assert_eq(corio_stats_hist_bucket_ns(1000), UINT64_MAX);
+}
+
+/* ---- JSON and prom rendering ---------------------------------------------------- */
+
+static int other_shard_work(void *arg)
+{
+	for (int i = 0; i < 10; i++)
+		corio_yield();
+	return 0;
+}
+
+static void render_entry(void *arg)
+{
+	struct corio_stats st;
+	struct corio_net_stats ns;
+	char *out = NULL, why[200] = "";
+	size_t len = 0;
+	uint64_t v;
+	long samples;
+
+	(void)arg;
+	if (corio_shard_id() != 0) {
+		other_shard_work(NULL);
+		return;
+	}
+	for (int i = 0; i < 20; i++)
+		corio_nop();
+	/* nothing on this shard runs between the snapshot and the render */
+	CHECK_EQ(corio_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &ns), 0);
+	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_JSON, &out, &len), 0);
+	CHECK(out && len == strlen(out) && out[len - 1] == '\n');
+	if (!out)
+		return;
+	CHECK_EQ(json_get(out, NULL, NULL), 0);
+	CHECK_EQ(json_get(out, "version", &v), 0);
+	CHECK_EQ(v, 1);
+	CHECK_EQ(json_get(out, "shards", &v), 0);
+	CHECK_EQ(v, 2);
+	CHECK_EQ(json_get(out, "per_shard.0.fibers.switches", &v), 0);
+	CHECK_EQ(v, st.switches);
+	CHECK_EQ(json_get(out, "per_shard.0.ring.sqes", &v), 0);
+	CHECK_EQ(v, st.sqes);
+	CHECK_EQ(json_get(out, "per_shard.0.loop.turns", &v), 0);
+	CHECK_EQ(v, st.loop_turns);
+	CHECK_EQ(json_get(out, "per_shard.0.loop.turn_hist.0", &v), 0);
+	CHECK_EQ(v, st.turn_hist[0]);
+	CHECK_EQ(json_get(out, "per_shard.0.net.accepts", &v), 0);
+	CHECK_EQ(v, ns.accepts);
+	CHECK_EQ(json_get(out, "per_shard.1.shard", &v), 0);
+	CHECK_EQ(v, 1);
+	CHECK_EQ(json_get(out, "per_shard.0.fs.kinds.read.ops", &v), 0);
+	CHECK_EQ(json_get(out, "totals.fibers.spawned", &v), 0);
+	CHECK(v >= st.fibers_spawned + 1); /* both shards ran an entry fiber */
+	CHECK_EQ(json_get(out, "hist_bounds_ns.0", &v), 0);
+	CHECK_EQ(v, 256);
+	CHECK_EQ(json_get(out, "per_shard.2.shard", &v), -2);
+	free(out);
+
+	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_PROM, &out, &len), 0);
+	samples = prom_check(out, why, sizeof(why));
+	if (samples <= 0)
+		fprintf(stderr, "prom: line %ld: %s\n", -samples, why);
+	CHECK(samples > 100);
+	{
+		char want[128];
+
+		snprintf(want, sizeof(want), "\ncorio_fiber_switches_total{shard=\"0\"} ");
+		(void)want;
+		snprintf(want, sizeof(want), "\ncorio_ring_sqes_total{shard=\"0\"} %llu\n",
+			 (unsigned long long)st.sqes);
+		CHECK(strstr(out, want) != NULL);
+		CHECK(strstr(out, "corio_loop_turn_seconds_bucket{shard=\"1\",le=\"+Inf\"}") != NULL);
+		CHECK(strstr(out, "# TYPE corio_net_conns_live gauge\n") != NULL);
+	}
+	free(out);
+	CHECK_EQ(corio_stats_render(NULL, 7, &out, &len), -EINVAL);
+	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_JSON, NULL, &len), -EINVAL);
+}
+
+Test(stats, json_and_prom_match_the_counters, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	char *out;
+
+	cfg.flags |= CORIO_F_NO_PIN;
+	cr_assert_eq(corio_stats_render(NULL, CORIO_STATS_JSON, &out, NULL), -EPERM);
+	th_run(&cfg, render_entry, NULL);
+}
+
+/* ---- control socket ------------------------------------------------------------- */
+
+static char ctl_dir[48], ctl_path[80];
+
+static void ctl_setup(void)
+{
+	snprintf(ctl_dir, sizeof(ctl_dir), "/tmp/corio-stats-XXXXXX");
+	cr_assert(mkdtemp(ctl_dir));
+	snprintf(ctl_path, sizeof(ctl_path), "%s/ctl.sock", ctl_dir);
+}
+
+static void ctl_teardown(void)
+{
+	unlink(ctl_path);
+	rmdir(ctl_dir);
+}
+
+static int ctl_connect(void)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_geq(fd, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ctl_path);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "connect: %s",
+		     strerror(errno));
+	return fd;
+}
+
+static void send_all(int fd, const void *buf, size_t len)
+{
+	cr_assert_eq(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* Read until the buffer ends with end (or EOF); returns the length. */
+static size_t read_until(int fd, char *buf, size_t cap, const char *end)
+{
+	size_t have = 0, el = end ? strlen(end) : 0;
+
+	for (;;) {
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t n;
+
+		cr_assert_eq(poll(&pfd, 1, 10000), 1, "no answer within 10 s");
+		n = read(fd, buf + have, cap - 1 - have);
+		if (n < 0 && errno == ECONNRESET) /* closed with our bytes unread */
+			n = 0;
+		cr_assert_geq(n, 0, "read: %s (after %zu bytes: %.*s)", strerror(errno), have, (int)have, buf);
+		have += (size_t)n;
+		buf[have] = '\0';
+		if (n == 0 || (el && have >= el && !strcmp(buf + have - el, end)) || have == cap - 1)
+			return have;
+	}
+}
+
+static void idle_entry(void *arg)
+{
+	(void)arg;
+	if (corio_shard_id() == 0)
+		corio_sleep_ns(3600ull * 1000000000ull); /* until corio_stop() */
+}
+
+static struct corio_rt *ctl_start(unsigned shards)
+{
+	struct corio_config cfg = th_cfg(shards);
+	struct corio_rt *rt;
+
+	cfg.flags |= CORIO_F_NO_PIN;
+	cfg.control_path = ctl_path;
+	cr_assert_eq(corio_start(&cfg, idle_entry, NULL, &rt), 0, "%s", corio_last_error());
+	return rt;
+}
+
+Test(stats, control_socket_commands, .init = ctl_setup, .fini = ctl_teardown, .timeout = 30)
+{
+	static char buf[1 << 20];
+	struct corio_rt *rt;
+	struct stat st;
+	char why[200];
+	uint64_t v;
+	int before = th_fd_count(), fd;
+	size_t n;
+
+	rt = ctl_start(2);
+	cr_assert_eq(lstat(ctl_path, &st), 0);
+	cr_assert(S_ISSOCK(st.st_mode));
+	cr_assert_eq(st.st_mode & 0777, 0600, "mode %o", st.st_mode & 0777);
+
+	fd = ctl_connect();
+	send_all(fd, "help\n", 5);
+	n = read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "stats") && strstr(buf, "prom"), "%s", buf);
+
+	send_all(fd, "stats\r\n", 7);
+	n = read_until(fd, buf, sizeof(buf), "\n");
+	cr_assert_eq(json_get(buf, NULL, NULL), 0, "bad JSON: %s", buf);
+	cr_assert_eq(json_get(buf, "shards", &v), 0);
+	cr_assert_eq(v, 2);
+	cr_assert_eq(json_get(buf, "per_shard.0.fibers.live", &v), 0);
+	cr_assert_geq(v, 3); /* entry, control server, this client */
+
+	send_all(fd, "  prom\n", 7);
+	n = read_until(fd, buf, sizeof(buf), "# EOF\n");
+	cr_assert_gt(prom_check(buf, why, sizeof(why)), 100, "%s", why);
+	(void)n;
+
+	/* commands split across writes */
+	send_all(fd, "he", 2);
+	usleep(1000);
+	send_all(fd, "lp\n", 3);
+	read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"));
+	close(fd);
+
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_neq(lstat(ctl_path, &st), 0, "the socket file is still there");
+	cr_assert_eq(th_fd_count(), before);
+}
+
+Test(stats, control_socket_bad_clients, .init = ctl_setup, .fini = ctl_teardown, .timeout = 60)
+{
+	static char buf[1 << 16];
+	static const char garbage[] = "\x00\x01\xff\xfe binary \x7f\n";
+	char big[400];
+	struct corio_rt *rt;
+	struct corio_stats a, b;
+	int fd, slow, before = th_fd_count();
+	int small = 4096;
+	size_t n;
+
+	setenv("CORIO_CONTROL_TIMEOUT_MS", "300", 1);
+	rt = ctl_start(1);
+
+	/* binary garbage and unknown commands: an error each, closed after 4 */
+	fd = ctl_connect();
+	send_all(fd, garbage, sizeof(garbage) - 1);
+	n = read_until(fd, buf, sizeof(buf), "\n");
+	cr_assert(!strncmp(buf, "error: unknown command", 22), "%s", buf);
+	send_all(fd, "STATS\nfoo\nstats please\n", 24);
+	n = read_until(fd, buf, sizeof(buf), NULL); /* to EOF */
+	cr_assert_eq(n, 3 * strlen("error: unknown command (try 'help')\n"), "%s", buf);
+	close(fd);
+
+	/* an oversized line: an error, then closed */
+	memset(big, 'x', sizeof(big));
+	fd = ctl_connect();
+	send(fd, big, sizeof(big), MSG_NOSIGNAL);
+	n = read_until(fd, buf, sizeof(buf), NULL);
+	cr_assert(strstr(buf, "error: line too long"), "%s", buf);
+	close(fd);
+
+	/* a client that asks and never reads: the shard goes on serving */
+	slow = ctl_connect();
+	setsockopt(slow, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	for (int i = 0; i < 200; i++)
+		send(slow, "stats\n", 6, MSG_NOSIGNAL | MSG_DONTWAIT);
+	cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
+	fd = ctl_connect();
+	send_all(fd, "help\n", 5);
+	read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"));
+	close(fd);
+	cr_assert_eq(corio_stats_get(rt, 0, &b), 0);
+	cr_assert_gt(b.loop_turns, a.loop_turns);
+	/* ... and closes it once an answer cannot be sent in time */
+	for (;;) {
+		struct pollfd pfd = { .fd = slow, .events = POLLIN };
+		ssize_t r;
+
+		cr_assert_eq(poll(&pfd, 1, 10000), 1, "the slow client was never closed");
+		r = read(slow, buf, sizeof(buf));
+		if (r <= 0) /* EOF, or ECONNRESET: closed with requests unread */
+			break;
+	}
+	close(slow);
+
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	unsetenv("CORIO_CONTROL_TIMEOUT_MS");
+	cr_assert_eq(th_fd_count(), before);
+}
+
+Test(stats, control_path_stale_socket_replaced, .init = ctl_setup, .fini = ctl_teardown,
+     .timeout = 30)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char buf[4096];
+	struct corio_rt *rt;
+	struct stat st;
+	int fd = socket(AF_UNIX, SOCK_STREAM, 0);
+
+	/* a socket file nobody listens on: what a crashed server leaves */
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ctl_path);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	close(fd);
+	cr_assert_eq(lstat(ctl_path, &st), 0);
+	rt = ctl_start(1);
+	fd = ctl_connect();
+	send_all(fd, "help\n", 5);
+	read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"));
+	close(fd);
+	cr_assert_eq(lstat(ctl_path, &st), 0);
+	cr_assert_eq(st.st_mode & 0777, 0600);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+}
+
+Test(stats, control_path_refused, .init = ctl_setup, .fini = ctl_teardown, .timeout = 30)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct corio_config cfg = th_cfg(1);
+	struct corio_rt *rt = NULL;
+	struct stat st;
+	char buf[16] = "";
+	int fd, ret;
+
+	cfg.control_path = ctl_path;
+	/* a regular file: refused and left alone */
+	fd = open(ctl_path, O_CREAT | O_WRONLY | O_CLOEXEC, 0644);
+	cr_assert_eq(write(fd, "keep", 4), 4);
+	close(fd);
+	ret = corio_start(&cfg, idle_entry, NULL, &rt);
+	cr_assert_eq(ret, -EEXIST, "%d %s", ret, corio_last_error());
+	cr_assert(strstr(corio_last_error(), "not a socket"), "%s", corio_last_error());
+	fd = open(ctl_path, O_RDONLY | O_CLOEXEC);
+	cr_assert_eq(read(fd, buf, sizeof(buf)), 4);
+	close(fd);
+	cr_assert_str_eq(buf, "keep");
+	unlink(ctl_path);
+
+	/* a live socket (someone listens on it): refused */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	snprintf(sa.sun_path, sizeof(sa.sun_path), "%s", ctl_path);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(fd, 4), 0);
+	ret = corio_start(&cfg, idle_entry, NULL, &rt);
+	cr_assert_eq(ret, -EADDRINUSE, "%d %s", ret, corio_last_error());
+	cr_assert(strstr(corio_last_error(), "in use"), "%s", corio_last_error());
+	cr_assert_eq(lstat(ctl_path, &st), 0);
+	cr_assert(S_ISSOCK(st.st_mode));
+	close(fd);
+}
+
+/* ---- stall detector ------------------------------------------------------------------ */
+
+static int planted(void *arg)
+{
+	uint64_t end = corio_now_ns() + 150 * 1000000ull;
+
+	(void)arg;
+	while (corio_now_ns() < end)
+		; /* hog the shard */
+	return 0;
+}
+
+static void stall_entry(void *arg)
+{
+	struct corio_spawn_opts o = { .name = "planted" };
+	struct corio_fiber *f;
+	struct corio_stats st;
+
+	(void)arg;
+	corio_spawn(planted, NULL, &o, &f);
+	corio_join(f, NULL);
+	corio_stats_get(NULL, 0, &st);
+	_exit(st.stalls == 1 ? 0 : 10 + (int)st.stalls);
+}
+
+Test(stats, planted_long_fiber_one_stall_warning, .timeout = 30)
+{
+	int errpipe[2], status;
+	char buf[4096];
+	ssize_t n, len = 0;
+	const char *p;
+	int count = 0;
+	pid_t pid;
+
+	cr_assert_eq(pipe(errpipe), 0);
+	pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0) {
+		struct corio_config cfg = th_cfg(1);
+
+		cfg.stall_ns = 50 * 1000000ull;
+		dup2(errpipe[1], 2);
+		corio_run(&cfg, stall_entry, NULL);
+		_exit(3);
+	}
+	close(errpipe[1]);
+	while ((n = read(errpipe[0], buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+		len += n;
+	buf[len] = '\0';
+	close(errpipe[0]);
+	waitpid(pid, &status, 0);
+	for (p = buf; (p = strstr(p, "corio: stall:")); p++)
+		count++;
+	cr_assert_eq(count, 1, "stall warnings: %s", buf);
+	cr_assert(strstr(buf, "shard 0") && strstr(buf, "'planted'"), "%s", buf);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, buf);
+}
