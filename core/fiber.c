@@ -168,6 +168,8 @@ static void fiber_end(struct corio_fiber *f)
 
 void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f)
 {
+	if (f->group)
+		corio__group_exit(f); /* every way a fiber ends comes through here */
 	corio__stack_put(s, f);
 #if CORIO__TSAN
 	if (f->tsan_fiber) {
@@ -188,6 +190,10 @@ void corio__ready(struct corio_fiber *f, int res)
 {
 	struct corio__shard *s = f->shard;
 
+	if (CORIO__UNLIKELY(f->proxy_wake)) {
+		f->proxy_wake(f, res); /* a select's stand-in: tell its select */
+		return;
+	}
 	if (f->flags & CORIO__FF_QUEUED)
 		return;
 	f->wake_res = res;
@@ -238,6 +244,24 @@ static void wq_remove(struct corio_waitq *wq, struct corio_fiber *f)
 	f->wq = NULL;
 }
 
+void corio__wq_push(struct corio_waitq *wq, struct corio_fiber *f)
+{
+	f->wq = wq;
+	f->wq_next = NULL;
+	f->wq_prev = wq->tail;
+	if (wq->tail)
+		wq->tail->wq_next = f;
+	else
+		wq->head = f;
+	wq->tail = f;
+}
+
+void corio__wq_del(struct corio_fiber *f)
+{
+	if (f->wq)
+		wq_remove(f->wq, f);
+}
+
 int corio__wq_wait(struct corio_waitq *wq)
 {
 	struct corio_fiber *f = corio__self();
@@ -251,14 +275,7 @@ int corio__wq_wait(struct corio_waitq *wq)
 	bounded = f->deadline_ns != 0;
 	if (CORIO__UNLIKELY(bounded) && (ret = corio__deadline_arm(&dt, f)) < 0)
 		return ret;
-	f->wq = wq;
-	f->wq_next = NULL;
-	f->wq_prev = wq->tail;
-	if (wq->tail)
-		wq->tail->wq_next = f;
-	else
-		wq->head = f;
-	wq->tail = f;
+	corio__wq_push(wq, f);
 	ret = corio__park();
 	if (CORIO__UNLIKELY(bounded))
 		corio__deadline_disarm(&dt);
@@ -288,6 +305,30 @@ void corio__wq_wake_all(struct corio_waitq *wq, int res)
 {
 	while (corio__wq_wake_one(wq, res))
 		;
+}
+
+/* ---- select stand-ins ----------------------------------------------------------- */
+
+struct corio_fiber *corio__proxy_get(struct corio__shard *s,
+				     void (*wake)(struct corio_fiber *p, int res), void *arg)
+{
+	struct corio_fiber *p = fiber_alloc(s);
+
+	if (!p)
+		return NULL;
+	memset(p, 0, sizeof(*p));
+	p->shard = s;
+	p->proxy_wake = wake;
+	p->arg = arg;
+	p->state = CORIO__F_PARKED; /* never runs; never on the live list */
+	return p;
+}
+
+void corio__proxy_put(struct corio__shard *s, struct corio_fiber *p)
+{
+	assert(!p->wq);
+	p->proxy_wake = NULL;
+	fiber_free(s, p);
 }
 
 /* ---- public fiber API ---------------------------------------------------------- */

@@ -11,6 +11,7 @@
 #define CORIO_CORE_INTERNAL_H
 
 #include "corio.h"
+#include "corio/select.h"
 #include "uring/ring.h"
 
 #include <assert.h>
@@ -70,6 +71,16 @@ struct corio_fiber {
 	 * instead of the default wake. */
 	void (*on_cancel)(struct corio_fiber *f);
 	struct corio_fiber *joiner;
+	/* A select's stand-in (core/select.c): a record that waits on a wait
+	 * queue (or as a joiner) for a selecting fiber. corio__ready() calls
+	 * proxy_wake instead of queueing it. NULL for real fibers. */
+	void (*proxy_wake)(struct corio_fiber *p, int res);
+	/* Fiber groups (core/group.c): the member's group, its links in the
+	 * group's member list, where to store its status, its spawn index. */
+	struct corio_group *group;
+	struct corio_fiber *grp_next, *grp_prev;
+	int *grp_status;
+	unsigned grp_index;
 	int (*fn)(void *);
 	void *arg;
 	int status;
@@ -222,6 +233,67 @@ void corio__wq_wake_all(struct corio_waitq *wq, int res);
  * (a deadline expiring, timer/deadline.c). */
 void corio__wq_unpark(struct corio_fiber *f, int res);
 void corio__fiber_cancel(struct corio_fiber *f);
+/* Append f to wq without parking it (a select's stand-in). */
+void corio__wq_push(struct corio_waitq *wq, struct corio_fiber *f);
+/* Take f off the wait queue it is on, if any, without waking it. */
+void corio__wq_del(struct corio_fiber *f);
+
+/* ---- select and groups (core/select.c, core/group.c) ---------------------- */
+struct corio_sel;
+
+/*
+ * What a kind of waitable does for corio_select(). Each constructor
+ * (corio_sel_event(), corio_sel_recv(), ...) lives with its waitable's area
+ * and stores its ops in the item, so core/ needs to know no other area.
+ *  poll:     complete the item now if it can (fill it->res, consume what the
+ *            item takes: a channel element, queued bytes, expirations) and
+ *            return true; otherwise change nothing and return false.
+ *  arm:      register the stand-in p where the waitable wakes its waiters
+ *            (corio__wq_push on its wait queue); may start kernel work that
+ *            outlives the select only if its owner (the socket) finishes it.
+ *            0, or -errno: the item then completes with that error.
+ *  disarm:   take p off again (p may have been woken already: then
+ *            corio__proxy_fired(p) and p->wake_res say so) and put back
+ *            anything the wake-up carried (a timer's expiration count).
+ *  pass_on:  optional; p woke but the select did not take from this item:
+ *            hand the wake-up to the waitable's next waiter, if the thing
+ *            is still ready (a channel's wake_one), so no wake-up is lost.
+ */
+struct corio__sel_ops {
+	bool (*poll)(struct corio_sel *it);
+	int (*arm)(struct corio_sel *it, struct corio_fiber *p);
+	void (*disarm)(struct corio_sel *it, struct corio_fiber *p);
+	void (*pass_on)(struct corio_sel *it);
+};
+
+/* Stand-in records, from the shard's fiber pool (no allocation after warm-up). */
+struct corio_fiber *corio__proxy_get(struct corio__shard *s,
+				     void (*wake)(struct corio_fiber *p, int res), void *arg);
+void corio__proxy_put(struct corio__shard *s, struct corio_fiber *p);
+static inline bool corio__proxy_fired(const struct corio_fiber *p)
+{
+	return p->status != 0;
+}
+
+/* Fill a select item (the constructors); ops NULL marks it invalid. */
+static inline void corio__sel_fill(struct corio_sel *it, const struct corio__sel_ops *ops,
+				   void *obj, void *buf, size_t len, uint64_t ns)
+{
+	if (!it)
+		return;
+	it->obj = obj;
+	it->buf = buf;
+	it->len = len;
+	it->ns = ns;
+	it->res = 0;
+	it->_ops = ops;
+	it->_proxy = NULL;
+	it->_ctx = NULL;
+	it->_aux = 0;
+}
+
+/* A member of a group ended (called from corio__fiber_reap). */
+void corio__group_exit(struct corio_fiber *f);
 
 /* ---- kernel ops waited on by a fiber (core/ops.c) ------------------------ */
 /*

@@ -162,6 +162,11 @@ static inline struct corio__net *corio__net_owner(struct corio__net *n)
 /* Queue a receive on s (multishot where possible): 0 or -errno. */
 int corio__sock_arm(struct corio_sock *s);
 
+/* Copy up to len queued bytes of s's receive stream into buf: the count,
+ * or s's end-of-stream / error result when nothing is queued and the
+ * stream has ended. Call only when data is queued or has_term is set. */
+ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len);
+
 /* A socket record from the shard's pool. */
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
 void corio__sock_free(struct corio_sock *s);

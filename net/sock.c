@@ -338,13 +338,33 @@ void corio_buf_release(struct corio_buf *b)
 	b->len = 0;
 }
 
+ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len)
+{
+	struct corio__net *n = s->net;
+	unsigned bid;
+	size_t avail;
+
+	if (s->qhead == CORIO__NET_NOBUF)
+		return s->rterm;
+	if (len > INT32_MAX)
+		len = INT32_MAX;
+	bid = s->qhead;
+	avail = n->qlen[bid] - s->qoff;
+	if (len > avail)
+		len = avail;
+	memcpy(buf, (char *)corio__bufring_addr(&n->bufs, bid) + s->qoff, len);
+	s->qoff += (uint32_t)len;
+	if (s->qoff == n->qlen[bid])
+		buf_put(n, q_pop(s));
+	CORIO__STAT_ADD(n->stats.bytes_in, len);
+	return (ssize_t)len;
+}
+
 ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 {
 	struct corio__net *n = owner(s);
 	struct io_uring_sqe *sqe;
 	struct corio__op op;
-	unsigned bid;
-	size_t avail;
 	int ret;
 
 	if (!n)
@@ -358,18 +378,7 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		ret = wait_data(s);
 		if (ret)
 			return ret;
-		if (s->qhead == CORIO__NET_NOBUF)
-			return s->rterm;
-		bid = s->qhead;
-		avail = n->qlen[bid] - s->qoff;
-		if (len > avail)
-			len = avail;
-		memcpy(buf, (char *)corio__bufring_addr(&n->bufs, bid) + s->qoff, len);
-		s->qoff += (uint32_t)len;
-		if (s->qoff == n->qlen[bid])
-			buf_put(n, q_pop(s));
-		CORIO__STAT_ADD(n->stats.bytes_in, len);
-		return (ssize_t)len;
+		return corio__sock_take(s, buf, len);
 	}
 	if (s->rwq.head)
 		return -EBUSY;

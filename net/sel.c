@@ -1,0 +1,68 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/sel.c - a socket receive as a corio_select() item (core/select.c has
+ * the machinery).
+ *
+ * The item waits on the socket's receive stream, the one corio_recv_buf()
+ * uses (net/sock.c): arming it queues the socket's multishot receive on the
+ * shard's provided-buffer ring if it is not armed yet, and puts the
+ * select's stand-in on s->rwq, which the stream's CQE handler wakes. The
+ * kernel writes only into the ring's buffers, never into the caller's: the
+ * item's poll copies queued bytes into it->buf. When the item loses, its
+ * receive stays armed as the socket's, and what arrives is queued there for
+ * the next reader; corio_close() cancels it and waits for its final CQE.
+ */
+#include "net/net.h"
+
+#include <errno.h>
+
+static bool recv_poll(struct corio_sel *it)
+{
+	struct corio_sock *s = it->obj;
+
+	if (!corio__net_owner(s->net)) {
+		it->res = -EPERM;
+		return true;
+	}
+	if (s->type != SOCK_STREAM) {
+		it->res = corio__error(-EINVAL, "corio_sel_recv: not a stream socket");
+		return true;
+	}
+	if (s->qhead == CORIO__NET_NOBUF && !s->has_term)
+		return false;
+	it->res = corio__sock_take(s, it->buf, it->len);
+	return true;
+}
+
+static int recv_arm(struct corio_sel *it, struct corio_fiber *p)
+{
+	struct corio_sock *s = it->obj;
+	int ret;
+
+	if (s->rwq.head)
+		return -EBUSY; /* one receiving fiber per socket */
+	if (s->r.state == NET_IDLE && !s->starved) {
+		ret = corio__sock_arm(s);
+		if (ret)
+			return corio__net_err(s->net, ret);
+	}
+	corio__wq_push(&s->rwq, p);
+	return 0;
+}
+
+static void recv_disarm(struct corio_sel *it, struct corio_fiber *p)
+{
+	(void)it;
+	corio__wq_del(p);
+}
+
+static const struct corio__sel_ops recv_sel_ops = {
+	.poll = recv_poll,
+	.arm = recv_arm,
+	.disarm = recv_disarm,
+};
+
+void corio_sel_recv(struct corio_sel *it, struct corio_sock *s, void *buf, size_t len)
+{
+	corio__sel_fill(it, s && buf && len ? &recv_sel_ops : NULL, s, buf, len, 0);
+}
