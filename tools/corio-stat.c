@@ -1,0 +1,352 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * corio-stat - client of a corio runtime's control socket.
+ *
+ *   corio-stat SOCKET [--json | --prom] [--watch SECONDS]
+ *
+ * Default: a per-shard table like top's; with --watch, one every SECONDS,
+ * with rates between samples (the first table shows averages since start).
+ * --json / --prom print the server's answer as it is (repeatedly with
+ * --watch). Exit status: 0, 1 on a usage error, 2 when the socket cannot be
+ * reached or answers garbage.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- talking to the socket --------------------------------------------------- */
+
+/* Send cmd, read the whole answer (the server closes after our half-close). */
+static char *ask(const char *path, const char *cmd, size_t *lenp)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	size_t len = 0, cap = 1 << 16;
+	char *buf = malloc(cap);
+	int fd;
+
+	if (!buf || strlen(path) >= sizeof(sa.sun_path)) {
+		fprintf(stderr, "corio-stat: %s: %s\n", path, buf ? "path too long" : "no memory");
+		exit(2);
+	}
+	memcpy(sa.sun_path, path, strlen(path) + 1);
+	if (path[0] == '@') /* abstract namespace */
+		sa.sun_path[0] = '\0';
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa,
+			      (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(path) +
+					  (path[0] != '@'))) < 0) {
+		fprintf(stderr, "corio-stat: cannot connect to %s: %s\n", path, strerror(errno));
+		exit(2);
+	}
+	if (send(fd, cmd, strlen(cmd), MSG_NOSIGNAL) < 0 || shutdown(fd, SHUT_WR) < 0) {
+		fprintf(stderr, "corio-stat: %s: %s\n", path, strerror(errno));
+		exit(2);
+	}
+	for (;;) {
+		ssize_t n;
+
+		if (cap - len < 4096) {
+			char *nb = realloc(buf, cap *= 2);
+
+			if (!nb) {
+				fprintf(stderr, "corio-stat: no memory\n");
+				exit(2);
+			}
+			buf = nb;
+		}
+		n = read(fd, buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, "corio-stat: %s: %s\n", path, strerror(errno));
+			exit(2);
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+	}
+	close(fd);
+	buf[len] = '\0';
+	if (!strncmp(buf, "error:", 6)) {
+		fprintf(stderr, "corio-stat: the server said: %s", buf);
+		exit(2);
+	}
+	if (lenp)
+		*lenp = len;
+	return buf;
+}
+
+/* ---- a flat view of the JSON: every number under its dotted path ---------------- */
+
+struct kv {
+	char path[64];
+	double v;
+};
+
+struct flat {
+	struct kv *kv;
+	size_t n, cap;
+};
+
+struct jp {
+	const char *p;
+	char path[64];
+	struct flat *out;
+	int depth;
+};
+
+static int jvalue(struct jp *j);
+
+static void ws(struct jp *j)
+{
+	while (isspace((unsigned char)*j->p))
+		j->p++;
+}
+
+static int jstr(struct jp *j, char *out, size_t cap)
+{
+	size_t n = 0;
+
+	if (*j->p++ != '"')
+		return -1;
+	while (*j->p && *j->p != '"') {
+		if (*j->p == '\\' && j->p[1])
+			j->p++;
+		if (n + 1 < cap)
+			out[n++] = *j->p;
+		j->p++;
+	}
+	if (*j->p++ != '"')
+		return -1;
+	out[n] = '\0';
+	return 0;
+}
+
+static int jmember(struct jp *j, const char *key)
+{
+	size_t len = strlen(j->path);
+	int ret;
+
+	if (len + strlen(key) + 2 >= sizeof(j->path))
+		return -1;
+	snprintf(j->path + len, sizeof(j->path) - len, "%s%s", len ? "." : "", key);
+	ret = jvalue(j);
+	j->path[len] = '\0';
+	return ret;
+}
+
+static int jvalue(struct jp *j)
+{
+	char key[64];
+	int i = 0;
+
+	if (++j->depth > 16)
+		return -1;
+	ws(j);
+	if (*j->p == '{' || *j->p == '[') {
+		char close = *j->p == '{' ? '}' : ']';
+		int obj = close == '}';
+
+		j->p++;
+		ws(j);
+		if (*j->p == close) {
+			j->p++;
+		} else {
+			for (;; i++) {
+				ws(j);
+				if (obj) {
+					if (jstr(j, key, sizeof(key)))
+						return -1;
+					ws(j);
+					if (*j->p++ != ':')
+						return -1;
+				} else {
+					snprintf(key, sizeof(key), "%d", i);
+				}
+				if (jmember(j, key))
+					return -1;
+				ws(j);
+				if (*j->p == ',') {
+					j->p++;
+					continue;
+				}
+				if (*j->p++ != close)
+					return -1;
+				break;
+			}
+		}
+	} else if (*j->p == '"') {
+		if (jstr(j, key, sizeof(key)))
+			return -1;
+	} else {
+		char *end;
+		double v = strtod(j->p, &end);
+
+		if (end == j->p)
+			return -1;
+		j->p = end;
+		if (j->out->n == j->out->cap) {
+			size_t nc = j->out->cap ? j->out->cap * 2 : 1024;
+			struct kv *nk = realloc(j->out->kv, nc * sizeof(*nk));
+
+			if (!nk)
+				return -1;
+			j->out->kv = nk;
+			j->out->cap = nc;
+		}
+		snprintf(j->out->kv[j->out->n].path, sizeof(j->out->kv[0].path), "%s", j->path);
+		j->out->kv[j->out->n++].v = v;
+	}
+	j->depth--;
+	return 0;
+}
+
+static double get(const struct flat *f, unsigned shard, const char *key)
+{
+	char path[64];
+
+	snprintf(path, sizeof(path), "per_shard.%u.%s", shard, key);
+	for (size_t i = 0; i < f->n; i++)
+		if (!strcmp(f->kv[i].path, path))
+			return f->kv[i].v;
+	return 0;
+}
+
+static int sample(const char *path, struct flat *f, unsigned *shards)
+{
+	char *doc = ask(path, "stats\n", NULL);
+	struct jp j = { .p = doc, .out = f };
+	int ret;
+
+	f->n = 0;
+	ret = jvalue(&j);
+	free(doc);
+	if (ret)
+		return -1;
+	*shards = 0;
+	for (size_t i = 0; i < f->n; i++)
+		if (!strcmp(f->kv[i].path, "shards"))
+			*shards = (unsigned)f->kv[i].v;
+	return *shards ? 0 : -1;
+}
+
+/* ---- the table ---------------------------------------------------------------------- */
+
+static double rate(const struct flat *a, const struct flat *b, unsigned s, const char *k,
+		   double secs)
+{
+	double d = get(b, s, k) - (a ? get(a, s, k) : 0);
+
+	return secs > 0 ? d / secs : 0;
+}
+
+static void table(const struct flat *a, const struct flat *b, unsigned shards, double secs)
+{
+	printf("%5s %4s %9s %6s %9s %9s %6s %9s %6s %7s %9s %8s %8s %8s %8s %6s %6s %9s\n", "shard",
+	       "cpu", "turns/s", "busy%", "enters/s", "sqes/s", "sq/ent", "cqes/s", "cq/wk",
+	       "fibers", "switch/s", "msgin/s", "msgout/s", "netinMB", "netoutMB", "conns",
+	       "stalls", "turnmax");
+	for (unsigned s = 0; s < shards; s++) {
+		double busy = rate(a, b, s, "loop.busy_ns", secs);
+		double idle = rate(a, b, s, "loop.idle_ns", secs);
+		double enters = rate(a, b, s, "ring.enters", secs);
+		double sqes = rate(a, b, s, "ring.sqes", secs);
+		double wakes = rate(a, b, s, "ring.wakes", secs);
+		double wcq = rate(a, b, s, "ring.wake_cqes", secs);
+
+		printf("%5u %4.0f %9.0f %6.1f %9.0f %9.0f %6.2f %9.0f %6.2f %7.0f %9.0f %8.0f %8.0f "
+		       "%8.2f %8.2f %6.0f %6.0f %7.2fms\n",
+		       s, get(b, s, "cpu"), rate(a, b, s, "loop.turns", secs),
+		       busy + idle > 0 ? 100.0 * busy / (busy + idle) : 0, enters, sqes,
+		       enters > 0 ? sqes / enters : 0, rate(a, b, s, "ring.cqes", secs),
+		       wakes > 0 ? wcq / wakes : 0, get(b, s, "fibers.live"),
+		       rate(a, b, s, "fibers.switches", secs), rate(a, b, s, "msg.received", secs),
+		       rate(a, b, s, "msg.sent", secs), rate(a, b, s, "net.bytes_in", secs) / 1e6,
+		       rate(a, b, s, "net.bytes_out", secs) / 1e6, get(b, s, "net.conns_live"),
+		       get(b, s, "loop.stalls"), get(b, s, "loop.turn_max_ns") / 1e6);
+	}
+}
+
+static void usage(void)
+{
+	fprintf(stderr, "usage: corio-stat SOCKET [--json | --prom] [--watch SECONDS]\n");
+	exit(1);
+}
+
+static double now_s(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+int main(int argc, char **argv)
+{
+	const char *path = NULL, *raw = NULL;
+	double watch = 0;
+	struct flat f[2] = { { 0 } };
+	unsigned shards;
+	int cur = 0, have_prev = 0;
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--json"))
+			raw = "stats\n";
+		else if (!strcmp(argv[i], "--prom"))
+			raw = "prom\n";
+		else if (!strcmp(argv[i], "--watch") && i + 1 < argc)
+			watch = atof(argv[++i]);
+		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help") || argv[i][0] == '-' ||
+			 path)
+			usage();
+		else
+			path = argv[i];
+	}
+	if (!path || watch < 0)
+		usage();
+	for (;;) {
+		double t = now_s(), secs;
+		static double prev_t;
+
+		if (raw) {
+			char *out = ask(path, raw, NULL);
+
+			fputs(out, stdout);
+			free(out);
+		} else {
+			if (sample(path, &f[cur], &shards)) {
+				fprintf(stderr, "corio-stat: %s: cannot parse the stats answer\n", path);
+				return 2;
+			}
+			if (have_prev) {
+				secs = t - prev_t;
+				table(&f[!cur], &f[cur], shards, secs);
+			} else {
+				/* first sample: averages since the shards started */
+				secs = (get(&f[cur], 0, "loop.busy_ns") +
+					get(&f[cur], 0, "loop.idle_ns")) / 1e9;
+				table(NULL, &f[cur], shards, secs);
+			}
+			have_prev = 1;
+			prev_t = t;
+			cur = !cur;
+		}
+		fflush(stdout);
+		if (!watch)
+			break;
+		usleep((useconds_t)(watch * 1e6));
+		if (!raw)
+			printf("\n");
+	}
+	free(f[0].kv);
+	free(f[1].kv);
+	return 0;
+}
