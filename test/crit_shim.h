@@ -15,6 +15,9 @@
 #define CORIO_TEST_CRIT_SHIM_H
 
 #include <fnmatch.h>
+#include <stdbool.h> /* Criterion pulls these in; tests rely on them */
+#include <stddef.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
