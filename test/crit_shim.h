@@ -6,8 +6,8 @@
  * Why: Criterion 2.4 cannot start under TSan ("Could not initialize
  * inheritable arena", Criterion issue #274, open since 2018). Under TSan
  * the same test files are compiled against this header instead: each Test()
- * registers itself, main() runs every test in a forked child with its
- * timeout, and prints Criterion's summary line so tools/run-tests.sh reads
+ * registers itself, main() runs every test (with its .init/.fini) in a
+ * forked child with its timeout, and prints Criterion's summary line so tools/run-tests.sh reads
  * both alike. Supported: Test(suite, name, .timeout/.disabled), cr_assert*,
  * cr_expect* (fatal here), cr_skip_test, cr_log_*; --filter GLOB.
  */
@@ -32,6 +32,8 @@ struct shim_extra {
 	int signal;
 	int exit_code;
 	const char *description;
+	void (*init)(void);
+	void (*fini)(void);
 };
 
 struct shim_test {
@@ -134,7 +136,11 @@ int main(int argc, char **argv)
 		pid = fork();
 		if (pid == 0) {
 			alarm(t->ex->timeout > 0 ? (unsigned)t->ex->timeout + 1 : 600);
+			if (t->ex->init)
+				t->ex->init();
 			t->fn();
+			if (t->ex->fini)
+				t->ex->fini();
 			fflush(NULL);
 			_exit(0);
 		}
