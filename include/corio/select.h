@@ -49,8 +49,10 @@
  *   wg          0 (the count is zero)
  *   fiber       the fiber's exit status; it has ended but must still be
  *               joined (corio_join() then returns at once)
- *   timer       expirations collected (>= 1), -ENOENT (not armed, none
- *               pending), -ECANCELED (cancelled while waited on)
+ *   timer       expirations collected (>= 1), or -ENOENT when it is not
+ *               armed and none is pending (never armed, a one-shot already
+ *               collected, or cancelled): such an item always completes,
+ *               so drop a spent timer from the array
  *   deadline    0 (the time has come)
  *   group       the group's first error, or 0 (no member is left)
  *
