@@ -732,9 +732,15 @@ static void emfile_entry(void *arg)
 
 Test(net, accept_backs_off_under_emfile, .timeout = 30)
 {
-	pid_t pid = fork();
+	pid_t pid;
 	int status;
 
+#if defined(__SANITIZE_THREAD__)
+	/* TSan's runtime opens and closes descriptors of its own, so the
+	 * "exactly two free fds" arithmetic does not hold under it. */
+	cr_skip_test("fd-limit arithmetic does not hold under TSan's own fds");
+#endif
+	pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
 		struct corio_config cfg = th_cfg(1);

@@ -522,27 +522,36 @@ Test(timer, deadline_scope_without_linked_timeouts, .timeout = 30)
 
 /* A full SQ never splits an op from its linked timeout: 300 fibers with a
  * scope each issue polls through a 4-entry SQ. */
+struct small_sq {
+	int p[2];
+	struct corio_wg wg;
+};
+
 static int scoped_poller(void *arg)
 {
-	int fd = *(int *)arg;
+	struct small_sq *sq = arg;
 	struct corio_deadline d;
 
 	CHECK_EQ(corio_timeout_push(&d, 20 * MS), 0);
-	CHECK_EQ(corio_poll(fd, POLLIN), -ETIMEDOUT);
+	CHECK_EQ(corio_poll(sq->p[0], POLLIN), -ETIMEDOUT);
 	CHECK_EQ(corio_deadline_pop(&d), 0);
 	CHECK_EQ(corio_nop(), 0);
+	corio_wg_done(&sq->wg);
 	return 0;
 }
 
 static void small_sq_entry(void *arg)
 {
-	int p[2];
+	struct small_sq sq;
+	int *p = sq.p;
 
 	(void)arg;
 	CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+	corio_wg_init(&sq.wg);
+	corio_wg_add(&sq.wg, 300);
 	for (int i = 0; i < 300; i++)
-		CHECK_EQ(corio_spawn(scoped_poller, &p[0], NULL, NULL), 0);
-	CHECK_EQ(corio_sleep_ns(100 * MS), 0);
+		CHECK_EQ(corio_spawn(scoped_poller, &sq, NULL, NULL), 0);
+	CHECK_EQ(corio_wg_wait(&sq.wg), 0); /* every poller is done with the pipe */
 	close(p[0]);
 	close(p[1]);
 }
