@@ -97,11 +97,13 @@ $(SHARED): $(LIB_OBJS) corio.map
 	$(Q)ln -sf libcorio.so.$(VERSION) $(B)/libcorio.so.$(SOVERSION)
 	$(Q)ln -sf libcorio.so.$(SOVERSION) $(B)/libcorio.so
 
+PC_SED = sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
+	-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|'
+
 $(B)/corio.pc: corio.pc.in Makefile
 	$(quiet) GEN $@
 	@mkdir -p $(dir $@)
-	$(Q)sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' \
-		-e 's|@INCLUDEDIR@|$(INCLUDEDIR)|' -e 's|@VERSION@|$(VERSION)|' $< > $@
+	$(Q)$(PC_SED) $< > $@
 
 $(B)/tools/%: tools/%.c $(STATIC) $(TOOL_LOBJ)
 	$(quiet) CC $@
@@ -139,7 +141,7 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench.sh $(B)
 
-install: lib $(B)/corio.pc
+install: lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
@@ -148,7 +150,7 @@ install: lib $(B)/corio.pc
 	install -m 644 include/corio.h $(DESTDIR)$(INCLUDEDIR)/
 	if [ -d include/corio ]; then install -d $(DESTDIR)$(INCLUDEDIR)/corio && \
 		install -m 644 include/corio/*.h $(DESTDIR)$(INCLUDEDIR)/corio/; fi
-	install -m 644 $(B)/corio.pc $(DESTDIR)$(PCDIR)/
+	$(PC_SED) corio.pc.in > $(DESTDIR)$(PCDIR)/corio.pc # this PREFIX, not the build's
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libcorio.* $(DESTDIR)$(PCDIR)/corio.pc $(DESTDIR)$(INCLUDEDIR)/corio.h
