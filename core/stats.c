@@ -33,7 +33,7 @@ static bool tsc_usable(void)
 
 	/* CPUID 0x80000007 EDX bit 8: invariant TSC (constant rate, runs in
 	 * every C-state). Without it rdtsc cannot time anything. */
-	if (__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
+	if ((unsigned)__get_cpuid_max(0x80000000u, NULL) < 0x80000007u)
 		return false;
 	__cpuid(0x80000007u, a, b, c, d);
 	(void)a;

@@ -416,7 +416,7 @@ static void render_entry(void *arg)
 	CHECK_EQ(v, 1);
 	CHECK_EQ(json_get(out, "per_shard.0.fs.kinds.read.ops", &v), 0);
 	CHECK_EQ(json_get(out, "totals.fibers.spawned", &v), 0);
-	CHECK(v >= st.fibers_spawned + 1); /* both shards ran an entry fiber */
+	CHECK(v >= st.fibers_spawned); /* shard 1 may not have started its entry yet */
 	CHECK_EQ(json_get(out, "hist_bounds_ns.0", &v), 0);
 	CHECK_EQ(v, 256);
 	CHECK_EQ(json_get(out, "per_shard.2.shard", &v), -2);
@@ -430,8 +430,6 @@ static void render_entry(void *arg)
 	{
 		char want[128];
 
-		snprintf(want, sizeof(want), "\ncorio_fiber_switches_total{shard=\"0\"} ");
-		(void)want;
 		snprintf(want, sizeof(want), "\ncorio_ring_sqes_total{shard=\"0\"} %llu\n",
 			 (unsigned long long)st.sqes);
 		CHECK(strstr(out, want) != NULL);
