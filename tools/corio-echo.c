@@ -1,0 +1,449 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * corio-echo - multi-shard TCP echo server on corio.
+ *
+ * Accept models:
+ *   reuseport  every shard has its own SO_REUSEPORT listener on the port
+ *              and the kernel spreads connections (default);
+ *   dispatch   shard 0 accepts and hands each connection to a shard,
+ *              round robin (dispatch) or the least loaded (dispatch-least).
+ * Each connection is a fiber that borrows received data from the shard's
+ * provided-buffer ring (one multishot recv per connection, corio_recv_bufs)
+ * and sends every buffer that is queued back with one corio_sendv(); --recv
+ * copy uses corio_recv() into a per-connection buffer instead.
+ * --sockperf reflects sockperf's TCP framing (tools/lib/eb_sockperf.h), so
+ * `sockperf ping-pong --tcp` and `sockperf under-load --tcp` can measure it.
+ *
+ * Binds 127.0.0.1 only. Prints "corio-echo: listening on 127.0.0.1:PORT ..."
+ * once every shard listens; stops cleanly on SIGINT/SIGTERM (or --timeout).
+ */
+#include <corio.h>
+
+#include "lib/eb_opt.h"
+#include "lib/eb_sockperf.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SHARDS 256
+#define NBUFS 16       /* buffers taken per corio_recv_bufs() */
+#define COPY_BUF 65536
+
+enum accept_model { ACC_REUSEPORT, ACC_DISPATCH, ACC_DISPATCH_LEAST };
+
+static struct {
+	unsigned shards;
+	int port;
+	enum accept_model accept;
+	int sockperf;
+	int recv_copy;
+	_Atomic int bound_port;   /* the port shard 0 bound (for port 0) */
+	_Atomic unsigned listening;
+	_Atomic int failed;       /* a shard could not listen: stop */
+	_Atomic uint64_t proto_errors;
+} g;
+
+/* ---- connections ------------------------------------------------------------- */
+
+static int echo_bufs(struct corio_sock *s)
+{
+	struct corio_buf b[NBUFS];
+	struct iovec iov[NBUFS];
+
+	for (;;) {
+		int k = corio_recv_bufs(s, b, NBUFS);
+		ssize_t r;
+
+		if (k <= 0)
+			return k;
+		for (int i = 0; i < k; i++) {
+			iov[i].iov_base = b[i].data;
+			iov[i].iov_len = b[i].len;
+		}
+		r = corio_sendv(s, iov, k, NULL);
+		for (int i = 0; i < k; i++)
+			corio_buf_release(&b[i]);
+		if (r < 0)
+			return (int)r;
+	}
+}
+
+static int echo_copy(struct corio_sock *s)
+{
+	unsigned char *buf = malloc(COPY_BUF);
+	ssize_t n = -ENOMEM;
+
+	while (buf && (n = corio_recv(s, buf, COPY_BUF)) > 0)
+		if ((n = corio_send(s, buf, (size_t)n)) < 0)
+			break;
+	free(buf);
+	return (int)n;
+}
+
+/* sockperf: parse frames out of whatever arrives, send the replies they make. */
+static int reflect(struct corio_sock *s)
+{
+	struct eb_sp sp;
+	struct eb_buf out = { 0 };
+	unsigned char *cbuf = g.recv_copy ? malloc(COPY_BUF) : NULL;
+	int ret = 0;
+
+	eb_sp_init(&sp);
+	if (g.recv_copy && !cbuf)
+		return -ENOMEM;
+	while (!ret) {
+		struct corio_buf b[NBUFS];
+		int k;
+
+		out.len = 0;
+		if (g.recv_copy) {
+			ssize_t n = corio_recv(s, cbuf, COPY_BUF);
+
+			if (n <= 0) {
+				ret = (int)n;
+				break;
+			}
+			ret = eb_sp_feed(&sp, cbuf, (size_t)n, &out);
+		} else {
+			k = corio_recv_bufs(s, b, NBUFS);
+			if (k <= 0) {
+				ret = k;
+				break;
+			}
+			for (int i = 0; i < k; i++) {
+				if (!ret)
+					ret = eb_sp_feed(&sp, b[i].data, b[i].len, &out);
+				corio_buf_release(&b[i]);
+			}
+		}
+		if (ret == -EPROTO && atomic_fetch_add(&g.proto_errors, 1) < 10)
+			fprintf(stderr, "corio-echo: closing a connection: bad sockperf frame length\n");
+		if (!ret && out.len) {
+			ssize_t r = corio_send(s, out.p, out.len);
+
+			if (r < 0)
+				ret = (int)r;
+		}
+	}
+	eb_buf_free(&out);
+	free(cbuf);
+	return ret;
+}
+
+static int serve(struct corio_sock *s, void *arg)
+{
+	(void)arg;
+	if (g.sockperf)
+		reflect(s);
+	else if (g.recv_copy)
+		echo_copy(s);
+	else
+		echo_bufs(s);
+	corio_close(s);
+	return 0;
+}
+
+static int conn_fiber(void *arg)
+{
+	return serve(arg, NULL);
+}
+
+/* ---- listening --------------------------------------------------------------- */
+
+static int listen_here(struct corio_listener **l)
+{
+	struct corio_listen_opts lo = { .flags = g.accept == ACC_REUSEPORT ? CORIO_LISTEN_REUSEPORT : 0 };
+	char where[32];
+	int port = g.port, ret;
+
+	if (!port && corio_shard_id() != 0) {
+		/* port 0: shard 0 picks it, the others join it */
+		while (!(port = atomic_load(&g.bound_port)) && !atomic_load(&g.failed))
+			corio_sleep_ns(100000);
+		if (!port)
+			return -ECANCELED;
+	}
+	snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+	ret = corio_tcp_listen(where, &lo, l);
+	if (ret) {
+		fprintf(stderr, "corio-echo: shard %u: listen on %s: %s (%s)\n", corio_shard_id(), where,
+			strerror(-ret), corio_last_error());
+		atomic_store(&g.failed, 1);
+		return ret;
+	}
+	if (!port) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+
+		corio_listener_addr(*l, &ss, &len);
+		port = corio_addr_port((struct sockaddr *)&ss);
+	}
+	if (corio_shard_id() == 0)
+		atomic_store(&g.bound_port, port);
+	atomic_fetch_add(&g.listening, 1);
+	return 0;
+}
+
+static void entry(void *arg)
+{
+	struct corio_listener *l;
+	int ret;
+
+	(void)arg;
+	if (g.accept != ACC_REUSEPORT && corio_shard_id() != 0)
+		return; /* dispatch: connections are spawned here by shard 0 */
+	if (listen_here(&l))
+		return;
+	if (g.accept == ACC_REUSEPORT) {
+		for (;;) {
+			struct corio_sock *s;
+
+			ret = corio_accept(l, &s);
+			if (ret == -ECANCELED)
+				break;
+			if (ret) {
+				fprintf(stderr, "corio-echo: shard %u: accept: %s\n", corio_shard_id(),
+					strerror(-ret));
+				atomic_store(&g.failed, 1);
+				break;
+			}
+			ret = corio_spawn(conn_fiber, s, NULL, NULL);
+			if (ret) {
+				corio_close(s);
+				if (ret == -ECANCELED)
+					break;
+			}
+		}
+	} else {
+		ret = corio_accept_dispatch(l, g.accept == ACC_DISPATCH_LEAST
+						       ? CORIO_DISPATCH_LEAST_LOADED
+						       : CORIO_DISPATCH_ROUND_ROBIN,
+					    serve, NULL);
+		if (ret && ret != -ECANCELED) {
+			fprintf(stderr, "corio-echo: accept_dispatch: %s\n", strerror(-ret));
+			atomic_store(&g.failed, 1);
+		}
+	}
+	corio_listener_close(l);
+}
+
+/* ---- main -------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: corio-echo [options]\n"
+		"  -n, --shards N        shards (1)\n"
+		"  -C, --cpus LIST       pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1);\n"
+		"                        default: the CPUs of the affinity mask in order\n"
+		"  -p, --port P          TCP port on 127.0.0.1; 0 picks one and prints it (0)\n"
+		"  -a, --accept MODEL    reuseport | dispatch | dispatch-least (reuseport)\n"
+		"  -i, --idle MODE       block | spin[:US] | poll (busy-poll) (block)\n"
+		"      --busy-poll       same as --idle poll\n"
+		"      --sqpoll          kernel SQ polling thread per shard (CORIO_F_SQPOLL)\n"
+		"      --recv MODE       bufs (provided-buffer multishot) | copy (bufs)\n"
+		"      --sockperf        reflect sockperf's TCP framing instead of echoing\n"
+		"      --control PATH    control socket (stats) at PATH\n"
+		"      --stats           print per-shard loop and net counters at exit\n"
+		"      --timeout SECS    exit after SECS (default: run until SIGINT/SIGTERM)\n"
+		"  -h, --help\n");
+}
+
+static void print_stats(struct corio_rt *rt)
+{
+	for (unsigned i = 0; i < g.shards; i++) {
+		struct corio_stats st;
+		struct corio_net_stats ns;
+
+		if (corio_stats_get(rt, i, &st) || corio_net_stats_get(rt, i, &ns))
+			continue;
+		fprintf(stderr,
+			"corio-echo: shard %u cpu %llu: turns %llu enters %llu sqes %llu cqes %llu "
+			"switches %llu busy %.0f ms idle %.0f ms | accepts %llu recv ops %llu send ops "
+			"%llu bytes in %llu enobufs %llu rearms %llu\n",
+			i, (unsigned long long)st.cpu, (unsigned long long)st.loop_turns,
+			(unsigned long long)st.enters, (unsigned long long)st.sqes,
+			(unsigned long long)st.cqes, (unsigned long long)st.switches,
+			(double)st.busy_ns / 1e6, (double)st.idle_ns / 1e6,
+			(unsigned long long)ns.accepts, (unsigned long long)ns.ops_in,
+			(unsigned long long)ns.ops_out, (unsigned long long)ns.bytes_in,
+			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "shards", required_argument, NULL, 'n' },
+		{ "cpus", required_argument, NULL, 'C' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "accept", required_argument, NULL, 'a' },
+		{ "idle", required_argument, NULL, 'i' },
+		{ "busy-poll", no_argument, NULL, 'b' },
+		{ "sqpoll", no_argument, NULL, 'Q' },
+		{ "recv", required_argument, NULL, 'R' },
+		{ "sockperf", no_argument, NULL, 's' },
+		{ "control", required_argument, NULL, 'c' },
+		{ "stats", no_argument, NULL, 'S' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const char *const accepts[] = { "reuseport", "dispatch", "dispatch-least", NULL };
+	static const char *const recvs[] = { "bufs", "copy", NULL };
+	static int cpus[MAX_SHARDS];
+	unsigned ncpus = 0;
+	struct corio_config cfg;
+	struct corio_rt *rt;
+	double timeout = 0;
+	int o, ret, stats = 0;
+	uint64_t v, until;
+	sigset_t set;
+	const char *idle_name = "block";
+
+	eb_prog = "corio-echo";
+	corio_config_init(&cfg);
+	cfg.shards = 1;
+	cfg.stall_ns = 0;
+	while ((o = getopt_long(argc, argv, "n:C:p:a:i:h", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n':
+			if (eb_opt_count("--shards", optarg, 1, MAX_SHARDS, &v))
+				return 2;
+			cfg.shards = (unsigned)v;
+			break;
+		case 'C':
+			if (eb_opt_cpus("--cpus", optarg, cpus, MAX_SHARDS, &ncpus))
+				return 2;
+			break;
+		case 'p':
+			if (eb_opt_count("--port", optarg, 0, 65535, &v))
+				return 2;
+			g.port = (int)v;
+			break;
+		case 'a':
+			if ((o = eb_opt_choice("--accept", optarg, accepts)) < 0)
+				return 2;
+			g.accept = (enum accept_model)o;
+			break;
+		case 'i':
+			if (!strcmp(optarg, "block")) {
+				cfg.idle = CORIO_IDLE_BLOCK;
+			} else if (!strcmp(optarg, "poll") || !strcmp(optarg, "busy-poll")) {
+				cfg.idle = CORIO_IDLE_POLL;
+			} else if (!strncmp(optarg, "spin", 4) && (!optarg[4] || optarg[4] == ':')) {
+				cfg.idle = CORIO_IDLE_SPIN;
+				if (optarg[4] && eb_opt_count("--idle spin:US", optarg + 5, 1, 10000000, &v))
+					return 2;
+				if (optarg[4])
+					cfg.spin_us = (unsigned)v;
+			} else {
+				fprintf(stderr, "corio-echo: --idle: bad value '%s' (expected block, "
+						"spin, spin:US or poll)\n", optarg);
+				return 2;
+			}
+			idle_name = cfg.idle == CORIO_IDLE_POLL ? "poll" :
+				    cfg.idle == CORIO_IDLE_SPIN ? "spin" : "block";
+			break;
+		case 'b':
+			cfg.idle = CORIO_IDLE_POLL;
+			idle_name = "poll";
+			break;
+		case 'Q':
+			cfg.flags |= CORIO_F_SQPOLL;
+			break;
+		case 'R':
+			if ((g.recv_copy = eb_opt_choice("--recv", optarg, recvs)) < 0)
+				return 2;
+			break;
+		case 's':
+			g.sockperf = 1;
+			break;
+		case 'c':
+			cfg.control_path = optarg;
+			break;
+		case 'S':
+			stats = 1;
+			break;
+		case 'T':
+			if (eb_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
+				return 2;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "corio-echo: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (ncpus) {
+		if (ncpus < cfg.shards) { /* repeat the list: shard i on cpus[i % n] */
+			for (unsigned i = ncpus; i < cfg.shards; i++)
+				cpus[i] = cpus[i % ncpus];
+		}
+		cfg.cpus = cpus;
+	}
+	g.shards = cfg.shards;
+	/* shards inherit this mask: only the main thread takes the signals */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	ret = corio_start(&cfg, entry, NULL, &rt);
+	if (ret) {
+		fprintf(stderr, "corio-echo: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
+		return 1;
+	}
+	until = timeout > 0 ? corio_now_ns() + (uint64_t)(timeout * 1e9) : UINT64_MAX;
+	{
+		unsigned want = g.accept == ACC_REUSEPORT ? g.shards : 1;
+		int printed = 0;
+
+		for (;;) {
+			struct timespec ts = { .tv_nsec = 50000000 };
+
+			if (!printed && atomic_load(&g.listening) == want) {
+				printf("corio-echo: listening on 127.0.0.1:%d shards=%u cpus=", atomic_load(&g.bound_port),
+				       g.shards);
+				for (unsigned i = 0; i < g.shards; i++) {
+					if (ncpus)
+						printf("%s%d", i ? "," : "", cpus[i]);
+					else
+						printf("%sauto", i ? "," : "");
+				}
+				printf(" accept=%s idle=%s%s recv=%s mode=%s pid=%d\n", accepts[g.accept],
+				       idle_name, cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "",
+				       recvs[g.recv_copy], g.sockperf ? "sockperf" : "echo", (int)getpid());
+				fflush(stdout);
+				printed = 1;
+			}
+			if (atomic_load(&g.failed) || corio_now_ns() >= until)
+				break;
+			o = sigtimedwait(&set, NULL, &ts);
+			if (o == SIGINT || o == SIGTERM)
+				break;
+		}
+	}
+	if (stats)
+		print_stats(rt);
+	corio_stop(rt);
+	ret = corio_wait(rt);
+	if (ret) {
+		fprintf(stderr, "corio-echo: runtime: %s\n", strerror(-ret));
+		return 1;
+	}
+	return atomic_load(&g.failed) ? 1 : 0;
+}

@@ -1,0 +1,131 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/lib/eb_load.h - the engine-independent half of corio-load: message
+ * contents and their verification, the send-time ring that turns echoed
+ * bytes into latencies, the open-loop schedule, server CPU sampling, the
+ * probe connection and the report.
+ *
+ * Messages. Message k of connection c is size bytes: a 12-byte header
+ * (u32 connection id, u64 k, little-endian; cut short for smaller messages)
+ * followed by a stretch of a fixed pseudo-random pattern that starts at an
+ * offset depending on c and k. Every received byte is compared with what
+ * must come next on that connection, so lost, duplicated, reordered or
+ * cross-connection bytes are caught at the first wrong byte.
+ *
+ * Latency. The time of each message (its actual send time in closed loop,
+ * its intended send time in open loop, so a stalled server cannot hide
+ * behind a generator that waits for it: no coordinated omission) goes into
+ * a per-connection ring when it is queued; the message's last echoed byte
+ * takes it out and records now - t.
+ */
+#ifndef CORIO_TOOLS_EB_LOAD_H
+#define CORIO_TOOLS_EB_LOAD_H
+
+#include "eb_hist.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#define EB_HDR 12
+#define EB_PATTERN 4096 /* pattern length beyond the message size */
+
+uint64_t eb_now_ns(void); /* CLOCK_MONOTONIC */
+
+struct eb_params {
+	const char *addr;   /* "127.0.0.1:port" */
+	int port;
+	unsigned conns;
+	size_t size;
+	unsigned pipeline;  /* closed loop: messages in flight per connection */
+	double rate;        /* open loop: messages/s over all connections; 0: closed loop */
+	double duration_s;  /* measured time */
+	double warmup_s;    /* before it: traffic, nothing recorded */
+	double drain_s;     /* after it: wait this long at most for echoes of sent messages */
+	uint64_t start_ns;  /* set by the runner: when warm-up starts */
+};
+
+/* Per-worker (shard or thread) results; counters the progress line reads are atomic. */
+struct eb_worker_stats {
+	struct eb_hist hist;       /* measured window only */
+	uint64_t msgs;             /* completed in the measured window */
+	uint64_t late_sends;       /* open loop: sends that started >= 1 interval late */
+	_Atomic uint64_t done_all; /* completed messages, any time (progress) */
+	_Atomic uint64_t errors;   /* connection failures, verification errors */
+	char err[160];             /* the first error */
+};
+
+struct eb_conn {
+	unsigned id;
+	size_t size;
+	const struct eb_params *p;
+	struct eb_worker_stats *ws;
+	uint64_t tx;     /* messages queued for sending */
+	uint64_t rx;     /* messages fully echoed */
+	size_t rx_off;   /* bytes of message rx seen */
+	uint64_t *ts;    /* send times, ring of ts_mask + 1 */
+	uint32_t ts_mask;
+	double interval_ns; /* open loop: between this connection's messages */
+	double phase_ns;
+	int failed;
+};
+
+/* Set up the shared pattern (call once). */
+void eb_load_global_init(void);
+/* Connection c of the run; ring sized for the pipeline / open-loop backlog. 0 or -ENOMEM. */
+int eb_conn_init(struct eb_conn *c, unsigned id, const struct eb_params *p,
+		 struct eb_worker_stats *ws);
+void eb_conn_free(struct eb_conn *c);
+/* Room for more messages in flight (the ring is not full)? */
+unsigned eb_conn_room(const struct eb_conn *c);
+/* Write the next n messages (n <= room) into dst (n * size bytes), stamping
+ * each with t (closed loop) or its scheduled time (open loop, t ignored). */
+void eb_conn_fill(struct eb_conn *c, unsigned n, unsigned char *dst, uint64_t t);
+/* Open loop: the intended send time of message k. */
+uint64_t eb_conn_due(const struct eb_conn *c, uint64_t k);
+/* Open loop: how many messages are due at now (not yet queued), capped by room. */
+unsigned eb_conn_due_count(const struct eb_conn *c, uint64_t now, uint64_t end_ns);
+/* Account n received bytes at time now: verify them, record latencies of
+ * the messages they complete. Returns the number completed, or -EPROTO on
+ * a wrong byte (the error is recorded in the worker stats). */
+int eb_conn_rx(struct eb_conn *c, const unsigned char *data, size_t n, uint64_t now);
+/* Record a failure on c (first error kept). */
+void eb_conn_fail(struct eb_conn *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void eb_worker_fail(struct eb_worker_stats *ws, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+
+/* Warm-up end / measurement end / drain end, absolute. */
+uint64_t eb_warm_end(const struct eb_params *p);
+uint64_t eb_meas_end(const struct eb_params *p);
+uint64_t eb_drain_end(const struct eb_params *p);
+
+/* Connect with a plain blocking socket, send one message, check the echo,
+ * close: 0, or -errno with a line on stderr. Catches a dead server or a
+ * broken echo before any load starts. */
+int eb_probe(const struct eb_params *p, int sockperf);
+
+/* CPU time (ns) used so far by every thread of process pid: the sum of
+ * /proc/pid/task/x/schedstat (ns) or else /proc/pid/stat utime+stime.
+ * -1 when the process cannot be read. */
+int64_t eb_proc_cpu_ns(int pid);
+/* This process's own CPU time (getrusage). */
+int64_t eb_self_cpu_ns(void);
+
+struct eb_report {
+	const char *engine;
+	const char *label;   /* free text from --label */
+	unsigned workers;
+	const char *cpus;
+	int busy_poll;
+	struct eb_hist hist;
+	uint64_t msgs, errors, late_sends;
+	double seconds;      /* measured window */
+	int64_t server_cpu_ns; /* -1: not measured */
+	int64_t client_cpu_ns;
+	char first_err[160];
+};
+/* Human-readable or one JSON object on a line. */
+void eb_report_print(FILE *f, const struct eb_report *r, const struct eb_params *p, int json);
+
+#endif

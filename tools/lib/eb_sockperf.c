@@ -1,0 +1,80 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/lib/eb_sockperf.c - see eb_sockperf.h. */
+#include "eb_sockperf.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+int eb_buf_put(struct eb_buf *b, const void *src, size_t n)
+{
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		unsigned char *p;
+
+		while (cap < b->len + n)
+			cap *= 2;
+		p = realloc(b->p, cap);
+		if (!p)
+			return -ENOMEM;
+		b->p = p;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, src, n);
+	b->len += n;
+	return 0;
+}
+
+void eb_buf_free(struct eb_buf *b)
+{
+	free(b->p);
+	memset(b, 0, sizeof(*b));
+}
+
+void eb_sp_init(struct eb_sp *sp)
+{
+	memset(sp, 0, sizeof(*sp));
+}
+
+int eb_sp_feed(struct eb_sp *sp, const unsigned char *in, size_t n, struct eb_buf *out)
+{
+	while (n) {
+		size_t k;
+
+		if (sp->have < EB_SP_HDR) {
+			k = EB_SP_HDR - sp->have;
+			if (k > n)
+				k = n;
+			memcpy(sp->hdr + sp->have, in, k);
+			sp->have += (uint32_t)k;
+			in += k;
+			n -= k;
+			if (sp->have < EB_SP_HDR)
+				return 0;
+			sp->len = (uint32_t)sp->hdr[10] << 24 | (uint32_t)sp->hdr[11] << 16 |
+				  (uint32_t)sp->hdr[12] << 8 | sp->hdr[13];
+			if (sp->len < EB_SP_HDR || sp->len > EB_SP_MAX_MSG)
+				return -EPROTO;
+			/* flags are big-endian: their low byte is hdr[9] */
+			sp->reply = (sp->hdr[9] & EB_SP_F_REPLY) && !(sp->hdr[9] & EB_SP_F_WARMUP);
+			sp->msgs++;
+			if (sp->reply) {
+				sp->hdr[9] &= (unsigned char)~EB_SP_F_CLIENT;
+				sp->replies++;
+				if (eb_buf_put(out, sp->hdr, EB_SP_HDR))
+					return -ENOMEM;
+			}
+		}
+		k = sp->len - sp->have;
+		if (k > n)
+			k = n;
+		if (k && sp->reply && eb_buf_put(out, in, k))
+			return -ENOMEM;
+		sp->have += (uint32_t)k;
+		in += k;
+		n -= k;
+		if (sp->have == sp->len)
+			sp->have = 0;
+	}
+	return 0;
+}

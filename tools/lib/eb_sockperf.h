@@ -1,0 +1,53 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/lib/eb_sockperf.h - the reflector side of sockperf's TCP framing,
+ * shared by corio-echo and epoll-echo (--sockperf).
+ *
+ * Every sockperf message starts with a 14-byte big-endian header: u64
+ * sequence number, u16 flags (0x1 sent by the client, 0x2 reply wanted,
+ * 0x4 warm-up), u32 length of the whole message, header included. Messages
+ * follow each other with no other framing. The reflector clears the client
+ * bit and sends a message back only when the reply bit is set and the
+ * warm-up bit is not - what `sockperf server` does, so `sockperf ping-pong`
+ * (a reply for every message) and `sockperf under-load` (a reply for every
+ * Nth) both work. The parser takes the stream in any pieces (a header may be
+ * split across receives) and never trusts the length field beyond
+ * EB_SP_MAX_MSG.
+ */
+#ifndef CORIO_TOOLS_EB_SOCKPERF_H
+#define CORIO_TOOLS_EB_SOCKPERF_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define EB_SP_HDR      14
+#define EB_SP_MAX_MSG  (1u << 20) /* sockperf's own limit is 65 KB; be generous */
+#define EB_SP_F_CLIENT 0x1u
+#define EB_SP_F_REPLY  0x2u
+#define EB_SP_F_WARMUP 0x4u
+
+/* A growable output buffer. */
+struct eb_buf {
+	unsigned char *p;
+	size_t len, cap;
+};
+/* Append n bytes: 0 or -ENOMEM. */
+int eb_buf_put(struct eb_buf *b, const void *src, size_t n);
+void eb_buf_free(struct eb_buf *b);
+
+struct eb_sp {
+	unsigned char hdr[EB_SP_HDR];
+	uint32_t have;  /* bytes of the current message seen so far */
+	uint32_t len;   /* its length once the header is complete */
+	int reply;      /* the current message is reflected */
+	uint64_t msgs;  /* messages seen, replies sent */
+	uint64_t replies;
+};
+
+void eb_sp_init(struct eb_sp *sp);
+/* Consume n bytes of the stream; the replies they complete (or parts of
+ * them) are appended to out. 0, -EPROTO for a length field outside
+ * 14..EB_SP_MAX_MSG (the connection should be closed), -ENOMEM. */
+int eb_sp_feed(struct eb_sp *sp, const unsigned char *in, size_t n, struct eb_buf *out);
+
+#endif
