@@ -281,20 +281,32 @@ static void begin_stop(struct corio__shard *s)
 	/* The wake-up read stays armed; io_uring_queue_exit() cancels it. */
 }
 
+static inline uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 /* Returns true when a fiber ran past stall_ns (it has been reported). With
- * stall detection on, each fiber run costs one tick read (~2.5 ns per
- * switch in bench-core); stall_ns = 0 turns it off. */
+ * stall detection on, each fiber run costs one clock read: the coarse clock
+ * (~3 ns) when stall_ns is well above its resolution, else a tick (~10 ns
+ * in this VM). The first run of a turn starts from the tick the loop took
+ * at its last ring poll, so the turn itself reads nothing extra. stall_ns
+ * = 0 turns it off. */
 static bool run_fibers(struct corio__shard *s, struct corio__stats_part *sp)
 {
 	struct corio_fiber *last = s->runq_tail;
 	unsigned budget = s->rt->cfg.run_budget;
 	bool stalled = false, timed = sp->stall_ticks != UINT64_MAX;
-	uint64_t t = 0, now;
+	bool coarse = sp->stall_coarse;
+	uint64_t t = 0, now, limit = coarse ? s->rt->cfg.stall_ns : sp->stall_ticks;
 
 	if (!s->runq_head)
 		return false;
 	if (timed)
-		t = corio__tick();
+		t = coarse ? coarse_ns() : sp->last_poll;
 	while (s->runq_head && budget--) {
 		struct corio_fiber *f = s->runq_head;
 		bool was_last = f == last;
@@ -314,9 +326,10 @@ static bool run_fibers(struct corio__shard *s, struct corio__stats_part *sp)
 			/* f may be back in the fiber pool: its name and id stay
 			 * until the next spawn reuses it. */
 			if (timed) {
-				now = corio__tick();
-				if (CORIO__UNLIKELY(now - t > sp->stall_ticks)) {
-					corio__stall_report(s, f, corio__ticks_ns(now - t));
+				now = coarse ? coarse_ns() : corio__tick();
+				if (CORIO__UNLIKELY(now - t > limit)) {
+					corio__stall_report(s, f,
+							    coarse ? now - t : corio__ticks_ns(now - t));
 					stalled = true;
 				}
 				t = now;

@@ -17,6 +17,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- tick clock -------------------------------------------------------------- */
@@ -93,6 +94,13 @@ static int stats_init(struct corio__shard *s)
 	if (!sp)
 		return -ENOMEM;
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
+	{
+		struct timespec res;
+
+		sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
+				   stall_ns >= 4 * ((uint64_t)res.tv_sec * 1000000000ull +
+						    (uint64_t)res.tv_nsec);
+	}
 	s->parts[CORIO__PART_STATS] = sp;
 	if (s->id == 0 && s->rt->cfg.control_path) {
 		ret = corio__control_start(s, s->rt->cfg.control_path);

@@ -74,6 +74,10 @@ struct corio__control;
 struct corio__stats_part {
 	uint64_t last_poll;   /* tick: the loop's last look at the ring          */
 	uint64_t stall_ticks; /* config stall_ns in ticks; UINT64_MAX: off        */
+	/* Per-fiber stall timing reads CLOCK_MONOTONIC_COARSE (~3 ns here, vs
+	 * ~10 ns for rdtsc in this VM) when stall_ns is at least 4 of its
+	 * resolution (a jiffy); else the tick clock. */
+	bool stall_coarse;
 	uint64_t warn_after;  /* ns: no warning before this (rate limit)          */
 	uint64_t suppressed;  /* warnings not printed since the last one          */
 	uint64_t daemons;     /* live fibers that do not keep the runtime running */
