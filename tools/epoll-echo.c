@@ -29,6 +29,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #define RBUF (64 * 1024)
@@ -379,14 +380,31 @@ int main(int argc, char **argv)
 	       g.sockperf ? "sockperf" : "echo", (int)getpid());
 	fflush(stdout);
 
-	if (timeout > 0) {
-		ts.tv_sec = (time_t)timeout;
-		ts.tv_nsec = (long)((timeout - (double)ts.tv_sec) * 1e9);
-		o = sigtimedwait(&set, NULL, &ts);
-	} else {
-		o = sigwaitinfo(&set, NULL);
+	/* wait for SIGINT/SIGTERM or the timeout; EINTR (e.g. a tracer attaching) is not a stop */
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	{
+		double end = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + timeout;
+
+		for (;;) {
+			struct timespec now, left = { .tv_sec = 1 };
+
+			if (timeout > 0) {
+				double d;
+
+				clock_gettime(CLOCK_MONOTONIC, &now);
+				d = end - ((double)now.tv_sec + (double)now.tv_nsec / 1e9);
+				if (d <= 0)
+					break;
+				if (d < 1) {
+					left.tv_sec = 0;
+					left.tv_nsec = (long)(d * 1e9);
+				}
+			}
+			o = sigtimedwait(&set, NULL, &left);
+			if (o == SIGINT || o == SIGTERM)
+				break;
+		}
 	}
-	(void)o;
 	atomic_store(&g.stop, 1);
 	v = 1;
 	if (write(g.stopfd, &v, sizeof(v)) != sizeof(v))
