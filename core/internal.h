@@ -330,6 +330,26 @@ static inline void corio__op_finished(struct corio__shard *s)
 	s->ops_inflight--;
 }
 
+/* ---- stats getters ------------------------------------------------------- */
+/* The runtime a stats getter reads: rt, or the caller's own when rt is NULL
+ * (NULL off-shard: the getter returns -EPERM). */
+static inline struct corio_rt *corio__rt_or_own(struct corio_rt *rt)
+{
+	if (rt)
+		return rt;
+	return corio__tl_shard ? corio__tl_shard->rt : NULL;
+}
+
+/* Copy owner-written uint64_t counters without tearing (relaxed loads). */
+static inline void corio__stats_copy(void *dst, const void *src, size_t size)
+{
+	const uint64_t *from = src;
+	uint64_t *to = dst;
+
+	for (size_t i = 0; i < size / sizeof(uint64_t); i++)
+		to[i] = __atomic_load_n(&from[i], __ATOMIC_RELAXED);
+}
+
 /* ---- errors -------------------------------------------------------------- */
 /* Record a message for corio_last_error() on this thread; returns err. */
 int corio__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));

@@ -802,18 +802,11 @@ int corio_run(const struct corio_config *cfg, void (*entry)(void *), void *arg)
 
 int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out)
 {
-	const uint64_t *src;
-	uint64_t *dst = (uint64_t *)out;
-
-	if (!rt) {
-		if (!corio__tl_shard)
-			return -EPERM;
-		rt = corio__tl_shard->rt;
-	}
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return -EPERM;
 	if (!out || shard >= rt->nshards)
 		return -EINVAL;
-	src = (const uint64_t *)&rt->shards[shard]->stats;
-	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	corio__stats_copy(out, &rt->shards[shard]->stats, sizeof(*out));
 	return 0;
 }

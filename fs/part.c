@@ -27,32 +27,16 @@ static const struct {
 	[CORIO_FS_MKDIR] = { "mkdir", { IORING_OP_MKDIRAT, IORING_OP_MKDIRAT } },      /* 5.15 */
 };
 
-static bool forced_sync(const char *env, const char *name)
-{
-	size_t n = strlen(name);
-
-	for (const char *p = env; p && *p;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-
-		if ((len == n && !strncmp(p, name, n)) || (len == 3 && !strncmp(p, "all", 3)))
-			return true;
-		p = end ? end + 1 : NULL;
-	}
-	return false;
-}
-
 static int fs_init(struct corio__shard *s)
 {
 	struct corio__fs *fs = calloc(1, sizeof(*fs));
-	const char *env = getenv("CORIO_FS_SYNC");
 
 	if (!fs)
 		return -ENOMEM;
 	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
 		fs->sync[k] = !corio__ring_has_op(&s->ring, kinds[k].op[0]) ||
 			      !corio__ring_has_op(&s->ring, kinds[k].op[1]) ||
-			      forced_sync(env, kinds[k].name);
+			      corio__env_has("CORIO_FS_SYNC", kinds[k].name);
 	s->parts[CORIO__PART_FS] = fs;
 	return 0;
 }
@@ -75,21 +59,15 @@ const struct corio__part corio__fs_part = {
 int corio_fs_stats_get(struct corio_rt *rt, unsigned shard, struct corio_fs_stats *out)
 {
 	const struct corio__fs *fs;
-	const uint64_t *src;
-	uint64_t *dst = (uint64_t *)out;
 
-	if (!rt) {
-		if (!corio__tl_shard)
-			return -EPERM;
-		rt = corio__tl_shard->rt;
-	}
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return -EPERM;
 	if (!out || shard >= rt->nshards)
 		return corio__error(-EINVAL, "corio_fs_stats_get: %s", out ? "no such shard" : "out is NULL");
 	fs = rt->shards[shard]->parts[CORIO__PART_FS];
 	if (!fs)
 		return corio__error(-EINVAL, "corio_fs_stats_get: shard %u has no fs state", shard);
-	src = (const uint64_t *)&fs->st;
-	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	corio__stats_copy(out, &fs->st, sizeof(*out));
 	return 0;
 }

@@ -24,22 +24,7 @@
 /* CORIO_NET_DISABLE=bufring,multishot,send_zc forces fallbacks (tests). */
 static bool net_disabled(const char *what)
 {
-	const char *env = getenv("CORIO_NET_DISABLE");
-	size_t n = strlen(what);
-
-	if (!env)
-		return false;
-	for (const char *p = env; *p;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-
-		if (len == n && !strncmp(p, what, n))
-			return true;
-		if (!end)
-			break;
-		p = end + 1;
-	}
-	return false;
+	return corio__env_has("CORIO_NET_DISABLE", what);
 }
 
 static int net_init(struct corio__shard *s)
@@ -218,14 +203,10 @@ int corio__net_err(struct corio__net *n, int err)
 int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_stats *out)
 {
 	const struct corio__net *n;
-	const uint64_t *src;
-	uint64_t *dst = (uint64_t *)out;
 
-	if (!rt) {
-		if (!corio__tl_shard)
-			return -EPERM;
-		rt = corio__tl_shard->rt;
-	}
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return -EPERM;
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return -EINVAL;
 	n = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_NET], __ATOMIC_ACQUIRE);
@@ -233,9 +214,7 @@ int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_st
 		memset(out, 0, sizeof(*out));
 		return 0;
 	}
-	src = (const uint64_t *)&n->stats;
-	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	corio__stats_copy(out, &n->stats, sizeof(*out));
 	return 0;
 }
 

@@ -101,15 +101,11 @@ uint64_t corio_timer_lateness_quantile(const struct corio_timer_stats *st, doubl
 
 int corio_timer_stats_get(struct corio_rt *rt, unsigned shard, struct corio_timer_stats *out)
 {
-	const uint64_t *src;
-	uint64_t *dst = (uint64_t *)out;
 	struct corio__timers *T;
 
-	if (!rt) {
-		if (!corio__tl_shard)
-			return -EPERM;
-		rt = corio__tl_shard->rt;
-	}
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return -EPERM;
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return -EINVAL;
 	T = __atomic_load_n((struct corio__timers **)&rt->shards[shard]->parts[CORIO__PART_TIMER],
@@ -118,9 +114,7 @@ int corio_timer_stats_get(struct corio_rt *rt, unsigned shard, struct corio_time
 		memset(out, 0, sizeof(*out));
 		return 0;
 	}
-	src = (const uint64_t *)&T->st;
-	for (size_t i = 0; i < sizeof(*out) / sizeof(uint64_t); i++)
-		dst[i] = __atomic_load_n(&src[i], __ATOMIC_RELAXED);
+	corio__stats_copy(out, &T->st, sizeof(*out));
 	return 0;
 }
 

@@ -34,24 +34,25 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-static bool disabled_by_env(const char *what)
+bool corio__env_has(const char *var, const char *word)
 {
-	const char *env = getenv("CORIO_RING_DISABLE");
-	size_t n = strlen(what);
+	const char *env = getenv(var);
+	size_t n = strlen(word);
 
-	if (!env)
-		return false;
-	for (const char *p = env; *p;) {
+	for (const char *p = env; p && *p;) {
 		const char *end = strchr(p, ',');
 		size_t len = end ? (size_t)(end - p) : strlen(p);
 
-		if (len == n && !strncmp(p, what, n))
+		if ((len == n && !strncmp(p, word, n)) || (len == 3 && !strncmp(p, "all", 3)))
 			return true;
-		if (!end)
-			break;
-		p = end + 1;
+		p = end ? end + 1 : NULL;
 	}
 	return false;
+}
+
+static bool disabled_by_env(const char *what)
+{
+	return corio__env_has("CORIO_RING_DISABLE", what);
 }
 
 static void explain_failure(int err, unsigned sq, char *buf, size_t len)

@@ -58,6 +58,11 @@ struct corio__ring {
 	struct corio__ring_counters cnt;
 };
 
+/* True if the environment variable var holds word (or "all") in its comma
+ * list: how tests force fallbacks (CORIO_RING_DISABLE, CORIO_NET_DISABLE,
+ * CORIO_FS_SYNC). It lives in the lowest layer so every area can use it. */
+bool corio__env_has(const char *var, const char *word);
+
 /*
  * Create a ring, trying the best flag set first and falling back for older
  * kernels (see ring.c for the ladder). The environment variable
