@@ -123,6 +123,10 @@ struct corio__part {
 	bool (*busy)(struct corio__shard *s);
 	/* after the loop ended, before the ring is closed */
 	void (*fini)(struct corio__shard *s);
+	/* in corio_wait(), after every shard thread has ended: free what other
+	 * threads may still read while shards stop (the stats getters). Parts
+	 * without it free everything in fini. */
+	void (*release)(struct corio__shard *s);
 };
 extern const struct corio__part *const corio__parts[CORIO__PART_MAX];
 

@@ -658,6 +658,11 @@ static struct corio__shard *shard_alloc(int cpu)
 
 static void rt_free(struct corio_rt *rt)
 {
+	/* Every shard thread has ended: nothing can read a part any more. */
+	for (unsigned i = 0; i < rt->nshards; i++)
+		for (unsigned k = 0; rt->shards[i] && k < CORIO__PART_MAX; k++)
+			if (corio__parts[k] && corio__parts[k]->release && rt->shards[i]->parts[k])
+				corio__parts[k]->release(rt->shards[i]);
 	for (unsigned i = 0; i < rt->nshards; i++)
 		shard_free(rt->shards[i]);
 	free(rt->shards);

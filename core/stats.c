@@ -113,6 +113,10 @@ static int stats_init(struct corio__shard *s)
 static void stats_fini(struct corio__shard *s)
 {
 	corio__control_fini(s);
+}
+
+static void stats_release(struct corio__shard *s)
+{
 	free(s->parts[CORIO__PART_STATS]);
 	s->parts[CORIO__PART_STATS] = NULL;
 }
@@ -121,6 +125,7 @@ const struct corio__part corio__stats_part_ops = {
 	.name = "stats",
 	.init = stats_init,
 	.fini = stats_fini,
+	.release = stats_release,
 };
 
 void corio__daemon_add(struct corio__shard *s, int delta)

@@ -46,14 +46,19 @@ static void fs_fini(struct corio__shard *s)
 	struct corio__fs *fs = s->parts[CORIO__PART_FS];
 
 	corio__fs_dma_fini(fs);
+}
+
+static void fs_release(struct corio__shard *s)
+{
+	free(s->parts[CORIO__PART_FS]);
 	s->parts[CORIO__PART_FS] = NULL;
-	free(fs);
 }
 
 const struct corio__part corio__fs_part = {
 	.name = "fs",
 	.init = fs_init,
 	.fini = fs_fini,
+	.release = fs_release,
 };
 
 int corio_fs_stats_get(struct corio_rt *rt, unsigned shard, struct corio_fs_stats *out)

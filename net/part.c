@@ -153,7 +153,15 @@ static void net_fini(struct corio__shard *sh)
 		corio__bufring_fini(&n->bufs, &sh->ring);
 	free(n->qnext);
 	free(n->qlen);
-	free(n);
+	n->qnext = NULL;
+	n->qlen = NULL;
+}
+
+/* The stats (and the live count least-loaded dispatch reads) stay readable
+ * until every shard has stopped. */
+static void net_release(struct corio__shard *sh)
+{
+	free(sh->parts[CORIO__PART_NET]);
 	sh->parts[CORIO__PART_NET] = NULL;
 }
 
@@ -164,6 +172,7 @@ const struct corio__part corio__net_part = {
 	.stop = net_stop,
 	.busy = net_busy,
 	.fini = net_fini,
+	.release = net_release,
 };
 
 /* ---- errors and stats ------------------------------------------------------- */

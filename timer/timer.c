@@ -432,9 +432,14 @@ static void timers_fini(struct corio__shard *s)
 {
 	struct corio__timers *T = corio__timers(s);
 
-	__atomic_store_n(&s->parts[CORIO__PART_TIMER], NULL, __ATOMIC_RELEASE);
 	free(T->heap);
-	free(T);
+	T->heap = NULL;
+}
+
+static void timers_release(struct corio__shard *s)
+{
+	free(s->parts[CORIO__PART_TIMER]);
+	s->parts[CORIO__PART_TIMER] = NULL;
 }
 
 const struct corio__part corio__timer_part = {
@@ -444,6 +449,7 @@ const struct corio__part corio__timer_part = {
 	.stop = timers_stop,
 	.busy = timers_busy,
 	.fini = timers_fini,
+	.release = timers_release,
 };
 
 /* ---- timer objects ------------------------------------------------------------------ */
