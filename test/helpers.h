@@ -21,6 +21,10 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <fcntl.h>
+#include <unistd.h>
 
 static _Atomic int th_failures;
 static char th_msg[512];
@@ -82,6 +86,33 @@ static inline void th_run(const struct corio_config *cfg, void (*entry)(void *),
 	cr_assert_eq(ret, 0, "corio_run: %s (%s)", strerror(-ret), corio_last_error());
 	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
 	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
+}
+
+/*
+ * API misuse from a thread that is not a shard: debug builds assert (the
+ * process aborts), NDEBUG builds return -EPERM. Runs call() in a forked
+ * child and checks whichever of the two this build promises.
+ */
+static inline void th_misuse(int (*call)(void), const char *what)
+{
+	int status;
+	pid_t pid = fork();
+
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		int devnull = open("/dev/null", 1);
+
+		if (devnull >= 0)
+			dup2(devnull, 2); /* the assert message is expected */
+		_exit(call() == -EPERM ? 0 : 3);
+	}
+	cr_assert_eq(waitpid(pid, &status, 0), pid);
+#ifdef NDEBUG
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "%s: not -EPERM off-shard", what);
+#else
+	cr_assert(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT,
+		  "%s: debug builds must assert off-shard (status 0x%x)", what, status);
+#endif
 }
 
 #endif
