@@ -28,8 +28,8 @@ for t in "$B"/test/test_*; do
 	f=$(echo "$line" | sed -n 's/.*Failing: \([0-9]*\).*/\1/p')
 	c=$(echo "$line" | sed -n 's/.*Crashing: \([0-9]*\).*/\1/p')
 	s=$(echo "$line" | sed -n 's/.*Skipped: \([0-9]*\).*/\1/p')
-	passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + ${s:-0}))
-	[ "$f" = 0 ] || status=1
+	passed=$((passed + p)); failed=$((failed + f + ${c:-0})); skipped=$((skipped + ${s:-0}))
+	[ "$f" = 0 ] && [ "${c:-0}" = 0 ] || status=1
 	[ "$rc" = 0 ] || status=1
 done
 
