@@ -36,6 +36,17 @@ struct corio__mshot {
 	uint8_t state; /* NET_* */
 };
 
+/* A queued asynchronous send of a borrowed buffer (corio_send_buf); from
+ * the shard's pool. Only a socket's queue head is ever in the kernel. */
+struct corio__srec {
+	struct corio__op op;
+	struct corio__srec *next;
+	struct corio_sock *s;
+	const char *p;   /* the bytes */
+	uint32_t off, len;
+	unsigned bid;
+};
+
 struct corio_sock {
 	struct corio__net *net;
 	int fd;
@@ -56,6 +67,14 @@ struct corio_sock {
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
 	struct corio__nlink starved_link;
 	struct corio_sock *free_next;
+
+	/* asynchronous sends (corio_send_buf): a FIFO, its head in the kernel */
+	struct corio__srec *sq_head, *sq_tail;
+	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
+	bool wr_shut;          /* corio_shutdown_write done */
+	int32_t serr;          /* the first send error, sticky */
+	struct corio_waitq swq;      /* fibers waiting for the queue to drain */
+	struct corio__nlink send_link; /* on net->sending while queued */
 };
 
 struct corio_listener {
@@ -90,6 +109,9 @@ struct corio__net {
 	struct corio__nlink armed;   /* corio__mshot ops in the kernel */
 	struct corio_sock *sock_free;
 	unsigned nsock_free;
+	struct corio__nlink sending; /* sockets with queued sends */
+	struct corio__srec *srec_free;
+	unsigned nsrec_free;
 };
 
 static inline void corio__nlist_init(struct corio__nlink *h)
@@ -170,6 +192,9 @@ ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len);
 /* A socket record from the shard's pool. */
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
 void corio__sock_free(struct corio_sock *s);
+
+/* Cancel s's queued sends (the head's final CQE drops the rest). */
+void corio__sock_send_cancel(struct corio_sock *s);
 
 /* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
 int corio__accept_fd(struct corio_listener *l);

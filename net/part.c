@@ -37,6 +37,7 @@ static int net_init(struct corio__shard *s)
 	n->shard = s;
 	corio__nlist_init(&n->starved);
 	corio__nlist_init(&n->armed);
+	corio__nlist_init(&n->sending);
 	/*
 	 * The opcode probe cannot see flags, so infer them from opcodes that
 	 * landed in the same release: multishot accept came with
@@ -128,13 +129,16 @@ static void net_stop(struct corio__shard *sh)
 			m->state = NET_CANCELING;
 		}
 	}
+	/* Queued sends too: the peer may never read them. */
+	for (struct corio__nlink *l = n->sending.next; l != &n->sending; l = l->next)
+		corio__sock_send_cancel(CORIO__CONTAINER(l, struct corio_sock, send_link));
 }
 
 static bool net_busy(struct corio__shard *sh)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
 
-	return n && n->armed.next != &n->armed;
+	return n && (n->armed.next != &n->armed || n->sending.next != &n->sending);
 }
 
 static void net_fini(struct corio__shard *sh)
@@ -148,6 +152,12 @@ static void net_fini(struct corio__shard *sh)
 
 		n->sock_free = s->free_next;
 		free(s);
+	}
+	while (n->srec_free) {
+		struct corio__srec *r = n->srec_free;
+
+		n->srec_free = r->next;
+		free(r);
 	}
 	if (n->bufs_ready)
 		corio__bufring_fini(&n->bufs, &sh->ring);

@@ -277,6 +277,8 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	if (s->type != SOCK_STREAM)
 		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
 					     "(use corio_recvfrom_buf)");
+	if (s->serr)
+		return s->serr;
 	ret = wait_data(s);
 	if (ret)
 		return ret;
@@ -373,6 +375,8 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		return corio__error(-EINVAL, "corio_recv: empty buffer");
 	if (len > INT32_MAX)
 		len = INT32_MAX;
+	if (s->serr)
+		return s->serr;
 	if (s->buffered) {
 		/* Keep the byte order: copy out of the buffered stream. */
 		ret = wait_data(s);
@@ -394,6 +398,197 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		corio__net_err(n, ret);
 	}
 	return ret;
+}
+
+/* ---- asynchronous sends of borrowed buffers ----------------------------------- */
+
+/*
+ * corio_send_buf() queues a send record on the socket's FIFO and returns.
+ * Only the head is in the kernel (separate SENDs on one socket could
+ * reorder when one goes to poll-retry); its completion callback submits the
+ * rest of a short write, or gives the buffer back to the ring and submits
+ * the next record. The first error (or a cancel by close or shutdown) drops
+ * every queued record, releasing its buffer, and is kept in s->serr for the
+ * socket's next call. One op per socket counts in ops_inflight while the
+ * queue is not empty, so the shard drains it before it stops.
+ */
+
+#define SREC_POOL_MAX 4096
+
+static struct corio__srec *srec_get(struct corio__net *n)
+{
+	struct corio__srec *r = n->srec_free;
+
+	if (!r)
+		return malloc(sizeof(*r));
+	n->srec_free = r->next;
+	n->nsrec_free--;
+	return r;
+}
+
+static void srec_put(struct corio__net *n, struct corio__srec *r)
+{
+	if (n->nsrec_free < SREC_POOL_MAX) {
+		r->next = n->srec_free;
+		n->srec_free = r;
+		n->nsrec_free++;
+	} else {
+		free(r);
+	}
+}
+
+static void srec_submit(struct corio_sock *s, struct corio__srec *r)
+{
+	struct io_uring_sqe *sqe = corio__ring_sqe(&s->net->shard->ring);
+
+	io_uring_prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
+	corio__sqe_set_op(sqe, &r->op);
+}
+
+/* Take the head off the queue: its buffer goes back to the ring. */
+static void srec_pop(struct corio_sock *s)
+{
+	struct corio__srec *r = s->sq_head;
+
+	s->sq_head = r->next;
+	if (!s->sq_head)
+		s->sq_tail = NULL;
+	buf_put(s->net, r->bid);
+	srec_put(s->net, r);
+}
+
+static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__srec *r = op->data;
+	struct corio_sock *s = r->s;
+	struct corio__net *n = s->net;
+
+	(void)flags;
+	if (res > 0) {
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
+		r->off += (uint32_t)res;
+	} else if (!s->serr) {
+		s->serr = res ? res : -EPIPE;
+		corio__net_err(n, s->serr);
+	}
+	if (!s->serr && !s->sq_cancel && !n->stopping) {
+		if (r->off < r->len) {
+			srec_submit(s, r); /* short write: the rest */
+			return;
+		}
+		srec_pop(s);
+		if (s->sq_head) {
+			srec_submit(s, s->sq_head);
+			return;
+		}
+	} else {
+		/* An error, close or shutdown: what is left is not sent. */
+		if (!s->serr && (r->off < r->len || r->next))
+			s->serr = -ECANCELED;
+		while (s->sq_head)
+			srec_pop(s);
+	}
+	s->sq_cancel = false;
+	corio__nlist_del(&s->send_link);
+	corio__op_finished(n->shard);
+	if (s->closer)
+		corio__ready(s->closer, 0);
+	corio__wq_wake_all(&s->swq, 0);
+}
+
+int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
+{
+	struct corio__net *n = owner(s);
+	struct corio__srec *r = NULL;
+	int ret = 0;
+
+	if (!b || !b->_owner)
+		return corio__error(-EINVAL, "corio_send_buf: not a borrowed buffer");
+	if (b->_owner != corio__net()) {
+		assert(!"corio_send_buf with a buffer of another shard");
+		return -EPERM;
+	}
+	if (!n)
+		ret = s ? -EPERM : -EINVAL;
+	else if (s->type != SOCK_STREAM)
+		ret = corio__error(-EINVAL, "corio_send_buf: not a stream socket");
+	else if (s->serr)
+		ret = s->serr;
+	else if (s->wr_shut)
+		ret = -EPIPE;
+	else if (n->stopping)
+		ret = -ECANCELED;
+	else if (b->len && !(r = srec_get(n)))
+		ret = -ENOMEM;
+	if (ret || !b->len) {
+		corio_buf_release(b);
+		return ret;
+	}
+	r->op.cb = srec_cb;
+	r->op.data = r;
+	r->next = NULL;
+	r->s = s;
+	r->p = b->data;
+	r->off = 0;
+	r->len = (uint32_t)b->len;
+	r->bid = b->_id;
+	b->_owner = NULL;
+	b->data = NULL;
+	b->len = 0;
+	if (s->sq_tail) {
+		s->sq_tail->next = r;
+		s->sq_tail = r;
+		return 0;
+	}
+	s->sq_head = s->sq_tail = r;
+	srec_submit(s, r);
+	corio__op_started(n->shard);
+	corio__nlist_add(&n->sending, &s->send_link);
+	return 0;
+}
+
+void corio__sock_send_cancel(struct corio_sock *s)
+{
+	if (s->sq_head && !s->sq_cancel) {
+		s->sq_cancel = true;
+		corio__ring_cancel(&s->net->shard->ring, &s->sq_head->op);
+	}
+}
+
+/* Before a synchronous send: wait until the queued sends are out (byte
+ * order). 0, the recorded send error, or -ECANCELED / -ETIMEDOUT. */
+static int wait_sends(struct corio_sock *s)
+{
+	while (s->sq_head) {
+		int ret = corio__net_wait(&s->swq);
+
+		if (ret < 0)
+			return corio__net_err(s->net, ret);
+	}
+	return s->serr;
+}
+
+static bool sends_idle(void *arg)
+{
+	return !((struct corio_sock *)arg)->sq_head;
+}
+
+/* Close / release: let the queued sends finish; when the fiber is cancelled,
+ * its deadline passes or the shard stops, cancel them instead. Either way
+ * wait for the last CQE, so the kernel holds no buffer afterwards. */
+static void drain_sends(struct corio_sock *s)
+{
+	if (!s->sq_head)
+		return;
+	while (s->sq_head && !s->net->stopping && corio__net_wait(&s->swq) == 0)
+		;
+	if (!s->sq_head)
+		return;
+	corio__sock_send_cancel(s);
+	s->closer = corio__self();
+	corio__net_park_until(sends_idle, s);
+	s->closer = NULL;
 }
 
 /* ---- send ------------------------------------------------------------------ */
@@ -462,6 +657,12 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 				    flags & ~CORIO_SEND_ZC);
 	if (!buf && len)
 		return -EINVAL;
+	if (s->sq_head || s->serr) {
+		int ret = wait_sends(s);
+
+		if (ret)
+			return ret;
+	}
 	zc = (flags & CORIO_SEND_ZC) && n->send_zc;
 	while (done < len) {
 		size_t chunk = len - done > INT32_MAX ? INT32_MAX : len - done;
@@ -500,6 +701,12 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 		return s ? -EPERM : -EINVAL;
 	if (iovcnt < 0 || (iovcnt && !iov))
 		return -EINVAL;
+	if (s->sq_head || s->serr) {
+		int ret = wait_sends(s);
+
+		if (ret)
+			return ret;
+	}
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
 	/* Take up to SENDV_BATCH entries at a time (copies: iov is the
@@ -558,12 +765,20 @@ int corio_shutdown_write(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
+	if (s->sq_head || s->serr) {
+		ret = wait_sends(s);
+		if (ret)
+			return ret;
+	}
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)
 		return ret;
 	io_uring_prep_shutdown(sqe, s->fd, SHUT_WR);
 	ret = corio__op_wait(&op);
-	return ret < 0 ? corio__net_err(n, ret) : 0;
+	if (ret < 0)
+		return corio__net_err(n, ret);
+	s->wr_shut = true;
+	return 0;
 }
 
 static bool rop_idle(void *arg)
@@ -603,9 +818,10 @@ int corio_close(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
-	if (s->r.state != NET_IDLE && !corio__self())
+	if ((s->r.state != NET_IDLE || s->sq_head) && !corio__self())
 		return -EPERM; /* must wait for the kernel: only a fiber can */
 	assert(!s->rwq.head);
+	drain_sends(s);
 	quiesce(s);
 	drop_queue(s);
 	set_live(s, false);
@@ -622,8 +838,9 @@ int corio_sock_release_fd(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
-	if (s->r.state != NET_IDLE && !corio__self())
+	if ((s->r.state != NET_IDLE || s->sq_head) && !corio__self())
 		return -EPERM;
+	drain_sends(s);
 	quiesce(s);
 	if (s->qhead != CORIO__NET_NOBUF)
 		return -EBUSY;

@@ -1114,3 +1114,307 @@ Test(net, shutdown_with_armed_receive, .timeout = 30)
 
 	th_run(&cfg, shutdown_entry, NULL);
 }
+
+/* ---- corio_send_buf: sends that do not wait ------------------------------------- */
+
+/* Echo with corio_recv_bufs + corio_send_buf until EOF, then close (which
+ * waits for the queued sends). */
+static int sendbuf_echo_server(void *arg)
+{
+	struct corio_sock *s;
+	struct corio_buf b[8];
+	int k;
+
+	CHECK_EQ(corio_accept(arg, &s), 0);
+	if (!s)
+		return -1;
+	while ((k = corio_recv_bufs(s, b, 8)) > 0) {
+		for (int i = 0; i < k; i++) {
+			CHECK_EQ(corio_send_buf(s, &b[i]), 0);
+			CHECK(b[i]._owner == NULL); /* ownership passed */
+		}
+	}
+	CHECK_EQ(k, 0);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+static void sendbuf_echo_entry(void *arg)
+{
+	static const size_t sizes[] = { 1, 2, 100, 1460, 4096, 16384, 16385, 65536, 300000, 1 << 20 };
+	struct corio_listener *l;
+	struct corio_fiber *srv;
+	struct corio_sock *c;
+	char where[64];
+	uint8_t *out = malloc(1 << 20), *in = malloc(1 << 20);
+	struct corio_net_stats st;
+	size_t total = 0;
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_spawn(sendbuf_echo_server, l, NULL, &srv), 0);
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (!c)
+		return;
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct writer w = { c, out, sizes[k], (int)(k % 2) };
+		struct corio_fiber *wf;
+
+		fill(out, sizes[k], k);
+		memset(in, 0, sizes[k]);
+		CHECK_EQ(corio_spawn(writer_fn, &w, NULL, &wf), 0);
+		CHECK_EQ(recv_all(c, in, sizes[k]), sizes[k]);
+		CHECK_EQ(corio_join(wf, NULL), 0);
+		for (size_t i = 0; i < sizes[k]; i++)
+			if (in[i] != pat(i, k)) {
+				CHECK_EQ(in[i], pat(i, k));
+				break;
+			}
+		total += sizes[k];
+	}
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(corio_recv(c, in, 1), 0);
+	CHECK_EQ(corio_join(srv, NULL), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.bytes_out >= 2 * total);
+	CHECK_EQ(st.bufs_out, 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	free(out);
+	free(in);
+}
+
+Test(net, send_buf_echo, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sendbuf_echo_entry, NULL);
+}
+
+Test(net, send_buf_echo_no_bufring, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "bufring,multishot", 1);
+	th_run(&cfg, sendbuf_echo_entry, NULL);
+}
+
+/* A connected pair with small socket buffers, so echoed data backs up in
+ * the server's send queue while the client does not read. */
+struct sb_pair {
+	struct corio_listener *l;
+	struct corio_sock *s, *c; /* server side, client side */
+	uint8_t *out;
+	size_t n;
+};
+
+#define SB_BYTES (1u << 20)
+
+static void sb_open(struct sb_pair *p)
+{
+	char where[64];
+	int small = 16384;
+
+	memset(p, 0, sizeof(*p));
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &p->l), 0);
+	addr_of(p->l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &p->c), 0);
+	CHECK_EQ(corio_accept(p->l, &p->s), 0);
+	CHECK_EQ(corio_setsockopt(p->s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	CHECK_EQ(corio_setsockopt(p->c, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+}
+
+/* The client sends SB_BYTES; the server queues every received buffer with
+ * corio_send_buf and never waits. Returns once the server took them all. */
+static void sb_fill(struct sb_pair *p)
+{
+	struct corio_net_stats st;
+	struct corio_fiber *wf;
+	struct writer w;
+	size_t got = 0;
+
+	p->n = SB_BYTES;
+	p->out = malloc(p->n);
+	fill(p->out, p->n, 5);
+	w = (struct writer){ p->c, p->out, p->n, 0 };
+	CHECK_EQ(corio_spawn(writer_fn, &w, NULL, &wf), 0);
+	while (got < p->n) {
+		struct corio_buf b[8];
+		int k = corio_recv_bufs(p->s, b, 8);
+
+		CHECK(k > 0);
+		if (k <= 0)
+			break;
+		for (int i = 0; i < k; i++) {
+			got += b[i].len;
+			CHECK_EQ(corio_send_buf(p->s, &b[i]), 0);
+		}
+	}
+	CHECK_EQ(corio_join(wf, NULL), 0);
+	corio_sleep_ns(20 * 1000000ull);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.bufs_out > 8); /* many sends still queued: the peer does not read */
+}
+
+/* Read n bytes slowly and check they are the pattern, in order. */
+static void sb_read_check(struct corio_sock *c, size_t n, bool slow)
+{
+	uint8_t buf[4096];
+	size_t got = 0;
+	unsigned reads = 0;
+
+	while (got < n) {
+		ssize_t r = corio_recv(c, buf, sizeof(buf) < n - got ? sizeof(buf) : n - got);
+
+		CHECK(r > 0);
+		if (r <= 0)
+			return;
+		for (ssize_t i = 0; i < r; i++)
+			if (buf[i] != pat(got + (size_t)i, 5)) {
+				CHECK_EQ(buf[i], pat(got + (size_t)i, 5));
+				return;
+			}
+		got += (size_t)r;
+		if (slow && ++reads % 16 == 0)
+			corio_sleep_ns(200000);
+	}
+}
+
+static void sb_close(struct sb_pair *p)
+{
+	struct corio_net_stats st;
+
+	if (p->s)
+		CHECK_EQ(corio_close(p->s), 0);
+	if (p->c)
+		CHECK_EQ(corio_close(p->c), 0);
+	CHECK_EQ(corio_listener_close(p->l), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.bufs_out, 0);
+	free(p->out);
+}
+
+static void sb_order_entry(void *arg)
+{
+	struct sb_pair p;
+	struct corio_net_stats st;
+	char z;
+
+	(void)arg;
+	sb_open(&p);
+	sb_fill(&p);
+	sb_read_check(p.c, p.n, true);
+	/* a waiting send goes after the queued ones */
+	CHECK_EQ(corio_send(p.s, "z", 1), 1);
+	CHECK_EQ(corio_recv(p.c, &z, 1), 1);
+	CHECK_EQ(z, 'z');
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.bufs_out, 0);
+	sb_close(&p);
+}
+
+Test(net, send_buf_order_under_backpressure, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sb_order_entry, NULL);
+}
+
+static void sb_reset_entry(void *arg)
+{
+	struct sb_pair p;
+	struct corio_net_stats st;
+	struct linger lg = { 1, 0 };
+	struct corio_buf b;
+	ssize_t r;
+
+	(void)arg;
+	sb_open(&p);
+	sb_fill(&p);
+	CHECK_EQ(corio_setsockopt(p.c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	CHECK_EQ(corio_close(p.c), 0); /* RST while the server's sends are queued */
+	p.c = NULL;
+	r = corio_send(p.s, "x", 1); /* waits for the queue: it fails */
+	CHECK(r == -ECONNRESET || r == -EPIPE);
+	CHECK_EQ(corio_recv_buf(p.s, &b), r); /* the recorded error */
+	CHECK_EQ(corio_shutdown_write(p.s), r);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.bufs_out, 0); /* every queued buffer released */
+	CHECK(st.err_reset + st.err_pipe >= 1);
+	sb_close(&p);
+}
+
+Test(net, send_buf_peer_reset, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sb_reset_entry, NULL);
+}
+
+static _Atomic int sb_closed;
+
+static int sb_closer(void *arg)
+{
+	CHECK_EQ(corio_close(arg), 0);
+	atomic_store(&sb_closed, 1);
+	return 0;
+}
+
+static void sb_close_entry(void *arg)
+{
+	struct sb_pair p;
+	struct corio_fiber *f;
+	char x;
+
+	(void)arg;
+	sb_open(&p);
+	sb_fill(&p);
+	CHECK_EQ(corio_spawn(sb_closer, p.s, NULL, &f), 0);
+	p.s = NULL;
+	corio_sleep_ns(20 * 1000000ull);
+	CHECK_EQ(atomic_load(&sb_closed), 0); /* close waits for the queued sends */
+	sb_read_check(p.c, p.n, false);
+	CHECK_EQ(corio_recv(p.c, &x, 1), 0); /* then EOF: every byte arrived */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(atomic_load(&sb_closed), 1);
+	sb_close(&p);
+}
+
+Test(net, send_buf_close_waits, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sb_close_entry, NULL);
+}
+
+/* Shutdown with sends queued on a peer that never reads: the stop hook
+ * cancels them, close returns, every buffer is back. */
+static struct sb_pair sb_shut;
+
+static int sb_shut_reader(void *arg)
+{
+	struct corio_buf b;
+
+	(void)arg;
+	CHECK_EQ(corio_recv_buf(sb_shut.s, &b), -ECANCELED);
+	sb_close(&sb_shut);
+	return 0;
+}
+
+static void sb_shutdown_entry(void *arg)
+{
+	(void)arg;
+	sb_open(&sb_shut);
+	sb_fill(&sb_shut);
+	CHECK_EQ(corio_spawn(sb_shut_reader, NULL, NULL, NULL), 0);
+	corio_yield();
+	corio_shutdown();
+}
+
+Test(net, send_buf_shutdown_with_queued_sends, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sb_shutdown_entry, NULL);
+}

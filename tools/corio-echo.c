@@ -9,8 +9,11 @@
  *              round robin (dispatch) or the least loaded (dispatch-least).
  * Each connection is a fiber that borrows received data from the shard's
  * provided-buffer ring (one multishot recv per connection, corio_recv_bufs)
- * and sends every buffer that is queued back with one corio_sendv(); --recv
- * copy uses corio_recv() into a per-connection buffer instead.
+ * and sends each buffer back with corio_send_buf(), which queues the send
+ * and returns at once, so one io_uring_enter submits the sends and waits for
+ * the next receives; --send wait sends the queued buffers with one
+ * corio_sendv() and waits for it instead. --recv copy uses corio_recv()
+ * into a per-connection buffer.
  * --sockperf reflects sockperf's TCP framing (tools/lib/eb_sockperf.h), so
  * `sockperf ping-pong --tcp` and `sockperf under-load --tcp` can measure it.
  *
@@ -44,6 +47,7 @@ static struct {
 	enum accept_model accept;
 	int sockperf;
 	int recv_copy;
+	int send_wait;            /* --send wait: corio_sendv and wait */
 	_Atomic int bound_port;   /* the port shard 0 bound (for port 0) */
 	_Atomic unsigned listening;
 	_Atomic int failed;       /* a shard could not listen: stop */
@@ -63,6 +67,19 @@ static int echo_bufs(struct corio_sock *s)
 
 		if (k <= 0)
 			return k;
+		if (!g.send_wait) {
+			int ret = 0;
+
+			/* each call takes the buffer, even when it fails */
+			for (int i = 0; i < k; i++)
+				if (!ret)
+					ret = corio_send_buf(s, &b[i]);
+				else
+					corio_buf_release(&b[i]);
+			if (ret)
+				return ret;
+			continue;
+		}
 		for (int i = 0; i < k; i++) {
 			iov[i].iov_base = b[i].data;
 			iov[i].iov_len = b[i].len;
@@ -249,6 +266,8 @@ static void usage(FILE *f)
 		"      --busy-poll       same as --idle poll\n"
 		"      --sqpoll          kernel SQ polling thread per shard (CORIO_F_SQPOLL)\n"
 		"      --recv MODE       bufs (provided-buffer multishot) | copy (bufs)\n"
+		"      --send MODE       buf (corio_send_buf, no wait) | wait (one\n"
+		"                        corio_sendv per batch, waited for) (buf)\n"
 		"      --sockperf        reflect sockperf's TCP framing instead of echoing\n"
 		"      --control PATH    control socket (stats) at PATH\n"
 		"      --stats           print per-shard loop and net counters at exit\n"
@@ -289,6 +308,7 @@ int main(int argc, char **argv)
 		{ "busy-poll", no_argument, NULL, 'b' },
 		{ "sqpoll", no_argument, NULL, 'Q' },
 		{ "recv", required_argument, NULL, 'R' },
+		{ "send", required_argument, NULL, 'W' },
 		{ "sockperf", no_argument, NULL, 's' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "stats", no_argument, NULL, 'S' },
@@ -298,6 +318,7 @@ int main(int argc, char **argv)
 	};
 	static const char *const accepts[] = { "reuseport", "dispatch", "dispatch-least", NULL };
 	static const char *const recvs[] = { "bufs", "copy", NULL };
+	static const char *const sends[] = { "buf", "wait", NULL };
 	static int cpus[MAX_SHARDS];
 	unsigned ncpus = 0;
 	struct corio_config cfg;
@@ -363,6 +384,10 @@ int main(int argc, char **argv)
 			if ((g.recv_copy = eb_opt_choice("--recv", optarg, recvs)) < 0)
 				return 2;
 			break;
+		case 'W':
+			if ((g.send_wait = eb_opt_choice("--send", optarg, sends)) < 0)
+				return 2;
+			break;
 		case 's':
 			g.sockperf = 1;
 			break;
@@ -424,9 +449,10 @@ int main(int argc, char **argv)
 					else
 						printf("%sauto", i ? "," : "");
 				}
-				printf(" accept=%s idle=%s%s recv=%s mode=%s pid=%d\n", accepts[g.accept],
-				       idle_name, cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "",
-				       recvs[g.recv_copy], g.sockperf ? "sockperf" : "echo", (int)getpid());
+				printf(" accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
+				       accepts[g.accept], idle_name,
+				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
+				       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
 				fflush(stdout);
 				printed = 1;
 			}

@@ -180,6 +180,23 @@ CORIO_API ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t le
 CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt,
 			      size_t *sent);
 
+/*
+ * Send a buffer borrowed with corio_recv_buf()/corio_recv_bufs() without
+ * waiting: takes ownership of *b (cleared; do not release it), queues a
+ * send of all its bytes and returns. A completion handler resubmits short
+ * writes and gives the buffer back to the ring once all of it is sent or
+ * the send failed. Sends leave in the order queued, one in the kernel per
+ * socket. Returns 0, or -errno when the socket already has a send error,
+ * was shut down for writing or the shard stops (the buffer is released
+ * then too). The first error of a queued send is kept and returned by the
+ * next corio_send*, corio_recv* or corio_shutdown_write() on s.
+ * corio_send(), corio_sendv() and corio_shutdown_write() first wait until
+ * the queue has drained; corio_close() waits until it has (or, when the
+ * fiber is cancelled or its deadline passes, cancels what is left) so the
+ * kernel holds no buffer once it returns. Shard-local, does not block.
+ */
+CORIO_API int corio_send_buf(struct corio_sock *s, struct corio_buf *b);
+
 /* shutdown(SHUT_WR): the peer reads end of stream; receiving still works. */
 CORIO_API int corio_shutdown_write(struct corio_sock *s);
 
