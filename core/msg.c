@@ -93,8 +93,9 @@
  * not keep it alive (that would put a shared atomic on every post); they
  * still run during the stop drain.
  *
- * Memory: the rings of all shards live until the last shard's fini (other
- * shards may still post to a stopped shard and must read its closed tail).
+ * Memory: every ring lives until corio_wait() has joined all shards (the
+ * part's release hook), so other shards and foreign threads may still post
+ * to a stopped shard and read its closed tail: they get -ECANCELED.
  */
 #include "core/internal.h"
 #include "uring/msg_ring.h"
@@ -158,7 +159,6 @@ struct msg {
 	unsigned room_waiting;       /* how many */
 	struct call *unstarted;      /* calls spawned here whose fiber has not run yet */
 	struct peer_stats *peers;    /* [nshards + 1], the last is foreign threads */
-	unsigned fini_left_init;
 
 	/* written by other threads */
 	_Atomic(struct call *) done __attribute__((aligned(64))); /* replies for fibers here */
@@ -167,7 +167,6 @@ struct msg {
 	_Atomic uint64_t foreign_sent, foreign_full;
 	_Atomic uint64_t *room_waiters; /* [nwords]: shards waiting for room in this ring */
 	_Atomic uint64_t *room_from;    /* [nwords]: rings that have room again for us */
-	_Atomic unsigned fini_left;     /* shard 0's copy: shards not yet finished */
 };
 
 static inline struct msg *part(struct corio__shard *s)
@@ -799,7 +798,6 @@ static int msg_init(struct corio__shard *s)
 		atomic_init(&m->slots[i].seq, i);
 	atomic_init(&m->tail, 0);
 	atomic_init(&m->done, NULL);
-	atomic_init(&m->fini_left, rt->nshards);
 	/* MSG_RING doorbells unless the ring cannot send them or the
 	 * environment asks for the eventfd (tests, the benchmark). */
 	m->use_msg_ring = corio__ring_can_msg(&s->ring) && !(env && !strcmp(env, "eventfd"));
@@ -807,25 +805,11 @@ static int msg_init(struct corio__shard *s)
 	return 0;
 }
 
-static void msg_fini(struct corio__shard *s)
+/* After every shard thread has ended (corio_wait): nobody can post any more. */
+static void msg_release(struct corio__shard *s)
 {
-	struct corio_rt *rt = s->rt;
-	struct msg *m0;
-
-	/* If start-up failed no loop ran and nobody else can see our ring. */
-	if (rt->failed || !rt->shards[0] || !part(rt->shards[0])) {
-		msg_free(part(s));
-		s->parts[CORIO__PART_MSG] = NULL;
-		return;
-	}
-	m0 = part(rt->shards[0]);
-	if (atomic_fetch_sub(&m0->fini_left, 1) != 1)
-		return;
-	/* Last shard out: no loop runs any more, free every ring. */
-	for (unsigned i = 0; i < rt->nshards; i++) {
-		msg_free(part(rt->shards[i]));
-		rt->shards[i]->parts[CORIO__PART_MSG] = NULL;
-	}
+	msg_free(part(s));
+	s->parts[CORIO__PART_MSG] = NULL;
 }
 
 const struct corio__part corio__msg_part = {
@@ -834,7 +818,7 @@ const struct corio__part corio__msg_part = {
 	.poll = msg_poll,
 	.stop = msg_stop,
 	.busy = msg_busy,
-	.fini = msg_fini,
+	.release = msg_release,
 };
 
 /* ---- stats ------------------------------------------------------------------------- */

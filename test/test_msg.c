@@ -9,6 +9,7 @@
  */
 #include "helpers.h"
 
+#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -596,3 +597,52 @@ static void ping_run(const char *doorbell)
 
 Test(msg, ping_pong_sleeping_shards_msg_ring, .timeout = 60) { ping_run(NULL); }
 Test(msg, ping_pong_sleeping_shards_eventfd, .timeout = 60) { ping_run("eventfd"); }
+
+/* ---- after the shards have stopped, before corio_wait() ---------------------------- */
+
+static int task_count(void)
+{
+	DIR *d = opendir("/proc/self/task");
+	struct dirent *e;
+	int n = 0;
+
+	if (!d)
+		return -1;
+	while ((e = readdir(d)))
+		if (e->d_name[0] != '.')
+			n++;
+	closedir(d);
+	return n;
+}
+
+static void park_entry(void *arg)
+{
+	struct corio_event ev;
+
+	corio_event_init(&ev);
+	atomic_fetch_add((_Atomic int *)arg, 1);
+	CHECK_EQ(corio_event_wait(&ev), -ECANCELED);
+}
+
+Test(msg, foreign_post_after_stop_is_refused_not_lost, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct corio_msg_stats st;
+	struct corio_rt *rt;
+	_Atomic int up = 0;
+	int running;
+
+	cr_assert_eq(corio_start(&cfg, park_entry, &up, &rt), 0, "%s", corio_last_error());
+	while (atomic_load(&up) < 2)
+		sched_yield();
+	running = task_count(); /* the 2 shards, plus any sanitizer thread */
+	cr_assert_eq(corio_stop(rt), 0);
+	/* every shard thread has ended, but corio_wait() has not freed rt yet:
+	 * the rings must still be there, closed */
+	while (task_count() > running - 2)
+		sched_yield();
+	cr_assert_eq(corio_post_foreign(rt, 1, nop_fn, NULL), -ECANCELED);
+	cr_assert_eq(corio_msg_stats_get(rt, 1, CORIO_MSG_PEER_FOREIGN, &st), 0);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+}

@@ -103,9 +103,8 @@ CORIO_API int corio_gather(intptr_t (*fn)(void *arg), void *arg, intptr_t *resul
  * corio_post() from a thread that is not one of rt's shards (any thread).
  * A sleeping target is woken with an eventfd write. Returns 0, -EAGAIN
  * (full: retry later; there is no waiting variant for foreign threads),
- * -ECANCELED (stopping), -EINVAL. rt must be running: the ring memory goes
- * away when the last shard has stopped, so do not race this call with the
- * end of the runtime (stop posting, then corio_stop()/corio_wait()).
+ * -ECANCELED (stopping or stopped), -EINVAL. Valid until corio_wait(rt)
+ * returns; never after (rt is freed then).
  */
 CORIO_API int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *arg),
 				 void *arg);
