@@ -183,6 +183,10 @@ static inline struct corio__net *corio__net_owner(struct corio__net *n)
 
 /* Queue a receive on s (multishot where possible): 0 or -errno. */
 int corio__sock_arm(struct corio_sock *s);
+/* Park until s has queued data (stream bytes or datagrams) or a terminal
+ * result, arming its receive as needed: 0, or -errno (-EBUSY if another
+ * fiber is already receiving on s). */
+int corio__sock_wait_data(struct corio_sock *s);
 
 /* Copy up to len queued bytes of s's receive stream into buf: the count,
  * or s's end-of-stream / error result when nothing is queued and the

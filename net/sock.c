@@ -240,8 +240,7 @@ int corio__sock_arm(struct corio_sock *s)
 	return 0;
 }
 
-/* Wait until s has queued data or a terminal result: 0, or -errno. */
-static int wait_data(struct corio_sock *s)
+int corio__sock_wait_data(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 	int ret;
@@ -279,7 +278,7 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 					     "(use corio_recvfrom_buf)");
 	if (s->serr)
 		return s->serr;
-	ret = wait_data(s);
+	ret = corio__sock_wait_data(s);
 	if (ret)
 		return ret;
 	if (s->qhead == CORIO__NET_NOBUF)
@@ -379,7 +378,7 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		return s->serr;
 	if (s->buffered) {
 		/* Keep the byte order: copy out of the buffered stream. */
-		ret = wait_data(s);
+		ret = corio__sock_wait_data(s);
 		if (ret)
 			return ret;
 		return corio__sock_take(s, buf, len);

@@ -108,26 +108,6 @@ static void *dgram_parse(struct corio_sock *s, unsigned bid, size_t *plen, void 
 	return io_uring_recvmsg_payload(o, &s->rmsg);
 }
 
-static int dgram_wait(struct corio_sock *s)
-{
-	struct corio__net *n = s->net;
-	int ret;
-
-	if (s->rwq.head)
-		return -EBUSY;
-	while (s->qhead == CORIO__NET_NOBUF && !s->has_term) {
-		if (s->r.state == NET_IDLE && !s->starved) {
-			ret = corio__sock_arm(s);
-			if (ret)
-				return ret;
-		}
-		ret = corio__net_wait(&s->rwq);
-		if (ret < 0)
-			return corio__net_err(n, ret);
-	}
-	return 0;
-}
-
 static int buffered_setup(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
@@ -171,7 +151,7 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 		size_t plen;
 		unsigned bid;
 
-		ret = dgram_wait(s);
+		ret = corio__sock_wait_data(s);
 		if (ret)
 			return ret;
 		if (s->qhead == CORIO__NET_NOBUF)
