@@ -52,9 +52,10 @@ static inline void th_fail(const char *file, int line, const char *what)
 		}                                                                   \
 	} while (0)
 
-static inline int th_fd_count(void)
+/* Entries in a /proc directory (its own handle included for /proc/self/fd). */
+static inline int th_dir_count(const char *path)
 {
-	DIR *d = opendir("/proc/self/fd");
+	DIR *d = opendir(path);
 	struct dirent *e;
 	int n = 0;
 
@@ -65,6 +66,11 @@ static inline int th_fd_count(void)
 			n++;
 	closedir(d);
 	return n;
+}
+
+static inline int th_fd_count(void)
+{
+	return th_dir_count("/proc/self/fd");
 }
 
 static inline struct corio_config th_cfg(unsigned shards)

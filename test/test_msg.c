@@ -9,7 +9,6 @@
  */
 #include "helpers.h"
 
-#include <dirent.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -602,17 +601,7 @@ Test(msg, ping_pong_sleeping_shards_eventfd, .timeout = 60) { ping_run("eventfd"
 
 static int task_count(void)
 {
-	DIR *d = opendir("/proc/self/task");
-	struct dirent *e;
-	int n = 0;
-
-	if (!d)
-		return -1;
-	while ((e = readdir(d)))
-		if (e->d_name[0] != '.')
-			n++;
-	closedir(d);
-	return n;
+	return th_dir_count("/proc/self/task");
 }
 
 static void park_entry(void *arg)

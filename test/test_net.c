@@ -220,6 +220,33 @@ static int echo_server(void *arg)
 			    : strcmp(corio_fiber_name(corio_self()), "borrow") == 0 ? 1 : 2);
 }
 
+/* Client side of an echo check: for each size, a writer fiber sends a
+ * pattern (rotating over nmodes send modes) while we read it back and
+ * verify every byte. Returns the bytes echoed. */
+static size_t echo_sizes(struct corio_sock *c, uint8_t *out, uint8_t *in, const size_t *sizes,
+			 size_t n, int nmodes)
+{
+	size_t total = 0;
+
+	for (size_t k = 0; k < n; k++) {
+		struct writer w = { c, out, sizes[k], (int)(k % (size_t)nmodes) };
+		struct corio_fiber *wf;
+
+		fill(out, sizes[k], k);
+		memset(in, 0, sizes[k]);
+		CHECK_EQ(corio_spawn(writer_fn, &w, NULL, &wf), 0);
+		CHECK_EQ(recv_all(c, in, sizes[k]), sizes[k]);
+		CHECK_EQ(corio_join(wf, NULL), 0);
+		for (size_t i = 0; i < sizes[k]; i++)
+			if (in[i] != pat(i, k)) {
+				CHECK_EQ(in[i], pat(i, k));
+				break;
+			}
+		total += sizes[k];
+	}
+	return total;
+}
+
 static void echo_entry(void *arg)
 {
 	const struct echo_cfg *ec = arg;
@@ -233,7 +260,7 @@ static void echo_entry(void *arg)
 	struct corio_spawn_opts so = {
 		.name = ec->borrow == 2 ? "bufs" : ec->borrow ? "borrow" : "copy"
 	};
-	size_t total = 0;
+	size_t total;
 
 	if (ec->unix_) {
 		snprintf(where, sizeof(where), "@corio-test-%d-%d", (int)getpid(), ec->borrow);
@@ -249,22 +276,7 @@ static void echo_entry(void *arg)
 		CHECK_EQ(corio_tcp_connect(where, &c), 0);
 	if (!c)
 		return;
-	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-		struct writer w = { c, out, sizes[k], (int)(k % 3) };
-		struct corio_fiber *wf;
-
-		fill(out, sizes[k], k);
-		memset(in, 0, sizes[k]);
-		CHECK_EQ(corio_spawn(writer_fn, &w, NULL, &wf), 0);
-		CHECK_EQ(recv_all(c, in, sizes[k]), sizes[k]);
-		CHECK_EQ(corio_join(wf, NULL), 0);
-		for (size_t i = 0; i < sizes[k]; i++)
-			if (in[i] != pat(i, k)) {
-				CHECK_EQ(in[i], pat(i, k));
-				break;
-			}
-		total += sizes[k];
-	}
+	total = echo_sizes(c, out, in, sizes, sizeof(sizes) / sizeof(sizes[0]), 3);
 	CHECK_EQ(corio_shutdown_write(c), 0);
 	CHECK_EQ(corio_recv(c, in, 1), 0); /* server closed after our EOF */
 	CHECK_EQ(corio_join(srv, NULL), 0);
@@ -1148,7 +1160,7 @@ static void sendbuf_echo_entry(void *arg)
 	char where[64];
 	uint8_t *out = malloc(1 << 20), *in = malloc(1 << 20);
 	struct corio_net_stats st;
-	size_t total = 0;
+	size_t total;
 
 	(void)arg;
 	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
@@ -1157,22 +1169,7 @@ static void sendbuf_echo_entry(void *arg)
 	CHECK_EQ(corio_tcp_connect(where, &c), 0);
 	if (!c)
 		return;
-	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
-		struct writer w = { c, out, sizes[k], (int)(k % 2) };
-		struct corio_fiber *wf;
-
-		fill(out, sizes[k], k);
-		memset(in, 0, sizes[k]);
-		CHECK_EQ(corio_spawn(writer_fn, &w, NULL, &wf), 0);
-		CHECK_EQ(recv_all(c, in, sizes[k]), sizes[k]);
-		CHECK_EQ(corio_join(wf, NULL), 0);
-		for (size_t i = 0; i < sizes[k]; i++)
-			if (in[i] != pat(i, k)) {
-				CHECK_EQ(in[i], pat(i, k));
-				break;
-			}
-		total += sizes[k];
-	}
+	total = echo_sizes(c, out, in, sizes, sizeof(sizes) / sizeof(sizes[0]), 2);
 	CHECK_EQ(corio_shutdown_write(c), 0);
 	CHECK_EQ(corio_recv(c, in, 1), 0);
 	CHECK_EQ(corio_join(srv, NULL), 0);
