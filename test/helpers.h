@@ -121,4 +121,44 @@ static inline void th_misuse(int (*call)(void), const char *what)
 #endif
 }
 
+/*
+ * Run fn(arg) in a forked child and wait for it at most timeout_ms. A child
+ * still running then is killed (SIGKILL) and reported as hung. Returns the
+ * child's wait status, or -1 when it hung. For regression tests of bugs that
+ * hang or crash the process: the suite itself never hangs.
+ */
+#define TH_HUNG (-1)
+static inline int th_fork_bounded(int (*fn)(void *), void *arg, unsigned timeout_ms)
+{
+	int status = 0;
+	pid_t pid = fork();
+
+	cr_assert(pid >= 0, "fork: %s", strerror(errno));
+	if (pid == 0)
+		_exit(fn(arg));
+	for (unsigned waited = 0;; waited++) {
+		pid_t r = waitpid(pid, &status, WNOHANG);
+
+		if (r == pid)
+			return status;
+		cr_assert(r == 0, "waitpid: %s", strerror(errno));
+		if (waited >= timeout_ms) {
+			kill(pid, SIGKILL);
+			waitpid(pid, &status, 0);
+			return TH_HUNG;
+		}
+		usleep(1000);
+	}
+}
+
+/* th_fork_bounded() and assert that the child exited 0 in time. */
+#define th_child_ok(fn, arg, timeout_ms, what)                                          \
+	do {                                                                              \
+		int th_st = th_fork_bounded((fn), (arg), (timeout_ms));                  \
+		cr_assert(th_st != TH_HUNG, "%s: still running after %u ms", (what),      \
+			  (unsigned)(timeout_ms));                                        \
+		cr_assert(WIFEXITED(th_st) && WEXITSTATUS(th_st) == 0,                    \
+			  "%s: child ended with status 0x%x", (what), th_st);             \
+	} while (0)
+
 #endif
