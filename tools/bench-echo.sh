@@ -1,19 +1,29 @@
 #!/bin/sh
 # tools/bench-echo.sh BUILD_DIR - the echo benchmark of `make bench`.
 #
-# corio-echo against epoll-echo (and corio-echo --sockperf against
-# `sockperf server`), run alternately A B A B, server pinned to one CPU and
-# the load to the other, over 127.0.0.1:
+# Three servers, run alternately (corio uring epoll, corio uring epoll, ...),
+# each pinned to one CPU with the load pinned to the other, over 127.0.0.1:
+#   corio  tools/corio-echo: corio's shard API
+#   uring  tools/uring-echo: the hand-written raw-liburing floor (multishot
+#          accept + recv, buffer ring, callbacks, no fibers)
+#   epoll  tools/epoll-echo: the classic epoll server
+# Cases:
 #   closed loop   connections {1, 64, 512} x message size {64 B, 4 KiB}
-#   busy-poll     1 connection, 64 B, both servers spinning instead of sleeping
+#   busy-poll     1 connection, 64 B, every server spinning instead of sleeping
 #   open loop     64 connections, 64 B, at 20k and 100k msgs/s: server CPU
 #                 time per message next to latency (on 2 cores the client caps
 #                 throughput, so CPU per message at a fixed rate is the
 #                 comparison that holds; ../shared/notes/BENCHMARKING.md)
-#   sockperf      `sockperf ping-pong --tcp --full-rtt`, when sockperf exists
-# Prints one markdown table of medians with corio/baseline ratios; keeps
-# every run (JSON lines), the table and a latency-percentile plot (gnuplot)
-# under bench-results/echo-<time>/.
+#   sockperf      `sockperf ping-pong --tcp --full-rtt` against corio-echo
+#                 --sockperf and `sockperf server`, when sockperf exists
+# Prints markdown tables of medians with corio/uring and corio/epoll ratios;
+# keeps every run (JSON lines), the tables, a latency-percentile plot of every
+# run and a CPU-per-message bar chart (gnuplot) under bench-results/echo-<time>/.
+#
+# A server is started on a fresh port (port 0, read back from its
+# "listening on" line) and used only once that port accepts a connection;
+# the next server starts only after the previous one's port is closed. A
+# run that fails is retried once, with a message saying so.
 #
 # Environment: BENCH_ECHO_REPS (3), BENCH_ECHO_SECS (1, closed loop; open
 # loop and sockperf run twice as long), BENCH_ECHO_CLIENT (corio | epoll:
@@ -25,9 +35,10 @@ REPS=${BENCH_ECHO_REPS:-3}
 SECS=${BENCH_ECHO_SECS:-1}
 CLIENT=${BENCH_ECHO_CLIENT:-corio}
 WARM=0.3
+SIDES="corio uring epoll"
 case "$REPS" in ''|*[!0-9]*|0) echo "bench-echo: BENCH_ECHO_REPS must be a positive integer" >&2; exit 2;; esac
 case "$CLIENT" in corio|epoll) ;; *) echo "bench-echo: BENCH_ECHO_CLIENT must be corio or epoll" >&2; exit 2;; esac
-for t in corio-echo epoll-echo corio-load; do
+for t in corio-echo uring-echo epoll-echo corio-load; do
 	if [ ! -x "$T/$t" ]; then
 		echo "bench-echo: $T/$t is missing; run make tools first" >&2
 		exit 1
@@ -58,9 +69,17 @@ ROWS=$OUT/rows.tsv
 : > "$RUNS"
 : > "$ROWS"
 SRV_PID=
+PORT=
 trap 'stop_server; exit 130' INT TERM
 
-# start_server CMD...: run it pinned, wait for its "listening" line; sets PORT and SRV_PID.
+# port_listening PORT: a socket still listens on PORT (from /proc/net/tcp*).
+port_listening() {
+	hex=$(printf '%04X' "$1")
+	awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
+}
+
+# start_server CMD...: run it pinned, wait for its "listening" line and for
+# the port to accept; sets PORT and SRV_PID.
 start_server() {
 	for try in 1 2; do
 		taskset -c $SCPU "$@" > "$OUT/server.out" 2> "$OUT/server.err" &
@@ -69,24 +88,34 @@ start_server() {
 		while [ $i -lt 100 ]; do
 			if grep -q 'listening on' "$OUT/server.out" 2>/dev/null; then
 				PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/server.out")
-				[ -n "$PORT" ] && return 0
+				[ -n "$PORT" ] && port_listening "$PORT" && return 0
 			fi
 			kill -0 $SRV_PID 2>/dev/null || break
 			sleep 0.1
 			i=$((i + 1))
 		done
-		echo "bench-echo: $1 did not start (try $try):" >&2
+		echo "bench-echo: $1 did not start listening (try $try of 2):" >&2
 		cat "$OUT/server.err" >&2
 		stop_server
 	done
 	return 1
 }
 
+# stop_server: SIGTERM, wait for the process, then for its port to close, so
+# the next server never shares a port with a listener still being torn down.
 stop_server() {
 	[ -n "$SRV_PID" ] || return 0
 	kill -TERM $SRV_PID 2>/dev/null
 	wait $SRV_PID 2>/dev/null
 	SRV_PID=
+	if [ -n "$PORT" ]; then
+		i=0
+		while port_listening "$PORT" && [ $i -lt 50 ]; do
+			sleep 0.1
+			i=$((i + 1))
+		done
+	fi
+	PORT=
 }
 
 jget() { # jget JSON KEY
@@ -100,14 +129,12 @@ row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$ROWS"; }
 load() {
 	c=$1 side=$2 rep=$3
 	shift 3
-	spec=$OUT/spec-$(printf '%s' "$c" | tr -c 'A-Za-z0-9\n' '_')-$side.dat
+	spec=$OUT/spec-$(printf '%s' "$c" | tr -c 'A-Za-z0-9\n' '_')-$side-$rep.dat
 	j=$(taskset -c $LCPU "$T/corio-load" -p "$PORT" --cpus $LCPU --engine $CLIENT --busy-poll \
 		--server-pid $SRV_PID --json -q --warmup $WARM --label "$c|$side|$rep" \
 		--spectrum "$spec" "$@" 2> "$OUT/load.err")
 	st=$?
 	if [ $st -ne 0 ] || [ -z "$j" ]; then
-		echo "bench-echo: $c $side rep $rep: corio-load failed ($st):" >&2
-		cat "$OUT/load.err" >&2
 		[ -n "$j" ] && printf '%s\n' "$j" >> "$RUNS"
 		return 1
 	fi
@@ -134,16 +161,21 @@ sp() {
 	row "$c" "$side" "$mps" "$(p 50.000)" "$(p 99.000)" "$(p 99.900)" "$mx" "-1"
 }
 
-# sockperf server cannot pick a port and print it: try a few near a random one.
+# sockperf server cannot pick a port and print it: try a few near a random
+# one, each checked free first and listening after.
 start_sockperf_server() {
 	PORT=$((20000 + $$ % 20000))
 	for try in 1 2 3 4 5; do
+		while port_listening $PORT; do PORT=$((PORT + 7)); done
 		taskset -c $SCPU sockperf server --tcp -i 127.0.0.1 -p $PORT > "$OUT/server.out" 2>&1 &
 		SRV_PID=$!
-		sleep 0.5
-		kill -0 $SRV_PID 2>/dev/null && return 0
-		wait $SRV_PID
-		SRV_PID=
+		i=0
+		while [ $i -lt 30 ] && kill -0 $SRV_PID 2>/dev/null; do
+			port_listening $PORT && return 0
+			sleep 0.1
+			i=$((i + 1))
+		done
+		stop_server
 		PORT=$((PORT + 7))
 	done
 	echo "bench-echo: sockperf server did not start:" >&2
@@ -151,21 +183,43 @@ start_sockperf_server() {
 	return 1
 }
 
-CE="$T/corio-echo --cpus $SCPU --port 0"
-EE="$T/epoll-echo --cpus $SCPU --port 0"
+# srv SIDE [busy]: the command line of SIDE's server.
+srv() {
+	case $1 in
+	corio) s="$T/corio-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --idle poll" ;;
+	uring) s="$T/uring-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
+	epoll) s="$T/epoll-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
+	esac
+	echo "$s"
+}
 
-# bench CASE CORIO_SERVER BASE_SERVER LOAD_ARGS...: A B A B ...
+# run_once CASE SIDE REP BUSY LOAD_ARGS...: start the server, run the load, stop.
+run_once() {
+	c=$1 side=$2 rep=$3 busy=$4
+	shift 4
+	# shellcheck disable=SC2046
+	start_server $(srv $side $busy) || return 1
+	load "$c" $side $rep "$@"
+	st=$?
+	stop_server
+	return $st
+}
+
+# bench CASE BUSY LOAD_ARGS...: corio uring epoll, corio uring epoll, ...
 bench() {
-	c=$1 a=$2 b=$3
-	shift 3
+	c=$1 busy=$2
+	shift 2
 	r=1
 	while [ $r -le $REPS ]; do
-		for side in corio base; do
-			if [ $side = corio ]; then srv=$a; else srv=$b; fi
-			# shellcheck disable=SC2086
-			start_server $srv || continue
-			load "$c" $side $r "$@"
-			stop_server
+		for side in $SIDES; do
+			if ! run_once "$c" $side $r "$busy" "$@"; then
+				echo "bench-echo: $c, $side, run $r did not complete; retrying it once" >&2
+				sed 's/^/  /' "$OUT/load.err" >&2
+				if ! run_once "$c" $side $r "$busy" "$@"; then
+					echo "bench-echo: $c, $side, run $r failed again (kept out of the table):" >&2
+					sed 's/^/  /' "$OUT/load.err" "$OUT/server.err" >&2
+				fi
+			fi
 		done
 		r=$((r + 1))
 	done
@@ -174,9 +228,11 @@ bench() {
 kern=$(uname -r)
 echo "## echo benchmark (tools/bench-echo.sh)"
 echo "kernel $kern, $(nproc) CPUs; server pinned to CPU $SCPU, load (corio-load --engine $CLIENT"
-echo "--busy-poll) pinned to CPU $LCPU; 127.0.0.1; 1 shard / 1 thread per server, idle=block"
-echo "unless noted; $REPS alternating runs per case (A B A B), medians; ${SECS} s closed loop,"
-echo "$((SECS * 2)) s open loop and sockperf, after ${WARM} s warm-up. Results: $OUT/"
+echo "--busy-poll, every byte verified) pinned to CPU $LCPU; 127.0.0.1; 1 shard / 1 thread per"
+echo "server, idle=block unless noted; $REPS alternating runs per case (corio uring epoll, ...),"
+echo "medians; ${SECS} s closed loop, $((SECS * 2)) s open loop and sockperf, after ${WARM} s warm-up."
+echo "Servers: corio = corio-echo, uring = uring-echo (raw liburing, the floor), epoll = epoll-echo."
+echo "Results: $OUT/"
 echo
 
 start=$(date +%s)
@@ -187,18 +243,19 @@ else
 fi
 for s in $SIZES; do
 	for n in $CONNS; do
-		bench "closed ${n}c ${s}B" "$CE" "$EE" -c $n -s $s -d $SECS
+		bench "closed ${n}c ${s}B" "" -c $n -s $s -d $SECS
 	done
 done
-bench "closed 1c 64B busy-poll" "$CE --idle poll" "$EE --busy-poll" -c 1 -s 64 -d $SECS
+bench "closed 1c 64B busy-poll" busy -c 1 -s 64 -d $SECS
 for rate in $RATES; do
-	bench "open 64c 64B $((rate / 1000))k/s" "$CE" "$EE" -c 64 -s 64 -r $rate -d $((SECS * 2))
+	bench "open 64c 64B $((rate / 1000))k/s" "" -c 64 -s 64 -r $rate -d $((SECS * 2))
 done
 if command -v sockperf >/dev/null 2>&1; then
 	r=1
 	while [ $r -le $REPS ]; do
-		start_server $CE --sockperf && { sp "sockperf ping-pong 64B" corio $r; stop_server; }
-		start_sockperf_server && sp "sockperf ping-pong 64B" base $r
+		# shellcheck disable=SC2046
+		start_server $(srv corio) --sockperf && { sp "sockperf ping-pong 64B" corio $r; stop_server; }
+		start_sockperf_server && sp "sockperf ping-pong 64B" sockperf $r
 		stop_server
 		r=$((r + 1))
 	done
@@ -207,72 +264,124 @@ else
 fi
 end=$(date +%s)
 
-# ---- the table ---------------------------------------------------------------
-awk -F'\t' '
+# ---- the tables --------------------------------------------------------------
+awk -F'\t' -v out="$OUT" '
 function med(list,   n, a, i, j, t) {
 	n = split(list, a, " ")
+	if (n == 0) { MIN = MAX = ""; return "" }
 	for (i = 2; i <= n; i++) { t = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > t + 0; j--) a[j + 1] = a[j]; a[j + 1] = t }
 	MIN = a[1]; MAX = a[n]
-	if (n == 0) return ""
 	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
 }
-function k(v) { return v >= 10000 ? sprintf("%.0fk", v / 1000) : v >= 1000 ? sprintf("%.1fk", v / 1000) : sprintf("%.0f", v) }
+function k(v) { return v == "" ? "-" : v >= 10000 ? sprintf("%.0fk", v / 1000) : v >= 1000 ? sprintf("%.1fk", v / 1000) : sprintf("%.0f", v) }
 function spread(m) { return (m > 0) ? sprintf(" ±%.0f%%", 100 * (MAX - MIN) / 2 / m) : "" }
-function ratio(a, b) { return (b > 0 && a >= 0 && a != "") ? sprintf("%.2f", a / b) : "-" }
+function ratio(a, b) { return (b > 0 && a != "" && a >= 0) ? sprintf("%.2f", a / b) : "-" }
+function us(v) { return v == "" ? "-" : sprintf("%.1f", v) }
 {
 	if (!($1 in seen)) { seen[$1] = 1; order[++nc] = $1 }
 	key = $1 SUBSEP $2
 	for (f = 3; f <= 8; f++) v[key, f] = v[key, f] " " $f
 }
 END {
-	print "| case | msgs/s corio | msgs/s base | ratio | server CPU ns/msg corio | base | ratio | p50 us corio / base (ratio) | p99 us | p99.9 us |"
+	print "| case | msgs/s corio | uring | epoll | corio/uring | corio/epoll | server CPU ns/msg corio | uring | epoll | corio/uring | corio/epoll |"
+	print "|---|---|---|---|---|---|---|---|---|---|---|"
+	nl = split("corio uring epoll", S, " ")
+	for (i = 1; i <= nc; i++) {
+		c = order[i]
+		if (c ~ /^sockperf/) continue
+		for (s = 1; s <= nl; s++) {
+			kk = c SUBSEP S[s]
+			for (f = 3; f <= 8; f++) { m[S[s], f] = med(v[kk, f]); sd[S[s], f] = spread(m[S[s], f]) }
+		}
+		printf "| %s | %s%s | %s%s | %s%s | %s | %s |", c,
+			k(m["corio", 3]), sd["corio", 3], k(m["uring", 3]), sd["uring", 3], k(m["epoll", 3]), sd["epoll", 3],
+			ratio(m["corio", 3], m["uring", 3]), ratio(m["corio", 3], m["epoll", 3])
+		for (s = 1; s <= nl; s++)
+			printf " %s |", (m[S[s], 8] > 0) ? sprintf("%.0f%s", m[S[s], 8], sd[S[s], 8]) : "-"
+		printf " %s | %s |\n", (m["corio", 8] > 0 ? ratio(m["corio", 8], m["uring", 8]) : "-"),
+			(m["corio", 8] > 0 ? ratio(m["corio", 8], m["epoll", 8]) : "-")
+		if (m["corio", 8] > 0)
+			printf "\"%s\" %s %s %s\n", c, m["corio", 8], m["uring", 8] + 0, m["epoll", 8] + 0 > (out "/cpu.dat")
+	}
+	print ""
+	print "| case | p50 us corio / uring / epoll | corio/uring | corio/epoll | p99 us | corio/uring | corio/epoll | p99.9 us | corio/uring | corio/epoll |"
 	print "|---|---|---|---|---|---|---|---|---|---|"
 	for (i = 1; i <= nc; i++) {
-		c = order[i]; a = c SUBSEP "corio"; b = c SUBSEP "base"
-		for (f = 3; f <= 8; f++) {
-			ma[f] = med(v[a, f]); sa[f] = spread(ma[f])
-			mb[f] = med(v[b, f]); sb[f] = spread(mb[f])
-		}
-		cpu_a = (ma[8] > 0) ? sprintf("%.0f%s", ma[8], sa[8]) : "-"
-		cpu_b = (mb[8] > 0) ? sprintf("%.0f%s", mb[8], sb[8]) : "-"
-		printf "| %s | %s%s | %s%s | %s | %s | %s | %s |", c, k(ma[3]), sa[3], k(mb[3]), sb[3], ratio(ma[3], mb[3]), cpu_a, cpu_b, (ma[8] > 0 ? ratio(ma[8], mb[8]) : "-")
-		for (f = 4; f <= 6; f++) printf " %.1f / %.1f (%s) |", ma[f], mb[f], ratio(ma[f], mb[f])
+		c = order[i]
+		if (c ~ /^sockperf/) continue
+		for (s = 1; s <= nl; s++)
+			for (f = 4; f <= 6; f++) m[S[s], f] = med(v[c SUBSEP S[s], f])
+		printf "| %s |", c
+		for (f = 4; f <= 6; f++)
+			printf " %s / %s / %s | %s | %s |", us(m["corio", f]), us(m["uring", f]), us(m["epoll", f]),
+				ratio(m["corio", f], m["uring", f]), ratio(m["corio", f], m["epoll", f])
+		printf "\n"
+	}
+	for (i = 1; i <= nc; i++) {
+		c = order[i]
+		if (c !~ /^sockperf/) continue
+		for (f = 3; f <= 6; f++) { a[f] = med(v[c SUBSEP "corio", f]); b[f] = med(v[c SUBSEP "sockperf", f]) }
+		print ""
+		print "| case | msgs/s corio-echo --sockperf | sockperf server | ratio | p50 us corio / sockperf (ratio) | p99 us | p99.9 us |"
+		print "|---|---|---|---|---|---|---|"
+		printf "| %s | %s | %s | %s |", c, k(a[3]), k(b[3]), ratio(a[3], b[3])
+		for (f = 4; f <= 6; f++) printf " %s / %s (%s) |", us(a[f]), us(b[f]), ratio(a[f], b[f])
 		printf "\n"
 	}
 }' "$ROWS" > "$OUT/table.md"
 cat "$OUT/table.md"
 echo
-echo "base = epoll-echo (sockperf rows: \`sockperf server\`). ±: half the min..max range over"
-echo "the runs, in % of the median. Latency: corio-load closes the loop per message (closed)"
-echo "or measures from the intended send time (open); sockperf rows are sockperf's full RTT."
-echo "Server CPU: all its threads' CPU time (schedstat) over the measured window / messages."
+echo "±: half the min..max range over the runs, in % of the median. Latency: corio-load"
+echo "closes the loop per message (closed) or measures from the intended send time (open);"
+echo "sockperf rows are sockperf's full RTT. Server CPU: all the server's threads' CPU time"
+echo "(schedstat) over the measured window / messages."
 errs=$(grep -c '"errors":[1-9]' "$RUNS")
 echo "runs: $(wc -l < "$RUNS") corio-load runs, $errs with errors; $((end - start)) s"
 
-# ---- the plot ----------------------------------------------------------------
+# ---- the plots ---------------------------------------------------------------
 if command -v gnuplot >/dev/null 2>&1; then
-	pl=""
-	for f in "$OUT"/spec-closed_1c_64B-*.dat "$OUT"/spec-open_64c_64B_100k_s-*.dat \
-		"$OUT"/spec-open_64c_64B_20k_s-*.dat; do
-		[ -s "$f" ] || continue
-		t=$(basename "$f" .dat | sed -e 's/^spec-//' -e 's/-corio$/ corio-echo/' \
-			-e 's/-base$/ epoll-echo/' -e 's/_s /\/s /' -e 's/_/ /g')
-		pl="$pl${pl:+, }'$f' using (1/(1-\$1/100.0)):2 with lines lw 2 title '$t'"
-	done
-	if [ -n "$pl" ]; then
-		gnuplot <<GP 2> "$OUT/gnuplot.err" && echo "plot: $OUT/latency.png"
-set terminal pngcairo size 1000,600 noenhanced
-set output '$OUT/latency.png'
-set title 'corio-echo vs epoll-echo: latency by percentile (last run of each; kernel $kern)'
-set logscale x
-set logscale y
-set xlabel 'percentile'
-set ylabel 'latency (us)'
-set xtics ('0%%' 1, '90%%' 10, '99%%' 100, '99.9%%' 1000, '99.99%%' 10000, '99.999%%' 100000)
-set grid
+	# Every run of three cases, one panel per case; colour = server.
+	panel() { # panel CASE_FILE_KEY TITLE
+		pl=""
+		for side in $SIDES; do
+			case $side in corio) col=1 ;; uring) col=2 ;; epoll) col=3 ;; esac
+			first=1
+			for f in "$OUT"/spec-$1-$side-*.dat; do
+				[ -s "$f" ] || continue
+				if [ $first = 1 ]; then t="title '$side-echo'"; first=0; else t="notitle"; fi
+				pl="$pl${pl:+, }'$f' using (1/(1-\$1/100.0)):2 with lines lw 1.5 lc $col $t"
+			done
+		done
+		[ -n "$pl" ] && printf "set title '%s'\nplot %s\n" "$2" "$pl"
+	}
+	{
+		echo "set terminal pngcairo size 1500,520 noenhanced"
+		echo "set output '$OUT/latency.png'"
+		echo "set multiplot layout 1,3 title 'latency by percentile, every run (kernel $kern)'"
+		echo "set logscale x; set logscale y; set grid; set key top left"
+		echo "set xlabel 'percentile'; set ylabel 'latency (us)'"
+		echo "set xtics ('0%%' 1, '90%%' 10, '99%%' 100, '99.9%%' 1000, '99.99%%' 10000)"
+		panel closed_1c_64B 'closed 1 conn 64 B'
+		panel open_64c_64B_20k_s 'open 64 conns 64 B 20k/s'
+		panel open_64c_64B_100k_s 'open 64 conns 64 B 100k/s'
+		echo "unset multiplot"
+	} > "$OUT/latency.gp"
+	gnuplot "$OUT/latency.gp" 2> "$OUT/gnuplot.err" && echo "plot: $OUT/latency.png"
+	if [ -s "$OUT/cpu.dat" ]; then
+		gnuplot 2>> "$OUT/gnuplot.err" <<GP && echo "plot: $OUT/cpu.png"
+set terminal pngcairo size 1200,520 noenhanced
+set output '$OUT/cpu.png'
+set title 'server CPU per message (ns, median of runs; kernel $kern)'
+set style data histogram
+set style histogram clustered gap 1
+set style fill solid 0.8 border -1
+set xtics rotate by -30
+set grid ytics
+set yrange [0:*]
 set key top left
-plot $pl
+plot '$OUT/cpu.dat' using 2:xtic(1) title 'corio-echo', '' using 3 title 'uring-echo', '' using 4 title 'epoll-echo'
 GP
-		[ -s "$OUT/gnuplot.err" ] && cat "$OUT/gnuplot.err" >&2
 	fi
+	[ -s "$OUT/gnuplot.err" ] && cat "$OUT/gnuplot.err" >&2
 fi
+exit 0
