@@ -9,6 +9,8 @@
 #   V=1             show the commands
 #   WERROR=1        warnings are errors (CI sets it)
 #   TESTS="a b"     make test runs only test/test_a and test/test_b
+#   make fuzz SECS=N   build the libFuzzer targets in test/fuzz (clang, ASan+UBSan)
+#                      and run each for N seconds (10) from test/fuzz/seeds
 
 VERSION   := 0.1.0
 SOVERSION := 0
@@ -69,7 +71,7 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 STATIC := $(B)/libcorio.a
 SHARED := $(B)/libcorio.so.$(VERSION)
 
-.PHONY: all lib tools tests test bench install uninstall clean deps check-headers
+.PHONY: all lib tools tests test bench fuzz install uninstall clean deps check-headers
 all: lib $(B)/corio.pc tools
 
 lib: $(STATIC) $(SHARED)
@@ -141,6 +143,10 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench.sh $(B)
 
+SECS ?= 10
+fuzz: deps
+	$(Q)sh tools/fuzz.sh $(SECS)
+
 install: lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
@@ -159,4 +165,4 @@ uninstall:
 clean:
 	rm -rf build bench-results
 
--include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(TEST_BINS:=.d) $(TOOL_BINS:=.d)

@@ -72,6 +72,21 @@ Test(upper_echo, protocol_every_split)
 	}
 }
 
+/* A last line without LF is judged at end of stream: a trailing CR is not a
+ * line ending there, so max + 1 bytes ending in CR are too long (found by
+ * test/fuzz/fuzz_upper.c: it used to be answered). */
+Test(upper_echo, last_line_cr_at_eof_over_max)
+{
+	static const char in[] = "ok\n12345\r";
+	static const char want[] = "OK!!!\nERROR line too long (max 5 bytes)\n";
+	struct ue_buf out = { 0 };
+
+	feed_all(in, sizeof(in) - 1, 5, NULL, 0, &out);
+	cr_assert(out.len == sizeof(want) - 1 && memcmp(out.p, want, out.len) == 0,
+		  "got %.*s", (int)out.len, out.p);
+	free(out.p);
+}
+
 /* ---- a real server over loopback ---------------------------------------------------- */
 struct step {
 	const char *send;

@@ -191,9 +191,14 @@ static int ue_finish(struct ue_line *l, struct ue_buf *out)
 {
 	int ret = 0;
 
+	/* Without an LF a trailing CR is part of the line, so a partial line
+	 * kept at max + 1 bytes (it ended in CR, which could have been a CRLF)
+	 * is too long after all. */
 	if (l->part.len && !l->skipping)
-		ret = ue_answer(out, l->part.p, l->part.len, false);
+		ret = l->part.len > l->max ? ue_too_long(l, out)
+					   : ue_answer(out, l->part.p, l->part.len, false);
 	l->part.len = 0;
+	l->skipping = false;
 	return ret;
 }
 
