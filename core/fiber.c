@@ -353,9 +353,10 @@ int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opt
 		for (unsigned i = 0; i < 3; i++)
 			if (opts->reserved[i])
 				return corio__error(-EINVAL, "corio_spawn: reserved[%u] is not zero", i);
-		if (opts->stack_size && opts->stack_size < 16384)
+		if (opts->stack_size &&
+		    (opts->stack_size < CORIO__STACK_MIN || opts->stack_size > CORIO__STACK_MAX))
 			return corio__error(-EINVAL,
-					    "corio_spawn: stack_size %zu is below the 16 KiB minimum",
+					    "corio_spawn: stack_size is %zu, must be 0 or 16 KiB..1 GiB",
 					    opts->stack_size);
 	}
 	if (s->stopping)

@@ -359,6 +359,9 @@ static inline void corio__stats_copy(void *dst, const void *src, size_t size)
 int corio__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- stacks (core/stack.c) ----------------------------------------------- */
+/* Bounds of cfg.stack_size and corio_spawn_opts.stack_size. */
+#define CORIO__STACK_MIN           ((size_t)16384)
+#define CORIO__STACK_MAX           ((size_t)1 << 30)
 int corio__stack_get(struct corio__shard *s, struct corio_fiber *f);
 void corio__stack_put(struct corio__shard *s, struct corio_fiber *f);
 void corio__stack_cache_free(struct corio__shard *s);

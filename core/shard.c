@@ -144,7 +144,7 @@ int corio_config_check(const struct corio_config *cfg)
 				    "config: cq_entries is %u, must be 0 or a power of two in "
 				    "sq_entries (%u)..65536",
 				    cfg->cq_entries, cfg->sq_entries);
-	if (cfg->stack_size < 16384 || cfg->stack_size > (1ul << 30))
+	if (cfg->stack_size < CORIO__STACK_MIN || cfg->stack_size > CORIO__STACK_MAX)
 		return corio__error(-EINVAL, "config: stack_size is %zu, must be 16 KiB..1 GiB",
 				    cfg->stack_size);
 	if ((unsigned)cfg->idle > CORIO_IDLE_POLL)

@@ -131,7 +131,8 @@ CORIO_API uint64_t corio_now_ns(void);      /* CLOCK_MONOTONIC in nanoseconds; a
 struct corio_fiber; /* opaque */
 
 struct corio_spawn_opts {
-	size_t stack_size;    /* 0: the config's stack_size                    */
+	size_t stack_size;    /* 0: the config's stack_size; else 16 KiB..1 GiB,
+	                         rounded up to a page                          */
 	const char *name;     /* for stall and overflow reports; copied (23 ch) */
 	unsigned flags;       /* must be 0                                       */
 	unsigned reserved[3]; /* must be 0                                       */

@@ -297,3 +297,41 @@ Test(fiber, stack_overflow_names_the_fiber, .timeout = 30)
 	cr_assert(strstr(buf, "stack overflow in fiber 'overflower'") != NULL,
 		  "no overflow report on stderr; got: %s", buf);
 }
+
+/* ---- stack_size bounds ----------------------------------------------------- */
+#include <stdint.h>
+
+/* corio_spawn checks opts->stack_size against the bounds of cfg.stack_size:
+ * SIZE_MAX used to be accepted (then crashed), SIZE_MAX - 4095 wrapped size +
+ * guard and hung. */
+static void huge_stack_entry(void *arg)
+{
+	const size_t bad[] = { SIZE_MAX, SIZE_MAX - 4095, ((size_t)1 << 30) + 1, 16383 };
+	int *failed = arg;
+
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct corio_spawn_opts o = { .stack_size = bad[i], .name = "huge" };
+		int r = corio_spawn(returns_42, NULL, &o, NULL);
+
+		if (r != -EINVAL || !strstr(corio_last_error(), "stack_size")) {
+			fprintf(stderr, "stack_size %zu: %d (%s)\n", bad[i], r, corio_last_error());
+			(*failed)++;
+		}
+	}
+}
+
+static int huge_stack_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int failed = 0;
+
+	(void)arg;
+	if (corio_run(&cfg, huge_stack_entry, &failed))
+		return 1;
+	return failed ? 2 : 0;
+}
+
+Test(fiber, spawn_rejects_out_of_range_stack_size, .timeout = 30)
+{
+	th_child_ok(huge_stack_child, NULL, 10000, "corio_spawn with stack_size SIZE_MAX");
+}
