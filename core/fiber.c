@@ -370,7 +370,7 @@ int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opt
 	f->arg = arg;
 	f->id = ++s->next_fiber_id;
 	f->state = CORIO__F_NEW;
-	f->stack_req = opts ? opts->stack_size : 0;
+	f->stack_req = opts ? corio__stack_round(opts->stack_size) : 0;
 	if (opts && opts->name) {
 		strncpy(f->name, opts->name, sizeof(f->name) - 1);
 	}

@@ -158,7 +158,7 @@ struct corio__shard {
 	size_t nchunks, chunks_cap;
 	void **stack_cache;
 	unsigned nstacks, stack_cache_cap;
-	size_t stack_size; /* default */
+	size_t stack_size; /* default, a page multiple */
 
 	/* wake-up from other threads: an eventfd with a read always armed */
 	int efd;
@@ -362,6 +362,11 @@ int corio__error(int err, const char *fmt, ...) __attribute__((format(printf, 2,
 /* Bounds of cfg.stack_size and corio_spawn_opts.stack_size. */
 #define CORIO__STACK_MIN           ((size_t)16384)
 #define CORIO__STACK_MAX           ((size_t)1 << 30)
+/* Size and cache from the config (the size rounded up to a page here, once,
+ * so the cache compares like with like). 0 or -ENOMEM. */
+int corio__stack_init(struct corio__shard *s, const struct corio_config *cfg);
+/* A validated stack size rounded up to a page; 0 stays 0 (the default). */
+size_t corio__stack_round(size_t size);
 int corio__stack_get(struct corio__shard *s, struct corio_fiber *f);
 void corio__stack_put(struct corio__shard *s, struct corio_fiber *f);
 void corio__stack_cache_free(struct corio__shard *s);

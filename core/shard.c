@@ -547,11 +547,9 @@ static int shard_setup(struct corio__shard *s)
 		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
 		return ret;
 	}
-	s->stack_size = rt->cfg.stack_size;
-	s->stack_cache_cap = rt->cfg.stack_cache;
-	s->stack_cache = calloc(s->stack_cache_cap ? s->stack_cache_cap : 1, sizeof(void *));
-	if (!s->stack_cache)
-		return -ENOMEM;
+	ret = corio__stack_init(s, &rt->cfg);
+	if (ret)
+		return ret;
 	corio__altstack_init(s); /* without it an overflow report is lost, nothing else */
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
 		const struct corio__part *p = corio__parts[i];

@@ -35,13 +35,30 @@ static size_t page_size(void)
 	return v;
 }
 
+size_t corio__stack_round(size_t size)
+{
+	size_t ps = page_size();
+
+	/* size <= CORIO__STACK_MAX (validated), so this cannot wrap */
+	return (size + ps - 1) & ~(ps - 1);
+}
+
+int corio__stack_init(struct corio__shard *s, const struct corio_config *cfg)
+{
+	/* Rounded once here, and spawn sizes once in corio_spawn: the cache
+	 * takes a stack back only when its size equals s->stack_size. */
+	s->stack_size = corio__stack_round(cfg->stack_size);
+	s->stack_cache_cap = cfg->stack_cache;
+	s->stack_cache = calloc(s->stack_cache_cap ? s->stack_cache_cap : 1, sizeof(void *));
+	return s->stack_cache ? 0 : -ENOMEM;
+}
+
 int corio__stack_get(struct corio__shard *s, struct corio_fiber *f)
 {
 	size_t ps = page_size();
-	size_t size = f->stack_req ? f->stack_req : s->stack_size;
+	size_t size = f->stack_req ? f->stack_req : s->stack_size; /* both page multiples */
 	void *map;
 
-	size = (size + ps - 1) & ~(ps - 1);
 	if (size == s->stack_size && s->nstacks) {
 		map = s->stack_cache[--s->nstacks];
 	} else {

@@ -298,8 +298,9 @@ Test(fiber, stack_overflow_names_the_fiber, .timeout = 30)
 		  "no overflow report on stderr; got: %s", buf);
 }
 
-/* ---- stack_size bounds ----------------------------------------------------- */
+/* ---- stack_size bounds, stack cache ---------------------------------------- */
 #include <stdint.h>
+#include <sys/mman.h>
 
 /* corio_spawn checks opts->stack_size against the bounds of cfg.stack_size:
  * SIZE_MAX used to be accepted (then crashed), SIZE_MAX - 4095 wrapped size +
@@ -334,4 +335,58 @@ static int huge_stack_child(void *arg)
 Test(fiber, spawn_rejects_out_of_range_stack_size, .timeout = 30)
 {
 	th_child_ok(huge_stack_child, NULL, 10000, "corio_spawn with stack_size SIZE_MAX");
+}
+
+/* A stack_size that is not a page multiple still reuses cached stacks. Seen
+ * from inside a fiber: a page deep in a reused stack is already resident (the
+ * fiber before touched it), in a fresh mapping it is not (mincore()). */
+#define REUSE_SPAWNS 1000
+#define ODD_STACK 65636 /* 64 KiB + 100 */
+#define DEEP (32 * 1024)
+
+static __attribute__((noinline)) void touch_deep(void)
+{
+	volatile char a[DEEP];
+
+	for (size_t i = 0; i < sizeof(a); i += 256)
+		a[i] = 1;
+}
+
+static int deep_page_resident(void *arg)
+{
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t p = ((uintptr_t)__builtin_frame_address(0) - DEEP / 2) & ~(uintptr_t)(ps - 1);
+	unsigned char vec = 0;
+
+	if (mincore((void *)p, ps, &vec) == 0 && (vec & 1))
+		(*(long *)arg)++;
+	touch_deep(); /* for the next fiber on this stack */
+	return 0;
+}
+
+static void reuse_entry(void *arg)
+{
+	struct corio_spawn_opts odd = { .stack_size = ODD_STACK };
+	struct corio_fiber *f;
+	long *resident = arg;
+
+	for (int i = 0; i < 2 * REUSE_SPAWNS + 2; i++) {
+		if (i == 2)
+			*resident = 0; /* the first stack is fresh, of course */
+		CHECK_EQ(corio_spawn(deep_page_resident, resident, i % 2 ? &odd : NULL, &f), 0);
+		CHECK_EQ(corio_join(f, NULL), 0);
+	}
+}
+
+Test(fiber, stack_cache_reused_for_unaligned_size, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	long resident = 0;
+
+	cfg.stack_size = ODD_STACK; /* not a page multiple */
+	th_run(&cfg, reuse_entry, &resident);
+	/* a margin for pages reclaimed under memory pressure */
+	cr_assert(resident > 2 * REUSE_SPAWNS * 9 / 10,
+		  "%ld of %d fibers found a reused stack: the stack cache was bypassed",
+		  resident, 2 * REUSE_SPAWNS);
 }
