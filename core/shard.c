@@ -105,6 +105,7 @@ void corio_config_init(struct corio_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->sq_entries = 256;
 	cfg->stack_size = DEFAULT_STACK;
+	cfg->stack_guard = CORIO__STACK_GUARD_DEFAULT;
 	cfg->idle = CORIO_IDLE_BLOCK;
 	cfg->spin_us = 50;
 	cfg->msg_slots = 4096;
@@ -147,6 +148,12 @@ int corio_config_check(const struct corio_config *cfg)
 	if (cfg->stack_size < CORIO__STACK_MIN || cfg->stack_size > CORIO__STACK_MAX)
 		return corio__error(-EINVAL, "config: stack_size is %zu, must be 16 KiB..1 GiB",
 				    cfg->stack_size);
+	if (cfg->stack_guard % (unsigned)sysconf(_SC_PAGESIZE) ||
+	    cfg->stack_guard > CORIO__STACK_GUARD_MAX)
+		return corio__error(-EINVAL,
+				    "config: stack_guard is %u, must be a multiple of the page "
+				    "size (%ld) up to 16 MiB, or 0 for the default",
+				    cfg->stack_guard, sysconf(_SC_PAGESIZE));
 	if ((unsigned)cfg->idle > CORIO_IDLE_POLL)
 		return corio__error(-EINVAL, "config: idle is %d, not a corio_idle value",
 				    (int)cfg->idle);

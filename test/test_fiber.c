@@ -298,9 +298,131 @@ Test(fiber, stack_overflow_names_the_fiber, .timeout = 30)
 		  "no overflow report on stderr; got: %s", buf);
 }
 
-/* ---- stack_size bounds, stack cache ---------------------------------------- */
+/* ---- stack guard, stack_size bounds, stack cache ------------------------------ */
 #include <stdint.h>
 #include <sys/mman.h>
+
+/*
+ * A frame larger than the guard must not jump over it into the stack mapped
+ * below (another fiber's). Two defences: the library and these tests are
+ * built with -fstack-clash-protection (a large frame probes each page on its
+ * way down, so it meets the guard), and the guard is cfg.stack_guard bytes
+ * (64 KiB by default), so even an unprobed frame up to that size lands in it.
+ * Each overflow runs in a forked child; its stderr comes back through a pipe.
+ */
+struct ovf {
+	struct corio_config cfg;
+	size_t jump; /* 0: a real 70 KiB frame; else one store this far below the frame */
+	int errfd;
+	struct corio_event go, hold;
+};
+
+static __attribute__((noinline)) int big_frame(void)
+{
+	char a[70 * 1024];
+	volatile size_t low = 0;
+
+	a[low] = 1; /* the low end first: the frame's lowest byte */
+	__asm__ volatile("" : : "r"(a) : "memory"); /* the whole array is in the frame */
+	return a[low];
+}
+
+/* What a large frame built without -fstack-clash-protection does: its first
+ * store lands far below the last byte the stack touched. */
+static __attribute__((noinline)) void unprobed_jump(size_t below)
+{
+	volatile char *p = (volatile char *)__builtin_frame_address(0) - below;
+
+	*p = 1;
+}
+
+static int ovf_fiber(void *arg)
+{
+	struct ovf *o = arg;
+
+	corio_event_wait(&o->go); /* holds its stack while the victim maps one */
+	if (o->jump)
+		unprobed_jump(o->jump);
+	else
+		big_frame();
+	return 0;
+}
+
+static int ovf_victim(void *arg)
+{
+	return corio_event_wait(&((struct ovf *)arg)->hold);
+}
+
+static void ovf_entry(void *arg)
+{
+	struct ovf *o = arg;
+	struct corio_spawn_opts big = { .stack_size = 64 * 1024, .name = "big-frame" };
+	struct corio_spawn_opts vic = { .stack_size = 64 * 1024, .name = "victim" };
+	struct corio_fiber *f = NULL, *v = NULL;
+
+	corio_event_init(&o->go);
+	corio_event_init(&o->hold);
+	if (corio_spawn(ovf_fiber, o, &big, &f))
+		return;
+	corio_yield(); /* f takes its stack and parks */
+	if (corio_spawn(ovf_victim, o, &vic, &v) == 0)
+		corio_yield(); /* mapped next: usually just below f's guard */
+	corio_event_set(&o->go);
+	corio_join(f, NULL);
+	corio_event_set(&o->hold);
+	if (v)
+		corio_join(v, NULL);
+}
+
+static int ovf_child(void *arg)
+{
+	struct ovf *o = arg;
+
+	dup2(o->errfd, 2);
+	return corio_run(&o->cfg, ovf_entry, o) ? 1 : 0; /* reached only if unnoticed */
+}
+
+static void expect_overflow_report(struct ovf *o)
+{
+	int fds[2], st;
+	char buf[8192];
+	ssize_t n, len = 0;
+
+	cr_assert_eq(pipe(fds), 0);
+	o->errfd = fds[1];
+	st = th_fork_bounded(ovf_child, o, 20000);
+	close(fds[1]);
+	while ((n = read(fds[0], buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+		len += n;
+	buf[len] = '\0';
+	close(fds[0]);
+	cr_assert(st != TH_HUNG, "still running after 20 s; stderr: %s", buf);
+	cr_assert(WIFSIGNALED(st), "the overflow went unnoticed (status 0x%x); stderr: %s", st, buf);
+	cr_assert(strstr(buf, "corio: stack overflow in fiber 'big-frame'") != NULL,
+		  "no report naming the fiber; stderr: %s", buf);
+}
+
+Test(fiber, large_frame_overflow_names_the_fiber, .timeout = 60)
+{
+	struct ovf o = { .cfg = th_cfg(1) };
+
+	expect_overflow_report(&o);
+}
+
+Test(fiber, unprobed_frame_within_guard_names_the_fiber, .timeout = 60)
+{
+	struct ovf o = { .cfg = th_cfg(1), .jump = 70 * 1024 };
+
+	expect_overflow_report(&o);
+}
+
+Test(fiber, stack_guard_config_is_applied, .timeout = 60)
+{
+	struct ovf o = { .cfg = th_cfg(1), .jump = 200 * 1024 };
+
+	o.cfg.stack_guard = 256 * 1024; /* the default 64 KiB would be jumped over */
+	expect_overflow_report(&o);
+}
 
 /* corio_spawn checks opts->stack_size against the bounds of cfg.stack_size:
  * SIZE_MAX used to be accepted (then crashed), SIZE_MAX - 4095 wrapped size +
