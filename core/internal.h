@@ -87,7 +87,7 @@ struct corio_fiber {
 	int wake_res;
 	uint8_t state;
 	uint8_t flags;
-	void *stack_map;   /* mmap base (guard page first) */
+	void *stack_map;   /* mmap base (the guard first) */
 	void *stack_lo;    /* lowest usable byte, just above the guard */
 	size_t stack_size; /* usable bytes above the guard */
 	size_t stack_req;  /* requested size (0: default) */
