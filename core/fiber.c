@@ -353,9 +353,10 @@ int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opt
 		for (unsigned i = 0; i < 3; i++)
 			if (opts->reserved[i])
 				return corio__error(-EINVAL, "corio_spawn: reserved[%u] is not zero", i);
-		if (opts->stack_size && opts->stack_size < 16384)
+		if (opts->stack_size &&
+		    (opts->stack_size < CORIO__STACK_MIN || opts->stack_size > CORIO__STACK_MAX))
 			return corio__error(-EINVAL,
-					    "corio_spawn: stack_size %zu is below the 16 KiB minimum",
+					    "corio_spawn: stack_size is %zu, must be 0 or 16 KiB..1 GiB",
 					    opts->stack_size);
 	}
 	if (s->stopping)
@@ -369,7 +370,7 @@ int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opt
 	f->arg = arg;
 	f->id = ++s->next_fiber_id;
 	f->state = CORIO__F_NEW;
-	f->stack_req = opts ? opts->stack_size : 0;
+	f->stack_req = opts ? corio__stack_round(opts->stack_size) : 0;
 	if (opts && opts->name) {
 		strncpy(f->name, opts->name, sizeof(f->name) - 1);
 	}

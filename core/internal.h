@@ -87,7 +87,7 @@ struct corio_fiber {
 	int wake_res;
 	uint8_t state;
 	uint8_t flags;
-	void *stack_map;   /* mmap base (guard page first) */
+	void *stack_map;   /* mmap base (the guard first) */
 	void *stack_lo;    /* lowest usable byte, just above the guard */
 	size_t stack_size; /* usable bytes above the guard */
 	size_t stack_req;  /* requested size (0: default) */
@@ -158,7 +158,8 @@ struct corio__shard {
 	size_t nchunks, chunks_cap;
 	void **stack_cache;
 	unsigned nstacks, stack_cache_cap;
-	size_t stack_size; /* default */
+	size_t stack_size;  /* default, a page multiple */
+	size_t stack_guard; /* PROT_NONE bytes below each stack, a page multiple */
 
 	/* wake-up from other threads: an eventfd with a read always armed */
 	int efd;
@@ -359,6 +360,17 @@ static inline void corio__stats_copy(void *dst, const void *src, size_t size)
 int corio__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* ---- stacks (core/stack.c) ----------------------------------------------- */
+/* Bounds of cfg.stack_size and corio_spawn_opts.stack_size; cfg.stack_guard
+ * default and bound. The guard only costs address space (PROT_NONE). */
+#define CORIO__STACK_MIN           ((size_t)16384)
+#define CORIO__STACK_MAX           ((size_t)1 << 30)
+#define CORIO__STACK_GUARD_DEFAULT (64u * 1024)
+#define CORIO__STACK_GUARD_MAX     (16u << 20)
+/* Sizes, guard and cache from the config (sizes rounded up to a page here,
+ * once, so the cache compares like with like). 0 or -ENOMEM. */
+int corio__stack_init(struct corio__shard *s, const struct corio_config *cfg);
+/* A validated stack size rounded up to a page; 0 stays 0 (the default). */
+size_t corio__stack_round(size_t size);
 int corio__stack_get(struct corio__shard *s, struct corio_fiber *f);
 void corio__stack_put(struct corio__shard *s, struct corio_fiber *f);
 void corio__stack_cache_free(struct corio__shard *s);

@@ -105,6 +105,7 @@ void corio_config_init(struct corio_config *cfg)
 	memset(cfg, 0, sizeof(*cfg));
 	cfg->sq_entries = 256;
 	cfg->stack_size = DEFAULT_STACK;
+	cfg->stack_guard = CORIO__STACK_GUARD_DEFAULT;
 	cfg->idle = CORIO_IDLE_BLOCK;
 	cfg->spin_us = 50;
 	cfg->msg_slots = 4096;
@@ -144,9 +145,15 @@ int corio_config_check(const struct corio_config *cfg)
 				    "config: cq_entries is %u, must be 0 or a power of two in "
 				    "sq_entries (%u)..65536",
 				    cfg->cq_entries, cfg->sq_entries);
-	if (cfg->stack_size < 16384 || cfg->stack_size > (1ul << 30))
+	if (cfg->stack_size < CORIO__STACK_MIN || cfg->stack_size > CORIO__STACK_MAX)
 		return corio__error(-EINVAL, "config: stack_size is %zu, must be 16 KiB..1 GiB",
 				    cfg->stack_size);
+	if (cfg->stack_guard % (unsigned)sysconf(_SC_PAGESIZE) ||
+	    cfg->stack_guard > CORIO__STACK_GUARD_MAX)
+		return corio__error(-EINVAL,
+				    "config: stack_guard is %u, must be a multiple of the page "
+				    "size (%ld) up to 16 MiB, or 0 for the default",
+				    cfg->stack_guard, sysconf(_SC_PAGESIZE));
 	if ((unsigned)cfg->idle > CORIO_IDLE_POLL)
 		return corio__error(-EINVAL, "config: idle is %d, not a corio_idle value",
 				    (int)cfg->idle);
@@ -547,11 +554,9 @@ static int shard_setup(struct corio__shard *s)
 		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
 		return ret;
 	}
-	s->stack_size = rt->cfg.stack_size;
-	s->stack_cache_cap = rt->cfg.stack_cache;
-	s->stack_cache = calloc(s->stack_cache_cap ? s->stack_cache_cap : 1, sizeof(void *));
-	if (!s->stack_cache)
-		return -ENOMEM;
+	ret = corio__stack_init(s, &rt->cfg);
+	if (ret)
+		return ret;
 	corio__altstack_init(s); /* without it an overflow report is lost, nothing else */
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
 		const struct corio__part *p = corio__parts[i];

@@ -1,8 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/stack.c - fiber stacks: mmap'd with a PROT_NONE guard page below,
- * pooled per shard, and a SIGSEGV handler that turns a hit on a guard page
+ * core/stack.c - fiber stacks: mmap'd with a PROT_NONE guard below,
+ * pooled per shard, and a SIGSEGV handler that turns a hit on a guard
  * into a message naming the fiber.
+ *
+ * The guard is cfg.stack_guard bytes (64 KiB by default), not one page: a
+ * frame larger than the guard, in code built without
+ * -fstack-clash-protection, makes its first store below the guard, into
+ * whatever is mapped there (usually the stack of the fiber that took a stack
+ * next). A PROT_NONE range costs address space only, no memory, and the
+ * same two VMAs whatever its size.
  *
  * Stacks are mapped by the shard thread, which runs with a local NUMA policy,
  * so their pages are first touched (and placed) on the shard's node.
@@ -35,55 +42,73 @@ static size_t page_size(void)
 	return v;
 }
 
-int corio__stack_get(struct corio__shard *s, struct corio_fiber *f)
+size_t corio__stack_round(size_t size)
 {
 	size_t ps = page_size();
-	size_t size = f->stack_req ? f->stack_req : s->stack_size;
+
+	/* size <= CORIO__STACK_MAX (validated), so this cannot wrap */
+	return (size + ps - 1) & ~(ps - 1);
+}
+
+int corio__stack_init(struct corio__shard *s, const struct corio_config *cfg)
+{
+	/* Rounded once here, and spawn sizes once in corio_spawn: the cache
+	 * takes a stack back only when its size equals s->stack_size. */
+	s->stack_size = corio__stack_round(cfg->stack_size);
+	s->stack_guard = cfg->stack_guard ? cfg->stack_guard : CORIO__STACK_GUARD_DEFAULT;
+	s->stack_cache_cap = cfg->stack_cache;
+	s->stack_cache = calloc(s->stack_cache_cap ? s->stack_cache_cap : 1, sizeof(void *));
+	return s->stack_cache ? 0 : -ENOMEM;
+}
+
+int corio__stack_get(struct corio__shard *s, struct corio_fiber *f)
+{
+	size_t guard = s->stack_guard;
+	size_t size = f->stack_req ? f->stack_req : s->stack_size; /* both page multiples */
 	void *map;
 
-	size = (size + ps - 1) & ~(ps - 1);
 	if (size == s->stack_size && s->nstacks) {
 		map = s->stack_cache[--s->nstacks];
 	} else {
-		map = mmap(NULL, size + ps, PROT_READ | PROT_WRITE,
+		map = mmap(NULL, size + guard, PROT_READ | PROT_WRITE,
 			   MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_STACK, -1, 0);
 		if (map == MAP_FAILED)
 			return -errno;
-		if (mprotect(map, ps, PROT_NONE)) {
+		if (mprotect(map, guard, PROT_NONE)) {
 			int err = -errno;
 
-			munmap(map, size + ps);
+			munmap(map, size + guard);
 			return err;
 		}
 	}
 	f->stack_map = map;
 	f->stack_size = size;
-	f->stack_lo = (char *)map + ps;
-	f->vg_id = CORIO__VG_STACK_REGISTER((char *)map + ps, (char *)map + ps + size);
+	f->stack_lo = (char *)map + guard;
+	f->vg_id = CORIO__VG_STACK_REGISTER((char *)map + guard, (char *)map + guard + size);
 	return 0;
 }
 
 void corio__stack_put(struct corio__shard *s, struct corio_fiber *f)
 {
-	size_t ps = page_size();
+	size_t guard = s->stack_guard;
 
 	if (!f->stack_map)
 		return;
 	CORIO__VG_STACK_DEREGISTER(f->vg_id);
 	/* The fiber never returned from its frames: clear ASan's stack poison
 	 * so the next fiber on this stack starts clean. */
-	CORIO__ASAN_UNPOISON((char *)f->stack_map + ps, f->stack_size);
+	CORIO__ASAN_UNPOISON(f->stack_lo, f->stack_size);
 	if (f->stack_size == s->stack_size && s->nstacks < s->stack_cache_cap)
 		s->stack_cache[s->nstacks++] = f->stack_map;
 	else
-		munmap(f->stack_map, f->stack_size + ps);
+		munmap(f->stack_map, f->stack_size + guard);
 	f->stack_map = NULL;
 }
 
 void corio__stack_cache_free(struct corio__shard *s)
 {
 	while (s->nstacks)
-		munmap(s->stack_cache[--s->nstacks], s->stack_size + page_size());
+		munmap(s->stack_cache[--s->nstacks], s->stack_size + s->stack_guard);
 	free(s->stack_cache);
 	s->stack_cache = NULL;
 }
@@ -120,9 +145,10 @@ static void on_fault(int sig, siginfo_t *si, void *uctx)
 	if (f && f->stack_map) {
 		uintptr_t addr = (uintptr_t)si->si_addr;
 		uintptr_t lo = (uintptr_t)f->stack_map;
-		uintptr_t guard_end = lo + page_size();
+		uintptr_t guard_end = (uintptr_t)f->stack_lo;
 
-		/* The guard page, or a frame that jumped just past it. */
+		/* The guard, or a frame that jumped just past it into unmapped
+		 * space (past it into a mapping, it faults nowhere: see the top). */
 		if (addr < guard_end && addr + 65536 >= lo) {
 			put("corio: stack overflow in fiber '");
 			put(f->name[0] ? f->name : "(unnamed)");

@@ -65,7 +65,8 @@ struct corio_config {
 	                             CPUs in order, wrapping when shards > CPUs    */
 	unsigned sq_entries;      /* per shard, power of two, 1..32768 (256)        */
 	unsigned cq_entries;      /* 0: 2 * sq_entries; else power of two >= sq     */
-	size_t stack_size;        /* default fiber stack in bytes (128 KiB)         */
+	size_t stack_size;        /* default fiber stack in bytes, 16 KiB..1 GiB,
+	                             rounded up to a page (128 KiB)                 */
 	enum corio_idle idle;     /* CORIO_IDLE_BLOCK                               */
 	unsigned spin_us;         /* CORIO_IDLE_SPIN: spin this long (50)           */
 	unsigned msg_slots;       /* inbound message ring capacity per shard (4096) */
@@ -75,7 +76,10 @@ struct corio_config {
 	unsigned stack_cache;     /* stacks kept per shard for reuse (256)          */
 	unsigned run_budget;      /* max fibers run per loop turn before polling
 	                             the ring again (256)                           */
-	unsigned reserved[13];    /* must be zero                                   */
+	unsigned stack_guard;     /* inaccessible bytes below each fiber stack: a
+	                             page multiple up to 16 MiB; 0: the default
+	                             (64 KiB). See "stack overflow" below.          */
+	unsigned reserved[12];    /* must be zero                                   */
 };
 
 /* Set every field of *cfg to its default. Always call it first. */
@@ -130,8 +134,21 @@ CORIO_API uint64_t corio_now_ns(void);      /* CLOCK_MONOTONIC in nanoseconds; a
 
 struct corio_fiber; /* opaque */
 
+/*
+ * Stack overflow. Below each fiber stack lie cfg.stack_guard inaccessible
+ * bytes. An access there ends the process (SIGSEGV) after this line on
+ * stderr: "corio: stack overflow in fiber 'NAME' (id N) on shard S: ...".
+ * That holds when the first access below the stack lands in the guard: any
+ * overflow by frames smaller than the guard, and by frames of any size in
+ * code built with -fstack-clash-protection (it touches a large frame, alloca
+ * or VLA page by page, downwards). In code built without it, one frame
+ * larger than the guard can write below the guard unnoticed, into whatever
+ * is mapped there (often another fiber's stack): build fiber code with
+ * -fstack-clash-protection (corio itself is), or raise stack_guard.
+ */
 struct corio_spawn_opts {
-	size_t stack_size;    /* 0: the config's stack_size                    */
+	size_t stack_size;    /* 0: the config's stack_size; else 16 KiB..1 GiB,
+	                         rounded up to a page                          */
 	const char *name;     /* for stall and overflow reports; copied (23 ch) */
 	unsigned flags;       /* must be 0                                       */
 	unsigned reserved[3]; /* must be 0                                       */

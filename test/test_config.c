@@ -36,6 +36,9 @@ BAD(sq_not_pow2, sq_entries, 100, "sq_entries")
 BAD(sq_too_big, sq_entries, 65536, "sq_entries")
 BAD(cq_not_pow2, cq_entries, 100, "cq_entries")
 BAD(stack_too_small, stack_size, 4096, "stack_size")
+BAD(stack_too_big, stack_size, (size_t)-1, "stack_size")
+BAD(stack_guard_not_page_multiple, stack_guard, 5000, "stack_guard")
+BAD(stack_guard_too_big, stack_guard, 1u << 30, "stack_guard")
 BAD(spin_too_long, spin_us, 2000000, "spin_us")
 BAD(msg_slots_not_pow2, msg_slots, 1000, "msg_slots")
 BAD(run_budget_zero, run_budget, 0, "run_budget")
@@ -106,6 +109,21 @@ Test(config, defaults_are_valid)
 	corio_config_init(&cfg);
 	cr_assert_eq(corio_config_check(&cfg), 0, "%s", corio_last_error());
 	cr_assert_eq(corio_config_check(&cfg), 0);
+}
+
+/* The guard below each fiber stack: 64 KiB by default (a frame up to that
+ * size cannot jump over it); 0, what a program built against a header
+ * without the field leaves there, means the default. */
+Test(config, stack_guard_default_and_zero)
+{
+	struct corio_config cfg;
+
+	corio_config_init(&cfg);
+	cr_assert_eq(cfg.stack_guard, 64u * 1024);
+	cfg.stack_guard = 0;
+	cr_assert_eq(corio_config_check(&cfg), 0, "%s", corio_last_error());
+	cfg.stack_guard = (unsigned)sysconf(_SC_PAGESIZE);
+	cr_assert_eq(corio_config_check(&cfg), 0, "%s", corio_last_error());
 }
 
 Test(config, null_entry_is_rejected)

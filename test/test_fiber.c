@@ -297,3 +297,218 @@ Test(fiber, stack_overflow_names_the_fiber, .timeout = 30)
 	cr_assert(strstr(buf, "stack overflow in fiber 'overflower'") != NULL,
 		  "no overflow report on stderr; got: %s", buf);
 }
+
+/* ---- stack guard, stack_size bounds, stack cache ------------------------------ */
+#include <stdint.h>
+#include <sys/mman.h>
+
+/*
+ * A frame larger than the guard must not jump over it into the stack mapped
+ * below (another fiber's). Two defences: the library and these tests are
+ * built with -fstack-clash-protection (a large frame probes each page on its
+ * way down, so it meets the guard), and the guard is cfg.stack_guard bytes
+ * (64 KiB by default), so even an unprobed frame up to that size lands in it.
+ * Each overflow runs in a forked child; its stderr comes back through a pipe.
+ */
+struct ovf {
+	struct corio_config cfg;
+	size_t jump; /* 0: a real 70 KiB frame; else one store this far below the frame */
+	int errfd;
+	struct corio_event go, hold;
+};
+
+static __attribute__((noinline)) int big_frame(void)
+{
+	char a[70 * 1024];
+	volatile size_t low = 0;
+
+	a[low] = 1; /* the low end first: the frame's lowest byte */
+	__asm__ volatile("" : : "r"(a) : "memory"); /* the whole array is in the frame */
+	return a[low];
+}
+
+/* What a large frame built without -fstack-clash-protection does: its first
+ * store lands far below the last byte the stack touched. */
+static __attribute__((noinline)) void unprobed_jump(size_t below)
+{
+	volatile char *p = (volatile char *)__builtin_frame_address(0) - below;
+
+	*p = 1;
+}
+
+static int ovf_fiber(void *arg)
+{
+	struct ovf *o = arg;
+
+	corio_event_wait(&o->go); /* holds its stack while the victim maps one */
+	if (o->jump)
+		unprobed_jump(o->jump);
+	else
+		big_frame();
+	return 0;
+}
+
+static int ovf_victim(void *arg)
+{
+	return corio_event_wait(&((struct ovf *)arg)->hold);
+}
+
+static void ovf_entry(void *arg)
+{
+	struct ovf *o = arg;
+	struct corio_spawn_opts big = { .stack_size = 64 * 1024, .name = "big-frame" };
+	struct corio_spawn_opts vic = { .stack_size = 64 * 1024, .name = "victim" };
+	struct corio_fiber *f = NULL, *v = NULL;
+
+	corio_event_init(&o->go);
+	corio_event_init(&o->hold);
+	if (corio_spawn(ovf_fiber, o, &big, &f))
+		return;
+	corio_yield(); /* f takes its stack and parks */
+	if (corio_spawn(ovf_victim, o, &vic, &v) == 0)
+		corio_yield(); /* mapped next: usually just below f's guard */
+	corio_event_set(&o->go);
+	corio_join(f, NULL);
+	corio_event_set(&o->hold);
+	if (v)
+		corio_join(v, NULL);
+}
+
+static int ovf_child(void *arg)
+{
+	struct ovf *o = arg;
+
+	dup2(o->errfd, 2);
+	return corio_run(&o->cfg, ovf_entry, o) ? 1 : 0; /* reached only if unnoticed */
+}
+
+static void expect_overflow_report(struct ovf *o)
+{
+	int fds[2], st;
+	char buf[8192];
+	ssize_t n, len = 0;
+
+	cr_assert_eq(pipe(fds), 0);
+	o->errfd = fds[1];
+	st = th_fork_bounded(ovf_child, o, 20000);
+	close(fds[1]);
+	while ((n = read(fds[0], buf + len, sizeof(buf) - 1 - (size_t)len)) > 0)
+		len += n;
+	buf[len] = '\0';
+	close(fds[0]);
+	cr_assert(st != TH_HUNG, "still running after 20 s; stderr: %s", buf);
+	cr_assert(WIFSIGNALED(st), "the overflow went unnoticed (status 0x%x); stderr: %s", st, buf);
+	cr_assert(strstr(buf, "corio: stack overflow in fiber 'big-frame'") != NULL,
+		  "no report naming the fiber; stderr: %s", buf);
+}
+
+Test(fiber, large_frame_overflow_names_the_fiber, .timeout = 60)
+{
+	struct ovf o = { .cfg = th_cfg(1) };
+
+	expect_overflow_report(&o);
+}
+
+Test(fiber, unprobed_frame_within_guard_names_the_fiber, .timeout = 60)
+{
+	struct ovf o = { .cfg = th_cfg(1), .jump = 70 * 1024 };
+
+	expect_overflow_report(&o);
+}
+
+Test(fiber, stack_guard_config_is_applied, .timeout = 60)
+{
+	struct ovf o = { .cfg = th_cfg(1), .jump = 200 * 1024 };
+
+	o.cfg.stack_guard = 256 * 1024; /* the default 64 KiB would be jumped over */
+	expect_overflow_report(&o);
+}
+
+/* corio_spawn checks opts->stack_size against the bounds of cfg.stack_size:
+ * SIZE_MAX used to be accepted (then crashed), SIZE_MAX - 4095 wrapped size +
+ * guard and hung. */
+static void huge_stack_entry(void *arg)
+{
+	const size_t bad[] = { SIZE_MAX, SIZE_MAX - 4095, ((size_t)1 << 30) + 1, 16383 };
+	int *failed = arg;
+
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct corio_spawn_opts o = { .stack_size = bad[i], .name = "huge" };
+		int r = corio_spawn(returns_42, NULL, &o, NULL);
+
+		if (r != -EINVAL || !strstr(corio_last_error(), "stack_size")) {
+			fprintf(stderr, "stack_size %zu: %d (%s)\n", bad[i], r, corio_last_error());
+			(*failed)++;
+		}
+	}
+}
+
+static int huge_stack_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int failed = 0;
+
+	(void)arg;
+	if (corio_run(&cfg, huge_stack_entry, &failed))
+		return 1;
+	return failed ? 2 : 0;
+}
+
+Test(fiber, spawn_rejects_out_of_range_stack_size, .timeout = 30)
+{
+	th_child_ok(huge_stack_child, NULL, 10000, "corio_spawn with stack_size SIZE_MAX");
+}
+
+/* A stack_size that is not a page multiple still reuses cached stacks. Seen
+ * from inside a fiber: a page deep in a reused stack is already resident (the
+ * fiber before touched it), in a fresh mapping it is not (mincore()). */
+#define REUSE_SPAWNS 1000
+#define ODD_STACK 65636 /* 64 KiB + 100 */
+#define DEEP (32 * 1024)
+
+static __attribute__((noinline)) void touch_deep(void)
+{
+	volatile char a[DEEP];
+
+	for (size_t i = 0; i < sizeof(a); i += 256)
+		a[i] = 1;
+}
+
+static int deep_page_resident(void *arg)
+{
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+	uintptr_t p = ((uintptr_t)__builtin_frame_address(0) - DEEP / 2) & ~(uintptr_t)(ps - 1);
+	unsigned char vec = 0;
+
+	if (mincore((void *)p, ps, &vec) == 0 && (vec & 1))
+		(*(long *)arg)++;
+	touch_deep(); /* for the next fiber on this stack */
+	return 0;
+}
+
+static void reuse_entry(void *arg)
+{
+	struct corio_spawn_opts odd = { .stack_size = ODD_STACK };
+	struct corio_fiber *f;
+	long *resident = arg;
+
+	for (int i = 0; i < 2 * REUSE_SPAWNS + 2; i++) {
+		if (i == 2)
+			*resident = 0; /* the first stack is fresh, of course */
+		CHECK_EQ(corio_spawn(deep_page_resident, resident, i % 2 ? &odd : NULL, &f), 0);
+		CHECK_EQ(corio_join(f, NULL), 0);
+	}
+}
+
+Test(fiber, stack_cache_reused_for_unaligned_size, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	long resident = 0;
+
+	cfg.stack_size = ODD_STACK; /* not a page multiple */
+	th_run(&cfg, reuse_entry, &resident);
+	/* a margin for pages reclaimed under memory pressure */
+	cr_assert(resident > 2 * REUSE_SPAWNS * 9 / 10,
+		  "%ld of %d fibers found a reused stack: the stack cache was bypassed",
+		  resident, 2 * REUSE_SPAWNS);
+}
