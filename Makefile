@@ -9,6 +9,8 @@
 #   V=1             show the commands
 #   WERROR=1        warnings are errors (CI sets it)
 #   TESTS="a b"     make test runs only test/test_a and test/test_b
+#   make soak SECS=N   corio-echo under N seconds of connection churn per accept
+#                      model; fds, fibers, connections, buffers must come back
 #   make fuzz SECS=N   build the libFuzzer targets in test/fuzz (clang, ASan+UBSan)
 #                      and run each for N seconds (10) from test/fuzz/seeds
 
@@ -76,7 +78,7 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 STATIC := $(B)/libcorio.a
 SHARED := $(B)/libcorio.so.$(VERSION)
 
-.PHONY: all lib tools tests test bench fuzz install uninstall clean deps check-headers
+.PHONY: all lib tools tests test bench fuzz soak install uninstall clean deps check-headers
 all: lib $(B)/corio.pc tools
 
 lib: $(STATIC) $(SHARED)
@@ -149,6 +151,10 @@ bench: deps
 	$(Q)sh tools/bench.sh $(B)
 
 SECS ?= 10
+soak: deps
+	$(Q)$(MAKE) --no-print-directory lib tools
+	$(Q)sh tools/soak.sh $(B) $(SECS)
+
 fuzz: deps
 	$(Q)sh tools/fuzz.sh $(SECS)
 
