@@ -38,22 +38,32 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
  * caller that took another SQE between begin and wait): a heap timer at the
  * deadline issues an async cancel for the op.
  */
-int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
+int corio__op_may_start(void)
 {
 	struct corio_fiber *f = corio__self();
-	struct corio__ring *r;
 
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
+	if (CORIO__UNLIKELY(f->deadline_ns) && corio_now_ns() >= f->deadline_ns) {
+		corio__timer_count_timeout(f->shard);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
+{
+	struct corio_fiber *f = corio__self();
+	struct corio__ring *r;
+	int ret = corio__op_may_start();
+
+	if (ret)
+		return ret;
 	r = &f->shard->ring;
 	if (CORIO__UNLIKELY(f->deadline_ns)) {
 		struct corio__timers *T = corio__timers(f->shard);
 
-		if (corio_now_ns() >= f->deadline_ns) {
-			corio__timer_count_timeout(f->shard);
-			return -ETIMEDOUT;
-		}
 		if (T && !T->no_link)
 			corio__ring_reserve(r, 2);
 	}

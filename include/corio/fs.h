@@ -13,8 +13,11 @@
  * _FSYNC, _OPENAT, _CLOSE, _STATX, _FALLOCATE, _RENAMEAT, _UNLINKAT,
  * _MKDIRAT). Where the running kernel lacks an op (probed when the shard
  * starts) the call falls back to the blocking syscall on the shard thread,
- * counted in corio_fs_stats.sync_fallbacks; such a call cannot be cancelled
- * or timed out once it runs. The environment variable CORIO_FS_SYNC (a comma
+ * counted in corio_fs_stats.sync_fallbacks. A fallback call checks first, as
+ * the ring path does: a cancelled fiber gets -ECANCELED and a passed deadline
+ * -ETIMEDOUT, and the syscall does not run (corio_close_fd() excepted: it
+ * always closes); but once the syscall runs it cannot be cancelled or timed
+ * out. The environment variable CORIO_FS_SYNC (a comma
  * list of open, close, read, write, fsync, statx, fallocate, rename, unlink,
  * mkdir, or "all") forces that fallback, for tests.
  *
