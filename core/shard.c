@@ -36,6 +36,7 @@
 #include <errno.h>
 #include <numa.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -580,6 +581,24 @@ static void shard_teardown(struct corio__shard *s)
 	corio__altstack_fini(s);
 }
 
+/*
+ * A write to a pipe, FIFO or socket whose reader has gone raises SIGPIPE in
+ * the writing thread, whose default action ends the whole process. On a
+ * shard that thread is corio's: a corio_write_at() issued inline by the ring,
+ * or the blocking fallback. Shard threads block SIGPIPE, so such a write
+ * returns -EPIPE and the process lives; the signal stays pending on the
+ * shard thread, blocked, and is never delivered. The application's own
+ * threads and its SIGPIPE disposition are untouched (README, "How it runs").
+ */
+static void block_sigpipe(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
 static void *shard_main(void *arg)
 {
 	struct corio__shard *s = arg;
@@ -588,6 +607,7 @@ static void *shard_main(void *arg)
 
 	corio__tl_shard = s;
 	s->tid = (pid_t)syscall(SYS_gettid);
+	block_sigpipe();
 #if CORIO__TSAN
 	s->tsan_sched = __tsan_get_current_fiber();
 #endif

@@ -809,3 +809,74 @@ FS_TEST(expired_deadline_fails_every_call_fallback)
 	run1(expired_all_kinds, NULL);
 	unsetenv("CORIO_FS_SYNC");
 }
+
+/* ---- a write to a pipe or FIFO without a reader returns -EPIPE ------------------ */
+
+struct epipe {
+	int rc; /* 0 when every write said -EPIPE */
+};
+
+static void epipe_entry(void *arg)
+{
+	struct epipe *e = arg;
+	char path[PATH_MAX];
+	int p[2], rd, wr;
+
+	/* a pipe whose read end is closed */
+	if (pipe2(p, O_CLOEXEC)) {
+		e->rc = 10;
+		return;
+	}
+	close(p[0]);
+	if (corio_write_at(p[1], "x", 1, CORIO_OFF_CUR) != -EPIPE)
+		e->rc = 11;
+	close(p[1]);
+	/* a FIFO whose reader has gone */
+	tpath(path, "epipe-fifo");
+	rd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	wr = rd >= 0 ? corio_open(path, O_WRONLY, 0) : -1;
+	if (rd < 0 || wr < 0) {
+		e->rc = 12;
+	} else {
+		close(rd);
+		if (corio_write_at(wr, "y", 1, CORIO_OFF_CUR) != -EPIPE)
+			e->rc = 13;
+		/* and the shard lives on: another call works */
+		if (corio_nop() != 0)
+			e->rc = 14;
+	}
+	if (wr >= 0)
+		corio_close_fd(wr);
+}
+
+/* In a child: SIGPIPE's default action kills the process (exit 141 from a
+ * shell) if a shard thread takes the signal. */
+static int epipe_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct epipe e = { 0 };
+
+	signal(SIGPIPE, SIG_DFL);
+	if (arg)
+		setenv("CORIO_FS_SYNC", "all", 1);
+	if (corio_run(&cfg, epipe_entry, &e))
+		return 20;
+	return e.rc;
+}
+
+static void epipe_test(void *sync)
+{
+	char path[PATH_MAX];
+	int st;
+
+	tpath(path, "epipe-fifo");
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	st = th_fork_bounded(epipe_child, sync, 10000);
+	cr_assert(st != TH_HUNG, "still running after 10 s");
+	cr_assert(!WIFSIGNALED(st), "the child died of signal %d (SIGPIPE is %d)", WTERMSIG(st),
+		  SIGPIPE);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+}
+
+FS_TEST(write_to_broken_pipe_is_epipe_ring) { epipe_test(NULL); }
+FS_TEST(write_to_broken_pipe_is_epipe_fallback) { epipe_test((void *)1); }
