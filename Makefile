@@ -159,4 +159,4 @@ uninstall:
 clean:
 	rm -rf build bench-results
 
--include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d)
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(TEST_BINS:=.d)
