@@ -192,3 +192,62 @@ Test(tools, echo_rejects_hex_port, .timeout = 30)
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 2, "status 0x%x, stderr: %s", st, msg);
 	cr_assert(strstr(msg, "--port") && strstr(msg, "0x50"), "stderr: %s", msg);
 }
+
+/* ---- corio-load ends when the server stops answering ------------------------------- */
+
+/* A server that accepts (the kernel's backlog does) and never reads or
+ * answers. Returns the listening fd; *port is its port. */
+static int mute_server(int *port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(listen(fd, 64), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	*port = ntohs(sa.sin_port);
+	return fd;
+}
+
+/* Open loop against the mute server: the tool must end soon after
+ * warm-up + duration + drain (0.5 s here), report the unanswered messages
+ * and exit 1. 20 s is the bound; the bug ran forever. */
+static void load_mute(const char *size, const char *rate)
+{
+	char prog[PATH_MAX + 32], msg[4096], ports[16];
+	struct child c;
+	int lfd, port, st;
+	uint64_t t0;
+
+	tool_path(prog, sizeof(prog), "corio-load");
+	if (access(prog, X_OK))
+		cr_skip_test("%s is not built (make tools)", prog);
+	lfd = mute_server(&port);
+	snprintf(ports, sizeof(ports), "%d", port);
+	t0 = corio_now_ns();
+	c = spawn_tool(prog, (char *[]){ prog, "-p", ports, "--no-probe", "-q", "-c", "2", "-s",
+					 (char *)size, "-r", (char *)rate, "-w", "0", "-d", "0.2",
+					 "--drain", "0.3", NULL });
+	st = wait_tool(&c, 20000, msg, sizeof(msg));
+	close(lfd);
+	cr_assert(st != TH_HUNG, "corio-load is still running 20 s after a 0.5 s run; stderr: %s",
+		  msg);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 1, "status 0x%x, stderr: %s", st, msg);
+	cr_assert(strstr(msg, "echoes missing"), "no word of the missing echoes: %s", msg);
+	cr_assert_lt(corio_now_ns() - t0, 20000000000ull);
+}
+
+/* The receiver waits for echoes that never come. */
+Test(tools, load_rate_ends_when_server_is_mute, .timeout = 60)
+{
+	load_mute("64", "1000");
+}
+
+/* Big messages fill the socket buffers: the sender is still blocked in its
+ * send when the drain deadline passes, so it never shuts its side down. */
+Test(tools, load_rate_ends_when_sends_block_past_drain, .timeout = 60)
+{
+	load_mute("64k", "20k");
+}
