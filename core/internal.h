@@ -165,6 +165,8 @@ struct corio__shard {
 	uint64_t efd_buf;
 	struct corio__op efd_op;
 	bool efd_armed;
+	bool efd_poll;        /* wait with POLL_ADD + read(2), not an io_uring read */
+	bool efd_nowait_test; /* CORIO_RING_DISABLE=efd_wait: act like an old kernel */
 	_Atomic int sleeping; /* 1 while blocked (or about to) in io_uring_enter */
 
 	/* sanitizer bookkeeping for the scheduler's own stack */

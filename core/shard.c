@@ -35,6 +35,7 @@
 
 #include <errno.h>
 #include <numa.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -214,16 +215,49 @@ void corio__shard_kick(struct corio__shard *s)
 		kick(s);
 }
 
+/*
+ * The wake-up read. The eventfd is O_NONBLOCK, so that writers never block.
+ * A read of it through io_uring waits (by internal poll) on kernels whose
+ * eventfd supports non-blocking waits (5.12+); older ones complete it at
+ * once with -EAGAIN when the counter is 0, and re-arming that read would
+ * turn the loop forever. So an -EAGAIN (or any other failure) switches the
+ * shard to POLL_ADD, which completes only when the counter is non-zero,
+ * followed by a read(2) that resets it. CORIO_RING_DISABLE=efd_wait makes
+ * the read fail the old kernels' way (RWF_NOWAIT), for tests.
+ */
 static void efd_arm(struct corio__shard *s);
 
 static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 {
 	struct corio__shard *s = op->data;
 
-	(void)res;
 	(void)flags;
 	s->efd_armed = false;
-	CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+	if (s->efd_poll) {
+		if (res < 0 && res != -ECANCELED && res != -EINTR) {
+			/* A poll on our own eventfd cannot fail for a reason that goes
+			 * away: report it rather than re-arm in a loop. Other threads
+			 * can no longer wake this shard while it sleeps. */
+			fprintf(stderr, "corio: shard %u: poll on the wake-up eventfd failed: %s; "
+				"wake-ups from other threads are lost\n", s->id, strerror(-res));
+			return;
+		}
+		if (res > 0) {
+			uint64_t v;
+			ssize_t r = read(s->efd, &v, sizeof(v));
+
+			(void)r; /* EAGAIN: nothing to reset; nothing is lost either */
+			CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+		}
+	} else if (res == (int32_t)sizeof(s->efd_buf)) {
+		CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+	} else if (res != -ECANCELED && res != -EINTR) {
+		if (res != -EAGAIN)
+			fprintf(stderr, "corio: shard %u: read of the wake-up eventfd: %s; "
+				"waiting with poll instead\n", s->id,
+				res < 0 ? strerror(-res) : "short read");
+		s->efd_poll = true;
+	}
 	efd_arm(s);
 }
 
@@ -234,7 +268,13 @@ static void efd_arm(struct corio__shard *s)
 	if (s->efd_armed || s->stopping)
 		return;
 	sqe = corio__ring_sqe(&s->ring);
-	io_uring_prep_read(sqe, s->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
+	if (s->efd_poll) {
+		io_uring_prep_poll_add(sqe, s->efd, POLLIN);
+	} else {
+		io_uring_prep_read(sqe, s->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
+		if (CORIO__UNLIKELY(s->efd_nowait_test))
+			sqe->rw_flags = RWF_NOWAIT;
+	}
 	s->efd_op.cb = efd_done;
 	s->efd_op.data = s;
 	corio__sqe_set_op(sqe, &s->efd_op);
@@ -548,6 +588,7 @@ static int shard_setup(struct corio__shard *s)
 		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
 		return ret;
 	}
+	s->efd_nowait_test = corio__env_has("CORIO_RING_DISABLE", "efd_wait");
 	s->stack_size = rt->cfg.stack_size;
 	s->stack_cache_cap = rt->cfg.stack_cache;
 	s->stack_cache = calloc(s->stack_cache_cap ? s->stack_cache_cap : 1, sizeof(void *));

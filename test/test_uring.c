@@ -139,3 +139,68 @@ Test(uring, idle_strategies, .timeout = 30)
 		cr_assert_eq(done, 4);
 	}
 }
+
+/* ---- the wake-up eventfd --------------------------------------------------------- */
+
+/* An idle shard sleeps in the kernel: its wake-up read on the eventfd
+ * completes once per doorbell, not in a loop (an O_NONBLOCK eventfd read
+ * through io_uring can complete with -EAGAIN at once on kernels whose
+ * eventfd cannot wait without blocking; re-arming that spins). Doorbells
+ * from a foreign thread each wake it and are counted. */
+struct efd_run {
+	_Atomic int posts_seen;
+	_Atomic int done;
+	struct corio_stats st;
+};
+
+static void efd_post(void *arg)
+{
+	atomic_fetch_add(&((struct efd_run *)arg)->posts_seen, 1);
+}
+
+static void efd_entry(void *arg)
+{
+	struct efd_run *e = arg;
+
+	while (atomic_load(&e->posts_seen) < 20)
+		corio_sleep_ns(20 * 1000 * 1000); /* the shard sleeps between posts */
+	CHECK_EQ(corio_stats_get(NULL, 0, &e->st), 0);
+}
+
+static void efd_idle(void)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct efd_run e = { 0 };
+	struct corio_rt *rt;
+	int before = th_fd_count();
+
+	cr_assert_eq(corio_start(&cfg, efd_entry, &e, &rt), 0);
+	for (int i = 0; i < 20; i++) {
+		usleep(5000);
+		while (corio_post_foreign(rt, 0, efd_post, &e) == -EAGAIN)
+			usleep(1000);
+	}
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before);
+	/* 20 doorbells at most, plus the sleeps' own turns: a spinning wake-up
+	 * read turns the loop hundreds of thousands of times in that time. */
+	cr_assert_leq(e.st.doorbells_in, 20, "doorbells_in %llu",
+		      (unsigned long long)e.st.doorbells_in);
+	cr_assert_lt(e.st.loop_turns, 2000, "loop_turns %llu", (unsigned long long)e.st.loop_turns);
+}
+
+Test(uring, idle_shard_does_not_spin_on_its_eventfd, .timeout = 30)
+{
+	efd_idle();
+}
+
+/* The same where the read fails at once with -EAGAIN, as an O_NONBLOCK
+ * eventfd read does on kernels before 5.12 (forced with RWF_NOWAIT): the
+ * shard must switch to poll-then-read, not spin. */
+Test(uring, eventfd_eagain_falls_back_to_poll, .timeout = 30)
+{
+	setenv("CORIO_RING_DISABLE", "efd_wait", 1);
+	efd_idle();
+	unsetenv("CORIO_RING_DISABLE");
+}
