@@ -218,9 +218,10 @@ void corio__shard_kick(struct corio__shard *s)
 /*
  * The wake-up read. The eventfd is O_NONBLOCK, so that writers never block.
  * A read of it through io_uring waits (by internal poll) on kernels whose
- * eventfd supports non-blocking waits (5.12+); older ones complete it at
- * once with -EAGAIN when the counter is 0, and re-arming that read would
- * turn the loop forever. So an -EAGAIN (or any other failure) switches the
+ * eventfd has read_iter (5.8+, "eventfd: convert to f_op->read_iter()");
+ * on older ones (liburing issue #143) it completes at once with -EAGAIN
+ * when the counter is 0, and re-arming that read would turn the loop
+ * forever. So an -EAGAIN (or any other failure) switches the
  * shard to POLL_ADD, which completes only when the counter is non-zero,
  * followed by a read(2) that resets it. CORIO_RING_DISABLE=efd_wait makes
  * the read fail the old kernels' way (RWF_NOWAIT), for tests.

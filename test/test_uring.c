@@ -144,8 +144,8 @@ Test(uring, idle_strategies, .timeout = 30)
 
 /* An idle shard sleeps in the kernel: its wake-up read on the eventfd
  * completes once per doorbell, not in a loop (an O_NONBLOCK eventfd read
- * through io_uring can complete with -EAGAIN at once on kernels whose
- * eventfd cannot wait without blocking; re-arming that spins). Doorbells
+ * through io_uring completes with -EAGAIN at once on kernels before 5.8;
+ * re-arming that spins). Doorbells
  * from a foreign thread each wake it and are counted. */
 struct efd_run {
 	_Atomic int posts_seen;
@@ -196,7 +196,7 @@ Test(uring, idle_shard_does_not_spin_on_its_eventfd, .timeout = 30)
 }
 
 /* The same where the read fails at once with -EAGAIN, as an O_NONBLOCK
- * eventfd read does on kernels before 5.12 (forced with RWF_NOWAIT): the
+ * eventfd read does on kernels before 5.8 (forced with RWF_NOWAIT): the
  * shard must switch to poll-then-read, not spin. */
 Test(uring, eventfd_eagain_falls_back_to_poll, .timeout = 30)
 {
