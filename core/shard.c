@@ -408,6 +408,7 @@ static void publish_ring_stats(struct corio__shard *s)
 	CORIO__STAT_SET(s->stats.cqes, s->ring.cnt.cqes);
 	CORIO__STAT_SET(s->stats.sq_full, s->ring.cnt.sq_full);
 	CORIO__STAT_SET(s->stats.cq_overflow, s->ring.cnt.cq_overflow);
+	CORIO__STAT_SET(s->stats.cqe_dropped, s->ring.cnt.cqe_dropped);
 }
 
 /*
@@ -526,6 +527,9 @@ static void loop(struct corio__shard *s)
 			busy_poll(s, sp, stalled);
 		else
 			woke = idle_wait(s, sp, stalled);
+		/* Always reap after the enter, whatever it returned: -EBUSY or
+		 * -EAGAIN (the kernel wants the CQ drained) is answered by this
+		 * reap, -EBADR was reported in corio__ring_check(). */
 		n = corio__ring_reap(&s->ring);
 		if (woke) {
 			CORIO__STAT_ADD(s->stats.wakes, 1);

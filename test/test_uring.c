@@ -204,3 +204,29 @@ Test(uring, eventfd_eagain_falls_back_to_poll, .timeout = 30)
 	efd_idle();
 	unsetenv("CORIO_RING_DISABLE");
 }
+
+/* ---- io_uring_enter results ------------------------------------------------------ */
+
+/* -EBADR from a waiting enter (the kernel dropped CQEs: forced here with
+ * CORIO_RING_FAULT=ebadr) is counted and reported, and the shard goes on. */
+static void ebadr_entry(void *arg)
+{
+	struct corio_stats *st = arg;
+
+	for (int i = 0; i < 5; i++) {
+		corio_sleep_ns(1000000); /* the shard blocks in a waiting enter */
+		CHECK_EQ(corio_nop(), 0);
+	}
+	CHECK_EQ(corio_stats_get(NULL, 0, st), 0);
+}
+
+Test(uring, dropped_cqes_are_counted_and_reported, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_stats st;
+
+	setenv("CORIO_RING_FAULT", "ebadr", 1);
+	th_run(&cfg, ebadr_entry, &st);
+	unsetenv("CORIO_RING_FAULT");
+	cr_assert_eq(st.cqe_dropped, 1, "cqe_dropped %llu", (unsigned long long)st.cqe_dropped);
+}

@@ -44,7 +44,7 @@ struct corio__ring_params {
 
 /* Ring counters; the core copies them into its stats. Owner-written. */
 struct corio__ring_counters {
-	uint64_t enters, sqes, cqes, sq_full, cq_overflow;
+	uint64_t enters, sqes, cqes, sq_full, cq_overflow, cqe_dropped;
 };
 
 struct corio__ring {
@@ -53,6 +53,8 @@ struct corio__ring {
 	unsigned features;      /* IORING_FEAT_* from the kernel */
 	unsigned caps;          /* CORIO__CAP_* */
 	bool under_valgrind;    /* blocking waits are sliced (see ring.c) */
+	bool no_reap_flush;     /* test: CORIO_RING_DISABLE=reap_flush */
+	bool fault_ebadr;       /* test: CORIO_RING_FAULT=ebadr, once */
 	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
 	unsigned sq_entries, cq_entries;
 	struct corio__ring_counters cnt;
@@ -104,8 +106,10 @@ bool corio__ring_needs_enter(const struct corio__ring *r);
 
 /*
  * One io_uring_enter: submit what is queued and, with wait_nr > 0, sleep
- * until that many completions are ready. Returns >= 0 or -errno (-EINTR and
- * -EAGAIN/-EBUSY are returned to the caller, which simply loops).
+ * until that many completions are ready. Returns >= 0 or -errno: -EINTR,
+ * and -EAGAIN/-EBUSY (the kernel wants the CQ drained first), after which
+ * the caller reaps before it enters again (the shard loop always does);
+ * -EBADR is counted and reported (corio__ring_check()).
  */
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
 
@@ -113,12 +117,17 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
  * back, and return how many CQEs are ready (for spinning idle loops). */
 unsigned corio__ring_poll(struct corio__ring *r);
 
-/* Reap every ready CQE in batches and run each op's callback. Returns the
- * number reaped. Flushes overflowed CQEs so none is lost. */
+/* Reap every ready CQE and run each op's callback. Returns the number
+ * reaped. Flushes overflowed CQEs and deferred task work so none is left
+ * behind (ring.c says why that matters). Safe to call from a callback. */
 unsigned corio__ring_reap(struct corio__ring *r);
 
 /* Queue an async cancel of op (matched by user_data). The op's own final CQE
  * still arrives (with -ECANCELED, or its real result if it won the race). */
 void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
+
+/* Account an io_uring_enter result (-EBADR: completions dropped, counted
+ * and reported); returns ret. */
+int corio__ring_check(struct corio__ring *r, int ret, const char *what);
 
 #endif
