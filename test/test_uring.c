@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include <liburing.h>
+#include <poll.h>
 #include <stdlib.h>
 
 static void nop_entry(void *arg)
@@ -229,4 +230,88 @@ Test(uring, dropped_cqes_are_counted_and_reported, .timeout = 30)
 	th_run(&cfg, ebadr_entry, &st);
 	unsetenv("CORIO_RING_FAULT");
 	cr_assert_eq(st.cqe_dropped, 1, "cqe_dropped %llu", (unsigned long long)st.cqe_dropped);
+}
+
+/* ---- link timeouts cancel by user_data ------------------------------------------- */
+
+#include <sys/timerfd.h>
+
+/*
+ * A deadline's link timeout cancels its op by user_data, from deferred
+ * task work. When the op completes just as the timeout fires, that cancel
+ * can still be pending when the fiber's next op reuses the same stack
+ * address for its record: the next op would be cancelled. Thousands of
+ * back-to-back pairs: a bounded poll whose timerfd fires at the deadline
+ * (either may win), then a poll at the same record address with a far
+ * deadline whose timerfd fires soon: it must never see -ECANCELED. Run
+ * with the reap's task-work flush removed (CORIO_RING_DISABLE=reap_flush),
+ * so the guarantee cannot rest on that flush alone.
+ */
+struct lt_run {
+	int spurious, timedout, ready;
+};
+
+static __attribute__((noinline)) int lt_poll(int fd, uint64_t deadline)
+{
+	struct corio_deadline d;
+	int r;
+
+	corio_deadline_push(&d, deadline);
+	r = corio_poll(fd, POLLIN);
+	corio_deadline_pop(&d);
+	return r;
+}
+
+static void arm_at(int tfd, uint64_t abs_ns)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(abs_ns / 1000000000u),
+						.tv_nsec = (long)(abs_ns % 1000000000u) } };
+	uint64_t v;
+
+	(void)!read(tfd, &v, sizeof(v));
+	timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+static void lt_entry(void *arg)
+{
+	struct lt_run *lr = arg;
+	int a = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	int b = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+
+	CHECK(a >= 0 && b >= 0);
+	for (int i = 0; i < 3000; i++) {
+		uint64_t t = corio_now_ns() + 30000;
+		int r;
+
+		arm_at(a, t);
+		r = lt_poll(a, t); /* the timerfd and the deadline race */
+		if (r == -ETIMEDOUT)
+			lr->timedout++;
+		else if (r > 0)
+			lr->ready++;
+		else
+			CHECK_EQ(r, 0);
+		arm_at(b, corio_now_ns() + 20000);
+		r = lt_poll(b, corio_now_ns() + 5000000000ull);
+		if (r == -ECANCELED)
+			lr->spurious++;
+		else
+			CHECK(r > 0);
+	}
+	close(a);
+	close(b);
+}
+
+Test(uring, link_timeout_never_cancels_the_next_op, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct lt_run lr = { 0 };
+
+	setenv("CORIO_RING_DISABLE", "reap_flush", 1);
+	th_run(&cfg, lt_entry, &lr);
+	unsetenv("CORIO_RING_DISABLE");
+	cr_log_info("timed out %d, ready %d, spurious cancels %d", lr.timedout, lr.ready,
+		    lr.spurious);
+	cr_assert_eq(lr.spurious, 0, "%d of 3000 next ops were cancelled by a stale link timeout "
+		     "(timed out %d, ready %d)", lr.spurious, lr.timedout, lr.ready);
 }

@@ -202,9 +202,98 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 	return 0;
 }
 
+/* ---- link slots (ring.h) ---------------------------------------------------- */
+
+struct corio__link {
+	struct corio__op head;  /* the user_data of the op's SQE          */
+	struct corio__op lt;    /* the user_data of the LINK_TIMEOUT SQE  */
+	struct corio__op *op;   /* the caller's record, until its final CQE */
+	struct corio__ring *r;
+	struct corio__link *next_free;
+	unsigned pending;       /* CQEs still to come: 2, 1, 0 (free)     */
+};
+
+#define LINK_CHUNK 64
+struct link_chunk {
+	struct link_chunk *next;
+	struct corio__link slot[LINK_CHUNK];
+};
+
+static void link_put(struct corio__link *l)
+{
+	if (--l->pending == 0) {
+		l->next_free = l->r->link_free;
+		l->r->link_free = l;
+	}
+}
+
+static void link_head_cb(struct corio__op *hop, int32_t res, uint32_t flags)
+{
+	struct corio__link *l = (struct corio__link *)hop; /* head is the first member */
+	struct corio__op *op = l->op;
+
+	if (!(flags & IORING_CQE_F_MORE)) {
+		l->op = NULL;
+		link_put(l);
+	}
+	op->res = res;
+	op->cqe_flags = flags;
+	op->cb(op, res, flags);
+}
+
+static void link_lt_cb(struct corio__op *ltop, int32_t res, uint32_t flags)
+{
+	(void)res;
+	(void)flags;
+	link_put(ltop->data);
+}
+
+struct corio__link *corio__ring_link_get(struct corio__ring *r)
+{
+	struct corio__link *l = r->link_free;
+
+	if (!l) {
+		struct link_chunk *c = calloc(1, sizeof(*c));
+
+		if (!c)
+			return NULL;
+		c->next = r->link_chunks;
+		r->link_chunks = c;
+		for (unsigned i = 0; i < LINK_CHUNK; i++) {
+			c->slot[i].next_free = r->link_free;
+			r->link_free = &c->slot[i];
+		}
+		l = r->link_free;
+	}
+	r->link_free = l->next_free;
+	l->r = r;
+	return l;
+}
+
+void corio__ring_link_bind(struct corio__link *l, struct io_uring_sqe *head,
+			   struct io_uring_sqe *lt, struct corio__op *op)
+{
+	l->op = op;
+	l->pending = 2;
+	l->head.cb = link_head_cb;
+	l->head.data = l;
+	l->lt.cb = link_lt_cb;
+	l->lt.data = l;
+	io_uring_sqe_set_data(head, &l->head);
+	io_uring_sqe_set_data(lt, &l->lt);
+	op->user_data = (uint64_t)(uintptr_t)&l->head; /* what a cancel must match */
+}
+
 void corio__ring_exit(struct corio__ring *r)
 {
+	/* After the exit no CQE can reach a slot: free them all, pending or not. */
 	io_uring_queue_exit(&r->ring);
+	for (struct link_chunk *c = r->link_chunks, *n; c; c = n) {
+		n = c->next;
+		free(c);
+	}
+	r->link_chunks = NULL;
+	r->link_free = NULL;
 }
 
 /*
@@ -352,7 +441,8 @@ void corio__ring_cancel(struct corio__ring *r, struct corio__op *op)
 {
 	struct io_uring_sqe *sqe = corio__ring_sqe(r);
 
-	io_uring_prep_cancel(sqe, op, 0);
+	/* user_data is 0 only for a record never bound to an SQE */
+	io_uring_prep_cancel64(sqe, op->user_data ? op->user_data : (uint64_t)(uintptr_t)op, 0);
 	corio__sqe_set_op(sqe, NULL);
 }
 

@@ -24,6 +24,7 @@ struct corio__op {
 	void *data;         /* owner's cookie (the waiting fiber, a timer, ...) */
 	int32_t res;        /* last CQE's result                                */
 	uint32_t cqe_flags; /* last CQE's flags                                 */
+	uint64_t user_data; /* what its SQE carries: the op, or its link slot   */
 };
 
 /* Capability bits probed at ring setup (struct corio__ring.caps). */
@@ -58,6 +59,8 @@ struct corio__ring {
 	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
 	unsigned sq_entries, cq_entries;
 	struct corio__ring_counters cnt;
+	struct corio__link *link_free;  /* link slot pool */
+	void *link_chunks;              /* list of chunks, for ring exit */
 };
 
 /* True if the environment variable var holds word (or "all") in its comma
@@ -92,7 +95,27 @@ void corio__ring_reserve(struct corio__ring *r, unsigned n);
 static inline void corio__sqe_set_op(struct io_uring_sqe *sqe, struct corio__op *op)
 {
 	io_uring_sqe_set_data(sqe, op);
+	if (op)
+		op->user_data = (uint64_t)(uintptr_t)op;
 }
+
+/*
+ * Link slots: the user_data of an op followed by an IORING_OP_LINK_TIMEOUT.
+ * When that timeout fires, the kernel cancels the op by matching its
+ * user_data, from task work that may run after the op's own CQE has been
+ * reaped; if the user_data were the op record's address, a fiber reusing
+ * that (stack) address for its next op would get that op cancelled. A slot
+ * stands in for the record: the op's CQE goes through it to the record at
+ * once, and the slot is reused only after the link timeout's own CQE, which
+ * the kernel posts after its cancel attempt. Slots come from a per-ring
+ * pool (chunks of 64, freed at ring exit).
+ */
+struct corio__link;
+/* A free slot, or NULL when out of memory. */
+struct corio__link *corio__ring_link_get(struct corio__ring *r);
+/* Route head's CQEs to op through slot, and lt's CQE to slot. */
+void corio__ring_link_bind(struct corio__link *slot, struct io_uring_sqe *head,
+			   struct io_uring_sqe *lt, struct corio__op *op);
 
 /* SQEs queued but not yet handed to the kernel. */
 static inline unsigned corio__ring_pending(const struct corio__ring *r)
