@@ -166,6 +166,8 @@ struct corio__shard {
 	uint64_t efd_buf;
 	struct corio__op efd_op;
 	bool efd_armed;
+	bool efd_poll;        /* wait with POLL_ADD + read(2), not an io_uring read */
+	bool efd_nowait_test; /* CORIO_RING_DISABLE=efd_wait: act like an old kernel */
 	_Atomic int sleeping; /* 1 while blocked (or about to) in io_uring_enter */
 
 	/* sanitizer bookkeeping for the scheduler's own stack */
@@ -323,6 +325,11 @@ void corio__group_exit(struct corio_fiber *f);
  */
 int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe);
 int corio__op_wait(struct corio__op *op);
+/* The checks corio__op_begin makes before it takes an SQE: -EPERM off a
+ * fiber, -ECANCELED, -ETIMEDOUT past the deadline scope, else 0. For calls
+ * that do their work without the ring (blocking-syscall fallbacks), so an
+ * expired scope fails them the same way. */
+int corio__op_may_start(void);
 
 /* Book-keeping for ops not waited on by a fiber (multishot, callbacks):
  * the shard drains them before it stops. */

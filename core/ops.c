@@ -26,9 +26,13 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
  * IORING_OP_LINK_TIMEOUT op_wait appends right behind the caller's SQE is
  * never split from it by a flush of a full SQ. op_wait marks the caller's
  * SQE IOSQE_IO_LINK (after the caller's prep, which clears sqe->flags) and
- * adds the link timeout (IORING_TIMEOUT_ABS, CLOCK_MONOTONIC, user_data 0:
- * its CQE is dropped; the kernel copies the timespec at submit, while this
- * frame is parked). When the timeout fires the kernel cancels the op, whose
+ * adds the link timeout (IORING_TIMEOUT_ABS, CLOCK_MONOTONIC; the kernel
+ * copies the timespec at submit, while this frame is parked). Both SQEs
+ * carry a link slot (uring/ring.h) as user_data, not the op record: the
+ * kernel's timeout cancels the op by user_data from task work that can run
+ * after the op's CQE was reaped, and the record's stack address is reused
+ * by the fiber's next op at once; the slot is reused only after the link
+ * timeout's own CQE (test_uring: link_timeout_never_cancels_the_next_op). When the timeout fires the kernel cancels the op, whose
  * final CQE then carries -ECANCELED (or -EINTR from an io-wq worker), or a
  * byte count if it had moved data already: a count is returned as is, an
  * error becomes -ETIMEDOUT once the deadline has passed and the fiber was
@@ -38,22 +42,32 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
  * caller that took another SQE between begin and wait): a heap timer at the
  * deadline issues an async cancel for the op.
  */
-int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
+int corio__op_may_start(void)
 {
 	struct corio_fiber *f = corio__self();
-	struct corio__ring *r;
 
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
+	if (CORIO__UNLIKELY(f->deadline_ns) && corio_now_ns() >= f->deadline_ns) {
+		corio__timer_count_timeout(f->shard);
+		return -ETIMEDOUT;
+	}
+	return 0;
+}
+
+int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
+{
+	struct corio_fiber *f = corio__self();
+	struct corio__ring *r;
+	int ret = corio__op_may_start();
+
+	if (ret)
+		return ret;
 	r = &f->shard->ring;
 	if (CORIO__UNLIKELY(f->deadline_ns)) {
 		struct corio__timers *T = corio__timers(f->shard);
 
-		if (corio_now_ns() >= f->deadline_ns) {
-			corio__timer_count_timeout(f->shard);
-			return -ETIMEDOUT;
-		}
 		if (T && !T->no_link)
 			corio__ring_reserve(r, 2);
 	}
@@ -75,7 +89,7 @@ static struct io_uring_sqe *queued_sqe_of(struct corio__ring *r, struct corio__o
 	if (sq->sqe_tail == sq->sqe_head)
 		return NULL;
 	last = &sq->sqes[(sq->sqe_tail - 1) & sq->ring_mask];
-	return last->user_data == (uint64_t)(uintptr_t)op ? last : NULL;
+	return last->user_data == op->user_data ? last : NULL;
 }
 
 static void deadline_cancel_op(struct corio_timer *t, void *arg, int res)
@@ -101,8 +115,10 @@ int corio__op_wait(struct corio__op *op)
 	if (CORIO__UNLIKELY(dl)) {
 		struct corio__timers *T = corio__timers(s);
 		struct io_uring_sqe *head = queued_sqe_of(&s->ring, op);
+		struct corio__link *slot = NULL;
 
-		if (T && !T->no_link && head && io_uring_sq_space_left(&s->ring.ring) >= 1) {
+		if (T && !T->no_link && head && io_uring_sq_space_left(&s->ring.ring) >= 1 &&
+		    (slot = corio__ring_link_get(&s->ring))) {
 			struct io_uring_sqe *lt;
 
 			head->flags |= IOSQE_IO_LINK;
@@ -110,7 +126,7 @@ int corio__op_wait(struct corio__op *op)
 			ts.tv_nsec = (long long)(dl % 1000000000u);
 			lt = corio__ring_sqe(&s->ring);
 			io_uring_prep_link_timeout(lt, &ts, IORING_TIMEOUT_ABS);
-			corio__sqe_set_op(lt, NULL);
+			corio__ring_link_bind(slot, head, lt, op);
 			corio__timer_count_linked(s);
 		} else {
 			/* The op may already be submitted: cancel it by user_data. */

@@ -35,7 +35,9 @@
 
 #include <errno.h>
 #include <numa.h>
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -220,16 +222,50 @@ void corio__shard_kick(struct corio__shard *s)
 		kick(s);
 }
 
+/*
+ * The wake-up read. The eventfd is O_NONBLOCK, so that writers never block.
+ * A read of it through io_uring waits (by internal poll) on kernels whose
+ * eventfd has read_iter (5.8+, "eventfd: convert to f_op->read_iter()");
+ * on older ones (liburing issue #143) it completes at once with -EAGAIN
+ * when the counter is 0, and re-arming that read would turn the loop
+ * forever. So an -EAGAIN (or any other failure) switches the
+ * shard to POLL_ADD, which completes only when the counter is non-zero,
+ * followed by a read(2) that resets it. CORIO_RING_DISABLE=efd_wait makes
+ * the read fail the old kernels' way (RWF_NOWAIT), for tests.
+ */
 static void efd_arm(struct corio__shard *s);
 
 static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 {
 	struct corio__shard *s = op->data;
 
-	(void)res;
 	(void)flags;
 	s->efd_armed = false;
-	CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+	if (s->efd_poll) {
+		if (res < 0 && res != -ECANCELED && res != -EINTR) {
+			/* A poll on our own eventfd cannot fail for a reason that goes
+			 * away: report it rather than re-arm in a loop. Other threads
+			 * can no longer wake this shard while it sleeps. */
+			fprintf(stderr, "corio: shard %u: poll on the wake-up eventfd failed: %s; "
+				"wake-ups from other threads are lost\n", s->id, strerror(-res));
+			return;
+		}
+		if (res > 0) {
+			uint64_t v;
+			ssize_t r = read(s->efd, &v, sizeof(v));
+
+			(void)r; /* EAGAIN: nothing to reset; nothing is lost either */
+			CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+		}
+	} else if (res == (int32_t)sizeof(s->efd_buf)) {
+		CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+	} else if (res != -ECANCELED && res != -EINTR) {
+		if (res != -EAGAIN)
+			fprintf(stderr, "corio: shard %u: read of the wake-up eventfd: %s; "
+				"waiting with poll instead\n", s->id,
+				res < 0 ? strerror(-res) : "short read");
+		s->efd_poll = true;
+	}
 	efd_arm(s);
 }
 
@@ -240,7 +276,13 @@ static void efd_arm(struct corio__shard *s)
 	if (s->efd_armed || s->stopping)
 		return;
 	sqe = corio__ring_sqe(&s->ring);
-	io_uring_prep_read(sqe, s->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
+	if (s->efd_poll) {
+		io_uring_prep_poll_add(sqe, s->efd, POLLIN);
+	} else {
+		io_uring_prep_read(sqe, s->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
+		if (CORIO__UNLIKELY(s->efd_nowait_test))
+			sqe->rw_flags = RWF_NOWAIT;
+	}
 	s->efd_op.cb = efd_done;
 	s->efd_op.data = s;
 	corio__sqe_set_op(sqe, &s->efd_op);
@@ -373,6 +415,7 @@ static void publish_ring_stats(struct corio__shard *s)
 	CORIO__STAT_SET(s->stats.cqes, s->ring.cnt.cqes);
 	CORIO__STAT_SET(s->stats.sq_full, s->ring.cnt.sq_full);
 	CORIO__STAT_SET(s->stats.cq_overflow, s->ring.cnt.cq_overflow);
+	CORIO__STAT_SET(s->stats.cqe_dropped, s->ring.cnt.cqe_dropped);
 }
 
 /*
@@ -491,6 +534,9 @@ static void loop(struct corio__shard *s)
 			busy_poll(s, sp, stalled);
 		else
 			woke = idle_wait(s, sp, stalled);
+		/* Always reap after the enter, whatever it returned: -EBUSY or
+		 * -EAGAIN (the kernel wants the CQ drained) is answered by this
+		 * reap, -EBADR was reported in corio__ring_check(). */
 		n = corio__ring_reap(&s->ring);
 		if (woke) {
 			CORIO__STAT_ADD(s->stats.wakes, 1);
@@ -554,6 +600,7 @@ static int shard_setup(struct corio__shard *s)
 		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
 		return ret;
 	}
+	s->efd_nowait_test = corio__env_has("CORIO_RING_DISABLE", "efd_wait");
 	ret = corio__stack_init(s, &rt->cfg);
 	if (ret)
 		return ret;
@@ -585,6 +632,24 @@ static void shard_teardown(struct corio__shard *s)
 	corio__altstack_fini(s);
 }
 
+/*
+ * A write to a pipe, FIFO or socket whose reader has gone raises SIGPIPE in
+ * the writing thread, whose default action ends the whole process. On a
+ * shard that thread is corio's: a corio_write_at() issued inline by the ring,
+ * or the blocking fallback. Shard threads block SIGPIPE, so such a write
+ * returns -EPIPE and the process lives; the signal stays pending on the
+ * shard thread, blocked, and is never delivered. The application's own
+ * threads and its SIGPIPE disposition are untouched (README, "How it runs").
+ */
+static void block_sigpipe(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
 static void *shard_main(void *arg)
 {
 	struct corio__shard *s = arg;
@@ -593,6 +658,7 @@ static void *shard_main(void *arg)
 
 	corio__tl_shard = s;
 	s->tid = (pid_t)syscall(SYS_gettid);
+	block_sigpipe();
 #if CORIO__TSAN
 	s->tsan_sched = __tsan_get_current_fiber();
 #endif

@@ -251,6 +251,7 @@ static const struct metric metrics[] = {
 	M("ring", "cqes", COUNTER, false, core.cqes, "CQEs reaped."),
 	M("ring", "sq_full", COUNTER, false, core.sq_full, "SQE requests that found the SQ full."),
 	M("ring", "cq_overflow", COUNTER, false, core.cq_overflow, "Turns that found the CQ overflowed."),
+	M("ring", "cqe_dropped", COUNTER, false, core.cqe_dropped, "Completions the kernel dropped (EBADR, out of memory)."),
 	M("ring", "wakes", COUNTER, false, core.wakes, "Blocking enters that returned."),
 	M("ring", "wake_cqes", COUNTER, false, core.wake_cqes, "CQEs reaped right after a wake-up."),
 	M("ring", "doorbells_in", COUNTER, false, doorbells_in, "Wake-ups received (eventfd and MSG_RING)."),

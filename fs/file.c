@@ -135,10 +135,13 @@ static int64_t run(const struct req *q)
 	int64_t res;
 
 	if (CORIO__UNLIKELY(fs && fs->sync[q->kind])) {
-		CORIO__REQUIRE_FIBER(-EPERM);
-		if (corio_cancelled()) {
-			res = -ECANCELED;
-		} else {
+		/* The ring path's checks: cancelled, or the deadline scope has
+		 * passed, and the syscall does not run. (Once it runs it cannot
+		 * be interrupted: see fs.h.) */
+		res = corio__op_may_start();
+		if (res == -EPERM)
+			return res;
+		if (!res) {
 			res = run_sync(q);
 			CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
 		}
@@ -289,8 +292,8 @@ int corio_close_fd(int fd)
 
 	if (fd < 0)
 		return bad_fd(q.fn, fd);
-	if (!f || !fs || fs->sync[q.kind])
-		return (int)run(&q); /* -EPERM off a fiber; or the fallback */
+	if (!f || !fs)
+		return (int)run(&q); /* -EPERM off a fiber */
 	/*
 	 * A close must close (see fs.h): a cancelled fiber's clean-up must not
 	 * leak the fd, and a close cancelled half-way (punted to a kernel
@@ -299,8 +302,10 @@ int corio_close_fd(int fd)
 	 * another shard has just been given. So: already cancelled, close(2)
 	 * here (cheap on local filesystems); otherwise a cancel arriving
 	 * while the close is in flight is noted but does not interrupt it.
+	 * The blocking fallback closes whatever the fiber's deadline or
+	 * cancel state, like the ring path below.
 	 */
-	if (f->flags & CORIO__FF_CANCELLED) {
+	if (fs->sync[q.kind] || (f->flags & CORIO__FF_CANCELLED)) {
 		ret = (int)run_sync(&q);
 		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
 		corio__fs_account(fs, q.kind, ret);

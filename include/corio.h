@@ -303,6 +303,8 @@ struct corio_stats {
 	/* log2 buckets, see corio_stats_hist_bucket_ns() */
 	uint64_t turn_hist[CORIO_STATS_HIST_BUCKETS]; /* loop-turn durations     */
 	uint64_t gap_hist[CORIO_STATS_HIST_BUCKETS];  /* gaps between ring polls */
+	uint64_t cqe_dropped;    /* io_uring_enter said EBADR: the kernel dropped
+	                            completions (out of memory); should stay 0   */
 };
 
 /* Copy a snapshot of shard's counters. Any thread while the runtime runs

@@ -744,3 +744,139 @@ static void deadline(void *arg)
 }
 
 FS_TEST(deadline_bounds_calls_close_still_closes) { run1(deadline, NULL); }
+
+/* The blocking-syscall fallback keeps the same promise as the ring: in a
+ * scope whose deadline has passed no call runs (the file is not opened,
+ * read, written, renamed or removed), close still closes, and a cancelled
+ * fiber gets -ECANCELED. Run once through the ring and once forced through
+ * the fallback. */
+static void expired_all_kinds(void *arg)
+{
+	char path[PATH_MAX], p2[PATH_MAX], dir[PATH_MAX], c = 0;
+	struct corio_deadline d;
+	struct corio_fs_stats st0, st1;
+	struct statx stx;
+	int fd, fd2;
+
+	tpath(path, "expired");
+	tpath(p2, "expired2");
+	tpath(dir, "expired-dir");
+	fd = corio_open(path, O_RDWR | O_CREAT | O_TRUNC, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(corio_write_at(fd, "abc", 3, 0), 3);
+	fd2 = corio_open(path, O_RDONLY, 0);
+	CHECK(fd2 >= 0);
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &st0), 0);
+	CHECK_EQ(corio_deadline_push(&d, corio_now_ns() - 1), 0);
+	CHECK_EQ(corio_open(path, O_RDONLY, 0), -ETIMEDOUT);
+	CHECK_EQ(corio_read_at(fd, &c, 1, 0), -ETIMEDOUT);
+	CHECK_EQ(c, 0);
+	CHECK_EQ(corio_write_at(fd, "x", 1, 0), -ETIMEDOUT);
+	CHECK_EQ(corio_fsync(fd, 0), -ETIMEDOUT);
+	CHECK_EQ(corio_fallocate(fd, 0, 0, 8192), -ETIMEDOUT);
+	CHECK_EQ(corio_statx(AT_FDCWD, path, 0, STATX_SIZE, &stx), -ETIMEDOUT);
+	CHECK_EQ(corio_rename(path, p2), -ETIMEDOUT);
+	CHECK_EQ(corio_mkdir(dir, 0700), -ETIMEDOUT);
+	CHECK_EQ(corio_unlink(path), -ETIMEDOUT);
+	CHECK_EQ(corio_close_fd(fd2), 0); /* close is exempt; th_run checks it closed */
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &st1), 0);
+	/* nothing ran through the fallback inside the scope but the close */
+	CHECK(st1.sync_fallbacks - st0.sync_fallbacks <= 1);
+	/* and nothing happened: same file, same size, no new names */
+	CHECK_EQ(access(path, F_OK), 0);
+	CHECK(access(p2, F_OK) != 0);
+	CHECK(access(dir, F_OK) != 0);
+	CHECK_EQ(corio_read_at(fd, &c, 1, 0), 1);
+	CHECK_EQ(c, 'a');
+	CHECK_EQ(corio_statx(AT_FDCWD, path, 0, STATX_SIZE, &stx), 0);
+	CHECK_EQ(stx.stx_size, 3);
+	/* a cancelled fiber's calls fail without running, close still closes */
+	fd2 = corio_open(path, O_RDONLY, 0);
+	CHECK(fd2 >= 0);
+	CHECK_EQ(corio_cancel(corio_self()), 0);
+	CHECK_EQ(corio_read_at(fd, &c, 1, 0), -ECANCELED);
+	CHECK_EQ(corio_open(path, O_RDONLY, 0), -ECANCELED);
+	CHECK_EQ(corio_close_fd(fd2), 0);
+	CHECK_EQ(corio_close_fd(fd), 0);
+}
+
+FS_TEST(expired_deadline_fails_every_call_ring) { run1(expired_all_kinds, NULL); }
+
+FS_TEST(expired_deadline_fails_every_call_fallback)
+{
+	setenv("CORIO_FS_SYNC", "all", 1);
+	run1(expired_all_kinds, NULL);
+	unsetenv("CORIO_FS_SYNC");
+}
+
+/* ---- a write to a pipe or FIFO without a reader returns -EPIPE ------------------ */
+
+struct epipe {
+	int rc; /* 0 when every write said -EPIPE */
+};
+
+static void epipe_entry(void *arg)
+{
+	struct epipe *e = arg;
+	char path[PATH_MAX];
+	int p[2], rd, wr;
+
+	/* a pipe whose read end is closed */
+	if (pipe2(p, O_CLOEXEC)) {
+		e->rc = 10;
+		return;
+	}
+	close(p[0]);
+	if (corio_write_at(p[1], "x", 1, CORIO_OFF_CUR) != -EPIPE)
+		e->rc = 11;
+	close(p[1]);
+	/* a FIFO whose reader has gone */
+	tpath(path, "epipe-fifo");
+	rd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+	wr = rd >= 0 ? corio_open(path, O_WRONLY, 0) : -1;
+	if (rd < 0 || wr < 0) {
+		e->rc = 12;
+	} else {
+		close(rd);
+		if (corio_write_at(wr, "y", 1, CORIO_OFF_CUR) != -EPIPE)
+			e->rc = 13;
+		/* and the shard lives on: another call works */
+		if (corio_nop() != 0)
+			e->rc = 14;
+	}
+	if (wr >= 0)
+		corio_close_fd(wr);
+}
+
+/* In a child: SIGPIPE's default action kills the process (exit 141 from a
+ * shell) if a shard thread takes the signal. */
+static int epipe_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct epipe e = { 0 };
+
+	signal(SIGPIPE, SIG_DFL);
+	if (arg)
+		setenv("CORIO_FS_SYNC", "all", 1);
+	if (corio_run(&cfg, epipe_entry, &e))
+		return 20;
+	return e.rc;
+}
+
+static void epipe_test(void *sync)
+{
+	char path[PATH_MAX];
+	int st;
+
+	tpath(path, "epipe-fifo");
+	cr_assert_eq(mkfifo(path, 0600), 0);
+	st = th_fork_bounded(epipe_child, sync, 10000);
+	cr_assert(st != TH_HUNG, "still running after 10 s");
+	cr_assert(!WIFSIGNALED(st), "the child died of signal %d (SIGPIPE is %d)", WTERMSIG(st),
+		  SIGPIPE);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+}
+
+FS_TEST(write_to_broken_pipe_is_epipe_ring) { epipe_test(NULL); }
+FS_TEST(write_to_broken_pipe_is_epipe_fallback) { epipe_test((void *)1); }

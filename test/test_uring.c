@@ -4,6 +4,7 @@
 #include "helpers.h"
 
 #include <liburing.h>
+#include <poll.h>
 #include <stdlib.h>
 
 static void nop_entry(void *arg)
@@ -138,4 +139,179 @@ Test(uring, idle_strategies, .timeout = 30)
 		th_run(&cfg, idle_entry, &done);
 		cr_assert_eq(done, 4);
 	}
+}
+
+/* ---- the wake-up eventfd --------------------------------------------------------- */
+
+/* An idle shard sleeps in the kernel: its wake-up read on the eventfd
+ * completes once per doorbell, not in a loop (an O_NONBLOCK eventfd read
+ * through io_uring completes with -EAGAIN at once on kernels before 5.8;
+ * re-arming that spins). Doorbells
+ * from a foreign thread each wake it and are counted. */
+struct efd_run {
+	_Atomic int posts_seen;
+	_Atomic int done;
+	struct corio_stats st;
+};
+
+static void efd_post(void *arg)
+{
+	atomic_fetch_add(&((struct efd_run *)arg)->posts_seen, 1);
+}
+
+static void efd_entry(void *arg)
+{
+	struct efd_run *e = arg;
+
+	while (atomic_load(&e->posts_seen) < 20)
+		corio_sleep_ns(20 * 1000 * 1000); /* the shard sleeps between posts */
+	CHECK_EQ(corio_stats_get(NULL, 0, &e->st), 0);
+}
+
+static void efd_idle(void)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct efd_run e = { 0 };
+	struct corio_rt *rt;
+	int before = th_fd_count();
+
+	cr_assert_eq(corio_start(&cfg, efd_entry, &e, &rt), 0);
+	for (int i = 0; i < 20; i++) {
+		usleep(5000);
+		while (corio_post_foreign(rt, 0, efd_post, &e) == -EAGAIN)
+			usleep(1000);
+	}
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before);
+	/* 20 doorbells at most, plus the sleeps' own turns: a spinning wake-up
+	 * read turns the loop hundreds of thousands of times in that time. */
+	cr_assert_leq(e.st.doorbells_in, 20, "doorbells_in %llu",
+		      (unsigned long long)e.st.doorbells_in);
+	cr_assert_lt(e.st.loop_turns, 2000, "loop_turns %llu", (unsigned long long)e.st.loop_turns);
+}
+
+Test(uring, idle_shard_does_not_spin_on_its_eventfd, .timeout = 30)
+{
+	efd_idle();
+}
+
+/* The same where the read fails at once with -EAGAIN, as an O_NONBLOCK
+ * eventfd read does on kernels before 5.8 (forced with RWF_NOWAIT): the
+ * shard must switch to poll-then-read, not spin. */
+Test(uring, eventfd_eagain_falls_back_to_poll, .timeout = 30)
+{
+	setenv("CORIO_RING_DISABLE", "efd_wait", 1);
+	efd_idle();
+	unsetenv("CORIO_RING_DISABLE");
+}
+
+/* ---- io_uring_enter results ------------------------------------------------------ */
+
+/* -EBADR from a waiting enter (the kernel dropped CQEs: forced here with
+ * CORIO_RING_FAULT=ebadr) is counted and reported, and the shard goes on. */
+static void ebadr_entry(void *arg)
+{
+	struct corio_stats *st = arg;
+
+	for (int i = 0; i < 5; i++) {
+		corio_sleep_ns(1000000); /* the shard blocks in a waiting enter */
+		CHECK_EQ(corio_nop(), 0);
+	}
+	CHECK_EQ(corio_stats_get(NULL, 0, st), 0);
+}
+
+Test(uring, dropped_cqes_are_counted_and_reported, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_stats st;
+
+	setenv("CORIO_RING_FAULT", "ebadr", 1);
+	th_run(&cfg, ebadr_entry, &st);
+	unsetenv("CORIO_RING_FAULT");
+	cr_assert_eq(st.cqe_dropped, 1, "cqe_dropped %llu", (unsigned long long)st.cqe_dropped);
+}
+
+/* ---- link timeouts cancel by user_data ------------------------------------------- */
+
+#include <sys/timerfd.h>
+
+/*
+ * A deadline's link timeout cancels its op by user_data, from deferred
+ * task work. When the op completes just as the timeout fires, that cancel
+ * can still be pending when the fiber's next op reuses the same stack
+ * address for its record: the next op would be cancelled. Thousands of
+ * back-to-back pairs: a bounded poll whose timerfd fires at the deadline
+ * (either may win), then a poll at the same record address with a far
+ * deadline whose timerfd fires soon: it must never see -ECANCELED. Run
+ * with the reap's task-work flush removed (CORIO_RING_DISABLE=reap_flush),
+ * so the guarantee cannot rest on that flush alone.
+ */
+struct lt_run {
+	int spurious, timedout, ready;
+};
+
+static __attribute__((noinline)) int lt_poll(int fd, uint64_t deadline)
+{
+	struct corio_deadline d;
+	int r;
+
+	corio_deadline_push(&d, deadline);
+	r = corio_poll(fd, POLLIN);
+	corio_deadline_pop(&d);
+	return r;
+}
+
+static void arm_at(int tfd, uint64_t abs_ns)
+{
+	struct itimerspec its = { .it_value = { .tv_sec = (time_t)(abs_ns / 1000000000u),
+						.tv_nsec = (long)(abs_ns % 1000000000u) } };
+	uint64_t v;
+
+	(void)!read(tfd, &v, sizeof(v));
+	timerfd_settime(tfd, TFD_TIMER_ABSTIME, &its, NULL);
+}
+
+static void lt_entry(void *arg)
+{
+	struct lt_run *lr = arg;
+	int a = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+	int b = timerfd_create(CLOCK_MONOTONIC, TFD_NONBLOCK | TFD_CLOEXEC);
+
+	CHECK(a >= 0 && b >= 0);
+	for (int i = 0; i < 3000; i++) {
+		uint64_t t = corio_now_ns() + 30000;
+		int r;
+
+		arm_at(a, t);
+		r = lt_poll(a, t); /* the timerfd and the deadline race */
+		if (r == -ETIMEDOUT)
+			lr->timedout++;
+		else if (r > 0)
+			lr->ready++;
+		else
+			CHECK_EQ(r, 0);
+		arm_at(b, corio_now_ns() + 20000);
+		r = lt_poll(b, corio_now_ns() + 5000000000ull);
+		if (r == -ECANCELED)
+			lr->spurious++;
+		else
+			CHECK(r > 0);
+	}
+	close(a);
+	close(b);
+}
+
+Test(uring, link_timeout_never_cancels_the_next_op, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct lt_run lr = { 0 };
+
+	setenv("CORIO_RING_DISABLE", "reap_flush", 1);
+	th_run(&cfg, lt_entry, &lr);
+	unsetenv("CORIO_RING_DISABLE");
+	cr_log_info("timed out %d, ready %d, spurious cancels %d", lr.timedout, lr.ready,
+		    lr.spurious);
+	cr_assert_eq(lr.spurious, 0, "%d of 3000 next ops were cancelled by a stale link timeout "
+		     "(timed out %d, ready %d)", lr.spurious, lr.timedout, lr.ready);
 }

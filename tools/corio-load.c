@@ -149,12 +149,39 @@ static int corio_receive(struct cconn *k, int closed)
 	}
 }
 
+/* Open loop: the receiving half. Bounded by the drain deadline like the
+ * sender (a spawned fiber does not inherit its spawner's scope): a server
+ * that stops answering must not keep the tool running. */
 static int corio_receiver(void *arg)
 {
 	struct cconn *k = arg;
+	struct corio_deadline dl;
 
+	corio_deadline_push(&dl, eb_drain_end(&g.p));
 	k->rx_status = corio_receive(k, 0);
+	corio_deadline_pop(&dl);
 	return 0;
+}
+
+/* Wait for the receiver, which ends by the drain deadline at the latest.
+ * If the join itself gives up first (its own deadline, or a cancel),
+ * cancel the receiver and wait again outside the scope: it uses k.
+ * Returns 0, or -1 when it could not be waited for (the caller must then
+ * leave k->s open). */
+static int join_receiver(struct corio_fiber *rf)
+{
+	struct corio_deadline sh;
+	int ret;
+
+	if (!corio_join(rf, NULL))
+		return 0;
+	corio_cancel(rf);
+	corio_deadline_shield(&sh);
+	ret = corio_join(rf, NULL);
+	corio_deadline_pop(&sh);
+	if (ret)
+		corio_detach(rf); /* only when this fiber is cancelled: never here */
+	return ret ? -1 : 0;
 }
 
 static int corio_conn_fiber(void *arg)
@@ -215,7 +242,13 @@ static int corio_conn_fiber(void *arg)
 		}
 		if (ret >= 0)
 			ret = corio_shutdown_write(k->s);
-		corio_join(rf, NULL);
+		else
+			corio_cancel(rf); /* the send failed or timed out: no echo will end it */
+		if (join_receiver(rf)) {
+			corio_deadline_pop(&dl);
+			eb_conn_fail(c, "conn %u: the receiver did not end", c->id);
+			return 0;
+		}
 		if (ret >= 0)
 			ret = k->rx_status;
 	}

@@ -18,6 +18,8 @@
  */
 #include "uring/ring.h"
 
+#define CORIO__RING_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
 #include <errno.h>
 #include <sched.h>
 #include <stdio.h>
@@ -171,6 +173,8 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 		return ret;
 	}
 	r->under_valgrind = RUNNING_ON_VALGRIND != 0;
+	r->no_reap_flush = disabled_by_env("reap_flush");
+	r->fault_ebadr = corio__env_has("CORIO_RING_FAULT", "ebadr");
 	r->setup_flags = ip.flags;
 	r->features = ip.features;
 	r->sq_entries = ip.sq_entries;
@@ -198,9 +202,127 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 	return 0;
 }
 
+/* ---- link slots (ring.h) ---------------------------------------------------- */
+
+struct corio__link {
+	struct corio__op head;  /* the user_data of the op's SQE          */
+	struct corio__op lt;    /* the user_data of the LINK_TIMEOUT SQE  */
+	struct corio__op *op;   /* the caller's record, until its final CQE */
+	struct corio__ring *r;
+	struct corio__link *next_free;
+	unsigned pending;       /* CQEs still to come: 2, 1, 0 (free)     */
+};
+
+#define LINK_CHUNK 64
+struct link_chunk {
+	struct link_chunk *next;
+	struct corio__link slot[LINK_CHUNK];
+};
+
+static void link_put(struct corio__link *l)
+{
+	if (--l->pending == 0) {
+		l->next_free = l->r->link_free;
+		l->r->link_free = l;
+	}
+}
+
+static void link_head_cb(struct corio__op *hop, int32_t res, uint32_t flags)
+{
+	struct corio__link *l = (struct corio__link *)hop; /* head is the first member */
+	struct corio__op *op = l->op;
+
+	if (!(flags & IORING_CQE_F_MORE)) {
+		l->op = NULL;
+		link_put(l);
+	}
+	op->res = res;
+	op->cqe_flags = flags;
+	op->cb(op, res, flags);
+}
+
+static void link_lt_cb(struct corio__op *ltop, int32_t res, uint32_t flags)
+{
+	(void)res;
+	(void)flags;
+	link_put(ltop->data);
+}
+
+struct corio__link *corio__ring_link_get(struct corio__ring *r)
+{
+	struct corio__link *l = r->link_free;
+
+	if (!l) {
+		struct link_chunk *c = calloc(1, sizeof(*c));
+
+		if (!c)
+			return NULL;
+		c->next = r->link_chunks;
+		r->link_chunks = c;
+		for (unsigned i = 0; i < LINK_CHUNK; i++) {
+			c->slot[i].next_free = r->link_free;
+			r->link_free = &c->slot[i];
+		}
+		l = r->link_free;
+	}
+	r->link_free = l->next_free;
+	l->r = r;
+	return l;
+}
+
+void corio__ring_link_bind(struct corio__link *l, struct io_uring_sqe *head,
+			   struct io_uring_sqe *lt, struct corio__op *op)
+{
+	l->op = op;
+	l->pending = 2;
+	l->head.cb = link_head_cb;
+	l->head.data = l;
+	l->lt.cb = link_lt_cb;
+	l->lt.data = l;
+	io_uring_sqe_set_data(head, &l->head);
+	io_uring_sqe_set_data(lt, &l->lt);
+	op->user_data = (uint64_t)(uintptr_t)&l->head; /* what a cancel must match */
+}
+
 void corio__ring_exit(struct corio__ring *r)
 {
+	/* After the exit no CQE can reach a slot: free them all, pending or not. */
 	io_uring_queue_exit(&r->ring);
+	for (struct link_chunk *c = r->link_chunks, *n; c; c = n) {
+		n = c->next;
+		free(c);
+	}
+	r->link_chunks = NULL;
+	r->link_free = NULL;
+}
+
+/*
+ * Every io_uring_enter result passes through here. -EBADR: the kernel had to
+ * drop completions although the ring has IORING_FEAT_NODROP (it could not
+ * allocate an overflow entry: the machine is critically short of memory);
+ * the fibers waiting on them never wake, and nothing can tell which they
+ * are. It is counted (corio_stats.cqe_dropped) and said on stderr; the
+ * kernel clears the condition once reported. Other errors are returned.
+ * CORIO_RING_FAULT=ebadr makes the next waiting enter report it, for tests.
+ */
+int corio__ring_check(struct corio__ring *r, int ret, const char *what)
+{
+	if (CORIO__RING_UNLIKELY(ret == -EBADR)) {
+		r->cnt.cqe_dropped++;
+		fprintf(stderr, "corio: %s: EBADR: the kernel dropped completions (no memory for "
+			"its CQ overflow list); operations waiting on them will never complete "
+			"(%llu so far)\n", what, (unsigned long long)r->cnt.cqe_dropped);
+	}
+	return ret;
+}
+
+/* -EBUSY / -EAGAIN from a submit: the kernel wants the CQ drained (kernels
+ * before 5.19 refuse new SQEs while overflowed CQEs wait) or is short of
+ * request memory. Retrying without reaping would spin: reap first. */
+static void submit_refused(struct corio__ring *r)
+{
+	corio__ring_reap(r);
+	sched_yield();
 }
 
 struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
@@ -220,10 +342,12 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 			continue;
 		}
 		r->cnt.enters++;
-		ret = io_uring_submit(&r->ring);
+		ret = corio__ring_check(r, io_uring_submit(&r->ring), "io_uring_submit");
 		if (ret > 0)
 			r->cnt.sqes += (unsigned)ret;
-		else if (ret < 0 && ret != -EINTR && ret != -EAGAIN && ret != -EBUSY) {
+		else if (ret == -EAGAIN || ret == -EBUSY)
+			submit_refused(r);
+		else if (ret < 0 && ret != -EINTR && ret != -EBADR) {
 			fprintf(stderr, "corio: io_uring_submit failed with a full SQ: %s\n",
 				strerror(-ret));
 			abort(); /* the ring itself is broken: nothing sane to do */
@@ -240,7 +364,10 @@ void corio__ring_reserve(struct corio__ring *r, unsigned n)
 			io_uring_submit(&r->ring);
 			io_uring_sqring_wait(&r->ring);
 		} else {
-			corio__ring_enter(r, 0);
+			int ret = corio__ring_enter(r, 0);
+
+			if (ret == -EAGAIN || ret == -EBUSY)
+				submit_refused(r);
 		}
 	}
 }
@@ -253,6 +380,7 @@ bool corio__ring_needs_enter(const struct corio__ring *r)
 }
 
 #define CORIO__UNLIKELY_VG(r) __builtin_expect((r)->under_valgrind, 0)
+
 
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 {
@@ -283,6 +411,11 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 		return 0;
 	}
 	r->cnt.enters++;
+	if (CORIO__RING_UNLIKELY(r->fault_ebadr) && wait_nr) {
+		r->fault_ebadr = false;
+		ret = -EBADR;
+	}
+	ret = corio__ring_check(r, ret, "io_uring_enter");
 	if (ret > 0)
 		r->cnt.sqes += (unsigned)ret;
 	return ret;
@@ -294,7 +427,8 @@ unsigned corio__ring_poll(struct corio__ring *r)
 	 * kernel: ask every time. */
 	if (corio__ring_pending(r) || corio__ring_needs_enter(r) ||
 	    !(r->caps & CORIO__CAP_TASKRUN_FLAG)) {
-		int ret = io_uring_submit_and_get_events(&r->ring);
+		int ret = corio__ring_check(r, io_uring_submit_and_get_events(&r->ring),
+					    "io_uring_enter");
 
 		r->cnt.enters++;
 		if (ret > 0)
@@ -307,51 +441,75 @@ void corio__ring_cancel(struct corio__ring *r, struct corio__op *op)
 {
 	struct io_uring_sqe *sqe = corio__ring_sqe(r);
 
-	io_uring_prep_cancel(sqe, op, 0);
+	/* user_data is 0 only for a record never bound to an SQE */
+	io_uring_prep_cancel64(sqe, op->user_data ? op->user_data : (uint64_t)(uintptr_t)op, 0);
 	corio__sqe_set_op(sqe, NULL);
+}
+
+/*
+ * Reap. Each CQE is consumed (the CQ head advanced) before its callback
+ * runs, so a callback that needs an SQE and finds the kernel refusing to
+ * take more until the CQ drains (-EBUSY) can reap again from inside
+ * (corio__ring_sqe): nothing is dispatched twice.
+ *
+ * The loop ends only after a look at the ring that found no completion the
+ * kernel holds back: IORING_SQ_CQ_OVERFLOW (CQEs parked in the overflow
+ * list, IORING_FEAT_NODROP) or IORING_SQ_TASKRUN (deferred task work, which
+ * includes a fired link timeout's cancel-by-user_data). That last flush is
+ * what lets a fiber reuse a stack-resident op record right away: see
+ * "Link timeouts" in core/ops.c. CORIO_RING_DISABLE=reap_flush drops the
+ * task-work part of it, for the test that shows ops.c no longer needs it.
+ */
+/* The next CQE, or NULL: never enters the kernel (io_uring_peek_cqe()
+ * would, to wait for 0 events, when the CQ is empty). */
+static struct io_uring_cqe *peek(struct corio__ring *r)
+{
+	struct io_uring_cq *cq = &r->ring.cq;
+	unsigned head = *cq->khead;
+
+	if (io_uring_smp_load_acquire(cq->ktail) == head)
+		return NULL;
+	return &cq->cqes[head & cq->ring_mask];
 }
 
 unsigned corio__ring_reap(struct corio__ring *r)
 {
-	struct io_uring_cqe *cqes[64];
-	unsigned total = 0;
-	bool flushed = false;
+	unsigned total = 0, flushes = 0;
 
 	/* Fast path for turns with nothing to reap (fibers only yielding). */
-	if (!io_uring_cq_ready(&r->ring) &&
-	    !(IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW))
+	if (!io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
 		return 0;
 	for (;;) {
-		unsigned n = io_uring_peek_batch_cqe(&r->ring, cqes, 64);
+		struct io_uring_cqe *cqe;
+		unsigned kflags;
 
-		for (unsigned i = 0; i < n; i++) {
-			struct corio__op *op = io_uring_cqe_get_data(cqes[i]);
+		while ((cqe = peek(r))) {
+			struct corio__op *op = io_uring_cqe_get_data(cqe);
+			int32_t res = cqe->res;
+			uint32_t flags = cqe->flags;
 
-			if (op) {
-				op->res = cqes[i]->res;
-				op->cqe_flags = cqes[i]->flags;
-				op->cb(op, cqes[i]->res, cqes[i]->flags);
+			io_uring_cq_advance(&r->ring, 1);
+			total++;
+			/* LIBURING_UDATA_TIMEOUT: liburing's own timeout SQE (waits
+			 * with a timeout on kernels without IORING_FEAT_EXT_ARG) */
+			if (op && (uint64_t)(uintptr_t)op != LIBURING_UDATA_TIMEOUT) {
+				op->res = res;
+				op->cqe_flags = flags;
+				op->cb(op, res, flags);
 			}
 		}
-		if (n)
-			io_uring_cq_advance(&r->ring, n);
-		total += n;
-		if (n == 64)
-			continue;
-		/* The kernel parked completions that did not fit in the CQ in its
-		 * overflow list (IORING_FEAT_NODROP): flush them with an enter
-		 * and reap again, so none is lost. */
-		if (!flushed &&
-		    (IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW)) {
-			r->cnt.cq_overflow++;
-			r->cnt.enters++;
-			io_uring_get_events(&r->ring);
-			flushed = true;
-			continue;
-		}
-		if (!n)
+		kflags = IO_URING_READ_ONCE(*r->ring.sq.kflags);
+		if (r->no_reap_flush)
+			kflags &= ~IORING_SQ_TASKRUN;
+		if (!(kflags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) || flushes >= 64)
 			break;
-		flushed = false;
+		/* A bound on flushes: completions that keep arriving are left for
+		 * the next turn (the loop's enter flushes them), so fibers run. */
+		flushes++;
+		if (kflags & IORING_SQ_CQ_OVERFLOW)
+			r->cnt.cq_overflow++;
+		r->cnt.enters++;
+		corio__ring_check(r, io_uring_get_events(&r->ring), "io_uring_get_events");
 	}
 	r->cnt.cqes += total;
 	return total;

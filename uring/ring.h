@@ -24,6 +24,7 @@ struct corio__op {
 	void *data;         /* owner's cookie (the waiting fiber, a timer, ...) */
 	int32_t res;        /* last CQE's result                                */
 	uint32_t cqe_flags; /* last CQE's flags                                 */
+	uint64_t user_data; /* what its SQE carries: the op, or its link slot   */
 };
 
 /* Capability bits probed at ring setup (struct corio__ring.caps). */
@@ -44,7 +45,7 @@ struct corio__ring_params {
 
 /* Ring counters; the core copies them into its stats. Owner-written. */
 struct corio__ring_counters {
-	uint64_t enters, sqes, cqes, sq_full, cq_overflow;
+	uint64_t enters, sqes, cqes, sq_full, cq_overflow, cqe_dropped;
 };
 
 struct corio__ring {
@@ -53,9 +54,13 @@ struct corio__ring {
 	unsigned features;      /* IORING_FEAT_* from the kernel */
 	unsigned caps;          /* CORIO__CAP_* */
 	bool under_valgrind;    /* blocking waits are sliced (see ring.c) */
+	bool no_reap_flush;     /* test: CORIO_RING_DISABLE=reap_flush */
+	bool fault_ebadr;       /* test: CORIO_RING_FAULT=ebadr, once */
 	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
 	unsigned sq_entries, cq_entries;
 	struct corio__ring_counters cnt;
+	struct corio__link *link_free;  /* link slot pool */
+	void *link_chunks;              /* list of chunks, for ring exit */
 };
 
 /* True if the environment variable var holds word (or "all") in its comma
@@ -90,7 +95,27 @@ void corio__ring_reserve(struct corio__ring *r, unsigned n);
 static inline void corio__sqe_set_op(struct io_uring_sqe *sqe, struct corio__op *op)
 {
 	io_uring_sqe_set_data(sqe, op);
+	if (op)
+		op->user_data = (uint64_t)(uintptr_t)op;
 }
+
+/*
+ * Link slots: the user_data of an op followed by an IORING_OP_LINK_TIMEOUT.
+ * When that timeout fires, the kernel cancels the op by matching its
+ * user_data, from task work that may run after the op's own CQE has been
+ * reaped; if the user_data were the op record's address, a fiber reusing
+ * that (stack) address for its next op would get that op cancelled. A slot
+ * stands in for the record: the op's CQE goes through it to the record at
+ * once, and the slot is reused only after the link timeout's own CQE, which
+ * the kernel posts after its cancel attempt. Slots come from a per-ring
+ * pool (chunks of 64, freed at ring exit).
+ */
+struct corio__link;
+/* A free slot, or NULL when out of memory. */
+struct corio__link *corio__ring_link_get(struct corio__ring *r);
+/* Route head's CQEs to op through slot, and lt's CQE to slot. */
+void corio__ring_link_bind(struct corio__link *slot, struct io_uring_sqe *head,
+			   struct io_uring_sqe *lt, struct corio__op *op);
 
 /* SQEs queued but not yet handed to the kernel. */
 static inline unsigned corio__ring_pending(const struct corio__ring *r)
@@ -104,8 +129,10 @@ bool corio__ring_needs_enter(const struct corio__ring *r);
 
 /*
  * One io_uring_enter: submit what is queued and, with wait_nr > 0, sleep
- * until that many completions are ready. Returns >= 0 or -errno (-EINTR and
- * -EAGAIN/-EBUSY are returned to the caller, which simply loops).
+ * until that many completions are ready. Returns >= 0 or -errno: -EINTR,
+ * and -EAGAIN/-EBUSY (the kernel wants the CQ drained first), after which
+ * the caller reaps before it enters again (the shard loop always does);
+ * -EBADR is counted and reported (corio__ring_check()).
  */
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
 
@@ -113,12 +140,17 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
  * back, and return how many CQEs are ready (for spinning idle loops). */
 unsigned corio__ring_poll(struct corio__ring *r);
 
-/* Reap every ready CQE in batches and run each op's callback. Returns the
- * number reaped. Flushes overflowed CQEs so none is lost. */
+/* Reap every ready CQE and run each op's callback. Returns the number
+ * reaped. Flushes overflowed CQEs and deferred task work so none is left
+ * behind (ring.c says why that matters). Safe to call from a callback. */
 unsigned corio__ring_reap(struct corio__ring *r);
 
 /* Queue an async cancel of op (matched by user_data). The op's own final CQE
  * still arrives (with -ECANCELED, or its real result if it won the race). */
 void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
+
+/* Account an io_uring_enter result (-EBADR: completions dropped, counted
+ * and reported); returns ret. */
+int corio__ring_check(struct corio__ring *r, int ret, const char *what);
 
 #endif

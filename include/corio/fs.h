@@ -13,8 +13,11 @@
  * _FSYNC, _OPENAT, _CLOSE, _STATX, _FALLOCATE, _RENAMEAT, _UNLINKAT,
  * _MKDIRAT). Where the running kernel lacks an op (probed when the shard
  * starts) the call falls back to the blocking syscall on the shard thread,
- * counted in corio_fs_stats.sync_fallbacks; such a call cannot be cancelled
- * or timed out once it runs. The environment variable CORIO_FS_SYNC (a comma
+ * counted in corio_fs_stats.sync_fallbacks. A fallback call checks first, as
+ * the ring path does: a cancelled fiber gets -ECANCELED and a passed deadline
+ * -ETIMEDOUT, and the syscall does not run (corio_close_fd() excepted: it
+ * always closes); but once the syscall runs it cannot be cancelled or timed
+ * out. The environment variable CORIO_FS_SYNC (a comma
  * list of open, close, read, write, fsync, statx, fallocate, rename, unlink,
  * mkdir, or "all") forces that fallback, for tests.
  *
@@ -75,7 +78,9 @@ CORIO_API int corio_close_fd(int fd);
 /* Read up to len bytes at off: the count (0: end of file) or -errno. */
 CORIO_API ssize_t corio_read_at(int fd, void *buf, size_t len, uint64_t off);
 
-/* Write up to len bytes at off: the count (may be short) or -errno. */
+/* Write up to len bytes at off: the count (may be short) or -errno. A pipe,
+ * FIFO or socket whose reader has gone gives -EPIPE, never SIGPIPE (shard
+ * threads block it; README, "How it runs"). */
 CORIO_API ssize_t corio_write_at(int fd, const void *buf, size_t len, uint64_t off);
 
 /* Vectored forms, like preadv(2)/pwritev(2); 1 <= iovcnt <= IOV_MAX. The

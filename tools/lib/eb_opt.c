@@ -18,19 +18,38 @@ static int bad(const char *name, const char *s, const char *why)
 	return -EINVAL;
 }
 
-/* Parse a non-negative decimal number with an optional fraction; *end is
- * set past it. Rejects signs, hex, empty input. */
+/*
+ * Parse a non-negative decimal number with an optional fraction: digits,
+ * optionally '.' and more digits, at least one digit in all; *end is set past
+ * it (a unit suffix may follow). Signs, spaces, hex (0x50), exponents (1e2),
+ * inf and nan are rejected here: strtod() alone takes all of those, and
+ * "-p 0x50" must not mean port 80. Too many digits give +inf, which every
+ * caller's range check then refuses with the range in its message.
+ */
 static int number(const char *s, double *v, const char **end)
 {
-	char *e;
+	char buf[64];
+	size_t n = 0, digits = 0;
 
-	if (!s || !*s || !((*s >= '0' && *s <= '9') || *s == '.'))
+	if (!s)
 		return -EINVAL;
-	errno = 0;
-	*v = strtod(s, &e);
-	if (errno || e == s || !isfinite(*v))
+	while (s[n] >= '0' && s[n] <= '9')
+		n++, digits++;
+	if (s[n] == '.') {
+		n++;
+		while (s[n] >= '0' && s[n] <= '9')
+			n++, digits++;
+	}
+	if (!digits)
 		return -EINVAL;
-	*end = e;
+	*end = s + n;
+	if (n >= sizeof(buf)) {
+		*v = INFINITY;
+		return 0;
+	}
+	memcpy(buf, s, n);
+	buf[n] = '\0';
+	*v = strtod(buf, NULL); /* only decimal digits and one '.': cannot fail */
 	return 0;
 }
 
