@@ -112,6 +112,45 @@ Test(fiber, join_returns_status, .timeout = 30)
 	th_run(&cfg, join_entry, NULL);
 }
 
+/* A deadline scope bounds corio_join; the fiber stays joinable. */
+static void join_deadline_entry(void *arg)
+{
+	struct corio_fiber *f;
+	struct corio_deadline d;
+	struct corio_event ev;
+	uint64_t t0;
+	int st = 1;
+
+	(void)arg;
+	corio_event_init(&ev);
+	CHECK_EQ(corio_spawn(blocks_on_event, &ev, NULL, &f), 0);
+	t0 = corio_now_ns();
+	CHECK_EQ(corio_timeout_push(&d, 20 * 1000000ull), 0);
+	CHECK_EQ(corio_join(f, &st), -ETIMEDOUT);
+	CHECK(corio_now_ns() - t0 >= 20 * 1000000ull);
+	CHECK_EQ(st, 1);
+	/* expired scope: at once, still joinable */
+	CHECK_EQ(corio_join(f, &st), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	corio_event_set(&ev);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, 0);
+	/* a fiber that has already ended is joined even in an expired scope */
+	CHECK_EQ(corio_spawn(returns_42, NULL, NULL, &f), 0);
+	corio_yield();
+	CHECK_EQ(corio_timeout_push(&d, 0), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, 42);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+Test(fiber, join_is_bounded_by_the_deadline_scope, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, join_deadline_entry, NULL);
+}
+
 /* ---- 100k fibers spawned and joined --------------------------------------- */
 #if defined(__SANITIZE_THREAD__)
 #define MANY 10000 /* TSan creates a shadow fiber per fiber: 100k takes ~a minute */
