@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -335,4 +336,80 @@ Test(fiber, stack_overflow_names_the_fiber, .timeout = 30)
 	cr_assert(WIFSIGNALED(status), "the child exited instead of dying: %s", buf);
 	cr_assert(strstr(buf, "stack overflow in fiber 'overflower'") != NULL,
 		  "no overflow report on stderr; got: %s", buf);
+}
+
+/* A fiber whose stack cannot be mapped ends with -ENOMEM and wakes its
+ * joiner. vm.max_map_count is used up with one-page mappings of
+ * alternating protection (they cannot merge), so the stack mmap fails. */
+#define NOMAP_MAX (1u << 20)
+
+static int nostack_child(void *arg)
+{
+	static void *maps[NOMAP_MAX];
+	struct corio_fiber *f;
+	size_t n = 0;
+	int st = 0;
+
+	(void)arg;
+	while (n < NOMAP_MAX) {
+		void *p = mmap(NULL, 4096, (n & 1) ? PROT_READ : PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			break;
+		maps[n++] = p;
+	}
+	if (n == NOMAP_MAX)
+		return 77;
+	CHECK_EQ(corio_spawn(returns_42, NULL, &(struct corio_spawn_opts){ .stack_size = 1 << 20 },
+			     &f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, -ENOMEM);
+	while (n)
+		munmap(maps[--n], 4096);
+	return 0;
+}
+
+static int nostack_fiber(void *arg)
+{
+	(void)arg;
+	return nostack_child(NULL);
+}
+
+static void nostack_entry(void *arg)
+{
+	struct corio_fiber *f;
+	int st = -1;
+
+	(void)arg;
+	/* in its own fiber with a roomy default stack, spawned before the maps
+	 * run out */
+	CHECK_EQ(corio_spawn(nostack_fiber, NULL, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	*(int *)arg = st;
+}
+
+static int nostack_run(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int st = -1, before = th_fd_count();
+
+	(void)arg;
+	if (corio_run(&cfg, nostack_entry, &st) || atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 1;
+	}
+	if (th_fd_count() != before)
+		return 3;
+	return st;
+}
+
+Test(fiber, no_stack_ends_the_fiber_and_wakes_its_joiner, .timeout = 30)
+{
+	int st = th_fork_bounded(nostack_run, NULL, 10000);
+
+	cr_assert(st != TH_HUNG, "the joiner of a fiber without a stack was never woken");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		cr_skip_test("vm.max_map_count is too large to exhaust");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
 }

@@ -938,3 +938,182 @@ Test(msg, accept_dispatch_at_shutdown_leaks_no_fd, .timeout = 30)
 	th_run(&cfg, ad_entry, NULL);
 	cr_assert_eq(atomic_load(&ad_handled), AD_N / 2);
 }
+
+/* corio_call and the caller's deadline scope: a call that runs finishes
+ * once over there (inside the same deadline) and its result is dropped; a
+ * call that had not started never runs. */
+static _Atomic int cd_started, cd_go, cd_finished, cd_saw_deadline, cd_late_ran;
+static _Atomic int cd_held, cd_release;
+static _Atomic int *cd_hold[2] = { &cd_held, &cd_release };
+
+static intptr_t cd_slow(void *arg)
+{
+	(void)arg;
+	atomic_store(&cd_saw_deadline, corio_deadline_ns() != 0);
+	atomic_fetch_add(&cd_started, 1);
+	while (!atomic_load(&cd_go))
+		corio_yield();
+	atomic_fetch_add(&cd_finished, 1);
+	return 7;
+}
+
+static intptr_t cd_never(void *arg)
+{
+	(void)arg;
+	if (corio_shard_id() == 1)
+		atomic_fetch_add(&cd_late_ran, 1);
+	return 0;
+}
+
+/* scribble over the stack the timed-out call used */
+static __attribute__((noinline)) void cd_scribble(void)
+{
+	volatile char junk[4096];
+
+	memset((char *)junk, 0x5a, sizeof(junk));
+}
+
+static void cd_entry(void *arg)
+{
+	struct corio_deadline d;
+	intptr_t r = -1;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_timeout_push(&d, 30 * MS), 0);
+	CHECK_EQ(corio_call(1, cd_slow, NULL, &r), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(r, -1);
+	CHECK_EQ(atomic_load(&cd_started), 1);
+	CHECK(atomic_load(&cd_saw_deadline));
+	CHECK_EQ(atomic_load(&cd_finished), 0);
+	cd_scribble();
+	atomic_store(&cd_go, 1);
+	/* FIFO per sender: this call's fiber runs after the first one ended */
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+	while (!atomic_load(&cd_finished))
+		corio_yield();
+	CHECK_EQ(atomic_load(&cd_started), 1);
+
+	/* not started: shard 1's loop is held while the deadline passes */
+	CHECK_EQ(corio_post(1, hold_msg, cd_hold), 0);
+	while (!atomic_load(&cd_held))
+		corio_yield();
+	CHECK_EQ(corio_timeout_push(&d, 30 * MS), 0);
+	CHECK_EQ(corio_call(1, cd_never, NULL, &r), -ETIMEDOUT);
+	CHECK_EQ(corio_gather(cd_never, NULL, NULL), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	atomic_store(&cd_release, 1);
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+	CHECK_EQ(corio_call(0, nop_call, NULL, NULL), 0);
+	/* both calls to shard 1 were queued, then dropped: they never ran (the
+	 * gather's call to shard 0 may have, while we waited) */
+	CHECK_EQ(atomic_load(&cd_late_ran), 0);
+}
+
+Test(msg, call_past_its_deadline_drops_the_result_and_never_starts_late, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	cfg.stall_ns = 0;
+	th_run(&cfg, cd_entry, NULL);
+	cr_assert_eq(atomic_load(&cd_finished), 1);
+}
+
+/* ---- a fiber whose stack cannot be mapped still ends properly ------------------------ */
+
+/* Use up vm.max_map_count with one-page mappings of alternating protection
+ * (so they cannot merge): every later mmap (a fiber stack) fails. */
+#define NOMAP_MAX (1u << 20)
+static void **nomap;
+static size_t nomap_n;
+
+static int maps_exhaust(void)
+{
+	nomap = malloc(NOMAP_MAX * sizeof(*nomap));
+	if (!nomap)
+		return -ENOMEM;
+	while (nomap_n < NOMAP_MAX) {
+		void *p = mmap(NULL, 4096, (nomap_n & 1) ? PROT_READ : PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			return 0;
+		nomap[nomap_n++] = p;
+	}
+	return -E2BIG; /* a huge vm.max_map_count: cannot exhaust it here */
+}
+
+static void maps_restore(void)
+{
+	while (nomap_n)
+		munmap(nomap[--nomap_n], 4096);
+	free(nomap);
+	nomap = NULL;
+}
+
+static _Atomic int ns_released, ns_ran, ns_skip;
+
+static int ns_fiber(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&ns_ran, 1);
+	return 0;
+}
+
+static void ns_release(void *arg)
+{
+	CHECK_EQ((uintptr_t)arg, 42);
+	atomic_fetch_add(&ns_released, 1);
+}
+
+static void ns_entry(void *arg)
+{
+	struct corio_msg_stats st;
+	int ret;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0); /* warm the call pool */
+	ret = maps_exhaust();
+	if (ret) {
+		maps_restore();
+		atomic_store(&ns_skip, 1);
+		return;
+	}
+	/* shard 1 keeps no stack cache (cfg.stack_cache = 0): it must map one */
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), -ENOMEM);
+	CHECK_EQ(corio_spawn_on_ex(1, ns_fiber, (void *)(uintptr_t)42, ns_release, 0), 0);
+	CHECK_EQ(corio_spawn_on(1, ns_fiber, NULL), 0);
+	/* FIFO: the call's answer comes after both spawn_on ended */
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), -ENOMEM);
+	maps_restore();
+	CHECK_EQ(atomic_load(&ns_released), 1);
+	CHECK_EQ(atomic_load(&ns_ran), 0);
+	CHECK_EQ(corio_msg_stats_get(NULL, 1, 0, &st), 0);
+	CHECK_EQ(st.spawn_failed, 2);
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+}
+
+static int ns_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+	int ret;
+
+	(void)arg;
+	cfg.stack_cache = 0;
+	ret = child_run(&cfg, ns_entry, NULL);
+	return ret ? ret : atomic_load(&ns_skip) ? 77 : 0;
+}
+
+Test(msg, no_stack_for_the_fiber_answers_the_call_and_releases_the_spawn, .timeout = 30)
+{
+	int st = th_fork_bounded(ns_child, NULL, 10000);
+
+	cr_assert(st != TH_HUNG, "a call whose fiber got no stack was never answered");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		cr_skip_test("vm.max_map_count is too large to exhaust");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
+}
