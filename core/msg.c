@@ -5,8 +5,9 @@
  *
  * ---- The ring ---------------------------------------------------------------
  * Each shard owns one inbound ring of cap = cfg.msg_slots slots (a power of
- * two). A slot is 32 bytes: a sequence word, a function, its argument and an
- * aux word (message kind and sender). Producers are the other shards, the
+ * two). A slot is 40 bytes: a sequence word, a function, its argument, an
+ * aux word (message kind and sender) and a release function (spawn_on_ex:
+ * called instead of fn when fn will never run). Producers are the other shards, the
  * shard itself and foreign threads; the consumer is the owning shard only.
  * It is a bounded MPSC queue with a sequence number per slot:
  *
@@ -962,7 +963,8 @@ static int msg_init(struct corio__shard *s)
 	m->batch = cap < BATCH_MAX ? (unsigned)cap : BATCH_MAX;
 	m->nshards = rt->nshards;
 	m->nwords = (rt->nshards + 63) / 64;
-	m->slots = aligned_alloc(64, cap * sizeof(struct slot));
+	/* aligned_alloc wants a size that is a multiple of the alignment */
+	m->slots = aligned_alloc(64, (cap * sizeof(struct slot) + 63) & ~(size_t)63);
 	m->room_waiters = calloc(2 * (size_t)m->nwords, sizeof(*m->room_waiters));
 	m->room_wq = calloc(rt->nshards, sizeof(*m->room_wq));
 	m->peers = calloc(rt->nshards + 1, sizeof(*m->peers));
