@@ -68,7 +68,9 @@ struct corio_fiber {
 	struct corio__op *wait_op;               /* the op parked on   */
 	/* Set by an area whose park must not simply be woken on cancel (the
 	 * waited-for thing still references the fiber's memory); called
-	 * instead of the default wake. */
+	 * instead of the default wake. One rule: whoever sets it saves the
+	 * old value and restores it after its park (parks nest: a close inside
+	 * a group drain); never store NULL over a value you did not set. */
 	void (*on_cancel)(struct corio_fiber *f);
 	/* Called once instead of fn when the fiber ends without ever having
 	 * run (cancelled while new, or no stack): its spawner releases what

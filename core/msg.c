@@ -124,7 +124,7 @@ struct slot {
 
 /* Counters owned by one shard (read by others with relaxed loads). */
 struct peer_stats {
-	uint64_t sent, received, full, doorbells, calls, spawn_failed;
+	uint64_t sent, received, full, doorbells, calls, spawn_failed, doorbell_failed;
 };
 
 struct callwait {
@@ -160,6 +160,7 @@ struct msg {
 	uint64_t mask, cap, closed_at;
 	bool closed;
 	bool use_msg_ring;
+	bool db_badfd;               /* test fault: MSG_RING doorbells fail in the kernel */
 	unsigned batch;
 	unsigned nshards, nwords;
 	struct slot *slots;
@@ -170,6 +171,7 @@ struct msg {
 	void **call_chunks;
 	size_t ncall_chunks;
 	struct peer_stats *peers;    /* [nshards + 1], the last is foreign threads */
+	struct corio__op *db_ops;    /* [nshards]: our MSG_RING doorbells to shard i */
 
 	/* written by other threads */
 	_Atomic(struct call *) done __attribute__((aligned(64))); /* replies for fibers here */
@@ -264,7 +266,8 @@ static int wake(struct corio__shard *s, struct corio__shard *t)
 	tm = part(t);
 	atomic_fetch_add(&tm->db_inflight, 1);
 	if (atomic_exchange(&t->sleeping, 0)) {
-		if (corio__ring_msg_doorbell(&s->ring, t->ring.ring.ring_fd) < 0)
+		if (corio__ring_msg_doorbell(&s->ring, part(s)->db_badfd ? -1 : t->ring.ring.ring_fd,
+					     &part(s)->db_ops[t->id]) < 0)
 			efd_write(t); /* could not submit now: the eventfd never fails us */
 		rang = 1;
 	}
@@ -279,6 +282,23 @@ struct msgin {
 	void (*release)(void *);
 	unsigned kind;
 };
+
+/* Our doorbell to op->data failed inside the kernel after the submit (its
+ * CQE, on our ring, is the only trace): the target was not woken and, since
+ * we took its `sleeping`, nobody else will ring. Ring its eventfd, which
+ * lives until corio_wait(). Success CQEs (no IORING_FEAT_CQE_SKIP) and
+ * the shutdown's cancels of nothing are ignored. */
+static void doorbell_failed(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__shard *s = corio__shard();
+	unsigned to = (unsigned)(uintptr_t)op->data;
+
+	(void)flags;
+	if (res >= 0)
+		return;
+	efd_write(s->rt->shards[to]);
+	CORIO__STAT_ADD(part(s)->peers[to].doorbell_failed, 1);
+}
 
 /* One attempt from shard s to shard index `to`. */
 static int send_try(struct corio__shard *s, unsigned to, const struct msgin *mi, bool count_full)
@@ -943,6 +963,7 @@ static void msg_free(struct msg *m)
 	free(m->room_waiters);
 	free(m->room_wq);
 	free(m->peers);
+	free(m->db_ops);
 	free(m);
 }
 
@@ -968,18 +989,27 @@ static int msg_init(struct corio__shard *s)
 	m->room_waiters = calloc(2 * (size_t)m->nwords, sizeof(*m->room_waiters));
 	m->room_wq = calloc(rt->nshards, sizeof(*m->room_wq));
 	m->peers = calloc(rt->nshards + 1, sizeof(*m->peers));
-	if (!m->slots || !m->room_waiters || !m->room_wq || !m->peers) {
+	m->db_ops = calloc(rt->nshards, sizeof(*m->db_ops));
+	if (!m->slots || !m->room_waiters || !m->room_wq || !m->peers || !m->db_ops) {
 		msg_free(m);
 		return -ENOMEM;
 	}
 	m->room_from = m->room_waiters + m->nwords;
 	for (size_t i = 0; i < cap; i++)
 		atomic_init(&m->slots[i].seq, i);
+	for (unsigned i = 0; i < rt->nshards; i++) {
+		m->db_ops[i].cb = doorbell_failed;
+		m->db_ops[i].data = (void *)(uintptr_t)i; /* the target's index */
+	}
 	atomic_init(&m->tail, 0);
 	atomic_init(&m->done, NULL);
 	/* MSG_RING doorbells unless the ring cannot send them or the
 	 * environment asks for the eventfd (tests, the benchmark). */
 	m->use_msg_ring = corio__ring_can_msg(&s->ring) && !(env && !strcmp(env, "eventfd"));
+	/* CORIO_MSG_DOORBELL=badfd (tests): send each MSG_RING to fd -1, so
+	 * the kernel takes the SQE and fails it afterwards, as it may with
+	 * -EOVERFLOW or -ENOMEM */
+	m->db_badfd = m->use_msg_ring && env && !strcmp(env, "badfd");
 	s->parts[CORIO__PART_MSG] = m;
 	return 0;
 }
@@ -1010,6 +1040,7 @@ static void add_peer(struct corio_msg_stats *o, const struct peer_stats *p)
 	o->doorbells += __atomic_load_n(&p->doorbells, __ATOMIC_RELAXED);
 	o->calls += __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
 	o->spawn_failed += __atomic_load_n(&p->spawn_failed, __ATOMIC_RELAXED);
+	o->doorbell_failed += __atomic_load_n(&p->doorbell_failed, __ATOMIC_RELAXED);
 }
 
 static void add_foreign(struct corio_msg_stats *o, struct msg *m)

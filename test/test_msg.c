@@ -1117,3 +1117,40 @@ Test(msg, no_stack_for_the_fiber_answers_the_call_and_releases_the_spawn, .timeo
 		cr_skip_test("vm.max_map_count is too large to exhaust");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
 }
+
+/* A MSG_RING doorbell that the kernel fails after taking the SQE (forced:
+ * CORIO_MSG_DOORBELL=badfd aims it at fd -1) must still wake the target. */
+static uint64_t badfd_failed;
+
+static void badfd_count(void *arg)
+{
+	struct corio_msg_stats st;
+
+	(void)arg;
+	if (corio_shard_id() == 0 && corio_msg_stats_get(NULL, 0, CORIO_MSG_PEER_ALL, &st) == 0)
+		badfd_failed = st.doorbell_failed;
+}
+
+static void badfd_entry(void *arg)
+{
+	ping_entry(arg);
+	badfd_count(NULL);
+}
+
+static int badfd_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	(void)arg;
+	setenv("CORIO_MSG_DOORBELL", "badfd", 1);
+	memset(ping_count, 0, sizeof(ping_count));
+	corio_event_init(&ping_done);
+	if (child_run(&cfg, badfd_entry, NULL))
+		return 1;
+	return ping_count[1] == PING_ROUNDS && badfd_failed > 0 ? 0 : 4;
+}
+
+Test(msg, failed_msg_ring_doorbell_falls_back_to_the_eventfd, .timeout = 60)
+{
+	th_child_ok(badfd_child, NULL, 30000, "ping-pong with failing MSG_RING doorbells");
+}

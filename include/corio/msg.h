@@ -155,7 +155,9 @@ struct corio_msg_stats {
 	uint64_t doorbells;    /* wake-ups this shard sent to a sleeping peer    */
 	uint64_t calls;        /* corio_call requests this shard sent to peer    */
 	uint64_t spawn_failed; /* spawn_on from peer whose fn never ran          */
-	uint64_t reserved[2];
+	uint64_t doorbell_failed; /* MSG_RING doorbells to peer the kernel failed
+				     after the submit (the eventfd rang instead) */
+	uint64_t reserved[1];
 };
 
 /* Peer index for "all foreign threads" (then sent and full count what
