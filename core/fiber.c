@@ -104,10 +104,9 @@ void corio__switch_to(struct corio__shard *s, struct corio_fiber *f)
 {
 	if (f->state == CORIO__F_NEW) {
 		if (corio__stack_get(s, f)) {
-			/* No memory for a stack: the fiber ends without running. */
-			f->status = -ENOMEM;
-			f->state = CORIO__F_DONE;
-			corio__fiber_reap(s, f);
+			/* No stack (vm.max_map_count, address space): the fiber
+			 * ends without running, with every end step. */
+			corio__fiber_end_unrun(s, f, -ENOMEM);
 			return;
 		}
 		corio__ctx_make(&f->ctx, f->stack_lo, f->stack_size, fiber_main, f);
@@ -166,6 +165,20 @@ static void fiber_end(struct corio_fiber *f)
 	__builtin_unreachable();
 }
 
+void corio__fiber_end_unrun(struct corio__shard *s, struct corio_fiber *f, int status)
+{
+	void (*unrun)(struct corio_fiber *) = f->unrun;
+
+	f->status = status;
+	f->state = CORIO__F_DONE;
+	if (f->joiner)
+		corio__ready(f->joiner, 0);
+	f->unrun = NULL;
+	if (unrun)
+		unrun(f); /* fn never ran: whoever spawned it releases arg */
+	corio__fiber_reap(s, f);
+}
+
 void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f)
 {
 	if (f->group)
@@ -216,6 +229,22 @@ int corio__park(void)
 	f->state = CORIO__F_PARKED;
 	to_sched(s, f);
 	return f->wake_res;
+}
+
+int corio__park_bounded(void)
+{
+	struct corio_fiber *f = corio__self();
+	struct corio_timer dt; /* the deadline scope's timer (timer/deadline.c) */
+	int ret;
+
+	if (CORIO__LIKELY(!f->deadline_ns))
+		return corio__park();
+	ret = corio__deadline_arm_park(&dt, f);
+	if (ret < 0)
+		return ret;
+	ret = corio__park();
+	corio__deadline_disarm(&dt);
+	return ret;
 }
 
 void corio_yield(void)
@@ -336,6 +365,13 @@ void corio__proxy_put(struct corio__shard *s, struct corio_fiber *p)
 int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opts,
 		struct corio_fiber **out)
 {
+	return corio__spawn_unrun(fn, arg, opts, out, NULL, 0, 0);
+}
+
+int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opts,
+		       struct corio_fiber **out, void (*unrun)(struct corio_fiber *f),
+		       uintptr_t ctx0, uintptr_t ctx1)
+{
 	struct corio__shard *s = corio__tl_shard;
 	struct corio_fiber *f;
 
@@ -370,6 +406,9 @@ int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opt
 	f->arg = arg;
 	f->id = ++s->next_fiber_id;
 	f->state = CORIO__F_NEW;
+	f->unrun = unrun;
+	f->unrun_ctx[0] = ctx0;
+	f->unrun_ctx[1] = ctx1;
 	f->stack_req = opts ? corio__stack_round(opts->stack_size) : 0;
 	if (opts && opts->name) {
 		strncpy(f->name, opts->name, sizeof(f->name) - 1);
@@ -404,10 +443,10 @@ int corio_join(struct corio_fiber *f, int *status)
 		if (self->flags & CORIO__FF_CANCELLED)
 			return -ECANCELED;
 		f->joiner = self;
-		ret = corio__park();
+		ret = corio__park_bounded(); /* -ETIMEDOUT at the deadline scope */
 		f->joiner = NULL;
-		if (ret == -ECANCELED && f->state != CORIO__F_DONE)
-			return -ECANCELED;
+		if (ret < 0 && f->state != CORIO__F_DONE)
+			return ret; /* f stays joinable */
 	}
 	if (status)
 		*status = f->status;

@@ -68,8 +68,15 @@ struct corio_fiber {
 	struct corio__op *wait_op;               /* the op parked on   */
 	/* Set by an area whose park must not simply be woken on cancel (the
 	 * waited-for thing still references the fiber's memory); called
-	 * instead of the default wake. */
+	 * instead of the default wake. One rule: whoever sets it saves the
+	 * old value and restores it after its park (parks nest: a close inside
+	 * a group drain); never store NULL over a value you did not set. */
 	void (*on_cancel)(struct corio_fiber *f);
+	/* Called once instead of fn when the fiber ends without ever having
+	 * run (cancelled while new, or no stack): its spawner releases what
+	 * arg holds (core/msg.c). f->status says why. */
+	void (*unrun)(struct corio_fiber *f);
+	uintptr_t unrun_ctx[2];
 	struct corio_fiber *joiner;
 	/* A select's stand-in (core/select.c): a record that waits on a wait
 	 * queue (or as a joiner) for a selecting fiber. corio__ready() calls
@@ -231,6 +238,17 @@ static inline struct corio_fiber *corio__self(void)
 int corio__park(void);
 /* Make f runnable with wake result res (no-op if it is already queued). */
 void corio__ready(struct corio_fiber *f, int res);
+/* Park until corio__ready(), bounded by the fiber's deadline scope:
+ * -ETIMEDOUT at once if it has passed, or when it passes while parked. The
+ * waker must tolerate the fiber having left (a timed-out waiter is gone). */
+int corio__park_bounded(void);
+/* End f, which never ran (state NEW), with status: wake its joiner, call
+ * its unrun hook, reap it. On the loop. */
+void corio__fiber_end_unrun(struct corio__shard *s, struct corio_fiber *f, int status);
+/* corio_spawn() with an unrun hook (see struct corio_fiber). */
+int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opts,
+		       struct corio_fiber **out, void (*unrun)(struct corio_fiber *f),
+		       uintptr_t ctx0, uintptr_t ctx1);
 /* Park on a wait queue; -ECANCELED if cancelled (then off the queue). */
 int corio__wq_wait(struct corio_waitq *wq);
 /* Pop the first waiter (NULL if none) and make it ready with res. */

@@ -5,8 +5,9 @@
  *
  * ---- The ring ---------------------------------------------------------------
  * Each shard owns one inbound ring of cap = cfg.msg_slots slots (a power of
- * two). A slot is 32 bytes: a sequence word, a function, its argument and an
- * aux word (message kind and sender). Producers are the other shards, the
+ * two). A slot is 40 bytes: a sequence word, a function, its argument, an
+ * aux word (message kind and sender) and a release function (spawn_on_ex:
+ * called instead of fn when fn will never run). Producers are the other shards, the
  * shard itself and foreign threads; the consumer is the owning shard only.
  * It is a bounded MPSC queue with a sequence number per slot:
  *
@@ -98,6 +99,7 @@
  * to a stopped shard and read its closed tail: they get -ECANCELED.
  */
 #include "core/internal.h"
+#include "timer/timer.h" /* deadline scopes: count the timeouts */
 #include "uring/msg_ring.h"
 
 #include <errno.h>
@@ -117,11 +119,12 @@ struct slot {
 	void (*fn)(void *);
 	void *arg;
 	uint64_t aux;
+	void (*release)(void *); /* spawn_on: called instead of fn if it never runs */
 };
 
 /* Counters owned by one shard (read by others with relaxed loads). */
 struct peer_stats {
-	uint64_t sent, received, full, doorbells, calls, spawn_failed;
+	uint64_t sent, received, full, doorbells, calls, spawn_failed, doorbell_failed;
 };
 
 struct callwait {
@@ -129,17 +132,23 @@ struct callwait {
 	unsigned pending;
 };
 
-/* A call in flight; lives on the caller's stack. Between the request and the
- * reply only the target touches it. */
+/* A call in flight. It comes from the caller shard's pool and goes back
+ * there when its reply has been taken (replies()), so a caller whose
+ * deadline passed can leave while the target still holds the record.
+ * Between the request and the reply the target writes only result,
+ * status and next; wait and answered are the home shard's. */
+enum { CALL_QUEUED, CALL_STARTED, CALL_DROPPED };
 struct call {
-	struct call *next; /* done stack */
-	struct call *un_next, *un_prev;
+	struct call *next; /* done stack; the pool's free list */
 	intptr_t (*fn)(void *);
 	void *arg;
 	intptr_t result;
 	int status;
+	_Atomic int state;   /* CALL_*: the caller drops, or the target starts */
+	bool answered;       /* home: the reply was taken */
+	uint64_t deadline_ns; /* the caller's deadline scope, applied to fn */
 	struct corio__shard *home;
-	struct callwait *wait;
+	struct callwait *wait; /* home: NULL once the caller left */
 };
 
 struct msg {
@@ -151,14 +160,18 @@ struct msg {
 	uint64_t mask, cap, closed_at;
 	bool closed;
 	bool use_msg_ring;
+	bool db_badfd;               /* test fault: MSG_RING doorbells fail in the kernel */
 	unsigned batch;
 	unsigned nshards, nwords;
 	struct slot *slots;
 	struct corio__shard *s;
 	struct corio_waitq *room_wq; /* [nshards]: fibers here waiting for room on shard i */
 	unsigned room_waiting;       /* how many */
-	struct call *unstarted;      /* calls spawned here whose fiber has not run yet */
+	struct call *call_free;      /* pool of call records (this shard's calls) */
+	void **call_chunks;
+	size_t ncall_chunks;
 	struct peer_stats *peers;    /* [nshards + 1], the last is foreign threads */
+	struct corio__op *db_ops;    /* [nshards]: our MSG_RING doorbells to shard i */
 
 	/* written by other threads */
 	_Atomic(struct call *) done __attribute__((aligned(64))); /* replies for fibers here */
@@ -192,8 +205,8 @@ static inline void room_sync(struct msg *m)
 
 /* Claim and publish one slot; *count (if not NULL) is bumped before the
  * publishing store, so whoever consumes the message also sees the count. */
-static int push(struct msg *t, void (*fn)(void *), void *arg, uint64_t aux,
-		_Atomic uint64_t *count)
+static int push(struct msg *t, void (*fn)(void *), void *arg, void (*release)(void *),
+		uint64_t aux, _Atomic uint64_t *count)
 {
 	uint64_t pos = atomic_load_explicit(&t->tail, memory_order_relaxed);
 
@@ -212,6 +225,7 @@ static int push(struct msg *t, void (*fn)(void *), void *arg, uint64_t aux,
 				sl->fn = fn;
 				sl->arg = arg;
 				sl->aux = aux;
+				sl->release = release;
 				if (count)
 					atomic_fetch_add_explicit(count, 1, memory_order_relaxed);
 				atomic_store_explicit(&sl->seq, pos + 1, memory_order_release);
@@ -252,7 +266,8 @@ static int wake(struct corio__shard *s, struct corio__shard *t)
 	tm = part(t);
 	atomic_fetch_add(&tm->db_inflight, 1);
 	if (atomic_exchange(&t->sleeping, 0)) {
-		if (corio__ring_msg_doorbell(&s->ring, t->ring.ring.ring_fd) < 0)
+		if (corio__ring_msg_doorbell(&s->ring, part(s)->db_badfd ? -1 : t->ring.ring.ring_fd,
+					     &part(s)->db_ops[t->id]) < 0)
 			efd_write(t); /* could not submit now: the eventfd never fails us */
 		rang = 1;
 	}
@@ -260,13 +275,37 @@ static int wake(struct corio__shard *s, struct corio__shard *t)
 	return rang;
 }
 
+/* What a message carries. */
+struct msgin {
+	void (*fn)(void *);
+	void *arg;
+	void (*release)(void *);
+	unsigned kind;
+};
+
+/* Our doorbell to op->data failed inside the kernel after the submit (its
+ * CQE, on our ring, is the only trace): the target was not woken and, since
+ * we took its `sleeping`, nobody else will ring. Ring its eventfd, which
+ * lives until corio_wait(). Success CQEs (no IORING_FEAT_CQE_SKIP) and
+ * the shutdown's cancels of nothing are ignored. */
+static void doorbell_failed(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__shard *s = corio__shard();
+	unsigned to = (unsigned)(uintptr_t)op->data;
+
+	(void)flags;
+	if (res >= 0)
+		return;
+	efd_write(s->rt->shards[to]);
+	CORIO__STAT_ADD(part(s)->peers[to].doorbell_failed, 1);
+}
+
 /* One attempt from shard s to shard index `to`. */
-static int send_try(struct corio__shard *s, unsigned to, void (*fn)(void *), void *arg,
-		    unsigned kind, bool count_full)
+static int send_try(struct corio__shard *s, unsigned to, const struct msgin *mi, bool count_full)
 {
 	struct corio__shard *t = s->rt->shards[to];
 	struct peer_stats *ps = &part(s)->peers[to];
-	int ret = push(part(t), fn, arg, AUX(kind, s->id), NULL);
+	int ret = push(part(t), mi->fn, mi->arg, mi->release, AUX(mi->kind, s->id), NULL);
 
 	if (CORIO__UNLIKELY(ret)) {
 		if (ret == -EAGAIN && count_full)
@@ -279,9 +318,23 @@ static int send_try(struct corio__shard *s, unsigned to, void (*fn)(void *), voi
 	return 0;
 }
 
-/* send_try, parking the calling fiber while the target's ring is full. */
-static int send_wait(struct corio__shard *s, unsigned to, void (*fn)(void *), void *arg,
-		     unsigned kind)
+/* The calling fiber's deadline scope has passed (the blocking calls here
+ * start nothing then, as every blocking call in a scope). */
+static bool expired(void)
+{
+	struct corio_fiber *f = corio__self();
+
+	if (CORIO__LIKELY(!f->deadline_ns) || corio_now_ns() < f->deadline_ns)
+		return false;
+	corio__timer_count_timeout(f->shard);
+	return true;
+}
+
+/* send_try, parking the calling fiber while the target's ring is full.
+ * 0, -ECANCELED (target stopping, or the caller cancelled) or -ETIMEDOUT
+ * (the caller's deadline scope): every error of the wait ends it, so a
+ * passed deadline is never a retry loop that keeps the shard from running. */
+static int send_wait(struct corio__shard *s, unsigned to, const struct msgin *mi)
 {
 	struct msg *m = part(s);
 	struct msg *tm = part(s->rt->shards[to]);
@@ -289,7 +342,7 @@ static int send_wait(struct corio__shard *s, unsigned to, void (*fn)(void *), vo
 	int ret;
 
 	for (;;) {
-		ret = send_try(s, to, fn, arg, kind, first);
+		ret = send_try(s, to, mi, first);
 		first = false;
 		if (ret != -EAGAIN)
 			return ret;
@@ -297,13 +350,13 @@ static int send_wait(struct corio__shard *s, unsigned to, void (*fn)(void *), vo
 			return -ECANCELED;
 		atomic_fetch_or(&tm->room_waiters[s->id / 64], 1ull << (s->id % 64));
 		room_sync(tm);
-		ret = send_try(s, to, fn, arg, kind, false);
+		ret = send_try(s, to, mi, false);
 		if (ret != -EAGAIN)
 			return ret;
 		m->room_waiting++;
 		ret = corio__wq_wait(&m->room_wq[to]);
 		m->room_waiting--;
-		if (ret == -ECANCELED)
+		if (ret < 0)
 			return ret;
 	}
 }
@@ -332,7 +385,7 @@ int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
-	return send_try(s, shard, fn, arg, KIND_POST, true);
+	return send_try(s, shard, &(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST }, true);
 }
 
 int corio_post_wait(unsigned shard, void (*fn)(void *), void *arg)
@@ -345,7 +398,9 @@ int corio_post_wait(unsigned shard, void (*fn)(void *), void *arg)
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (corio_cancelled())
 		return -ECANCELED;
-	return send_wait(s, shard, fn, arg, KIND_POST);
+	if (expired())
+		return -ETIMEDOUT;
+	return send_wait(s, shard, &(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST });
 }
 
 /* spawn_on holds the runtime open (rt->busy_shards) until the target spawned. */
@@ -355,25 +410,30 @@ static void token_put(struct corio_rt *rt)
 		corio_stop(rt);
 }
 
-static int spawn_on(unsigned shard, int (*fn)(void *), void *arg, bool wait)
+int corio_spawn_on_ex(unsigned shard, int (*fn)(void *), void *arg, void (*release)(void *),
+		      unsigned flags)
 {
 	int err;
 	struct corio__shard *s = sender(shard, (const void *)fn, &err);
-
-	if (CORIO__UNLIKELY(!s))
-		return err;
-	if (wait) {
-		CORIO__REQUIRE_FIBER(-EPERM);
-		if (corio_cancelled())
-			return -ECANCELED;
-	}
-	atomic_fetch_add(&s->rt->busy_shards, 1);
 	/* The function pointer travels as void (*)(void *) and is converted
 	 * back before the call (C11 6.3.2.3p8); the detour through
 	 * void (*)(void) tells gcc the cast is deliberate. */
-	err = wait ? send_wait(s, shard, (void (*)(void *))(void (*)(void))fn, arg, KIND_SPAWN)
-		   : send_try(s, shard, (void (*)(void *))(void (*)(void))fn, arg, KIND_SPAWN,
-			      true);
+	struct msgin mi = { .fn = (void (*)(void *))(void (*)(void))fn, .arg = arg,
+			    .release = release, .kind = KIND_SPAWN };
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	if (flags & ~CORIO_SPAWN_ON_WAIT)
+		return corio__error(-EINVAL, "corio_spawn_on_ex: unknown flags 0x%x", flags);
+	if (flags & CORIO_SPAWN_ON_WAIT) {
+		CORIO__REQUIRE_FIBER(-EPERM);
+		if (corio_cancelled())
+			return -ECANCELED;
+		if (expired())
+			return -ETIMEDOUT;
+	}
+	atomic_fetch_add(&s->rt->busy_shards, 1);
+	err = (flags & CORIO_SPAWN_ON_WAIT) ? send_wait(s, shard, &mi) : send_try(s, shard, &mi, true);
 	if (err)
 		token_put(s->rt);
 	return err;
@@ -381,12 +441,12 @@ static int spawn_on(unsigned shard, int (*fn)(void *), void *arg, bool wait)
 
 int corio_spawn_on(unsigned shard, int (*fn)(void *), void *arg)
 {
-	return spawn_on(shard, fn, arg, false);
+	return corio_spawn_on_ex(shard, fn, arg, NULL, 0);
 }
 
 int corio_spawn_on_wait(unsigned shard, int (*fn)(void *), void *arg)
 {
-	return spawn_on(shard, fn, arg, true);
+	return corio_spawn_on_ex(shard, fn, arg, NULL, CORIO_SPAWN_ON_WAIT);
 }
 
 int corio_broadcast(void (*fn)(void *), void *arg)
@@ -397,9 +457,12 @@ int corio_broadcast(void (*fn)(void *), void *arg)
 	if (CORIO__UNLIKELY(!s))
 		return err;
 	CORIO__REQUIRE_FIBER(-EPERM);
-	for (unsigned i = 0; i < s->rt->nshards; i++)
-		if (!corio_cancelled() && send_wait(s, i, fn, arg, KIND_POST) == 0)
+	for (unsigned i = 0; i < s->rt->nshards; i++) {
+		if (corio_cancelled() || expired())
+			break;
+		if (send_wait(s, i, &(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST }) == 0)
 			n++;
+	}
 	return n;
 }
 
@@ -416,7 +479,7 @@ int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *), 
 	/* Once our message is published the target may consume it, stop and
 	 * free its ring: after the push only the shard struct (sleeping, efd),
 	 * which lives until corio_wait(), is touched. */
-	ret = push(tm, fn, arg, AUX(KIND_POST, rt->nshards), &tm->foreign_sent);
+	ret = push(tm, fn, arg, NULL, AUX(KIND_POST, rt->nshards), &tm->foreign_sent);
 	if (ret) {
 		if (ret == -EAGAIN)
 			atomic_fetch_add_explicit(&tm->foreign_full, 1, memory_order_relaxed);
@@ -427,6 +490,42 @@ int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *), 
 }
 
 /* ---- calls ---------------------------------------------------------------------- */
+
+#define CALL_CHUNK 64
+
+static struct call *call_get(struct msg *m)
+{
+	struct call *c = m->call_free;
+
+	if (CORIO__UNLIKELY(!c)) {
+		struct call *chunk;
+		void **n;
+
+		if (m->ncall_chunks % 16 == 0) {
+			n = realloc(m->call_chunks, (m->ncall_chunks + 16) * sizeof(*n));
+			if (!n)
+				return NULL;
+			m->call_chunks = n;
+		}
+		chunk = calloc(CALL_CHUNK, sizeof(*chunk));
+		if (!chunk)
+			return NULL;
+		m->call_chunks[m->ncall_chunks++] = chunk;
+		for (int i = CALL_CHUNK - 1; i >= 0; i--) {
+			chunk[i].next = m->call_free;
+			m->call_free = &chunk[i];
+		}
+		c = m->call_free;
+	}
+	m->call_free = c->next;
+	return c;
+}
+
+static void call_put(struct msg *m, struct call *c)
+{
+	c->next = m->call_free;
+	m->call_free = c;
+}
 
 /* Target side: hand c back to its caller's shard. c may be gone on return. */
 static void reply(struct corio__shard *s, struct call *c)
@@ -443,44 +542,47 @@ static void reply(struct corio__shard *s, struct call *c)
 		CORIO__STAT_ADD(part(s)->peers[home->id].doorbells, 1);
 }
 
-static void unstarted_unlink(struct msg *m, struct call *c)
-{
-	if (c->un_prev)
-		c->un_prev->un_next = c->un_next;
-	else
-		m->unstarted = c->un_next;
-	if (c->un_next)
-		c->un_next->un_prev = c->un_prev;
-	c->un_next = c->un_prev = NULL;
-}
-
 static int call_main(void *arg)
 {
 	struct call *c = arg;
-	struct corio__shard *s = corio__shard();
+	int queued = CALL_QUEUED;
 
-	unstarted_unlink(part(s), c);
-	c->result = c->fn(c->arg);
-	c->status = 0;
-	reply(s, c);
+	/* The caller may have given up (its deadline) before we started:
+	 * then fn must not run. Once we are STARTED it runs to the end and
+	 * the caller, if it leaves, drops the result. */
+	if (atomic_compare_exchange_strong(&c->state, &queued, CALL_STARTED)) {
+		struct corio_deadline d;
+		bool scoped = c->deadline_ns && corio_deadline_push(&d, c->deadline_ns) == 0;
+
+		c->result = c->fn(c->arg);
+		c->status = 0;
+		if (scoped)
+			corio_deadline_pop(&d);
+	} else {
+		c->status = -ETIMEDOUT;
+	}
+	reply(corio__shard(), c);
 	return 0;
+}
+
+/* The call's fiber ended before it ran (stop cancelled it, or no stack). */
+static void call_unrun(struct corio_fiber *f)
+{
+	struct call *c = f->arg;
+
+	c->status = f->status;
+	reply(f->shard, c);
 }
 
 static void call_start(struct msg *m, struct call *c)
 {
 	struct corio_spawn_opts o = { .name = "corio_call" };
-	int ret = corio_spawn(call_main, c, &o, NULL);
+	int ret = corio__spawn_unrun(call_main, c, &o, NULL, call_unrun, 0, 0);
 
 	if (ret) {
 		c->status = ret;
 		reply(m->s, c);
-		return;
 	}
-	c->un_prev = NULL;
-	c->un_next = m->unstarted;
-	if (m->unstarted)
-		m->unstarted->un_prev = c;
-	m->unstarted = c;
 }
 
 static void call_on_cancel(struct corio_fiber *f)
@@ -488,14 +590,39 @@ static void call_on_cancel(struct corio_fiber *f)
 	(void)f; /* keep waiting: the target may still use the caller's memory */
 }
 
-static void calls_wait(struct callwait *cw)
+/* Wait until every call of cw has been answered: 0, or -ETIMEDOUT at the
+ * caller's deadline scope (some are still out then: call_drop them).
+ * Cancellation does not end the wait (call_on_cancel). */
+static int calls_wait(struct callwait *cw)
 {
 	struct corio_fiber *f = cw->fiber;
+	void (*saved)(struct corio_fiber *) = f->on_cancel;
+	int ret = 0;
 
 	f->on_cancel = call_on_cancel;
-	while (cw->pending)
-		corio__park();
-	f->on_cancel = NULL;
+	while (cw->pending) {
+		ret = corio__park_bounded();
+		if (ret == -ETIMEDOUT && cw->pending)
+			break;
+		ret = 0;
+	}
+	f->on_cancel = saved;
+	return ret;
+}
+
+/* The caller leaves: a call not started yet never runs; one that runs
+ * finishes over there and its record comes back to the pool when its reply
+ * is taken. A record already answered goes back now. */
+static void call_drop(struct msg *m, struct call *c)
+{
+	int queued = CALL_QUEUED;
+
+	if (c->answered) {
+		call_put(m, c);
+		return;
+	}
+	atomic_compare_exchange_strong(&c->state, &queued, CALL_DROPPED);
+	c->wait = NULL;
 }
 
 /* Queue one call; on success cw->pending counts it. */
@@ -506,8 +633,11 @@ static int call_send(struct corio__shard *s, unsigned to, struct call *c, struct
 	c->home = s;
 	c->wait = cw;
 	c->status = -ECANCELED;
-	c->next = c->un_next = c->un_prev = NULL;
-	ret = send_wait(s, to, NULL, c, KIND_CALL);
+	c->answered = false;
+	c->deadline_ns = cw->fiber->deadline_ns;
+	atomic_store_explicit(&c->state, CALL_QUEUED, memory_order_relaxed);
+	c->next = NULL;
+	ret = send_wait(s, to, &(struct msgin){ .arg = c, .kind = KIND_CALL });
 	if (ret == 0) {
 		cw->pending++;
 		CORIO__STAT_ADD(part(s)->peers[to].calls, 1);
@@ -520,33 +650,49 @@ int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *resu
 	int err;
 	struct corio__shard *s = sender(shard, (const void *)fn, &err);
 	struct callwait cw;
-	struct call c;
+	struct call *c;
+	struct msg *m;
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (corio_cancelled())
 		return -ECANCELED;
+	if (expired())
+		return -ETIMEDOUT;
+	m = part(s);
+	c = call_get(m);
+	if (!c)
+		return -ENOMEM;
 	cw.fiber = s->current;
 	cw.pending = 0;
-	c.fn = fn;
-	c.arg = arg;
-	c.result = 0;
-	err = call_send(s, shard, &c, &cw);
-	if (err)
+	c->fn = fn;
+	c->arg = arg;
+	c->result = 0;
+	err = call_send(s, shard, c, &cw);
+	if (err) {
+		call_put(m, c);
 		return err;
-	calls_wait(&cw);
-	if (c.status == 0 && result)
-		*result = c.result;
-	return c.status;
+	}
+	err = calls_wait(&cw);
+	if (err) {
+		call_drop(m, c);
+		return err;
+	}
+	err = c->status;
+	if (err == 0 && result)
+		*result = c->result;
+	call_put(m, c);
+	return err;
 }
 
 int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 {
 	int err, first = 0;
 	struct corio__shard *s = sender(0, (const void *)fn, &err);
-	struct call c[GATHER_WAVE];
+	struct call *c[GATHER_WAVE];
 	struct callwait cw;
+	struct msg *m;
 	unsigned n;
 
 	if (CORIO__UNLIKELY(!s))
@@ -554,29 +700,61 @@ int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 	CORIO__REQUIRE_FIBER(-EPERM);
 	if (corio_cancelled())
 		return -ECANCELED;
+	if (expired())
+		return -ETIMEDOUT;
+	m = part(s);
 	n = s->rt->nshards;
 	cw.fiber = s->current;
 	for (unsigned base = 0; base < n; base += GATHER_WAVE) {
 		unsigned k = n - base < GATHER_WAVE ? n - base : GATHER_WAVE;
+		int st[GATHER_WAVE], wait_err;
+		bool late = false;
 
 		/* pending starts at 1 so that replies arriving while a later
 		 * send waits for room cannot make us ready in the middle of
 		 * that wait */
 		cw.pending = 1;
 		for (unsigned i = 0; i < k; i++) {
-			c[i].fn = fn;
-			c[i].arg = arg;
-			c[i].result = 0;
-			if (call_send(s, base + i, &c[i], &cw))
-				c[i].status = -ECANCELED;
+			c[i] = NULL;
+			st[i] = late ? -ETIMEDOUT : 0;
+			if (late || !(c[i] = call_get(m))) {
+				st[i] = late ? -ETIMEDOUT : -ENOMEM;
+				continue;
+			}
+			c[i]->fn = fn;
+			c[i]->arg = arg;
+			c[i]->result = 0;
+			st[i] = call_send(s, base + i, c[i], &cw);
+			if (st[i]) {
+				call_put(m, c[i]);
+				c[i] = NULL;
+				late = st[i] == -ETIMEDOUT; /* send no more */
+			}
 		}
 		cw.pending--;
-		calls_wait(&cw);
+		wait_err = calls_wait(&cw);
 		for (unsigned i = 0; i < k; i++) {
+			intptr_t r = 0;
+
+			if (c[i]) {
+				st[i] = c[i]->answered ? c[i]->status : wait_err;
+				if (st[i] == 0)
+					r = c[i]->result;
+				if (c[i]->answered)
+					call_put(m, c[i]);
+				else
+					call_drop(m, c[i]);
+			}
 			if (results)
-				results[base + i] = c[i].status ? 0 : c[i].result;
-			if (c[i].status && !first)
-				first = c[i].status;
+				results[base + i] = r;
+			if (st[i] && !first)
+				first = st[i];
+		}
+		if (wait_err || late) {
+			/* the deadline passed: the later waves are not sent */
+			for (unsigned j = base + k; results && j < n; j++)
+				results[j] = 0;
+			return first;
 		}
 	}
 	return first;
@@ -584,7 +762,23 @@ int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 
 /* ---- consumer side (the owning shard's loop) --------------------------------- */
 
-static void run_one(struct msg *m, void (*fn)(void *), void *arg, uint64_t aux)
+/* A spawn_on whose fn will never run: count it, release its argument. */
+static void spawn_failed(struct msg *m, unsigned from, void (*release)(void *), void *arg)
+{
+	CORIO__STAT_ADD(m->peers[from].spawn_failed, 1);
+	if (release)
+		release(arg);
+}
+
+/* A spawn_on fiber ended before it ran (cancelled by the stop, no stack). */
+static void spawn_unrun(struct corio_fiber *f)
+{
+	spawn_failed(part(f->shard), (unsigned)f->unrun_ctx[1],
+		     (void (*)(void *))f->unrun_ctx[0], f->arg);
+}
+
+static void run_one(struct msg *m, void (*fn)(void *), void *arg, void (*release)(void *),
+		    uint64_t aux)
 {
 	switch (aux & 3) {
 	case KIND_POST:
@@ -596,8 +790,9 @@ static void run_one(struct msg *m, void (*fn)(void *), void *arg, uint64_t aux)
 	case KIND_SPAWN: {
 		int (*sfn)(void *) = (int (*)(void *))(void (*)(void))fn;
 
-		if (corio_spawn(sfn, arg, NULL, NULL))
-			CORIO__STAT_ADD(m->peers[aux >> 2].spawn_failed, 1);
+		if (corio__spawn_unrun(sfn, arg, NULL, NULL, spawn_unrun, (uintptr_t)release,
+				       (uintptr_t)(aux >> 2)))
+			spawn_failed(m, (unsigned)(aux >> 2), release, arg); /* stopping, or no memory */
 		token_put(m->s->rt);
 		break;
 	}
@@ -635,7 +830,7 @@ static unsigned drain(struct msg *m)
 
 	while (n < m->batch) {
 		struct slot *sl = &m->slots[head & m->mask];
-		void (*fn)(void *);
+		void (*fn)(void *), (*release)(void *);
 		void *arg;
 		uint64_t aux;
 
@@ -644,11 +839,12 @@ static unsigned drain(struct msg *m)
 		fn = sl->fn;
 		arg = sl->arg;
 		aux = sl->aux;
+		release = sl->release;
 		atomic_store_explicit(&sl->seq, head + m->cap, memory_order_release);
 		m->head = ++head;
 		n++;
 		CORIO__STAT_ADD(m->peers[aux >> 2].received, 1);
-		run_one(m, fn, arg, aux);
+		run_one(m, fn, arg, release, aux);
 	}
 	if (n) {
 		/* Pairs with room_sync in send_wait: either we see its bit or it
@@ -671,8 +867,13 @@ static unsigned replies(struct msg *m)
 		struct call *next = c->next;
 		struct callwait *cw = c->wait;
 
-		if (--cw->pending == 0)
-			corio__ready(cw->fiber, 0);
+		if (!cw) {
+			call_put(m, c); /* its caller left (deadline): drop the result */
+		} else {
+			c->answered = true;
+			if (--cw->pending == 0)
+				corio__ready(cw->fiber, 0);
+		}
 		c = next;
 		n++;
 	}
@@ -738,14 +939,8 @@ static void msg_stop(struct corio__shard *s)
 	/* Fibers elsewhere waiting for room here retry and get -ECANCELED. */
 	room_sync(m);
 	room_notify(m);
-	/* Their fibers were cancelled before they ran: answer for them. */
-	while (m->unstarted) {
-		struct call *c = m->unstarted;
-
-		unstarted_unlink(m, c);
-		c->status = -ECANCELED;
-		reply(s, c);
-	}
+	/* Call and spawn_on fibers cancelled before they ran are answered /
+	 * released by their unrun hooks when the loop ends them. */
 }
 
 static bool msg_busy(struct corio__shard *s)
@@ -761,10 +956,14 @@ static void msg_free(struct msg *m)
 {
 	if (!m)
 		return;
+	for (size_t i = 0; i < m->ncall_chunks; i++)
+		free(m->call_chunks[i]);
+	free(m->call_chunks);
 	free(m->slots);
 	free(m->room_waiters);
 	free(m->room_wq);
 	free(m->peers);
+	free(m->db_ops);
 	free(m);
 }
 
@@ -785,22 +984,32 @@ static int msg_init(struct corio__shard *s)
 	m->batch = cap < BATCH_MAX ? (unsigned)cap : BATCH_MAX;
 	m->nshards = rt->nshards;
 	m->nwords = (rt->nshards + 63) / 64;
-	m->slots = aligned_alloc(64, cap * sizeof(struct slot));
+	/* aligned_alloc wants a size that is a multiple of the alignment */
+	m->slots = aligned_alloc(64, (cap * sizeof(struct slot) + 63) & ~(size_t)63);
 	m->room_waiters = calloc(2 * (size_t)m->nwords, sizeof(*m->room_waiters));
 	m->room_wq = calloc(rt->nshards, sizeof(*m->room_wq));
 	m->peers = calloc(rt->nshards + 1, sizeof(*m->peers));
-	if (!m->slots || !m->room_waiters || !m->room_wq || !m->peers) {
+	m->db_ops = calloc(rt->nshards, sizeof(*m->db_ops));
+	if (!m->slots || !m->room_waiters || !m->room_wq || !m->peers || !m->db_ops) {
 		msg_free(m);
 		return -ENOMEM;
 	}
 	m->room_from = m->room_waiters + m->nwords;
 	for (size_t i = 0; i < cap; i++)
 		atomic_init(&m->slots[i].seq, i);
+	for (unsigned i = 0; i < rt->nshards; i++) {
+		m->db_ops[i].cb = doorbell_failed;
+		m->db_ops[i].data = (void *)(uintptr_t)i; /* the target's index */
+	}
 	atomic_init(&m->tail, 0);
 	atomic_init(&m->done, NULL);
 	/* MSG_RING doorbells unless the ring cannot send them or the
 	 * environment asks for the eventfd (tests, the benchmark). */
 	m->use_msg_ring = corio__ring_can_msg(&s->ring) && !(env && !strcmp(env, "eventfd"));
+	/* CORIO_MSG_DOORBELL=badfd (tests): send each MSG_RING to fd -1, so
+	 * the kernel takes the SQE and fails it afterwards, as it may with
+	 * -EOVERFLOW or -ENOMEM */
+	m->db_badfd = m->use_msg_ring && env && !strcmp(env, "badfd");
 	s->parts[CORIO__PART_MSG] = m;
 	return 0;
 }
@@ -831,6 +1040,7 @@ static void add_peer(struct corio_msg_stats *o, const struct peer_stats *p)
 	o->doorbells += __atomic_load_n(&p->doorbells, __ATOMIC_RELAXED);
 	o->calls += __atomic_load_n(&p->calls, __ATOMIC_RELAXED);
 	o->spawn_failed += __atomic_load_n(&p->spawn_failed, __ATOMIC_RELAXED);
+	o->doorbell_failed += __atomic_load_n(&p->doorbell_failed, __ATOMIC_RELAXED);
 }
 
 static void add_foreign(struct corio_msg_stats *o, struct msg *m)

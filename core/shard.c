@@ -365,11 +365,7 @@ static bool run_fibers(struct corio__shard *s, struct corio__stats_part *sp)
 			s->runq_tail = NULL;
 		f->flags &= ~CORIO__FF_QUEUED;
 		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED)) {
-			f->status = -ECANCELED;
-			f->state = CORIO__F_DONE;
-			if (f->joiner)
-				corio__ready(f->joiner, 0);
-			corio__fiber_reap(s, f);
+			corio__fiber_end_unrun(s, f, -ECANCELED);
 		} else {
 			corio__switch_to(s, f);
 			/* f may be back in the fiber pool: its name and id stay

@@ -169,9 +169,11 @@ CORIO_API void corio_yield(void);
 
 /*
  * Wait for f to end and free it; its status (fn's return value or
- * corio_exit()'s argument) is stored in *status when status != NULL.
- * Returns 0, -EINVAL (f is the caller, or already joined/detached), or
- * -ECANCELED when the joining fiber is cancelled (f stays joinable then).
+ * corio_exit()'s argument; -ECANCELED if it was cancelled before it ever
+ * ran, -ENOMEM if no stack could be mapped for it) is stored in *status
+ * when status != NULL. Returns 0, -EINVAL (f is the caller, or already
+ * joined/detached), -ECANCELED when the joining fiber is cancelled, or
+ * -ETIMEDOUT at its deadline scope (f stays joinable in both cases).
  * Blocking.
  */
 CORIO_API int corio_join(struct corio_fiber *f, int *status);

@@ -4,8 +4,11 @@
  * handed to a shard (this one included) where the handler runs in a new
  * fiber.
  *
- * The fd travels in a small heap record through corio_spawn_on_wait() (one
- * message-ring slot; the target wraps the fd in a socket of its own). The
+ * The fd travels in a small heap record through corio_spawn_on_ex() (one
+ * message-ring slot; the target wraps the fd in a socket of its own). If
+ * the handler never runs (the target stops first, or has no memory or
+ * stack for the fiber), the message's release hook closes the fd and frees
+ * the record, so nothing leaks at shutdown. The
  * alternative, IORING_OP_MSG_RING with IORING_MSG_SEND_FD, passes a
  * registered (fixed) file between rings; corio does not use registered
  * files for sockets (see the README's net section for why), so a plain fd
@@ -27,6 +30,15 @@ struct handoff {
 	int (*handler)(struct corio_sock *s, void *arg);
 	void *arg;
 };
+
+/* The handler will never run: close the connection, free the record. */
+static void handoff_release(void *p)
+{
+	struct handoff *h = p;
+
+	close(h->fd);
+	free(h);
+}
 
 static int adopt(void *p)
 {
@@ -99,13 +111,13 @@ int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 		h->fd = fd;
 		h->handler = handler;
 		h->arg = arg;
-		ret = corio_spawn_on_wait(target, adopt, h);
+		ret = corio_spawn_on_ex(target, adopt, h, handoff_release, CORIO_SPAWN_ON_WAIT);
 		if (ret) {
-			close(fd);
-			free(h);
-			if (ret == -ECANCELED)
-				return ret;
+			/* not queued: h and fd are still ours */
+			handoff_release(h);
 			corio__net_err(n, ret);
+			if (ret == -ECANCELED || ret == -ETIMEDOUT)
+				return ret;
 			continue;
 		}
 		CORIO__STAT_ADD(n->stats.dispatched, 1);

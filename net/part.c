@@ -247,9 +247,10 @@ static void ignore_cancel(struct corio_fiber *f)
 void corio__net_park_until(bool (*done)(void *), void *arg)
 {
 	struct corio_fiber *f = corio__self();
+	void (*saved)(struct corio_fiber *) = f->on_cancel; /* the on_cancel rule: internal.h */
 
 	f->on_cancel = ignore_cancel;
 	while (!done(arg))
 		corio__park();
-	f->on_cancel = NULL;
+	f->on_cancel = saved;
 }

@@ -6,6 +6,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -110,6 +111,45 @@ Test(fiber, join_returns_status, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, join_entry, NULL);
+}
+
+/* A deadline scope bounds corio_join; the fiber stays joinable. */
+static void join_deadline_entry(void *arg)
+{
+	struct corio_fiber *f;
+	struct corio_deadline d;
+	struct corio_event ev;
+	uint64_t t0;
+	int st = 1;
+
+	(void)arg;
+	corio_event_init(&ev);
+	CHECK_EQ(corio_spawn(blocks_on_event, &ev, NULL, &f), 0);
+	t0 = corio_now_ns();
+	CHECK_EQ(corio_timeout_push(&d, 20 * 1000000ull), 0);
+	CHECK_EQ(corio_join(f, &st), -ETIMEDOUT);
+	CHECK(corio_now_ns() - t0 >= 20 * 1000000ull);
+	CHECK_EQ(st, 1);
+	/* expired scope: at once, still joinable */
+	CHECK_EQ(corio_join(f, &st), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	corio_event_set(&ev);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, 0);
+	/* a fiber that has already ended is joined even in an expired scope */
+	CHECK_EQ(corio_spawn(returns_42, NULL, NULL, &f), 0);
+	corio_yield();
+	CHECK_EQ(corio_timeout_push(&d, 0), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, 42);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+Test(fiber, join_is_bounded_by_the_deadline_scope, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, join_deadline_entry, NULL);
 }
 
 /* ---- 100k fibers spawned and joined --------------------------------------- */
@@ -511,4 +551,80 @@ Test(fiber, stack_cache_reused_for_unaligned_size, .timeout = 60)
 	cr_assert(resident > 2 * REUSE_SPAWNS * 9 / 10,
 		  "%ld of %d fibers found a reused stack: the stack cache was bypassed",
 		  resident, 2 * REUSE_SPAWNS);
+}
+
+/* A fiber whose stack cannot be mapped ends with -ENOMEM and wakes its
+ * joiner. vm.max_map_count is used up with one-page mappings of
+ * alternating protection (they cannot merge), so the stack mmap fails. */
+#define NOMAP_MAX (1u << 20)
+
+static int nostack_child(void *arg)
+{
+	static void *maps[NOMAP_MAX];
+	struct corio_fiber *f;
+	size_t n = 0;
+	int st = 0;
+
+	(void)arg;
+	while (n < NOMAP_MAX) {
+		void *p = mmap(NULL, 4096, (n & 1) ? PROT_READ : PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			break;
+		maps[n++] = p;
+	}
+	if (n == NOMAP_MAX)
+		return 77;
+	CHECK_EQ(corio_spawn(returns_42, NULL, &(struct corio_spawn_opts){ .stack_size = 1 << 20 },
+			     &f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, -ENOMEM);
+	while (n)
+		munmap(maps[--n], 4096);
+	return 0;
+}
+
+static int nostack_fiber(void *arg)
+{
+	(void)arg;
+	return nostack_child(NULL);
+}
+
+static void nostack_entry(void *arg)
+{
+	struct corio_fiber *f;
+	int st = -1;
+
+	(void)arg;
+	/* in its own fiber with a roomy default stack, spawned before the maps
+	 * run out */
+	CHECK_EQ(corio_spawn(nostack_fiber, NULL, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	*(int *)arg = st;
+}
+
+static int nostack_run(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int st = -1, before = th_fd_count();
+
+	(void)arg;
+	if (corio_run(&cfg, nostack_entry, &st) || atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 1;
+	}
+	if (th_fd_count() != before)
+		return 3;
+	return st;
+}
+
+Test(fiber, no_stack_ends_the_fiber_and_wakes_its_joiner, .timeout = 30)
+{
+	int st = th_fork_bounded(nostack_run, NULL, 10000);
+
+	cr_assert(st != TH_HUNG, "the joiner of a fiber without a stack was never woken");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		cr_skip_test("vm.max_map_count is too large to exhaust");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
 }

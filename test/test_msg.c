@@ -12,6 +12,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 
 #ifndef __has_feature
 #define __has_feature(x) 0
@@ -634,4 +635,522 @@ Test(msg, foreign_post_after_stop_is_refused_not_lost, .timeout = 30)
 	cr_assert_eq(corio_msg_stats_get(rt, 1, CORIO_MSG_PEER_FOREIGN, &st), 0);
 	cr_assert_eq(corio_wait(rt), 0);
 	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+}
+
+/* ---- deadline scopes bound every wait of a message call ----------------------------- */
+
+/* Run a runtime in a forked child (th_fork_bounded): 0 when it ran cleanly,
+ * recorded no CHECK failure and closed every fd it opened. */
+static int child_run(const struct corio_config *cfg, void (*entry)(void *), void *arg)
+{
+	int before = th_fd_count();
+	int ret = corio_run(cfg, entry, arg);
+
+	if (ret) {
+		fprintf(stderr, "corio_run: %s (%s)\n", strerror(-ret), corio_last_error());
+		return 1;
+	}
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 2;
+	}
+	if (th_fd_count() != before) {
+		fprintf(stderr, "the runtime left file descriptors open\n");
+		return 3;
+	}
+	return 0;
+}
+
+/* Block the calling thread (a shard's loop, or a fiber hogging its shard)
+ * until *flag is set; the forked child's bound ends a test that never sets it. */
+static void hold_until(_Atomic int *flag)
+{
+	while (!atomic_load(flag))
+		sched_yield();
+}
+
+static void hold_msg(void *arg)
+{
+	_Atomic int **flags = arg; /* [0]: set on entry, [1]: released when set */
+
+	atomic_store(flags[0], 1);
+	hold_until(flags[1]);
+}
+
+/* Queue nop posts on shard `to` until its ring is full. */
+static void fill_ring(unsigned to)
+{
+	int ret;
+
+	while ((ret = corio_post(to, nop_fn, NULL)) == 0)
+		;
+	CHECK_EQ(ret, -EAGAIN);
+}
+
+#define MS 1000000ull
+
+/* One target whose loop is held: post_wait in a 100 ms scope returns
+ * -ETIMEDOUT, and the shard ran its timers meanwhile (no spinning). */
+static _Atomic int dl_held, dl_release, dl_timer_fired, dl_returned, dl_timer_saw_return;
+static _Atomic int *dl_hold[2] = { &dl_held, &dl_release };
+
+static int dl_timer_fiber(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(corio_sleep_ns(50 * MS), 0);
+	atomic_store(&dl_timer_saw_return, atomic_load(&dl_returned));
+	atomic_store(&dl_timer_fired, 1);
+	return 0;
+}
+
+static void dl_entry(void *arg)
+{
+	struct corio_deadline d;
+	uint64_t t0;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_post(1, hold_msg, dl_hold), 0);
+	while (!atomic_load(&dl_held))
+		corio_yield();
+	fill_ring(1);
+	CHECK_EQ(corio_spawn(dl_timer_fiber, NULL, NULL, NULL), 0);
+	t0 = corio_now_ns();
+	CHECK_EQ(corio_timeout_push(&d, 100 * MS), 0);
+	CHECK_EQ(corio_post_wait(1, nop_fn, NULL), -ETIMEDOUT);
+	atomic_store(&dl_returned, 1);
+	CHECK(corio_now_ns() - t0 >= 100 * MS);
+	CHECK(atomic_load(&dl_timer_fired));
+	CHECK(!atomic_load(&dl_timer_saw_return));
+	/* The scope has expired: every call that would wait for room returns
+	 * -ETIMEDOUT at once, and nothing it did not queue runs later. */
+	CHECK_EQ(corio_spawn_on_wait(1, nop_fiber, NULL), -ETIMEDOUT);
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), -ETIMEDOUT);
+	CHECK_EQ(corio_gather(nop_call, NULL, NULL), -ETIMEDOUT);
+	CHECK_EQ(corio_broadcast(nop_fn, NULL), 0); /* queued nowhere */
+	CHECK_EQ(corio_post_wait(1, nop_fn, NULL), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	atomic_store(&dl_release, 1);
+}
+
+static int dl_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	(void)arg;
+	cfg.msg_slots = 4;
+	cfg.stall_ns = 0;
+	return child_run(&cfg, dl_entry, NULL);
+}
+
+Test(msg, deadline_bounds_waiting_sends_on_a_full_ring, .timeout = 30)
+{
+	th_child_ok(dl_child, NULL, 10000, "post_wait past its deadline");
+}
+
+/* Two shards post_wait to each other, both rings full: both return
+ * -ETIMEDOUT. A holds B's loop (a message at the head of B's ring) until A's
+ * post_wait returned; B holds A's loop until B's fiber is parked. */
+static _Atomic int pe_up, pe_a_held, pe_b_held, pe_a_done, pe_b_done;
+static _Atomic int *pe_hold_a[2] = { &pe_a_held, &pe_b_held };
+static _Atomic int *pe_hold_b[2] = { &pe_b_held, &pe_a_done };
+
+static void pe_entry(void *arg)
+{
+	unsigned me = corio_shard_id();
+	struct corio_deadline d;
+
+	(void)arg;
+	atomic_fetch_add(&pe_up, 1);
+	while (atomic_load(&pe_up) < 2)
+		sched_yield();
+	if (me == 0) {
+		CHECK_EQ(corio_post(1, hold_msg, pe_hold_b), 0);
+		fill_ring(1);
+		CHECK_EQ(corio_timeout_push(&d, 100 * MS), 0);
+		CHECK_EQ(corio_post_wait(1, nop_fn, NULL), -ETIMEDOUT);
+		CHECK_EQ(corio_deadline_pop(&d), 0);
+		/* keep our own ring full and our loop busy until B is done */
+		fill_ring(0);
+		atomic_store(&pe_a_done, 1);
+		hold_until(&pe_b_done);
+	} else {
+		CHECK_EQ(corio_post(0, hold_msg, pe_hold_a), 0);
+		hold_until(&pe_a_held);
+		fill_ring(0);
+		CHECK_EQ(corio_timeout_push(&d, 100 * MS), 0);
+		CHECK_EQ(corio_post_wait(0, nop_fn, NULL), -ETIMEDOUT);
+		CHECK_EQ(corio_deadline_pop(&d), 0);
+		atomic_store(&pe_b_done, 1);
+	}
+}
+
+static int pe_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	(void)arg;
+	cfg.msg_slots = 4;
+	cfg.stall_ns = 0;
+	return child_run(&cfg, pe_entry, NULL);
+}
+
+Test(msg, two_shards_waiting_on_each_other_both_time_out, .timeout = 30)
+{
+	th_child_ok(pe_child, NULL, 10000, "two shards post_wait-ing each other");
+}
+
+/* ---- nothing lost: every accepted spawn_on runs or is counted and released ----------- */
+
+#define SB_N 8
+static _Atomic int sb_held, sb_release, sb_ran, sb_ran_ex, sb_released;
+static _Atomic int *sb_hold[2] = { &sb_held, &sb_release };
+static struct corio_msg_stats sb_stats;
+
+static int sb_plain(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&sb_ran, 1);
+	return 0;
+}
+
+static int sb_owned(void *arg)
+{
+	free(arg);
+	atomic_fetch_add(&sb_ran_ex, 1);
+	return 0;
+}
+
+static void sb_free(void *arg)
+{
+	free(arg);
+	atomic_fetch_add(&sb_released, 1);
+}
+
+static void sb_entry(void *arg)
+{
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	/* shard 1 takes our spawns in the loop turn in which it notices the
+	 * shutdown: the fibers exist, and the stop cancels them before they run */
+	CHECK_EQ(corio_post(1, hold_msg, sb_hold), 0);
+	while (!atomic_load(&sb_held))
+		corio_yield();
+	for (int i = 0; i < SB_N; i++) {
+		CHECK_EQ(corio_spawn_on(1, sb_plain, NULL), 0);
+		CHECK_EQ(corio_spawn_on_ex(1, sb_owned, malloc(16), sb_free, 0), 0);
+	}
+	CHECK_EQ(corio_spawn_on_ex(1, sb_owned, NULL, sb_free, 2), -EINVAL);
+	corio_shutdown();
+	atomic_store(&sb_release, 1);
+}
+
+Test(msg, spawn_on_at_shutdown_runs_or_is_counted_and_released, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+
+	cr_assert_eq(corio_start(&cfg, sb_entry, NULL, &rt), 0, "%s", corio_last_error());
+	/* the stats live until corio_wait(); the unrun fibers are counted
+	 * while shard 1 stops (within 5 s, where the bug never counts them) */
+	for (int ms = 0; ms < 5000; ms++) {
+		cr_assert_eq(corio_msg_stats_get(rt, 1, 0, &sb_stats), 0);
+		if (sb_stats.spawn_failed + (uint64_t)atomic_load(&sb_ran) +
+			    (uint64_t)atomic_load(&sb_ran_ex) >= 2 * SB_N)
+			break;
+		usleep(1000);
+	}
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(atomic_load(&sb_ran_ex) + atomic_load(&sb_released), SB_N,
+		     "ran %d, released %d", atomic_load(&sb_ran_ex), atomic_load(&sb_released));
+	cr_assert_eq(sb_stats.spawn_failed + (uint64_t)atomic_load(&sb_ran) +
+			     (uint64_t)atomic_load(&sb_ran_ex),
+		     2 * SB_N, "spawn_failed %llu, ran %d + %d",
+		     (unsigned long long)sb_stats.spawn_failed, atomic_load(&sb_ran),
+		     atomic_load(&sb_ran_ex));
+}
+
+/* accept_dispatch at shutdown: connections handed to a shard that stops
+ * before their handler runs are closed (th_run counts the fds), and the
+ * handler runs for every other one. */
+#define AD_N 8
+static _Atomic int ad_held, ad_release, ad_handled;
+static _Atomic int *ad_hold[2] = { &ad_held, &ad_release };
+
+static int ad_handler(struct corio_sock *s, void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&ad_handled, 1);
+	return corio_close(s);
+}
+
+static int ad_acceptor(void *arg)
+{
+	struct corio_listener *l = arg;
+	int ret = corio_accept_dispatch(l, CORIO_DISPATCH_ROUND_ROBIN, ad_handler, NULL);
+
+	CHECK_EQ(ret, -ECANCELED);
+	CHECK_EQ(corio_listener_close(l), 0);
+	return 0;
+}
+
+static void ad_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_net_stats st;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char where[64];
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_post(1, hold_msg, ad_hold), 0);
+	while (!atomic_load(&ad_held))
+		corio_yield();
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	CHECK(corio_addr_format((struct sockaddr *)&ss, len, where, sizeof(where)) > 0);
+	CHECK_EQ(corio_spawn(ad_acceptor, l, NULL, NULL), 0);
+	for (int i = 0; i < AD_N; i++) {
+		struct corio_sock *c;
+
+		CHECK_EQ(corio_tcp_connect(where, &c), 0);
+		CHECK_EQ(corio_close(c), 0);
+	}
+	do {
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+		corio_yield();
+	} while (st.dispatched < AD_N);
+	/* half of them wait in shard 1's ring: it spawns their fibers in the
+	 * turn in which it notices the shutdown, and never runs them */
+	corio_shutdown();
+	atomic_store(&ad_release, 1);
+}
+
+Test(msg, accept_dispatch_at_shutdown_leaks_no_fd, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	th_run(&cfg, ad_entry, NULL);
+	cr_assert_eq(atomic_load(&ad_handled), AD_N / 2);
+}
+
+/* corio_call and the caller's deadline scope: a call that runs finishes
+ * once over there (inside the same deadline) and its result is dropped; a
+ * call that had not started never runs. */
+static _Atomic int cd_started, cd_go, cd_finished, cd_saw_deadline, cd_late_ran;
+static _Atomic int cd_held, cd_release;
+static _Atomic int *cd_hold[2] = { &cd_held, &cd_release };
+
+static intptr_t cd_slow(void *arg)
+{
+	(void)arg;
+	atomic_store(&cd_saw_deadline, corio_deadline_ns() != 0);
+	atomic_fetch_add(&cd_started, 1);
+	while (!atomic_load(&cd_go))
+		corio_yield();
+	atomic_fetch_add(&cd_finished, 1);
+	return 7;
+}
+
+static intptr_t cd_never(void *arg)
+{
+	(void)arg;
+	if (corio_shard_id() == 1)
+		atomic_fetch_add(&cd_late_ran, 1);
+	return 0;
+}
+
+/* scribble over the stack the timed-out call used */
+static __attribute__((noinline)) void cd_scribble(void)
+{
+	volatile char junk[4096];
+
+	memset((char *)junk, 0x5a, sizeof(junk));
+}
+
+static void cd_entry(void *arg)
+{
+	struct corio_deadline d;
+	intptr_t r = -1;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_timeout_push(&d, 30 * MS), 0);
+	CHECK_EQ(corio_call(1, cd_slow, NULL, &r), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(r, -1);
+	CHECK_EQ(atomic_load(&cd_started), 1);
+	CHECK(atomic_load(&cd_saw_deadline));
+	CHECK_EQ(atomic_load(&cd_finished), 0);
+	cd_scribble();
+	atomic_store(&cd_go, 1);
+	/* FIFO per sender: this call's fiber runs after the first one ended */
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+	while (!atomic_load(&cd_finished))
+		corio_yield();
+	CHECK_EQ(atomic_load(&cd_started), 1);
+
+	/* not started: shard 1's loop is held while the deadline passes */
+	CHECK_EQ(corio_post(1, hold_msg, cd_hold), 0);
+	while (!atomic_load(&cd_held))
+		corio_yield();
+	CHECK_EQ(corio_timeout_push(&d, 30 * MS), 0);
+	CHECK_EQ(corio_call(1, cd_never, NULL, &r), -ETIMEDOUT);
+	CHECK_EQ(corio_gather(cd_never, NULL, NULL), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	atomic_store(&cd_release, 1);
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+	CHECK_EQ(corio_call(0, nop_call, NULL, NULL), 0);
+	/* both calls to shard 1 were queued, then dropped: they never ran (the
+	 * gather's call to shard 0 may have, while we waited) */
+	CHECK_EQ(atomic_load(&cd_late_ran), 0);
+}
+
+Test(msg, call_past_its_deadline_drops_the_result_and_never_starts_late, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	cfg.stall_ns = 0;
+	th_run(&cfg, cd_entry, NULL);
+	cr_assert_eq(atomic_load(&cd_finished), 1);
+}
+
+/* ---- a fiber whose stack cannot be mapped still ends properly ------------------------ */
+
+/* Use up vm.max_map_count with one-page mappings of alternating protection
+ * (so they cannot merge): every later mmap (a fiber stack) fails. */
+#define NOMAP_MAX (1u << 20)
+static void **nomap;
+static size_t nomap_n;
+
+static int maps_exhaust(void)
+{
+	nomap = malloc(NOMAP_MAX * sizeof(*nomap));
+	if (!nomap)
+		return -ENOMEM;
+	while (nomap_n < NOMAP_MAX) {
+		void *p = mmap(NULL, 4096, (nomap_n & 1) ? PROT_READ : PROT_NONE,
+			       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+
+		if (p == MAP_FAILED)
+			return 0;
+		nomap[nomap_n++] = p;
+	}
+	return -E2BIG; /* a huge vm.max_map_count: cannot exhaust it here */
+}
+
+static void maps_restore(void)
+{
+	while (nomap_n)
+		munmap(nomap[--nomap_n], 4096);
+	free(nomap);
+	nomap = NULL;
+}
+
+static _Atomic int ns_released, ns_ran, ns_skip;
+
+static int ns_fiber(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&ns_ran, 1);
+	return 0;
+}
+
+static void ns_release(void *arg)
+{
+	CHECK_EQ((uintptr_t)arg, 42);
+	atomic_fetch_add(&ns_released, 1);
+}
+
+static void ns_entry(void *arg)
+{
+	struct corio_msg_stats st;
+	int ret;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0); /* warm the call pool */
+	ret = maps_exhaust();
+	if (ret) {
+		maps_restore();
+		atomic_store(&ns_skip, 1);
+		return;
+	}
+	/* shard 1 keeps no stack cache (cfg.stack_cache = 0): it must map one */
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), -ENOMEM);
+	CHECK_EQ(corio_spawn_on_ex(1, ns_fiber, (void *)(uintptr_t)42, ns_release, 0), 0);
+	CHECK_EQ(corio_spawn_on(1, ns_fiber, NULL), 0);
+	/* FIFO: the call's answer comes after both spawn_on ended */
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), -ENOMEM);
+	maps_restore();
+	CHECK_EQ(atomic_load(&ns_released), 1);
+	CHECK_EQ(atomic_load(&ns_ran), 0);
+	CHECK_EQ(corio_msg_stats_get(NULL, 1, 0, &st), 0);
+	CHECK_EQ(st.spawn_failed, 2);
+	CHECK_EQ(corio_call(1, nop_call, NULL, NULL), 0);
+}
+
+static int ns_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+	int ret;
+
+	(void)arg;
+	cfg.stack_cache = 0;
+	ret = child_run(&cfg, ns_entry, NULL);
+	return ret ? ret : atomic_load(&ns_skip) ? 77 : 0;
+}
+
+Test(msg, no_stack_for_the_fiber_answers_the_call_and_releases_the_spawn, .timeout = 30)
+{
+	int st = th_fork_bounded(ns_child, NULL, 10000);
+
+	cr_assert(st != TH_HUNG, "a call whose fiber got no stack was never answered");
+	if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
+		cr_skip_test("vm.max_map_count is too large to exhaust");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
+}
+
+/* A MSG_RING doorbell that the kernel fails after taking the SQE (forced:
+ * CORIO_MSG_DOORBELL=badfd aims it at fd -1) must still wake the target. */
+static uint64_t badfd_failed;
+
+static void badfd_count(void *arg)
+{
+	struct corio_msg_stats st;
+
+	(void)arg;
+	if (corio_shard_id() == 0 && corio_msg_stats_get(NULL, 0, CORIO_MSG_PEER_ALL, &st) == 0)
+		badfd_failed = st.doorbell_failed;
+}
+
+static void badfd_entry(void *arg)
+{
+	ping_entry(arg);
+	badfd_count(NULL);
+}
+
+static int badfd_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	(void)arg;
+	setenv("CORIO_MSG_DOORBELL", "badfd", 1);
+	memset(ping_count, 0, sizeof(ping_count));
+	corio_event_init(&ping_done);
+	if (child_run(&cfg, badfd_entry, NULL))
+		return 1;
+	return ping_count[1] == PING_ROUNDS && badfd_failed > 0 ? 0 : 4;
+}
+
+Test(msg, failed_msg_ring_doorbell_falls_back_to_the_eventfd, .timeout = 60)
+{
+	th_child_ok(badfd_child, NULL, 30000, "ping-pong with failing MSG_RING doorbells");
 }

@@ -88,14 +88,41 @@ static void deadline_fire(struct corio_timer *t, void *arg, int res)
 	}
 }
 
-int corio__deadline_arm(struct corio_timer *dt, struct corio_fiber *f)
+/* A bare park: the waker is whoever knows the fiber (a joinee, a call's
+ * reply). The timer is disarmed right after the park returns, on this
+ * thread, so while it is armed f is parked here or already queued (then
+ * corio__ready() does nothing). */
+static void deadline_fire_park(struct corio_timer *t, void *arg, int res)
+{
+	struct corio_fiber *f = arg;
+
+	(void)t;
+	if (res < 0)
+		return;
+	if (f->state == CORIO__F_PARKED) {
+		corio__timer_count_timeout(f->shard);
+		corio__ready(f, -ETIMEDOUT);
+	}
+}
+
+static int arm(struct corio_timer *dt, struct corio_fiber *f, corio_timer_fn fire)
 {
 	if (corio_now_ns() >= f->deadline_ns) {
 		corio__timer_count_timeout(f->shard);
 		return -ETIMEDOUT;
 	}
-	corio_timer_init(dt, deadline_fire, f);
+	corio_timer_init(dt, fire, f);
 	return corio_timer_arm(dt, f->deadline_ns, 0);
+}
+
+int corio__deadline_arm(struct corio_timer *dt, struct corio_fiber *f)
+{
+	return arm(dt, f, deadline_fire);
+}
+
+int corio__deadline_arm_park(struct corio_timer *dt, struct corio_fiber *f)
+{
+	return arm(dt, f, deadline_fire_park);
 }
 
 void corio__deadline_disarm(struct corio_timer *dt)

@@ -52,6 +52,9 @@ extern const struct corio__part corio__timer_part;
  * with -ETIMEDOUT at the deadline; corio__deadline_disarm(dt) after the park.
  */
 int corio__deadline_arm(struct corio_timer *dt, struct corio_fiber *f);
+/* The same for a bare park (corio__park_bounded): at the deadline, f is made
+ * ready with -ETIMEDOUT if it is still parked. */
+int corio__deadline_arm_park(struct corio_timer *dt, struct corio_fiber *f);
 void corio__deadline_disarm(struct corio_timer *dt);
 
 /* A blocking call is about to return -ETIMEDOUT. */

@@ -9,13 +9,13 @@ bool corio__ring_can_msg(const struct corio__ring *r)
 	return corio__ring_has_op(r, IORING_OP_MSG_RING) && !(r->caps & CORIO__CAP_SQPOLL);
 }
 
-int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd)
+int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd, struct corio__op *op)
 {
 	struct io_uring_sqe *sqe = corio__ring_sqe(r);
 	int ret;
 
 	io_uring_prep_msg_ring(sqe, target_fd, 0, 0, 0);
-	corio__sqe_set_op(sqe, NULL);
+	corio__sqe_set_op(sqe, op);
 	if (r->features & IORING_FEAT_CQE_SKIP)
 		sqe->flags |= IOSQE_CQE_SKIP_SUCCESS;
 	/* Submit now (this also hands over whatever else is queued): the

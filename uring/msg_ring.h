@@ -17,9 +17,11 @@ bool corio__ring_can_msg(const struct corio__ring *r);
  * Post one CQE (user_data 0, res 0: the target's reap ignores it) on the
  * ring behind target_fd, and submit at once, so the target is woken now and
  * the kernel has resolved target_fd before this returns. The sender's own
- * CQE is skipped on success (IORING_FEAT_CQE_SKIP) and ignored otherwise.
- * Returns 0 or -errno from the submit.
+ * CQE carries op (NULL: ignored); it is skipped on success when the kernel
+ * can (IORING_FEAT_CQE_SKIP), so op->cb mostly sees failures the kernel
+ * found after taking the SQE (-EOVERFLOW, -ENOMEM, ...): the target was
+ * not woken. Returns 0 or -errno from the submit (then no CQE comes).
  */
-int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd);
+int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd, struct corio__op *op);
 
 #endif

@@ -13,8 +13,11 @@
  *    target earlier (per-sender FIFO). There is no order between senders.
  *  - A message that was not accepted never runs, and the sender is told:
  *    -EAGAIN (the ring is full; the *_wait variants park the fiber until
- *    there is room instead), or -ECANCELED (the target is shutting down and
- *    has closed its ring).
+ *    there is room instead), -ECANCELED (the target is shutting down and
+ *    has closed its ring, or the caller was cancelled), or -ETIMEDOUT (a
+ *    *_wait variant, corio_call or corio_gather reached the caller's
+ *    deadline scope while it waited for room; like every blocking call,
+ *    in an expired scope they start nothing and return -ETIMEDOUT at once).
  *  - Shutdown: a shard that stops closes its ring and still runs every
  *    message it accepted before the close (corio_post functions run on the
  *    stopping loop; calls that had not started report -ECANCELED to their
@@ -53,7 +56,8 @@ CORIO_API int corio_post(unsigned shard, void (*fn)(void *arg), void *arg);
 /* corio_post(), but when the ring is full the calling fiber parks (no
  * spinning) until the target has drained some slots. Returns 0,
  * -ECANCELED (target stopping, or the caller was cancelled: not queued),
- * -EINVAL, -EPERM. Blocking. */
+ * -ETIMEDOUT (the caller's deadline scope passed before there was room:
+ * not queued), -EINVAL, -EPERM. Blocking. */
 CORIO_API int corio_post_wait(unsigned shard, void (*fn)(void *arg), void *arg);
 
 /*
@@ -61,11 +65,23 @@ CORIO_API int corio_post_wait(unsigned shard, void (*fn)(void *arg), void *arg);
  * returns; its return value is stored in *result (result may be NULL).
  * Waits for room when the target's ring is full. Returns 0 when fn ran,
  * -ECANCELED when it did not (the target is stopping, or the caller was
- * cancelled before the request was queued), -ENOMEM (no fiber on the
- * target), -EINVAL, -EPERM.
- * Once queued the call always waits for the target's answer, even if the
- * caller is cancelled meanwhile: fn may read and write *arg until the call
- * returns, so arg may live on the caller's stack. Blocking.
+ * cancelled before the request was queued), -ETIMEDOUT (the caller's
+ * deadline scope passed; see below), -ENOMEM (no memory for the request,
+ * or no fiber or stack on the target), -EINVAL, -EPERM.
+ *
+ * Cancellation: once queued the call waits for the target's answer even if
+ * the caller is cancelled meanwhile, so fn may use *arg until the call
+ * returns and arg may live on the caller's stack.
+ *
+ * Deadlines: fn runs inside the caller's deadline scope (its blocking calls
+ * over there return -ETIMEDOUT at the same deadline), and the caller never
+ * waits past it. At the deadline corio_call returns -ETIMEDOUT at once:
+ * if fn had not started, it never runs; if it runs, it runs to its end
+ * exactly once on the target and its result is dropped. So fn may still
+ * be using *arg after a -ETIMEDOUT: inside a deadline scope, arg must not
+ * live on the caller's stack (or wrap the call in corio_deadline_shield()
+ * to wait for the answer). The call's own record is not on the caller's
+ * stack. Blocking.
  */
 CORIO_API int corio_call(unsigned shard, intptr_t (*fn)(void *arg), void *arg, intptr_t *result);
 
@@ -73,20 +89,40 @@ CORIO_API int corio_call(unsigned shard, intptr_t (*fn)(void *arg), void *arg, i
  * Start fn(arg) as a detached fiber on shard (corio_spawn() over there).
  * Returns 0 (queued), -EAGAIN (full), -ECANCELED, -EINVAL, -EPERM; never
  * blocks. The runtime does not stop by itself before the fiber exists. If
- * the target is shutting down when the message arrives, the fiber is not
- * started, exactly like a local corio_spawn() during shutdown (counted in
- * corio_msg_stats.spawn_failed); use corio_call() when the caller must
- * know whether the work ran.
+ * the target is shutting down when the message arrives, or shutdown
+ * cancels the fiber before it first ran, or it gets no stack, fn never
+ * runs, exactly like a local corio_spawn() during shutdown (counted in
+ * corio_msg_stats.spawn_failed; corio_spawn_on_ex() can release arg then);
+ * use corio_call() when the caller must know whether the work ran.
  */
 CORIO_API int corio_spawn_on(unsigned shard, int (*fn)(void *arg), void *arg);
-/* corio_spawn_on() that parks the fiber until there is room. Blocking. */
+/* corio_spawn_on() that parks the fiber until there is room: also returns
+ * -ETIMEDOUT at the caller's deadline scope (not queued). Blocking. */
 CORIO_API int corio_spawn_on_wait(unsigned shard, int (*fn)(void *arg), void *arg);
+
+/* Flags for corio_spawn_on_ex(). */
+#define CORIO_SPAWN_ON_WAIT 1u /* park until there is room (corio_spawn_on_wait) */
+
+/*
+ * corio_spawn_on() / corio_spawn_on_wait() (flags CORIO_SPAWN_ON_WAIT)
+ * for an argument that owns something (a heap record, an fd). When the
+ * call returns 0, exactly one of fn(arg) or release(arg) is called, on the
+ * target: release when fn will never run - the target was stopping when
+ * the message arrived, it had no memory for the fiber, the fiber was
+ * cancelled by shutdown before it first ran, or no stack could be mapped
+ * for it; each such case also counts in spawn_failed. release runs on the
+ * target's loop, not in a fiber: it must not block. release may be NULL
+ * (then this is corio_spawn_on). When the call returns an error, nothing
+ * is called and arg is still the caller's. -EINVAL for unknown flags.
+ */
+CORIO_API int corio_spawn_on_ex(unsigned shard, int (*fn)(void *arg), void *arg,
+				void (*release)(void *arg), unsigned flags);
 
 /*
  * corio_post_wait(fn, arg) to every shard, this one included, in shard
  * order. Returns how many shards it was queued on: corio_shard_count()
- * unless the caller was cancelled or shards are stopping; or -EINVAL,
- * -EPERM. Blocking.
+ * unless the caller was cancelled, its deadline scope passed (it stops
+ * there) or shards are stopping; or -EINVAL, -EPERM. Blocking.
  */
 CORIO_API int corio_broadcast(void (*fn)(void *arg), void *arg);
 
@@ -95,7 +131,9 @@ CORIO_API int corio_broadcast(void (*fn)(void *arg), void *arg);
  * running concurrently (map-reduce: "sum a counter over all shards").
  * results must hold corio_shard_count() entries (may be NULL). Returns 0
  * when fn ran everywhere, else the first error in shard order (the other
- * results are still filled). Blocking.
+ * results are still filled; 0 where fn did not run or its result was
+ * dropped). At the caller's deadline scope: -ETIMEDOUT, with each call
+ * still out treated as corio_call() treats it. Blocking.
  */
 CORIO_API int corio_gather(intptr_t (*fn)(void *arg), void *arg, intptr_t *results);
 
@@ -116,8 +154,10 @@ struct corio_msg_stats {
 	uint64_t full;         /* posts to peer that found its ring full         */
 	uint64_t doorbells;    /* wake-ups this shard sent to a sleeping peer    */
 	uint64_t calls;        /* corio_call requests this shard sent to peer    */
-	uint64_t spawn_failed; /* spawn_on from peer whose fiber could not start */
-	uint64_t reserved[2];
+	uint64_t spawn_failed; /* spawn_on from peer whose fn never ran          */
+	uint64_t doorbell_failed; /* MSG_RING doorbells to peer the kernel failed
+				     after the submit (the eventfd rang instead) */
+	uint64_t reserved[1];
 };
 
 /* Peer index for "all foreign threads" (then sent and full count what

@@ -98,7 +98,8 @@ CORIO_API int corio_listener_close(struct corio_listener *l);
  * handler(sock, arg) runs in a new fiber; the handler owns the socket and
  * must close it. Runs until the calling fiber is cancelled or its deadline
  * passes (returns -ECANCELED / -ETIMEDOUT) or the listener breaks. Needs
- * corio_spawn_on() (cross-shard messages). Blocking.
+ * corio_spawn_on() (cross-shard messages). A connection whose handler never
+ * runs (its target shard stops first) is closed. Blocking.
  */
 #define CORIO_DISPATCH_ROUND_ROBIN  0u
 #define CORIO_DISPATCH_LEAST_LOADED 1u

@@ -126,7 +126,8 @@ CORIO_API uint64_t corio_timer_deadline(const struct corio_timer *t);
  * call of the fiber that opened it is bounded by its deadline: kernel
  * operations (recv, send, read, nop, poll, ...) get a linked timeout and
  * return -ETIMEDOUT when it fires, fiber waits (events, channels, mutexes,
- * semaphores, wait groups, sleeps, timers) return -ETIMEDOUT at the
+ * semaphores, wait groups, sleeps, timers, corio_join, cross-shard
+ * messages: see corio/msg.h for corio_call) return -ETIMEDOUT at the
  * deadline. Once the deadline has passed, every blocking call in the scope
  * returns -ETIMEDOUT at once, without starting anything.
  *
