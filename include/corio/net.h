@@ -135,6 +135,7 @@ struct corio_buf {
  * Receive into buf: the bytes received (>= 1), 0 when the peer has closed
  * its side (half-close or close), or -errno (-ECONNRESET, -ETIMEDOUT,
  * -ECANCELED, ...). Blocking; one receiving fiber per socket at a time.
+ * On a UDP socket: the next datagram's payload, as corio_recvfrom().
  */
 CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
 
@@ -221,7 +222,11 @@ CORIO_API ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len,
 /* Zero-copy corio_recvfrom through the provided-buffer ring (multishot
  * recvmsg where available): one datagram per buffer; release it with
  * corio_buf_release(). Datagrams larger than the ring's buffers are
- * truncated. */
+ * truncated. An empty datagram returns 0 and lends no buffer (releasing b
+ * is harmless). An error such as -ECONNREFUSED (ICMP, connected socket) is
+ * returned once, like corio_recvfrom(); the next call receives again.
+ * Once used on a socket, corio_recvfrom() and corio_recv() on it copy the
+ * next datagram's payload out of the ring. */
 CORIO_API ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b,
 				     struct sockaddr *addr, socklen_t *addrlen);
 
