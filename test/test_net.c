@@ -1418,6 +1418,8 @@ Test(net, send_buf_shutdown_with_queued_sends, .timeout = 60)
 
 /* ---- UDP and listener regressions (issue 13, helper udpctl) ------------------------ */
 
+#include <sys/un.h>
+
 /* A UDP socket bound on 127.0.0.1 and its address. */
 static struct corio_sock *udp_at(const char *where, struct sockaddr_storage *sa, socklen_t *len)
 {
@@ -1621,4 +1623,166 @@ Test(net, udp_recv_copies_payload_only, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, udp_recv_entry, NULL);
+}
+
+/*
+ * CORIO_LISTEN_UNLINK removes only a stale socket file (one that refuses
+ * connections): a regular file is kept (-EEXIST), a live server's socket is
+ * kept (-EADDRINUSE) and goes on serving.
+ */
+static void unix_unlink_entry(void *arg)
+{
+	char dir[] = "/tmp/corio-net-XXXXXX", file[64], live[64], stale[64];
+	struct corio_listen_opts o = { .flags = CORIO_LISTEN_UNLINK };
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct corio_listener *l = NULL, *l2 = NULL;
+	struct corio_sock *c, *s;
+	struct stat st, st2;
+	char buf[8];
+	int fd;
+
+	(void)arg;
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(file, sizeof(file), "%s/file", dir);
+	snprintf(live, sizeof(live), "%s/live.sock", dir);
+	snprintf(stale, sizeof(stale), "%s/stale.sock", dir);
+
+	/* a regular file */
+	fd = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, "keep", 4), 4);
+	close(fd);
+	CHECK_EQ(corio_unix_listen(file, &o, &l), -EEXIST);
+	CHECK(l == NULL);
+	CHECK(stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 4);
+	unlink(file);
+
+	/* a live listener's socket */
+	CHECK_EQ(corio_unix_listen(live, NULL, &l), 0);
+	CHECK_EQ(stat(live, &st), 0);
+	CHECK_EQ(corio_unix_listen(live, &o, &l2), -EADDRINUSE);
+	CHECK(l2 == NULL);
+	CHECK(stat(live, &st2) == 0 && st2.st_ino == st.st_ino);
+	if (l2)
+		corio_listener_close(l2);
+	CHECK_EQ(corio_unix_connect(live, &c), 0);
+	if (c) {
+		/* accepted in order: the check's probe (if any) first, then c */
+		CHECK_EQ(corio_send(c, "hi", 2), 2);
+		CHECK_EQ(corio_shutdown_write(c), 0);
+		for (int i = 0; i < 2; i++) {
+			CHECK_EQ(corio_accept(l, &s), 0);
+			if (!s)
+				break;
+			if (corio_recv(s, buf, sizeof(buf)) == 2) {
+				CHECK_EQ(corio_close(s), 0);
+				break;
+			}
+			CHECK(i == 0);
+			CHECK_EQ(corio_close(s), 0);
+		}
+		CHECK_EQ(corio_close(c), 0);
+	}
+	CHECK_EQ(corio_listener_close(l), 0);
+
+	/* a stale socket file: what a crashed server leaves */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", stale);
+	CHECK_EQ(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	close(fd);
+	CHECK_EQ(corio_unix_listen(stale, NULL, &l), -EADDRINUSE); /* without the flag */
+	CHECK_EQ(corio_unix_listen(stale, &o, &l), 0);
+	CHECK_EQ(corio_unix_connect(stale, &c), 0);
+	CHECK_EQ(corio_accept(l, &s), 0);
+	if (c && s) {
+		CHECK_EQ(corio_send(c, "ok", 2), 2);
+		CHECK_EQ(recv_all(s, (uint8_t *)buf, 2), 2);
+		CHECK_EQ(corio_close(s), 0);
+		CHECK_EQ(corio_close(c), 0);
+	}
+	CHECK_EQ(corio_listener_close(l), 0);
+	rmdir(dir);
+}
+
+Test(net, unix_listen_unlink_only_stale, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, unix_unlink_entry, NULL);
+}
+
+/*
+ * A transient accept error (a connection that died before accept returned
+ * it) costs that connection only: the listener goes on accepting. A fatal
+ * one (EINVAL, EBADF: the listening socket itself is broken) ends it.
+ * CORIO_NET_ACCEPT_FAULT=errno:count turns the next count accepted
+ * connections into that error (test hook).
+ */
+static void accept_fault_entry(void *arg)
+{
+	int err = *(int *)arg;
+	bool fatal = err == EINVAL || err == EBADF;
+	struct corio_listener *l;
+	struct corio_sock *c1, *c2, *s = NULL;
+	struct corio_deadline d;
+	struct corio_net_stats st;
+	char where[64], buf[8];
+	int ret;
+
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &c1), 0); /* its accept fails */
+	CHECK_EQ(corio_tcp_connect(where, &c2), 0);
+	corio_timeout_push(&d, 2000 * MS); /* bounds every wait below */
+	ret = corio_accept(l, &s);
+	if (fatal) {
+		/* a connection the kernel accepted already may come first */
+		if (ret == 0) {
+			corio_close(s);
+			s = NULL;
+			ret = corio_accept(l, &s);
+		}
+		CHECK_EQ(ret, -err);
+		CHECK_EQ(corio_accept(l, &s), -err); /* sticky */
+	} else {
+		CHECK_EQ(ret, 0);
+	}
+	if (s) { /* c2's connection: c1's was closed */
+		CHECK_EQ(corio_send(c2, "ok", 2), 2);
+		CHECK_EQ(recv_all(s, (uint8_t *)buf, 2), 2);
+		CHECK(!memcmp(buf, "ok", 2));
+		CHECK_EQ(corio_close(s), 0);
+	}
+	if (c1) {
+		ssize_t r = corio_recv(c1, buf, sizeof(buf));
+
+		CHECK(r == 0 || r == -ECONNRESET);
+	}
+	corio_deadline_pop(&d);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.err_other >= 1); /* counted */
+	corio_close(c1);
+	corio_close(c2);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, accept_transient_error_keeps_listening, .timeout = 60)
+{
+	static const int errs[] = { EPROTO, ENETDOWN, EPERM, ECONNABORTED, EHOSTUNREACH,
+				    EINVAL };
+	struct corio_config cfg = th_cfg(1);
+
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		int err = errs[i];
+		char v[32];
+
+		snprintf(v, sizeof(v), "%d:1", err);
+		setenv("CORIO_NET_ACCEPT_FAULT", v, 1);
+		th_run(&cfg, accept_fault_entry, &err);
+		/* the single-shot accept fallback too */
+		setenv("CORIO_NET_DISABLE", "multishot", 1);
+		th_run(&cfg, accept_fault_entry, &err);
+		unsetenv("CORIO_NET_DISABLE");
+	}
+	unsetenv("CORIO_NET_ACCEPT_FAULT");
 }

@@ -49,7 +49,11 @@ CORIO_API int corio_addr_port(const struct sockaddr *addr);
 #define CORIO_LISTEN_REUSEPORT 0x1u /* SO_REUSEPORT: one listener per shard on
                                        one port, the kernel spreads connections */
 #define CORIO_LISTEN_V6ONLY    0x2u /* IPv6 socket accepts no IPv4 (default: both) */
-#define CORIO_LISTEN_UNLINK    0x4u /* Unix: remove a stale socket file first    */
+#define CORIO_LISTEN_UNLINK    0x4u /* Unix: remove a stale socket file first:
+                                       only a socket whose test connect is
+                                       refused; a live server's socket gives
+                                       -EADDRINUSE, a file that is not a
+                                       socket -EEXIST, and neither is touched */
 #define CORIO_LISTEN_ALL       0x7u
 
 struct corio_listen_opts {
@@ -75,8 +79,11 @@ CORIO_API int corio_unix_listen(const char *path, const struct corio_listen_opts
  * per listener stays armed while anyone accepts, so a burst of connections
  * costs one CQE each and no SQE. EMFILE/ENFILE (and other transient errors
  * such as ENOMEM) do not come back: the listener backs off (1 ms doubling
- * to 100 ms) and keeps listening; they are counted in the net stats.
- * Returns 0, -ECANCELED, -ETIMEDOUT, or -errno when the listener broke.
+ * to 100 ms) and keeps listening; they are counted in the net stats. Nor
+ * does a connection's own error (ECONNABORTED, EPROTO, ENETDOWN, EPERM, ...
+ * as accept(2) lists): that connection is lost, the listener goes on.
+ * Returns 0, -ECANCELED, -ETIMEDOUT, or -errno when the listener broke
+ * (sticky: every later call returns it, after connections already queued).
  * Blocking; one accepting fiber per listener at a time (-EBUSY).
  */
 CORIO_API int corio_accept(struct corio_listener *l, struct corio_sock **out);
