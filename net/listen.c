@@ -310,8 +310,16 @@ int corio_unix_listen(const char *path, const struct corio_listen_opts *o,
 			return ret;
 	}
 	ret = listen_common(AF_UNIX, (struct sockaddr *)&sun, len, o, path, out);
-	if (!ret && path[0] != '@')
-		snprintf((*out)->path, sizeof((*out)->path), "%s", path);
+	if (!ret && path[0] != '@') {
+		struct stat st;
+
+		/* Remember which file is ours: close removes only that one. */
+		if (!lstat(path, &st)) {
+			snprintf((*out)->path, sizeof((*out)->path), "%s", path);
+			(*out)->path_dev = st.st_dev;
+			(*out)->path_ino = st.st_ino;
+		}
+	}
 	return ret;
 }
 
@@ -432,8 +440,15 @@ int corio_listener_close(struct corio_listener *l)
 		l->qlen--;
 	}
 	close(l->fd);
-	if (l->path[0])
-		unlink(l->path);
+	if (l->path[0]) {
+		struct stat st;
+
+		/* Someone may have removed our file and bound a new server
+		 * there: leave any file that is not ours. */
+		if (!lstat(l->path, &st) && S_ISSOCK(st.st_mode) && st.st_dev == l->path_dev &&
+		    st.st_ino == l->path_ino)
+			unlink(l->path);
+	}
 	free(l->q);
 	free(l);
 	return 0;

@@ -92,7 +92,9 @@ struct corio_listener {
 	unsigned qhead, qlen, qcap;
 	struct corio_waitq wq;  /* the accepting fiber */
 	struct corio_fiber *closer;
-	char path[108];    /* Unix: the file to remove on close */
+	char path[108];    /* Unix: the file to remove on close ... */
+	dev_t path_dev;    /* ... if it is still this one */
+	ino_t path_ino;
 };
 
 struct corio__net {

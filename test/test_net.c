@@ -1786,3 +1786,35 @@ Test(net, accept_transient_error_keeps_listening, .timeout = 60)
 	}
 	unsetenv("CORIO_NET_ACCEPT_FAULT");
 }
+
+/* Closing a Unix listener removes its socket file only if the file is still
+ * its own: a server that took the path over after it was removed keeps it. */
+static void unix_close_keeps_other_entry(void *arg)
+{
+	char dir[] = "/tmp/corio-net-XXXXXX", path[64];
+	struct corio_listener *a, *b;
+	struct corio_sock *c;
+	struct stat st;
+
+	(void)arg;
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	CHECK_EQ(corio_unix_listen(path, NULL, &a), 0);
+	CHECK_EQ(unlink(path), 0); /* an operator removes it ... */
+	CHECK_EQ(corio_unix_listen(path, NULL, &b), 0); /* ... a new server binds */
+	CHECK_EQ(corio_listener_close(a), 0);
+	CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+	CHECK_EQ(corio_unix_connect(path, &c), 0);
+	if (c)
+		CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_listener_close(b), 0);
+	CHECK(lstat(path, &st) < 0); /* b's own file: removed */
+	rmdir(dir);
+}
+
+Test(net, unix_listener_close_keeps_a_file_not_its_own, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, unix_close_keeps_other_entry, NULL);
+}

@@ -94,7 +94,9 @@ CORIO_API int corio_listener_addr(struct corio_listener *l, struct sockaddr_stor
 CORIO_API int corio_listener_fd(const struct corio_listener *l);
 
 /* Stop listening and free l. Connections already accepted by the kernel but
- * not yet returned by corio_accept() are closed. A fiber blocked in
+ * not yet returned by corio_accept() are closed. A Unix listener removes its
+ * socket file if that file is still its own (not one another server bound
+ * after ours was removed). A fiber blocked in
  * corio_accept() on l must have been cancelled first. Blocking (waits for
  * the multishot accept's last CQE); returns 0. */
 CORIO_API int corio_listener_close(struct corio_listener *l);
