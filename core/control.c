@@ -11,7 +11,15 @@
  * parked fiber bounded by a deadline (a client that never reads is closed
  * when its answer cannot be sent in time), lines are capped at LINE_MAX
  * bytes, each client gets a few errors before it is closed, and at most
- * MAX_CLIENTS are served at a time.
+ * MAX_CLIENTS are served at a time. The idle limit is a deadline on a whole
+ * line, not on each receive, so a client that trickles bytes without a
+ * newline loses its slot as surely as a silent one: a slot is held for at
+ * most the idle limit per command.
+ *
+ * An abstract "@name" socket has no file and no mode: anyone on the host
+ * could connect. Each client's SO_PEERCRED is checked instead, and only
+ * the runtime's effective uid (at start) and root are served; anyone else
+ * gets "error: permission denied" and is closed.
  *
  * The socket file is created inside a fresh mode-0700 directory, set to
  * 0600 there, and renamed over control_path: nobody can connect to it while
@@ -41,6 +49,8 @@ struct corio__control {
 	dev_t dev;
 	ino_t ino;
 	bool started;    /* the server fiber ran (it closes l then) */
+	bool abstract;   /* "@name": no file mode, so check SO_PEERCRED */
+	uid_t owner;     /* the runtime's effective uid at start */
 	unsigned clients;
 	uint64_t timeout_ns;
 };
@@ -122,6 +132,20 @@ struct client {
 	struct corio_sock *c;
 };
 
+/* The abstract namespace has no file mode: serve only the runtime's own
+ * user and root (who could connect to a mode-0600 file too). */
+static bool peer_allowed(struct corio_sock *c, const struct corio__control *ctl)
+{
+	struct ucred cr;
+	socklen_t len = sizeof(cr);
+
+	if (!ctl->abstract)
+		return true; /* the 0600 file decided */
+	if (corio_getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cr, &len) < 0 || len != sizeof(cr))
+		return false;
+	return cr.uid == ctl->owner || cr.uid == 0;
+}
+
 static int client_fiber(void *arg)
 {
 	struct client *cl = arg;
@@ -133,18 +157,35 @@ static int client_fiber(void *arg)
 	int ret = 0;
 
 	free(cl);
+	if (!peer_allowed(c, ctl)) {
+		static const char denied[] =
+			"error: permission denied (not the runtime's user)\n";
+
+		send_bounded(c, denied, sizeof(denied) - 1, ctl->timeout_ns);
+		ret = -EACCES;
+	}
 	while (ret >= 0) {
 		struct corio_deadline d;
-		ssize_t n;
+		ssize_t n = 0;
 		char *nl;
 
-		/* an idle client is dropped after 12 timeouts (60 s by default) */
+		/*
+		 * The idle limit (12 timeouts, 60 s by default) bounds the whole
+		 * next line, from the end of the previous one to its newline:
+		 * a client that trickles bytes cannot hold its slot for longer
+		 * than that by sending one byte before each receive's deadline.
+		 * Answers are sent outside it, each with its own bound.
+		 */
 		corio_timeout_push(&d, ctl->timeout_ns * 12);
-		n = corio_recv(c, buf + have, sizeof(buf) - 1 - have);
+		while (!memchr(buf, '\n', have) && have < LINE_MAX_) {
+			n = corio_recv(c, buf + have, sizeof(buf) - 1 - have);
+			if (n <= 0)
+				break;
+			have += (size_t)n;
+		}
 		corio_deadline_pop(&d);
-		if (n <= 0)
+		if (n < 0 || (n == 0 && !memchr(buf, '\n', have)))
 			break;
-		have += (size_t)n;
 		while (ret >= 0 && (nl = memchr(buf, '\n', have))) {
 			size_t ll = (size_t)(nl - buf);
 
@@ -317,6 +358,8 @@ int corio__control_start(struct corio__shard *s, const char *path)
 		return -ENOMEM;
 	snprintf(ctl->path, sizeof(ctl->path), "%s", path);
 	ctl->timeout_ns = timeout_ns();
+	ctl->abstract = path[0] == '@';
+	ctl->owner = geteuid();
 	corio__stats_part(s)->ctl = ctl;
 	if (path[0] == '@') /* abstract namespace: no file, no mode */
 		ret = corio_unix_listen(path, NULL, &ctl->l);

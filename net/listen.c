@@ -12,6 +12,12 @@
  * EMFILE/ENFILE (and ENOMEM/ENOBUFS) end the multishot. The connection stays
  * in the backlog, so nothing is lost: the accepting fiber sleeps 1 ms,
  * doubling up to 100 ms while the error persists, then arms again.
+ *
+ * A connection's own error (ECONNABORTED, EPROTO, ENETDOWN, EPERM, ... the
+ * list accept(2) says to retry on) costs that connection only: counted,
+ * and accepting goes on (re-armed after the same back-off if it ended the
+ * multishot). Any other error means the listening socket itself is broken
+ * (EINVAL, EBADF, ...): it is sticky and every later accept returns it.
  */
 #include "net/net.h"
 
@@ -20,6 +26,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
@@ -32,6 +39,17 @@ static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	struct corio__net *n = l->net;
 	bool more = flags & IORING_CQE_F_MORE;
 
+	if (res >= 0 && l->fault_n) {
+		/* Test hook: this connection died before accept returned it.
+		 * The kernel ends a multishot accept on an error: so do we. */
+		l->fault_n--;
+		close(res);
+		res = -l->fault_err;
+		if (more && l->a.state == NET_ARMED) {
+			corio__ring_cancel(&n->shard->ring, op);
+			l->a.state = NET_CANCELING;
+		}
+	}
 	if (res >= 0) {
 		if (l->qlen == l->qcap) {
 			unsigned cap = l->qcap ? l->qcap * 2 : 16;
@@ -58,9 +76,27 @@ static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	} else {
 		switch (-res) {
 		case ECANCELED: /* ours: close, back-pressure or shutdown */
-		case ECONNABORTED: /* that connection died in the backlog */
 		case EINTR:
 		case EAGAIN:
+			break;
+		case ECONNABORTED: /* that connection died in the backlog */
+		/* accept(2): Linux passes a new connection's pending network
+		 * error (and a firewall's EPERM) to accept; the connection is
+		 * gone, the listener is fine. Count it and accept on; if it
+		 * ended the multishot, re-arm after a short back-off. */
+		case EPROTO:
+		case EPERM:
+		case ENETDOWN:
+		case ENETUNREACH:
+		case ENOPROTOOPT:
+		case EHOSTDOWN:
+		case EHOSTUNREACH:
+		case ENONET:
+		case EOPNOTSUPP:
+		case ETIMEDOUT:
+			corio__net_err(n, res);
+			if (!more)
+				l->backoff = true;
 			break;
 		case EMFILE:
 		case ENFILE:
@@ -113,6 +149,7 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	struct corio_listener *l;
 	int fd, one = 1, zero = 0;
 	unsigned flags = o ? o->flags : 0;
+	const char *fault;
 
 	if (!n)
 		return -EPERM;
@@ -149,6 +186,10 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	l->fd = fd;
 	l->family = family;
 	l->backoff_ms = 1;
+	fault = getenv("CORIO_NET_ACCEPT_FAULT"); /* "errno:count", for tests */
+	if (fault && (sscanf(fault, "%d:%u", &l->fault_err, &l->fault_n) != 2 ||
+		      l->fault_err <= 0))
+		l->fault_n = 0;
 	l->a.op.cb = aop_cb;
 	l->a.op.data = l;
 	*out = l;
@@ -208,6 +249,45 @@ static int unix_addr(const char *path, struct sockaddr_un *sun, socklen_t *len, 
 	return 0;
 }
 
+/*
+ * CORIO_LISTEN_UNLINK: remove the file at path only if it is a socket that
+ * nobody listens on (a test connect is refused), what a crashed server
+ * leaves. A live server's socket is never taken over (-EADDRINUSE), and a
+ * file that is not a socket is never removed (-EEXIST). 0 when the path is
+ * free now.
+ */
+static int unlink_stale(const char *path, const struct sockaddr_un *sun, socklen_t len)
+{
+	struct stat st;
+	int fd, ret;
+
+	if (lstat(path, &st) < 0)
+		return errno == ENOENT ? 0 : corio__error(-errno, "corio_unix_listen %s: %s", path,
+							  strerror(errno));
+	if (!S_ISSOCK(st.st_mode))
+		return corio__error(-EEXIST,
+				    "corio_unix_listen %s: exists and is not a socket; not removing it",
+				    path);
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return corio__error(-errno, "corio_unix_listen %s: socket: %s", path,
+				    strerror(errno));
+	/* Non-blocking: a full backlog (EAGAIN) is a live server too. */
+	ret = connect(fd, (const struct sockaddr *)sun, len) < 0 ? errno : 0;
+	close(fd);
+	if (ret == ENOENT)
+		return 0; /* gone meanwhile */
+	if (ret != ECONNREFUSED)
+		return corio__error(-EADDRINUSE,
+				    "corio_unix_listen %s: in use (a test connect got: %s); "
+				    "not removing it",
+				    path, ret ? strerror(ret) : "connected");
+	if (unlink(path) < 0 && errno != ENOENT)
+		return corio__error(-errno, "corio_unix_listen %s: cannot remove the stale socket: %s",
+				    path, strerror(errno));
+	return 0;
+}
+
 int corio_unix_listen(const char *path, const struct corio_listen_opts *o,
 		      struct corio_listener **out)
 {
@@ -224,11 +304,22 @@ int corio_unix_listen(const char *path, const struct corio_listen_opts *o,
 	ret = unix_addr(path, &sun, &len, "corio_unix_listen");
 	if (ret)
 		return ret;
-	if (o && (o->flags & CORIO_LISTEN_UNLINK) && path[0] != '@')
-		unlink(path);
+	if (o && (o->flags & CORIO_LISTEN_UNLINK) && path[0] != '@') {
+		ret = unlink_stale(path, &sun, len);
+		if (ret)
+			return ret;
+	}
 	ret = listen_common(AF_UNIX, (struct sockaddr *)&sun, len, o, path, out);
-	if (!ret && path[0] != '@')
-		snprintf((*out)->path, sizeof((*out)->path), "%s", path);
+	if (!ret && path[0] != '@') {
+		struct stat st;
+
+		/* Remember which file is ours: close removes only that one. */
+		if (!lstat(path, &st)) {
+			snprintf((*out)->path, sizeof((*out)->path), "%s", path);
+			(*out)->path_dev = st.st_dev;
+			(*out)->path_ino = st.st_ino;
+		}
+	}
 	return ret;
 }
 
@@ -349,8 +440,15 @@ int corio_listener_close(struct corio_listener *l)
 		l->qlen--;
 	}
 	close(l->fd);
-	if (l->path[0])
-		unlink(l->path);
+	if (l->path[0]) {
+		struct stat st;
+
+		/* Someone may have removed our file and bound a new server
+		 * there: leave any file that is not ours. */
+		if (!lstat(l->path, &st) && S_ISSOCK(st.st_mode) && st.st_dev == l->path_dev &&
+		    st.st_ino == l->path_ino)
+			unlink(l->path);
+	}
 	free(l->q);
 	free(l);
 	return 0;

@@ -86,11 +86,15 @@ struct corio_listener {
 	bool armed_once;
 	unsigned backoff_ms;
 	int aterm;         /* a fatal accept error, sticky */
+	int fault_err;     /* test hook CORIO_NET_ACCEPT_FAULT: the next */
+	unsigned fault_n;  /* fault_n accepts fail with -fault_err       */
 	int *q;            /* accepted fds not yet returned */
 	unsigned qhead, qlen, qcap;
 	struct corio_waitq wq;  /* the accepting fiber */
 	struct corio_fiber *closer;
-	char path[108];    /* Unix: the file to remove on close */
+	char path[108];    /* Unix: the file to remove on close ... */
+	dev_t path_dev;    /* ... if it is still this one */
+	ino_t path_ino;
 };
 
 struct corio__net {

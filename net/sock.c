@@ -376,6 +376,8 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		len = INT32_MAX;
 	if (s->serr)
 		return s->serr;
+	if (s->buffered && s->type == SOCK_DGRAM) /* the next datagram's payload */
+		return corio_recvfrom(s, buf, len, NULL, NULL);
 	if (s->buffered) {
 		/* Keep the byte order: copy out of the buffered stream. */
 		ret = corio__sock_wait_data(s);

@@ -154,8 +154,19 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 		ret = corio__sock_wait_data(s);
 		if (ret)
 			return ret;
-		if (s->qhead == CORIO__NET_NOBUF)
-			return s->rterm;
+		if (s->qhead == CORIO__NET_NOBUF) {
+			/* An error (an ICMP one such as ECONNREFUSED on a connected
+			 * socket) is this receive's result, not the socket's end:
+			 * report it once and receive again on the next call, as
+			 * recvfrom(2) and the copying path do. The error ended the
+			 * multishot, so corio__sock_wait_data() re-arms it. */
+			ret = s->rterm;
+			if (ret < 0) {
+				s->has_term = false;
+				s->rterm = 0;
+			}
+			return ret;
+		}
 		bid = s->qhead;
 		s->qhead = n->qnext[bid];
 		if (s->qhead == CORIO__NET_NOBUF)
@@ -167,6 +178,14 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 			continue;
 		}
 		copy_addr(name, namelen, addr, addrlen);
+		if (!plen) {
+			/* An empty datagram: 0 and no buffer to release (a caller
+			 * that treats 0 as "nothing to release" must not leak one
+			 * ring buffer per empty datagram a peer sends). */
+			corio__bufring_put(&n->bufs, bid);
+			CORIO__STAT_ADD(n->stats.bufs_out, -1);
+			return 0;
+		}
 		b->data = p;
 		b->len = plen;
 		b->_owner = n;

@@ -1415,3 +1415,406 @@ Test(net, send_buf_shutdown_with_queued_sends, .timeout = 60)
 
 	th_run(&cfg, sb_shutdown_entry, NULL);
 }
+
+/* ---- UDP and listener regressions (issue 13, helper udpctl) ------------------------ */
+
+#include <sys/un.h>
+
+/* A UDP socket bound on 127.0.0.1 and its address. */
+static struct corio_sock *udp_at(const char *where, struct sockaddr_storage *sa, socklen_t *len)
+{
+	struct corio_sock *s = NULL;
+
+	CHECK_EQ(corio_udp_bind(where, &s), 0);
+	if (s)
+		CHECK_EQ(corio_sock_local_addr(s, sa, len), 0);
+	return s;
+}
+
+/* Switch s to the buffered receive: one datagram through corio_recvfrom_buf. */
+static void udp_go_buffered(struct corio_sock *s, struct corio_sock *from,
+			    const struct sockaddr_storage *sa, socklen_t salen)
+{
+	struct corio_buf b;
+
+	CHECK_EQ(corio_sendto(from, "a", 1, (const struct sockaddr *)sa, salen), 1);
+	CHECK_EQ(corio_recvfrom_buf(s, &b, NULL, NULL), 1);
+	corio_buf_release(&b);
+}
+
+/*
+ * Empty datagrams on a buffered UDP socket (8-buffer ring): three rings'
+ * worth, then a real one, which must arrive; a TCP borrowed receive on the
+ * same shard still gets data and no buffer stays lent out. arg: 0 reads
+ * with corio_recvfrom, 1 with corio_recvfrom_buf (a 0 result holds no
+ * buffer, so not releasing it leaks nothing).
+ */
+static void udp_empty_entry(void *arg)
+{
+	int borrow = *(int *)arg;
+	struct sockaddr_storage sa, ca;
+	socklen_t salen, calen;
+	struct corio_sock *srv = udp_at("127.0.0.1:0", &sa, &salen);
+	struct corio_sock *cli = udp_at("127.0.0.1:0", &ca, &calen);
+	struct corio_listener *l;
+	struct corio_sock *tc, *ts;
+	struct corio_net_stats st;
+	struct corio_deadline d;
+	struct corio_buf b;
+	char where[64], buf[64];
+	ssize_t r = -1;
+
+	if (!srv || !cli)
+		return;
+	udp_go_buffered(srv, cli, &sa, salen);
+	for (int i = 0; i < 24; i++)
+		CHECK_EQ(corio_sendto(cli, "", 0, (struct sockaddr *)&sa, salen), 0);
+	CHECK_EQ(corio_sendto(cli, "hello", 5, (struct sockaddr *)&sa, salen), 5);
+	corio_timeout_push(&d, 2000 * MS);
+	for (int i = 0; i < 24; i++) {
+		if (borrow)
+			r = corio_recvfrom_buf(srv, &b, NULL, NULL); /* not released */
+		else
+			r = corio_recvfrom(srv, buf, sizeof(buf), NULL, NULL);
+		CHECK_EQ(r, 0);
+		if (r)
+			break;
+	}
+	if (!r) {
+		r = corio_recvfrom(srv, buf, sizeof(buf), NULL, NULL);
+		CHECK_EQ(r, 5);
+		CHECK(r != 5 || !memcmp(buf, "hello", 5));
+	}
+	corio_deadline_pop(&d);
+
+	/* a TCP borrowed receive on the same shard */
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &tc), 0);
+	CHECK_EQ(corio_accept(l, &ts), 0);
+	CHECK_EQ(corio_send(tc, "ping", 4), 4);
+	corio_timeout_push(&d, 2000 * MS);
+	r = corio_recv_buf(ts, &b);
+	corio_deadline_pop(&d);
+	CHECK_EQ(r, 4);
+	corio_buf_release(&b);
+	CHECK_EQ(corio_close(tc), 0);
+	CHECK_EQ(corio_close(ts), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	CHECK_EQ(corio_close(srv), 0);
+	CHECK_EQ(corio_close(cli), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.bufs_out, 0);
+}
+
+Test(net, udp_empty_datagrams_leak_no_buffer, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	int borrow = 0;
+
+	setenv("CORIO_NET_BUFS", "8:4096", 1);
+	th_run(&cfg, udp_empty_entry, &borrow);
+	borrow = 1;
+	th_run(&cfg, udp_empty_entry, &borrow);
+	unsetenv("CORIO_NET_BUFS");
+}
+
+/*
+ * A connected UDP socket whose peer is gone gets ECONNREFUSED (an ICMP
+ * port unreachable) once; datagrams after it are delivered, on the copying
+ * and the buffered path alike.
+ */
+static ssize_t udp_rx(struct corio_sock *s, bool borrow, char *buf, size_t len)
+{
+	struct corio_deadline d;
+	struct corio_buf b;
+	ssize_t r;
+
+	corio_timeout_push(&d, 2000 * MS);
+	if (borrow) {
+		r = corio_recvfrom_buf(s, &b, NULL, NULL);
+		if (r > 0) {
+			memcpy(buf, b.data, (size_t)r < len ? (size_t)r : len);
+			corio_buf_release(&b);
+		}
+	} else {
+		r = corio_recvfrom(s, buf, len, NULL, NULL);
+	}
+	corio_deadline_pop(&d);
+	return r;
+}
+
+static void udp_icmp_entry(void *arg)
+{
+	bool borrow = *(int *)arg;
+	struct sockaddr_storage aa, pa;
+	socklen_t alen, plen;
+	struct corio_sock *a = udp_at("127.0.0.1:0", &aa, &alen);
+	struct corio_sock *p = udp_at("127.0.0.1:0", &pa, &plen);
+	char where[64], buf[16];
+
+	if (!a || !p)
+		return;
+	CHECK(corio_addr_format((struct sockaddr *)&pa, plen, where, sizeof(where)) > 0);
+	CHECK_EQ(connect(corio_sock_fd(a), (struct sockaddr *)&pa, plen), 0);
+	if (borrow)
+		udp_go_buffered(a, p, &aa, alen);
+	CHECK_EQ(corio_close(p), 0); /* nobody at pa now */
+	CHECK_EQ(corio_sendto(a, "x", 1, NULL, 0), 1);
+	CHECK_EQ(udp_rx(a, borrow, buf, sizeof(buf)), -ECONNREFUSED);
+	/* the peer is back: its datagrams arrive */
+	CHECK_EQ(corio_udp_bind(where, &p), 0);
+	if (!p)
+		return;
+	CHECK_EQ(corio_sendto(p, "two", 3, (struct sockaddr *)&aa, alen), 3);
+	CHECK_EQ(corio_sendto(p, "three", 5, (struct sockaddr *)&aa, alen), 5);
+	CHECK_EQ(udp_rx(a, borrow, buf, sizeof(buf)), 3);
+	CHECK(!memcmp(buf, "two", 3));
+	CHECK_EQ(udp_rx(a, borrow, buf, sizeof(buf)), 5);
+	CHECK(!memcmp(buf, "three", 5));
+	CHECK_EQ(corio_close(p), 0);
+	CHECK_EQ(corio_close(a), 0);
+}
+
+Test(net, udp_icmp_error_reported_once, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	int borrow = 0;
+
+	th_run(&cfg, udp_icmp_entry, &borrow);
+	borrow = 1;
+	th_run(&cfg, udp_icmp_entry, &borrow);
+}
+
+/* corio_recv on a UDP socket, copying or buffered: one datagram's payload
+ * (truncated to the buffer, the rest dropped, as recv(2)), never the ring's
+ * headers. */
+static void udp_recv_entry(void *arg)
+{
+	struct sockaddr_storage sa, ca;
+	socklen_t salen, calen;
+	struct corio_sock *srv = udp_at("127.0.0.1:0", &sa, &salen);
+	struct corio_sock *cli = udp_at("127.0.0.1:0", &ca, &calen);
+	char buf[64];
+
+	(void)arg;
+	if (!srv || !cli)
+		return;
+	for (int round = 0; round < 2; round++) {
+		if (round)
+			udp_go_buffered(srv, cli, &sa, salen);
+		CHECK_EQ(corio_sendto(cli, "hello", 5, (struct sockaddr *)&sa, salen), 5);
+		CHECK_EQ(corio_sendto(cli, "0123456789", 10, (struct sockaddr *)&sa, salen), 10);
+		CHECK_EQ(corio_sendto(cli, "xy", 2, (struct sockaddr *)&sa, salen), 2);
+		memset(buf, 0, sizeof(buf));
+		CHECK_EQ(corio_recv(srv, buf, sizeof(buf)), 5);
+		CHECK(!memcmp(buf, "hello", 5));
+		CHECK_EQ(corio_recv(srv, buf, 4), 4);
+		CHECK(!memcmp(buf, "0123", 4));
+		CHECK_EQ(corio_recv(srv, buf, sizeof(buf)), 2);
+		CHECK(!memcmp(buf, "xy", 2));
+	}
+	CHECK_EQ(corio_close(srv), 0);
+	CHECK_EQ(corio_close(cli), 0);
+}
+
+Test(net, udp_recv_copies_payload_only, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, udp_recv_entry, NULL);
+}
+
+/*
+ * CORIO_LISTEN_UNLINK removes only a stale socket file (one that refuses
+ * connections): a regular file is kept (-EEXIST), a live server's socket is
+ * kept (-EADDRINUSE) and goes on serving.
+ */
+static void unix_unlink_entry(void *arg)
+{
+	char dir[] = "/tmp/corio-net-XXXXXX", file[64], live[64], stale[64];
+	struct corio_listen_opts o = { .flags = CORIO_LISTEN_UNLINK };
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct corio_listener *l = NULL, *l2 = NULL;
+	struct corio_sock *c, *s;
+	struct stat st, st2;
+	char buf[8];
+	int fd;
+
+	(void)arg;
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(file, sizeof(file), "%s/file", dir);
+	snprintf(live, sizeof(live), "%s/live.sock", dir);
+	snprintf(stale, sizeof(stale), "%s/stale.sock", dir);
+
+	/* a regular file */
+	fd = open(file, O_CREAT | O_WRONLY | O_CLOEXEC, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(write(fd, "keep", 4), 4);
+	close(fd);
+	CHECK_EQ(corio_unix_listen(file, &o, &l), -EEXIST);
+	CHECK(l == NULL);
+	CHECK(stat(file, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 4);
+	unlink(file);
+
+	/* a live listener's socket */
+	CHECK_EQ(corio_unix_listen(live, NULL, &l), 0);
+	CHECK_EQ(stat(live, &st), 0);
+	CHECK_EQ(corio_unix_listen(live, &o, &l2), -EADDRINUSE);
+	CHECK(l2 == NULL);
+	CHECK(stat(live, &st2) == 0 && st2.st_ino == st.st_ino);
+	if (l2)
+		corio_listener_close(l2);
+	CHECK_EQ(corio_unix_connect(live, &c), 0);
+	if (c) {
+		/* accepted in order: the check's probe (if any) first, then c */
+		CHECK_EQ(corio_send(c, "hi", 2), 2);
+		CHECK_EQ(corio_shutdown_write(c), 0);
+		for (int i = 0; i < 2; i++) {
+			CHECK_EQ(corio_accept(l, &s), 0);
+			if (!s)
+				break;
+			if (corio_recv(s, buf, sizeof(buf)) == 2) {
+				CHECK_EQ(corio_close(s), 0);
+				break;
+			}
+			CHECK(i == 0);
+			CHECK_EQ(corio_close(s), 0);
+		}
+		CHECK_EQ(corio_close(c), 0);
+	}
+	CHECK_EQ(corio_listener_close(l), 0);
+
+	/* a stale socket file: what a crashed server leaves */
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", stale);
+	CHECK_EQ(bind(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	close(fd);
+	CHECK_EQ(corio_unix_listen(stale, NULL, &l), -EADDRINUSE); /* without the flag */
+	CHECK_EQ(corio_unix_listen(stale, &o, &l), 0);
+	CHECK_EQ(corio_unix_connect(stale, &c), 0);
+	CHECK_EQ(corio_accept(l, &s), 0);
+	if (c && s) {
+		CHECK_EQ(corio_send(c, "ok", 2), 2);
+		CHECK_EQ(recv_all(s, (uint8_t *)buf, 2), 2);
+		CHECK_EQ(corio_close(s), 0);
+		CHECK_EQ(corio_close(c), 0);
+	}
+	CHECK_EQ(corio_listener_close(l), 0);
+	rmdir(dir);
+}
+
+Test(net, unix_listen_unlink_only_stale, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, unix_unlink_entry, NULL);
+}
+
+/*
+ * A transient accept error (a connection that died before accept returned
+ * it) costs that connection only: the listener goes on accepting. A fatal
+ * one (EINVAL, EBADF: the listening socket itself is broken) ends it.
+ * CORIO_NET_ACCEPT_FAULT=errno:count turns the next count accepted
+ * connections into that error (test hook).
+ */
+static void accept_fault_entry(void *arg)
+{
+	int err = *(int *)arg;
+	bool fatal = err == EINVAL || err == EBADF;
+	struct corio_listener *l;
+	struct corio_sock *c1, *c2, *s = NULL;
+	struct corio_deadline d;
+	struct corio_net_stats st;
+	char where[64], buf[8];
+	int ret;
+
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &c1), 0); /* its accept fails */
+	CHECK_EQ(corio_tcp_connect(where, &c2), 0);
+	corio_timeout_push(&d, 2000 * MS); /* bounds every wait below */
+	ret = corio_accept(l, &s);
+	if (fatal) {
+		/* a connection the kernel accepted already may come first */
+		if (ret == 0) {
+			corio_close(s);
+			s = NULL;
+			ret = corio_accept(l, &s);
+		}
+		CHECK_EQ(ret, -err);
+		CHECK_EQ(corio_accept(l, &s), -err); /* sticky */
+	} else {
+		CHECK_EQ(ret, 0);
+	}
+	if (s) { /* c2's connection: c1's was closed */
+		CHECK_EQ(corio_send(c2, "ok", 2), 2);
+		CHECK_EQ(recv_all(s, (uint8_t *)buf, 2), 2);
+		CHECK(!memcmp(buf, "ok", 2));
+		CHECK_EQ(corio_close(s), 0);
+	}
+	if (c1) {
+		ssize_t r = corio_recv(c1, buf, sizeof(buf));
+
+		CHECK(r == 0 || r == -ECONNRESET);
+	}
+	corio_deadline_pop(&d);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.err_other >= 1); /* counted */
+	corio_close(c1);
+	corio_close(c2);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, accept_transient_error_keeps_listening, .timeout = 60)
+{
+	static const int errs[] = { EPROTO, ENETDOWN, EPERM, ECONNABORTED, EHOSTUNREACH,
+				    EINVAL };
+	struct corio_config cfg = th_cfg(1);
+
+	for (size_t i = 0; i < sizeof(errs) / sizeof(errs[0]); i++) {
+		int err = errs[i];
+		char v[32];
+
+		snprintf(v, sizeof(v), "%d:1", err);
+		setenv("CORIO_NET_ACCEPT_FAULT", v, 1);
+		th_run(&cfg, accept_fault_entry, &err);
+		/* the single-shot accept fallback too */
+		setenv("CORIO_NET_DISABLE", "multishot", 1);
+		th_run(&cfg, accept_fault_entry, &err);
+		unsetenv("CORIO_NET_DISABLE");
+	}
+	unsetenv("CORIO_NET_ACCEPT_FAULT");
+}
+
+/* Closing a Unix listener removes its socket file only if the file is still
+ * its own: a server that took the path over after it was removed keeps it. */
+static void unix_close_keeps_other_entry(void *arg)
+{
+	char dir[] = "/tmp/corio-net-XXXXXX", path[64];
+	struct corio_listener *a, *b;
+	struct corio_sock *c;
+	struct stat st;
+
+	(void)arg;
+	CHECK(mkdtemp(dir) != NULL);
+	snprintf(path, sizeof(path), "%s/s.sock", dir);
+	CHECK_EQ(corio_unix_listen(path, NULL, &a), 0);
+	CHECK_EQ(unlink(path), 0); /* an operator removes it ... */
+	CHECK_EQ(corio_unix_listen(path, NULL, &b), 0); /* ... a new server binds */
+	CHECK_EQ(corio_listener_close(a), 0);
+	CHECK(lstat(path, &st) == 0 && S_ISSOCK(st.st_mode));
+	CHECK_EQ(corio_unix_connect(path, &c), 0);
+	if (c)
+		CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_listener_close(b), 0);
+	CHECK(lstat(path, &st) < 0); /* b's own file: removed */
+	rmdir(dir);
+}
+
+Test(net, unix_listener_close_keeps_a_file_not_its_own, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, unix_close_keeps_other_entry, NULL);
+}

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* ---- a small strict JSON parser that can fetch one number by path ---------- */
@@ -694,6 +695,118 @@ Test(stats, control_path_refused, .init = ctl_setup, .fini = ctl_teardown, .time
 	cr_assert_eq(lstat(ctl_path, &st), 0);
 	cr_assert(S_ISSOCK(st.st_mode));
 	close(fd);
+}
+
+/*
+ * Clients that send one byte at a time and never a newline: the idle limit
+ * is a deadline on the whole line (12 x CORIO_CONTROL_TIMEOUT_MS, 600 ms
+ * here), so all 16 are dropped, and a 17th operator gets an answer.
+ */
+Test(stats, control_socket_trickling_clients_dropped, .init = ctl_setup, .fini = ctl_teardown,
+     .timeout = 60)
+{
+	char buf[4096];
+	struct corio_rt *rt;
+	int fd[16], open_ = 16, before = th_fd_count(), op;
+	struct timespec t0, t;
+
+	setenv("CORIO_CONTROL_TIMEOUT_MS", "50", 1);
+	rt = ctl_start(1);
+	for (int i = 0; i < 16; i++)
+		fd[i] = ctl_connect();
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	/* one byte per client every 50 ms: far below the 255-byte line cap in
+	 * the 8 s this waits, and far more often than the 600 ms limit */
+	while (open_) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		cr_assert_lt(t.tv_sec - t0.tv_sec, 8, "%d trickling clients still served after 8 s",
+			     open_);
+		for (int i = 0; i < 16; i++) {
+			struct pollfd pfd = { .fd = fd[i], .events = POLLIN };
+
+			if (fd[i] < 0)
+				continue;
+			send(fd[i], "s", 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+			if (poll(&pfd, 1, 0) == 1 && read(fd[i], buf, sizeof(buf)) <= 0) {
+				close(fd[i]); /* dropped */
+				fd[i] = -1;
+				open_--;
+			}
+		}
+		usleep(50 * 1000);
+	}
+	op = ctl_connect();
+	send_all(op, "help\n", 5);
+	read_until(op, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"), "%s", buf);
+	close(op);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	unsetenv("CORIO_CONTROL_TIMEOUT_MS");
+	cr_assert_eq(th_fd_count(), before);
+}
+
+/* The abstract namespace has no file mode: the server checks SO_PEERCRED
+ * and answers only its own user (and root). A child that became "nobody"
+ * is refused with a message; this process is served. */
+static int nobody_asks(void *arg)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	const char *name = arg;
+	socklen_t len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(name));
+	char buf[256];
+	size_t have = 0;
+	ssize_t n;
+	int fd;
+
+	if (setgid(65534) || setuid(65534))
+		return 2;
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	memcpy(sa.sun_path, name, strlen(name));
+	sa.sun_path[0] = '\0';
+	if (fd < 0 || connect(fd, (struct sockaddr *)&sa, len))
+		return 3;
+	/* the refusal may come (and the server close) before the request */
+	send(fd, "stats\n", 6, MSG_NOSIGNAL);
+	while (have < sizeof(buf) - 1 && (n = read(fd, buf + have, sizeof(buf) - 1 - have)) > 0)
+		have += (size_t)n;
+	buf[have] = '\0';
+	close(fd);
+	if (strstr(buf, "{")) /* got the stats */
+		return 5;
+	return strstr(buf, "error: permission denied") ? 0 : 6;
+}
+
+Test(stats, control_socket_abstract_checks_peer_uid, .timeout = 30)
+{
+	char name[64], buf[1 << 16];
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	struct corio_config cfg = th_cfg(1);
+	struct corio_rt *rt;
+	socklen_t len;
+	int fd, before = th_fd_count();
+
+	if (geteuid() != 0)
+		cr_skip_test("needs root to run a client as another user");
+	snprintf(name, sizeof(name), "@corio-test-ctl-%d", (int)getpid());
+	cfg.flags |= CORIO_F_NO_PIN;
+	cfg.control_path = name;
+	cr_assert_eq(corio_start(&cfg, idle_entry, NULL, &rt), 0, "%s", corio_last_error());
+
+	th_child_ok(nobody_asks, name, 10000, "a client of another user");
+
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	len = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + strlen(name));
+	memcpy(sa.sun_path, name, strlen(name));
+	sa.sun_path[0] = '\0';
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, len), 0, "%s", strerror(errno));
+	send_all(fd, "help\n", 5);
+	read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"), "%s", buf);
+	close(fd);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(th_fd_count(), before);
 }
 
 /* ---- stall detector ------------------------------------------------------------------ */

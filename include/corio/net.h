@@ -49,7 +49,11 @@ CORIO_API int corio_addr_port(const struct sockaddr *addr);
 #define CORIO_LISTEN_REUSEPORT 0x1u /* SO_REUSEPORT: one listener per shard on
                                        one port, the kernel spreads connections */
 #define CORIO_LISTEN_V6ONLY    0x2u /* IPv6 socket accepts no IPv4 (default: both) */
-#define CORIO_LISTEN_UNLINK    0x4u /* Unix: remove a stale socket file first    */
+#define CORIO_LISTEN_UNLINK    0x4u /* Unix: remove a stale socket file first:
+                                       only a socket whose test connect is
+                                       refused; a live server's socket gives
+                                       -EADDRINUSE, a file that is not a
+                                       socket -EEXIST, and neither is touched */
 #define CORIO_LISTEN_ALL       0x7u
 
 struct corio_listen_opts {
@@ -75,8 +79,11 @@ CORIO_API int corio_unix_listen(const char *path, const struct corio_listen_opts
  * per listener stays armed while anyone accepts, so a burst of connections
  * costs one CQE each and no SQE. EMFILE/ENFILE (and other transient errors
  * such as ENOMEM) do not come back: the listener backs off (1 ms doubling
- * to 100 ms) and keeps listening; they are counted in the net stats.
- * Returns 0, -ECANCELED, -ETIMEDOUT, or -errno when the listener broke.
+ * to 100 ms) and keeps listening; they are counted in the net stats. Nor
+ * does a connection's own error (ECONNABORTED, EPROTO, ENETDOWN, EPERM, ...
+ * as accept(2) lists): that connection is lost, the listener goes on.
+ * Returns 0, -ECANCELED, -ETIMEDOUT, or -errno when the listener broke
+ * (sticky: every later call returns it, after connections already queued).
  * Blocking; one accepting fiber per listener at a time (-EBUSY).
  */
 CORIO_API int corio_accept(struct corio_listener *l, struct corio_sock **out);
@@ -87,7 +94,9 @@ CORIO_API int corio_listener_addr(struct corio_listener *l, struct sockaddr_stor
 CORIO_API int corio_listener_fd(const struct corio_listener *l);
 
 /* Stop listening and free l. Connections already accepted by the kernel but
- * not yet returned by corio_accept() are closed. A fiber blocked in
+ * not yet returned by corio_accept() are closed. A Unix listener removes its
+ * socket file if that file is still its own (not one another server bound
+ * after ours was removed). A fiber blocked in
  * corio_accept() on l must have been cancelled first. Blocking (waits for
  * the multishot accept's last CQE); returns 0. */
 CORIO_API int corio_listener_close(struct corio_listener *l);
@@ -136,6 +145,7 @@ struct corio_buf {
  * Receive into buf: the bytes received (>= 1), 0 when the peer has closed
  * its side (half-close or close), or -errno (-ECONNRESET, -ETIMEDOUT,
  * -ECANCELED, ...). Blocking; one receiving fiber per socket at a time.
+ * On a UDP socket: the next datagram's payload, as corio_recvfrom().
  */
 CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
 
@@ -222,7 +232,11 @@ CORIO_API ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len,
 /* Zero-copy corio_recvfrom through the provided-buffer ring (multishot
  * recvmsg where available): one datagram per buffer; release it with
  * corio_buf_release(). Datagrams larger than the ring's buffers are
- * truncated. */
+ * truncated. An empty datagram returns 0 and lends no buffer (releasing b
+ * is harmless). An error such as -ECONNREFUSED (ICMP, connected socket) is
+ * returned once, like corio_recvfrom(); the next call receives again.
+ * Once used on a socket, corio_recvfrom() and corio_recv() on it copy the
+ * next datagram's payload out of the ring. */
 CORIO_API ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b,
 				     struct sockaddr *addr, socklen_t *addrlen);
 
