@@ -262,6 +262,12 @@ struct corio_net_stats {
 	uint64_t err_timeout;  /* ETIMEDOUT (deadline or TCP)                   */
 	uint64_t err_fd_limit; /* EMFILE / ENFILE on accept (backed off)        */
 	uint64_t err_other;    /* every other error, cancellation excluded      */
+	uint64_t recv_capped;  /* receives stopped: the socket held its cap of
+	                          unread buffers (CORIO_NET_RECV_QUEUE)         */
+	uint64_t send_full;    /* corio_send_buf calls that met a full queue
+	                          (CORIO_NET_SEND_QUEUE) and waited             */
+	uint64_t recv_hup;     /* multishot receives stopped by the socket's
+	                          error/hang-up poll                            */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
