@@ -1727,3 +1727,103 @@ Test(net, send_zc_stop_peer_never_reads, .timeout = 60)
 	cr_assert(WEXITSTATUS(st) != 2, "the send did not return -ECANCELED");
 	cr_assert_eq(WEXITSTATUS(st), 0, "child exit %d", WEXITSTATUS(st));
 }
+
+/* ---- data received before a send error is handed out first ------------------------- */
+
+struct pair {
+	struct corio_listener *l;
+	struct corio_sock *c, *s; /* client side, server side */
+};
+
+static void pair_open(struct pair *p, int rcvbuf_c, int sndbuf_s)
+{
+	char where[64];
+
+	memset(p, 0, sizeof(*p));
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &p->l), 0);
+	addr_of(p->l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &p->c), 0);
+	CHECK_EQ(corio_accept(p->l, &p->s), 0);
+	if (rcvbuf_c)
+		CHECK_EQ(corio_setsockopt(p->c, SOL_SOCKET, SO_RCVBUF, &rcvbuf_c, sizeof(int)), 0);
+	if (sndbuf_s)
+		CHECK_EQ(corio_setsockopt(p->s, SOL_SOCKET, SO_SNDBUF, &sndbuf_s, sizeof(int)), 0);
+}
+
+static void pair_close(struct pair *p)
+{
+	struct corio_net_stats st;
+
+	if (p->s)
+		CHECK_EQ(corio_close(p->s), 0);
+	if (p->c)
+		CHECK_EQ(corio_close(p->c), 0);
+	CHECK_EQ(corio_listener_close(p->l), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.bufs_out, 0);
+}
+
+#define QD_BYTES 8192
+
+static void queued_then_error_entry(void *arg)
+{
+	bool copy = arg != NULL;
+	struct linger lg = { 1, 0 };
+	uint8_t out[QD_BYTES], in[QD_BYTES];
+	struct corio_buf b;
+	struct pair p;
+	size_t got;
+	ssize_t r, e;
+
+	pair_open(&p, 0, 0);
+	fill(out, sizeof(out), 3);
+	CHECK_EQ(corio_send(p.c, out, sizeof(out)), sizeof(out));
+	/* 1 KiB buffers: the first comes back, the other seven are queued */
+	r = corio_recv_buf(p.s, &b);
+	CHECK(r > 0 && r <= QD_BYTES);
+	got = r > 0 ? (size_t)r : 0;
+	if (r > 0)
+		memcpy(in, b.data, (size_t)r);
+	CHECK_EQ(corio_setsockopt(p.c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
+	CHECK_EQ(corio_close(p.c), 0); /* reset */
+	p.c = NULL;
+	CHECK_EQ(corio_send_buf(p.s, &b), 0); /* fails in the kernel */
+	e = corio_send(p.s, "x", 1);          /* waits for it: the error */
+	CHECK(e == -ECONNRESET || e == -EPIPE);
+	/* what arrived before the reset comes first, then the error */
+	for (;;) {
+		if (copy) {
+			r = got < sizeof(in) ? corio_recv(p.s, in + got, sizeof(in) - got) : corio_recv(p.s, in, 1);
+		} else {
+			r = corio_recv_buf(p.s, &b);
+			if (r > 0) {
+				if (got + (size_t)r <= sizeof(in))
+					memcpy(in + got, b.data, (size_t)r);
+				corio_buf_release(&b);
+			}
+		}
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	CHECK_EQ(got, QD_BYTES);
+	CHECK(memcmp(in, out, sizeof(in)) == 0);
+	CHECK(r == e || r == -ECONNRESET);
+	pair_close(&p);
+}
+
+Test(net, recv_buf_hands_out_queued_data_before_send_error, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "64:1024", 1);
+	th_run(&cfg, queued_then_error_entry, NULL);
+}
+
+Test(net, recv_copy_hands_out_queued_data_before_send_error, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "64:1024", 1);
+	th_run(&cfg, queued_then_error_entry, (void *)1);
+}
