@@ -65,6 +65,7 @@ struct corio_sock {
 	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
 	uint16_t qcount;       /* buffers queued, not yet handed out */
 	bool capped;           /* receive stopped: qcount reached net->recv_cap */
+	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
 	/* stream sockets with a multishot recv: a one-shot poll for
 	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
 	 * multishot's final CQE after a reset (see sock.c) */
@@ -113,6 +114,7 @@ struct corio__net {
 	bool send_zc;
 	bool stopping;
 	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
+	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	uint16_t *qnext;       /* per buffer id: next in a socket's queue */
 	uint32_t *qlen;        /* per buffer id: bytes in it */

@@ -23,7 +23,7 @@
 #define DEFAULT_RECV_CAP 16 /* 1/32 of the default ring per socket */
 #define DEFAULT_SEND_CAP 16
 
-/* CORIO_NET_DISABLE=bufring,multishot,send_zc forces fallbacks (tests). */
+/* CORIO_NET_DISABLE=bufring,multishot,send_zc,recv_limit forces fallbacks (tests). */
 static bool net_disabled(const char *what)
 {
 	return corio__env_has("CORIO_NET_DISABLE", what);
@@ -70,6 +70,7 @@ static int net_init(struct corio__shard *s)
 	n->multishot_recvmsg = n->multishot_recv;
 	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("send_zc");
 	n->recv_cap = env_cap("CORIO_NET_RECV_QUEUE", DEFAULT_RECV_CAP);
+	n->recv_limit = n->multishot_recv && !net_disabled("recv_limit");
 	n->send_cap = env_cap("CORIO_NET_SEND_QUEUE", DEFAULT_SEND_CAP);
 	s->parts[CORIO__PART_NET] = n;
 	return 0;

@@ -198,6 +198,16 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	}
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
+		if (!more && s->r.state == NET_ARMED) {
+			/* the byte limit (or an early end): re-arm on reading */
+			s->capped = true;
+			if (s->r_limited)
+				CORIO__STAT_ADD(n->stats.recv_capped, 1);
+		}
+	} else if (res == -EINVAL && s->r_limited) {
+		/* This kernel rejects the limit: arm again without it. */
+		n->recv_limit = false;
+		s->capped = true;
 	} else if (res == -ENOBUFS) {
 		CORIO__STAT_ADD(n->stats.enobufs, 1);
 		enobufs = true;
@@ -262,6 +272,24 @@ static void arm_hup(struct corio_sock *s)
 	corio__op_started(n->shard);
 }
 
+/*
+ * Since 6.16 (or so) a multishot recv takes a total byte limit in
+ * sqe->optlen (the 32 bits liburing 2.3 calls addr_len and __pad3) and ends
+ * once it has received that much: the receive cap then holds exactly,
+ * where cancelling it from a CQE lets the kernel fill a few dozen more
+ * buffers first. Older kernels ignore the field or reject it with -EINVAL
+ * (rop_cb then turns the limit off).
+ */
+static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	uint32_t room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
+	uint64_t bytes = (uint64_t)room * n->bufs.size;
+	uint32_t lim = bytes > INT32_MAX ? INT32_MAX : (uint32_t)bytes;
+
+	memcpy(&sqe->addr_len, &lim, sizeof(lim));
+}
+
 int corio__sock_arm(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
@@ -270,6 +298,7 @@ int corio__sock_arm(struct corio_sock *s)
 
 	if (n->stopping)
 		return -ECANCELED;
+	s->r_limited = false;
 	ret = corio__net_bufs(n);
 	if (ret)
 		return ret;
@@ -284,8 +313,12 @@ int corio__sock_arm(struct corio_sock *s)
 		corio__bufring_select(sqe, &n->bufs);
 	} else if (corio__bufring_kernel(&n->bufs)) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
-		if (n->multishot_recv && !s->hup)
+		if (n->multishot_recv && !s->hup) {
 			sqe->ioprio |= IORING_RECV_MULTISHOT;
+			s->r_limited = n->recv_limit;
+			if (n->recv_limit)
+				mshot_limit(sqe, s);
+		}
 		corio__bufring_select(sqe, &n->bufs);
 	} else {
 		s->ubid = (unsigned)corio__bufring_take(&n->bufs);

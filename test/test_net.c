@@ -1827,3 +1827,148 @@ Test(net, recv_copy_hands_out_queued_data_before_send_error, .timeout = 30)
 	setenv("CORIO_NET_BUFS", "64:1024", 1);
 	th_run(&cfg, queued_then_error_entry, (void *)1);
 }
+
+/* ---- one connection that is not read cannot take the shard's buffers ---------------- */
+
+#define FLOOD_BYTES (1u << 20)
+
+static int flooder(void *arg)
+{
+	struct corio_sock *c = arg;
+	uint8_t *buf = malloc(FLOOD_BYTES);
+
+	if (!buf)
+		return -ENOMEM;
+	fill(buf, FLOOD_BYTES, 7);
+	CHECK_EQ(corio_send(c, buf, FLOOD_BYTES), FLOOD_BYTES);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	free(buf);
+	return 0;
+}
+
+static void recv_cap_entry(void *arg)
+{
+	struct pair p1, p2;
+	struct corio_net_stats st;
+	struct corio_deadline d;
+	struct corio_fiber *f;
+	struct corio_buf b, b1;
+	uint64_t until;
+	size_t got = 0;
+	bool bad = false;
+	ssize_t r;
+
+	(void)arg;
+	pair_open(&p1, 0, 0);
+	pair_open(&p2, 0, 0);
+	CHECK_EQ(corio_spawn(flooder, p1.c, NULL, &f), 0);
+	/* one receive arms p1's multishot; then nobody reads p1 */
+	r = corio_recv_buf(p1.s, &b1); /* held until p2 got its data */
+	CHECK(r > 0);
+	got = r > 0 ? (size_t)r : 0;
+	/* until p1's receive stopped (the cap) or emptied the ring (the bug) */
+	until = corio_now_ns() + 2000 * 1000000ull;
+	do {
+		corio_sleep_ns(1000000);
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	} while (!st.recv_capped && !st.enobufs && corio_now_ns() < until);
+	/* the other connection still gets its data */
+	CHECK_EQ(corio_send(p2.c, "ping", 4), 4);
+	corio_timeout_push(&d, 1000 * 1000000ull);
+	r = corio_recv_buf(p2.s, &b);
+	corio_deadline_pop(&d);
+	CHECK_EQ(r, 4);
+	if (r > 0)
+		corio_buf_release(&b);
+	corio_buf_release(&b1);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.recv_capped >= 1);
+	/* the cap is soft: CQEs posted before the cancel lands still count */
+	CHECK(st.bufs_out < 64);
+	/* and nothing of p1's stream is lost: read it all, in order */
+	while ((r = corio_recv_buf(p1.s, &b)) > 0) {
+		const uint8_t *q = b.data;
+
+		for (ssize_t i = 0; i < r && !bad; i++)
+			if (q[i] != pat(got + (size_t)i, 7)) {
+				CHECK_EQ(q[i], pat(got + (size_t)i, 7));
+				bad = true;
+			}
+		got += (size_t)r;
+		corio_buf_release(&b);
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(got, FLOOD_BYTES);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	pair_close(&p1);
+	pair_close(&p2);
+}
+
+Test(net, unread_connection_cannot_starve_the_shard, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "64:4096", 1);
+	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
+	th_run(&cfg, recv_cap_entry, NULL);
+}
+
+/* corio_send_buf on a full queue waits for room: bounded by the deadline,
+ * after which the socket keeps the error (its byte stream has a hole). */
+static int slow_writer(void *arg)
+{
+	struct corio_sock *c = arg;
+	static uint8_t buf[FLOOD_BYTES];
+
+	corio_send(c, buf, sizeof(buf)); /* ends when the test closes c */
+	return 0;
+}
+
+static void send_cap_entry(void *arg)
+{
+	struct corio_net_stats st;
+	struct corio_deadline d;
+	struct corio_fiber *f;
+	struct corio_buf b;
+	struct pair p;
+	int queued = 0, ret = 0;
+	ssize_t r;
+
+	(void)arg;
+	pair_open(&p, 16384, 16384);
+	CHECK_EQ(corio_spawn(slow_writer, p.c, NULL, &f), 0);
+	/* echo everything back into a client that never reads */
+	corio_timeout_push(&d, 500 * 1000000ull);
+	while ((r = corio_recv_buf(p.s, &b)) > 0 && (ret = corio_send_buf(p.s, &b)) == 0)
+		queued++;
+	corio_deadline_pop(&d);
+	CHECK(r > 0); /* it was the send that waited, not the receive */
+	CHECK_EQ(ret, -ETIMEDOUT);
+	CHECK(queued >= 4);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.send_full >= 1);
+	CHECK(st.bufs_out < 64);
+	/* sticky: the stream lost that buffer's bytes */
+	corio_timeout_push(&d, 1000 * 1000000ull);
+	r = corio_recv_buf(p.s, &b);
+	corio_deadline_pop(&d);
+	CHECK(r > 0);
+	if (r > 0)
+		CHECK_EQ(corio_send_buf(p.s, &b), -ETIMEDOUT);
+	CHECK(b._owner == NULL); /* taken (released) even then */
+	corio_cancel(f);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_close(p.c), 0); /* first: the server's queued sends fail */
+	p.c = NULL;
+	pair_close(&p);
+}
+
+Test(net, send_buf_queue_bound_waits_then_times_out, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "64:4096", 1);
+	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
+	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
+	th_run(&cfg, send_cap_entry, NULL);
+}
