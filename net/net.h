@@ -66,6 +66,7 @@ struct corio_sock {
 	uint16_t qcount;       /* buffers queued, not yet handed out */
 	bool capped;           /* receive stopped: qcount reached net->recv_cap */
 	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
+	bool slow;             /* capped without a limit: single-shot receives */
 	/* stream sockets with a multishot recv: a one-shot poll for
 	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
 	 * multishot's final CQE after a reset (see sock.c) */

@@ -21,10 +21,14 @@
  * after the queued data is consumed.
  *
  * Flow control: a socket holds at most net->recv_cap queued, unread
- * buffers. When a CQE takes it there, the multishot is cancelled (the
- * kernel keeps the rest in the socket, so the peer's window closes and one
- * unread connection cannot take the whole ring); the reader re-arms it once
- * it has consumed half of them (counted in recv_capped).
+ * buffers; the rest stays in the socket, so the peer's window closes and
+ * one unread connection cannot take the whole ring. The multishot is armed
+ * with a byte limit of the room left (mshot_limit) and ends there; on
+ * kernels without the limit it is cancelled when a CQE fills the queue,
+ * and the socket then receives one buffer per single-shot recv (the
+ * kernel may fill a few dozen more buffers before a cancel lands). Either
+ * way the reader re-arms it once it has consumed half the queue (counted
+ * in recv_capped).
  *
  * Resets: the kernel can miss a multishot recv's final CQE - a reset
  * arriving just after data leaves the recv armed with SO_ERROR set and no
@@ -228,10 +232,14 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		else if (enobufs && !n->stopping)
 			starve(s);
 	} else if (s->qcount >= n->recv_cap && s->r.state == NET_ARMED) {
-		/* Nobody reads fast enough: leave the rest in the socket. */
+		/* Nobody reads fast enough: leave the rest in the socket. The
+		 * kernel may fill more buffers before the cancel lands, so
+		 * without a byte limit the socket receives with single shots
+		 * (one buffer each) from now on. */
 		corio__ring_cancel(&n->shard->ring, &s->r.op);
 		s->r.state = NET_CANCELING;
 		s->capped = true;
+		s->slow = true;
 		CORIO__STAT_ADD(n->stats.recv_capped, 1);
 	}
 	corio__net_wake(&s->rwq);
@@ -313,7 +321,7 @@ int corio__sock_arm(struct corio_sock *s)
 		corio__bufring_select(sqe, &n->bufs);
 	} else if (corio__bufring_kernel(&n->bufs)) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
-		if (n->multishot_recv && !s->hup) {
+		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit)) {
 			sqe->ioprio |= IORING_RECV_MULTISHOT;
 			s->r_limited = n->recv_limit;
 			if (n->recv_limit)
