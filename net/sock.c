@@ -494,6 +494,8 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		return corio__error(-EINVAL, "corio_recv: empty buffer");
 	if (len > INT32_MAX)
 		len = INT32_MAX;
+	if (s->type == SOCK_DGRAM && s->buffered)
+		return corio_recvfrom(s, buf, len, NULL, NULL); /* ring buffers hold headers */
 	if (s->serr && s->qhead == CORIO__NET_NOBUF)
 		return s->serr;
 	if (s->buffered) {

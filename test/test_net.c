@@ -1972,3 +1972,35 @@ Test(net, send_buf_queue_bound_waits_then_times_out, .timeout = 60)
 	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
 	th_run(&cfg, send_cap_entry, NULL);
 }
+
+/* ---- corio_recv on a UDP socket that received through the ring ------------------------ */
+
+static void udp_recv_copy_entry(void *arg)
+{
+	struct corio_sock *srv, *cli;
+	struct sockaddr_storage sa;
+	socklen_t salen;
+	struct corio_buf b;
+	char buf[64];
+
+	(void)arg;
+	CHECK_EQ(corio_udp_bind("127.0.0.1:0", &srv), 0);
+	CHECK_EQ(corio_udp_bind("127.0.0.1:0", &cli), 0);
+	CHECK_EQ(corio_sock_local_addr(srv, &sa, &salen), 0);
+	CHECK_EQ(corio_sendto(cli, "one", 3, (struct sockaddr *)&sa, salen), 3);
+	CHECK_EQ(corio_recvfrom_buf(srv, &b, NULL, NULL), 3); /* the ring path from now on */
+	corio_buf_release(&b);
+	CHECK_EQ(corio_sendto(cli, "two", 3, (struct sockaddr *)&sa, salen), 3);
+	memset(buf, 0, sizeof(buf));
+	CHECK_EQ(corio_recv(srv, buf, sizeof(buf)), 3); /* the datagram, not its header */
+	CHECK(memcmp(buf, "two", 3) == 0);
+	CHECK_EQ(corio_close(cli), 0);
+	CHECK_EQ(corio_close(srv), 0);
+}
+
+Test(net, udp_recv_copy_after_buffered_receive, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, udp_recv_copy_entry, NULL);
+}
