@@ -63,6 +63,15 @@ struct corio_sock {
 	uint32_t qoff;         /* bytes of the head buffer already consumed */
 	unsigned ubid;         /* user-mode buffer of a pending single-shot recv */
 	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
+	uint16_t qcount;       /* buffers queued, not yet handed out */
+	bool capped;           /* receive stopped: qcount reached net->recv_cap */
+	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
+	bool slow;             /* capped without a limit: single-shot receives */
+	/* stream sockets with a multishot recv: a one-shot poll for
+	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
+	 * multishot's final CQE after a reset (see sock.c) */
+	struct corio__mshot h;
+	bool hup;              /* the poll fired: receive with single shots */
 	struct corio_waitq rwq;      /* the fiber waiting for data */
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
 	struct corio__nlink starved_link;
@@ -73,7 +82,9 @@ struct corio_sock {
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
 	bool wr_shut;          /* corio_shutdown_write done */
 	int32_t serr;          /* the first send error, sticky */
+	uint16_t sq_count;     /* records queued (at most net->send_cap) */
 	struct corio_waitq swq;      /* fibers waiting for the queue to drain */
+	struct corio_waitq sroom;    /* corio_send_buf callers waiting for room */
 	struct corio__nlink send_link; /* on net->sending while queued */
 };
 
@@ -107,6 +118,9 @@ struct corio__net {
 	bool multishot_recvmsg;
 	bool send_zc;
 	bool stopping;
+	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
+	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
+	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	uint16_t *qnext;       /* per buffer id: next in a socket's queue */
 	uint32_t *qlen;        /* per buffer id: bytes in it */
 	struct corio__nlink starved; /* sockets waiting for a free buffer */

@@ -20,11 +20,32 @@
 
 #define DEFAULT_NBUFS 512
 #define DEFAULT_BUFSZ (16 * 1024)
+#define DEFAULT_RECV_CAP 16 /* 1/32 of the default ring per socket */
+#define DEFAULT_SEND_CAP 16
 
-/* CORIO_NET_DISABLE=bufring,multishot,send_zc forces fallbacks (tests). */
+/* CORIO_NET_DISABLE=bufring,multishot,send_zc,recv_limit forces fallbacks (tests). */
 static bool net_disabled(const char *what)
 {
 	return corio__env_has("CORIO_NET_DISABLE", what);
+}
+
+/* A per-socket buffer limit from the environment: 1..65535, else def. */
+static unsigned env_cap(const char *name, unsigned def)
+{
+	const char *e = getenv(name);
+	char *end;
+	unsigned long v;
+
+	if (!e || !*e)
+		return def;
+	errno = 0;
+	v = strtoul(e, &end, 10);
+	if (errno || *end || v < 1 || v > 65535 || e[0] < '0' || e[0] > '9') {
+		fprintf(stderr, "corio: %s=%s ignored (expected 1..65535), using %u\n", name, e,
+			def);
+		return def;
+	}
+	return (unsigned)v;
 }
 
 static int net_init(struct corio__shard *s)
@@ -48,6 +69,9 @@ static int net_init(struct corio__shard *s)
 	n->multishot_recv = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("multishot");
 	n->multishot_recvmsg = n->multishot_recv;
 	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("send_zc");
+	n->recv_cap = env_cap("CORIO_NET_RECV_QUEUE", DEFAULT_RECV_CAP);
+	n->recv_limit = n->multishot_recv && !net_disabled("recv_limit");
+	n->send_cap = env_cap("CORIO_NET_SEND_QUEUE", DEFAULT_SEND_CAP);
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
 }
@@ -106,7 +130,9 @@ static unsigned net_poll(struct corio__shard *sh)
 			continue;
 		corio__nlist_del(l);
 		s->starved = false;
-		if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0)
+		if (s->qcount >= n->recv_cap)
+			s->capped = true; /* its reader re-arms it */
+		else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0)
 			work++;
 	}
 	return work;

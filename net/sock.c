@@ -19,11 +19,31 @@
  * net->starved and the part's poll arms it again once a buffer is back.
  * End of stream and errors are sticky: every later receive returns them
  * after the queued data is consumed.
+ *
+ * Flow control: a socket holds at most net->recv_cap queued, unread
+ * buffers; the rest stays in the socket, so the peer's window closes and
+ * one unread connection cannot take the whole ring. The multishot is armed
+ * with a byte limit of the room left (mshot_limit) and ends there; on
+ * kernels without the limit it is cancelled when a CQE fills the queue,
+ * and the socket then receives one buffer per single-shot recv (the
+ * kernel may fill a few dozen more buffers before a cancel lands). Either
+ * way the reader re-arms it once it has consumed half the queue (counted
+ * in recv_capped).
+ *
+ * Resets: the kernel can miss a multishot recv's final CQE - a reset
+ * arriving just after data leaves the recv armed with SO_ERROR set and no
+ * CQE ever coming (a few in 10^4 connections that send and reset, on 6.18;
+ * liburing issue #1549 describes the same for AF_UNIX EOF). So a stream
+ * socket's multishot recv has a one-shot poll for POLLERR|POLLHUP|POLLRDHUP
+ * beside it (s->h). When it fires the multishot is cancelled and the
+ * socket receives with single-shot recvs from then on: each of those always
+ * completes, with data, 0 or the error.
  */
 #include "net/net.h"
 
 #include <errno.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -33,6 +53,7 @@
 /* ---- records ---------------------------------------------------------------- */
 
 static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags);
+static void hup_cb(struct corio__op *op, int32_t res, uint32_t flags);
 
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type)
 {
@@ -54,6 +75,8 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 	s->qhead = s->qtail = CORIO__NET_NOBUF;
 	s->r.op.cb = rop_cb;
 	s->r.op.data = s;
+	s->h.op.cb = hup_cb;
+	s->h.op.data = s;
 	return s;
 }
 
@@ -125,6 +148,7 @@ static void q_push(struct corio_sock *s, unsigned bid, uint32_t len)
 	else
 		n->qnext[s->qtail] = (uint16_t)bid;
 	s->qtail = (uint16_t)bid;
+	s->qcount++;
 }
 
 static unsigned q_pop(struct corio_sock *s)
@@ -135,6 +159,7 @@ static unsigned q_pop(struct corio_sock *s)
 	if (s->qhead == CORIO__NET_NOBUF)
 		s->qtail = CORIO__NET_NOBUF;
 	s->qoff = 0;
+	s->qcount--;
 	return bid;
 }
 
@@ -177,6 +202,16 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	}
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
+		if (!more && s->r.state == NET_ARMED) {
+			/* the byte limit (or an early end): re-arm on reading */
+			s->capped = true;
+			if (s->r_limited)
+				CORIO__STAT_ADD(n->stats.recv_capped, 1);
+		}
+	} else if (res == -EINVAL && s->r_limited) {
+		/* This kernel rejects the limit: arm again without it. */
+		n->recv_limit = false;
+		s->capped = true;
 	} else if (res == -ENOBUFS) {
 		CORIO__STAT_ADD(n->stats.enobufs, 1);
 		enobufs = true;
@@ -196,8 +231,71 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 			corio__ready(s->closer, 0);
 		else if (enobufs && !n->stopping)
 			starve(s);
+	} else if (s->qcount >= n->recv_cap && s->r.state == NET_ARMED) {
+		/* Nobody reads fast enough: leave the rest in the socket. The
+		 * kernel may fill more buffers before the cancel lands, so
+		 * without a byte limit the socket receives with single shots
+		 * (one buffer each) from now on. */
+		corio__ring_cancel(&n->shard->ring, &s->r.op);
+		s->r.state = NET_CANCELING;
+		s->capped = true;
+		s->slow = true;
+		CORIO__STAT_ADD(n->stats.recv_capped, 1);
 	}
 	corio__net_wake(&s->rwq);
+}
+
+/* The error/hang-up poll beside a stream socket's multishot recv. */
+static void hup_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio_sock *s = op->data;
+	struct corio__net *n = s->net;
+
+	(void)flags;
+	s->h.state = NET_IDLE;
+	corio__nlist_del(&s->h.link);
+	corio__op_finished(n->shard);
+	if (res != -ECANCELED) {
+		/* The stream is ending: do not trust the multishot to say so. */
+		s->hup = true;
+		if (s->r.state == NET_ARMED) {
+			corio__ring_cancel(&n->shard->ring, &s->r.op);
+			s->r.state = NET_CANCELING;
+			CORIO__STAT_ADD(n->stats.recv_hup, 1);
+		}
+	}
+	if (s->closer)
+		corio__ready(s->closer, 0);
+}
+
+static void arm_hup(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	struct io_uring_sqe *sqe = corio__ring_sqe(&n->shard->ring);
+
+	io_uring_prep_poll_add(sqe, s->fd, POLLERR | POLLHUP | POLLRDHUP);
+	corio__sqe_set_op(sqe, &s->h.op);
+	s->h.state = NET_ARMED;
+	corio__nlist_add(&n->armed, &s->h.link);
+	corio__op_started(n->shard);
+}
+
+/*
+ * Since 6.16 (or so) a multishot recv takes a total byte limit in
+ * sqe->optlen (the 32 bits liburing 2.3 calls addr_len and __pad3) and ends
+ * once it has received that much: the receive cap then holds exactly,
+ * where cancelling it from a CQE lets the kernel fill a few dozen more
+ * buffers first. Older kernels ignore the field or reject it with -EINVAL
+ * (rop_cb then turns the limit off).
+ */
+static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	uint32_t room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
+	uint64_t bytes = (uint64_t)room * n->bufs.size;
+	uint32_t lim = bytes > INT32_MAX ? INT32_MAX : (uint32_t)bytes;
+
+	memcpy(&sqe->addr_len, &lim, sizeof(lim));
 }
 
 int corio__sock_arm(struct corio_sock *s)
@@ -208,6 +306,7 @@ int corio__sock_arm(struct corio_sock *s)
 
 	if (n->stopping)
 		return -ECANCELED;
+	s->r_limited = false;
 	ret = corio__net_bufs(n);
 	if (ret)
 		return ret;
@@ -222,8 +321,12 @@ int corio__sock_arm(struct corio_sock *s)
 		corio__bufring_select(sqe, &n->bufs);
 	} else if (corio__bufring_kernel(&n->bufs)) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
-		if (n->multishot_recv)
+		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit)) {
 			sqe->ioprio |= IORING_RECV_MULTISHOT;
+			s->r_limited = n->recv_limit;
+			if (n->recv_limit)
+				mshot_limit(sqe, s);
+		}
 		corio__bufring_select(sqe, &n->bufs);
 	} else {
 		s->ubid = (unsigned)corio__bufring_take(&n->bufs);
@@ -234,10 +337,23 @@ int corio__sock_arm(struct corio_sock *s)
 	if (s->buffered)
 		CORIO__STAT_ADD(n->stats.rearms, 1);
 	s->buffered = true;
+	s->capped = false;
 	s->r.state = NET_ARMED;
 	corio__nlist_add(&n->armed, &s->r.link);
 	corio__op_started(n->shard);
+	if (s->type == SOCK_STREAM && (sqe->ioprio & IORING_RECV_MULTISHOT) &&
+	    s->h.state == NET_IDLE)
+		arm_hup(s);
 	return 0;
+}
+
+/* After the reader took buffers: re-arm a receive the cap stopped once
+ * half the queue is consumed (not at every buffer: each arm is an SQE). */
+static void uncap(struct corio_sock *s)
+{
+	if (s->capped && s->qcount <= s->net->recv_cap / 2 && s->r.state == NET_IDLE &&
+	    !s->starved && !s->has_term)
+		(void)corio__sock_arm(s); /* on failure the next wait arms it */
 }
 
 int corio__sock_wait_data(struct corio_sock *s)
@@ -276,7 +392,8 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	if (s->type != SOCK_STREAM)
 		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
 					     "(use corio_recvfrom_buf)");
-	if (s->serr)
+	/* A send error ends the stream, but what already arrived comes first. */
+	if (s->serr && s->qhead == CORIO__NET_NOBUF)
 		return s->serr;
 	ret = corio__sock_wait_data(s);
 	if (ret)
@@ -290,6 +407,7 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	b->_id = bid;
 	q_pop(s);
 	CORIO__STAT_ADD(n->stats.bytes_in, b->len);
+	uncap(s);
 	return (ssize_t)b->len;
 }
 
@@ -317,6 +435,7 @@ int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
 		q_pop(s);
 		CORIO__STAT_ADD(n->stats.bytes_in, x->len);
 	}
+	uncap(s);
 	return count;
 }
 
@@ -358,6 +477,7 @@ ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len)
 	if (s->qoff == n->qlen[bid])
 		buf_put(n, q_pop(s));
 	CORIO__STAT_ADD(n->stats.bytes_in, len);
+	uncap(s);
 	return (ssize_t)len;
 }
 
@@ -374,10 +494,12 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 		return corio__error(-EINVAL, "corio_recv: empty buffer");
 	if (len > INT32_MAX)
 		len = INT32_MAX;
-	if (s->serr)
-		return s->serr;
-	if (s->buffered && s->type == SOCK_DGRAM) /* the next datagram's payload */
+	/* A buffered UDP socket's ring buffers hold recvmsg headers: hand out
+	 * the next datagram's payload, as recv(2) would. */
+	if (s->type == SOCK_DGRAM && s->buffered)
 		return corio_recvfrom(s, buf, len, NULL, NULL);
+	if (s->serr && s->qhead == CORIO__NET_NOBUF)
+		return s->serr;
 	if (s->buffered) {
 		/* Keep the byte order: copy out of the buffered stream. */
 		ret = corio__sock_wait_data(s);
@@ -412,6 +534,11 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
  * every queued record, releasing its buffer, and is kept in s->serr for the
  * socket's next call. One op per socket counts in ops_inflight while the
  * queue is not empty, so the shard drains it before it stops.
+ *
+ * The queue holds at most net->send_cap records: a full one makes
+ * corio_send_buf wait for room (counted in send_full), so a peer that does
+ * not read stops its echo server's reads (and, through the receive cap,
+ * its own sends) instead of draining the buffer ring into the queue.
  */
 
 #define SREC_POOL_MAX 4096
@@ -454,8 +581,10 @@ static void srec_pop(struct corio_sock *s)
 	s->sq_head = r->next;
 	if (!s->sq_head)
 		s->sq_tail = NULL;
+	s->sq_count--;
 	buf_put(s->net, r->bid);
 	srec_put(s->net, r);
+	corio__wq_wake_all(&s->sroom, 0);
 }
 
 static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
@@ -498,6 +627,32 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	corio__wq_wake_all(&s->swq, 0);
 }
 
+/*
+ * corio_send_buf on a full queue: wait until a queued send is done. 0, or
+ * the socket's send error, or -ECANCELED / -ETIMEDOUT (the fiber's), or
+ * -EAGAIN outside a fiber. A wait cut short leaves a hole in the byte
+ * stream, so its error becomes the socket's send error.
+ */
+static int wait_room(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	int ret = 0;
+
+	CORIO__STAT_ADD(n->stats.send_full, 1);
+	if (!corio__self())
+		return -EAGAIN;
+	while (!ret && s->sq_count >= n->send_cap) {
+		ret = corio__net_wait(&s->sroom);
+		if (!ret)
+			ret = s->serr ? s->serr : s->wr_shut ? -EPIPE : n->stopping ? -ECANCELED : 0;
+	}
+	if (ret && !s->serr) {
+		s->serr = ret;
+		corio__net_err(n, ret);
+	}
+	return ret;
+}
+
 int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 {
 	struct corio__net *n = owner(s);
@@ -520,7 +675,9 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		ret = -EPIPE;
 	else if (n->stopping)
 		ret = -ECANCELED;
-	else if (b->len && !(r = srec_get(n)))
+	else if (b->len && s->sq_count >= n->send_cap)
+		ret = wait_room(s);
+	if (!ret && b->len && !(r = srec_get(n)))
 		ret = -ENOMEM;
 	if (ret || !b->len) {
 		corio_buf_release(b);
@@ -537,6 +694,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 	b->_owner = NULL;
 	b->data = NULL;
 	b->len = 0;
+	s->sq_count++;
 	if (s->sq_tail) {
 		s->sq_tail->next = r;
 		s->sq_tail = r;
@@ -597,31 +755,78 @@ static void drain_sends(struct corio_sock *s)
 /*
  * Zero-copy send posts two CQEs: the result (with IORING_CQE_F_MORE when a
  * notification follows) and, once the kernel let go of the pages, the
- * notification (IORING_CQE_F_NOTIF). corio__op_wait() returns at the final
- * CQE, so keep the first CQE's result and hand it to the waiter's callback.
+ * notification (IORING_CQE_F_NOTIF). The first CQE ends the op as far as
+ * corio__op_wait() is concerned (its deadline and cancellation apply to the
+ * send itself); the notification is waited for after it, separately.
+ *
+ * That wait must be bounded too: the pages are let go only when the data
+ * is acknowledged, so a peer that stops reading holds them (and the call)
+ * forever. When the fiber's deadline passes, it is cancelled or the shard
+ * stops, the connection is aborted - connect(AF_UNSPEC), i.e.
+ * tcp_disconnect(): a reset, and the write queue freed, which releases the
+ * pages - and the call still waits for the notification (it then comes at
+ * once), so the kernel holds no reference to buf when it returns.
  */
 struct zc_op {
 	struct corio__op op;
 	corio__op_cb inner;
-	int32_t res;
+	struct corio__shard *shard;
+	struct corio_fiber *parked; /* waiting for the notification, unbounded */
+	struct corio_waitq wq;      /* waiting for the notification, bounded   */
+	bool notif;                 /* a notification is still to come         */
 };
 
 static void zc_cb(struct corio__op *op, int32_t res, uint32_t flags)
 {
 	struct zc_op *z = (struct zc_op *)op;
 
-	if (!(flags & IORING_CQE_F_NOTIF))
-		z->res = res;
-	if (flags & IORING_CQE_F_MORE)
+	if (flags & IORING_CQE_F_NOTIF) {
+		z->notif = false;
+		corio__op_finished(z->shard);
+		corio__wq_wake_all(&z->wq, 0);
+		if (z->parked)
+			corio__ready(z->parked, 0);
 		return;
-	z->inner(op, z->res, flags);
+	}
+	if (flags & IORING_CQE_F_MORE) {
+		z->notif = true;
+		corio__op_started(z->shard); /* the shard waits for it too */
+	}
+	z->inner(op, res, flags & ~IORING_CQE_F_MORE);
+}
+
+static bool zc_done(void *arg)
+{
+	return !((struct zc_op *)arg)->notif;
+}
+
+/* Wait for z's notification; abort the connection if the wait is cut
+ * short. 0, or -ETIMEDOUT / -ECANCELED when it was. */
+static int zc_wait_notif(struct corio_sock *s, struct zc_op *z)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	int ret = 0;
+
+	while (z->notif && !ret)
+		ret = corio__wq_wait(&z->wq);
+	if (!z->notif)
+		return 0;
+	/* Reset the connection so the kernel frees the pages now. */
+	if (connect(s->fd, &sa, sizeof(sa)) < 0)
+		shutdown(s->fd, SHUT_RDWR); /* not expected; at least stop sending */
+	if (!s->serr)
+		s->serr = -ECONNABORTED;
+	z->parked = corio__self();
+	corio__net_park_until(zc_done, z);
+	z->parked = NULL;
+	return ret;
 }
 
 static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc)
 {
 	struct io_uring_sqe *sqe;
 	struct zc_op z;
-	int ret = corio__op_begin(&z.op, &sqe);
+	int ret = corio__op_begin(&z.op, &sqe), wret;
 
 	if (ret)
 		return ret;
@@ -629,11 +834,16 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
 		io_uring_prep_send_zc(sqe, s->fd, buf, len, MSG_NOSIGNAL, 0);
 		z.inner = z.op.cb;
 		z.op.cb = zc_cb;
-		z.res = 0;
+		z.shard = s->net->shard;
+		z.parked = NULL;
+		z.wq = (struct corio_waitq){ 0 };
+		z.notif = false;
 	} else {
 		io_uring_prep_send(sqe, s->fd, buf, len, MSG_NOSIGNAL);
 	}
 	ret = corio__op_wait(&z.op);
+	if (*zc && z.notif && (wret = zc_wait_notif(s, &z)) < 0)
+		return wret; /* the connection is gone: what was sent is lost */
 	if (*zc && (ret == -EOPNOTSUPP || ret == -EINVAL)) {
 		/* The socket family has no zero-copy path (Unix): plain send. */
 		*zc = false;
@@ -784,7 +994,9 @@ int corio_shutdown_write(struct corio_sock *s)
 
 static bool rop_idle(void *arg)
 {
-	return ((struct corio_sock *)arg)->r.state == NET_IDLE;
+	struct corio_sock *s = arg;
+
+	return s->r.state == NET_IDLE && s->h.state == NET_IDLE;
 }
 
 /* Take s's receive out of the kernel: cancel it and wait for its last CQE. */
@@ -794,11 +1006,15 @@ static void quiesce(struct corio_sock *s)
 
 	corio__nlist_del(&s->starved_link);
 	s->starved = false;
-	if (s->r.state == NET_IDLE)
+	if (rop_idle(s))
 		return;
 	if (s->r.state == NET_ARMED) {
 		corio__ring_cancel(&n->shard->ring, &s->r.op);
 		s->r.state = NET_CANCELING;
+	}
+	if (s->h.state == NET_ARMED) {
+		corio__ring_cancel(&n->shard->ring, &s->h.op);
+		s->h.state = NET_CANCELING;
 	}
 	s->closer = corio__self();
 	assert(s->closer);
@@ -819,7 +1035,7 @@ int corio_close(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
-	if ((s->r.state != NET_IDLE || s->sq_head) && !corio__self())
+	if ((!rop_idle(s) || s->sq_head) && !corio__self())
 		return -EPERM; /* must wait for the kernel: only a fiber can */
 	assert(!s->rwq.head);
 	drain_sends(s);
@@ -839,7 +1055,7 @@ int corio_sock_release_fd(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
-	if ((s->r.state != NET_IDLE || s->sq_head) && !corio__self())
+	if ((!rop_idle(s) || s->sq_head) && !corio__self())
 		return -EPERM;
 	drain_sends(s);
 	quiesce(s);

@@ -14,6 +14,10 @@
  * the next receives; --send wait sends the queued buffers with one
  * corio_sendv() and waits for it instead. --recv copy uses corio_recv()
  * into a per-connection buffer.
+ * Flow control: a connection holds at most --recv-queue received buffers
+ * nobody took and --send-queue queued sends (corio_send_buf waits when it
+ * is full), so a client that sends and never reads stops being read (TCP
+ * flow control) instead of taking the shard's buffer ring from the others.
  * --sockperf reflects sockperf's TCP framing (tools/lib/eb_sockperf.h), so
  * `sockperf ping-pong --tcp` and `sockperf under-load --tcp` can measure it.
  *
@@ -268,6 +272,8 @@ static void usage(FILE *f)
 		"      --recv MODE       bufs (provided-buffer multishot) | copy (bufs)\n"
 		"      --send MODE       buf (corio_send_buf, no wait) | wait (one\n"
 		"                        corio_sendv per batch, waited for) (buf)\n"
+		"      --recv-queue N    received buffers a connection may hold unread (16)\n"
+		"      --send-queue N    corio_send_buf sends a connection may queue (16)\n"
 		"      --sockperf        reflect sockperf's TCP framing instead of echoing\n"
 		"      --control PATH    control socket (stats) at PATH\n"
 		"      --stats           print per-shard loop and net counters at exit\n"
@@ -286,14 +292,15 @@ static void print_stats(struct corio_rt *rt)
 		fprintf(stderr,
 			"corio-echo: shard %u cpu %llu: turns %llu enters %llu sqes %llu cqes %llu "
 			"switches %llu busy %.0f ms idle %.0f ms | accepts %llu recv ops %llu send ops "
-			"%llu bytes in %llu enobufs %llu rearms %llu\n",
+			"%llu bytes in %llu enobufs %llu rearms %llu recv_capped %llu send_full %llu\n",
 			i, (unsigned long long)st.cpu, (unsigned long long)st.loop_turns,
 			(unsigned long long)st.enters, (unsigned long long)st.sqes,
 			(unsigned long long)st.cqes, (unsigned long long)st.switches,
 			(double)st.busy_ns / 1e6, (double)st.idle_ns / 1e6,
 			(unsigned long long)ns.accepts, (unsigned long long)ns.ops_in,
 			(unsigned long long)ns.ops_out, (unsigned long long)ns.bytes_in,
-			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms);
+			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms,
+			(unsigned long long)ns.recv_capped, (unsigned long long)ns.send_full);
 	}
 }
 
@@ -310,6 +317,8 @@ int main(int argc, char **argv)
 		{ "recv", required_argument, NULL, 'R' },
 		{ "send", required_argument, NULL, 'W' },
 		{ "sockperf", no_argument, NULL, 's' },
+		{ "recv-queue", required_argument, NULL, 'q' },
+		{ "send-queue", required_argument, NULL, 'w' },
 		{ "control", required_argument, NULL, 'c' },
 		{ "stats", no_argument, NULL, 'S' },
 		{ "timeout", required_argument, NULL, 'T' },
@@ -390,6 +399,18 @@ int main(int argc, char **argv)
 			break;
 		case 's':
 			g.sockperf = 1;
+			break;
+		case 'q':
+		case 'w':
+			/* the shards read them at start (net/part.c) */
+			if (eb_opt_count(o == 'q' ? "--recv-queue" : "--send-queue", optarg, 1, 65535, &v))
+				return 2;
+			{
+				char num[24];
+
+				snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
+				setenv(o == 'q' ? "CORIO_NET_RECV_QUEUE" : "CORIO_NET_SEND_QUEUE", num, 1);
+			}
 			break;
 		case 'c':
 			cfg.control_path = optarg;

@@ -156,10 +156,17 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * hold no receive memory. Returns b->len (>= 1), 0 at end of stream, or
  * -errno like corio_recv(). When the ring runs dry (-ENOBUFS from the
  * kernel) nothing is lost: the data waits in the socket, and the receive is
- * re-armed as soon as a buffer comes back. Release every borrowed buffer
+ * re-armed as soon as a buffer comes back. Flow control: a socket holds at
+ * most CORIO_NET_RECV_QUEUE (default 16) received buffers that nobody has
+ * taken yet; past that the receive stops and the data waits in the socket
+ * (the peer's TCP window closes) until the reader has taken half of them,
+ * so one connection that is not read cannot take the shard's ring (counted
+ * in recv_capped; exact on kernels whose multishot recv takes a byte limit,
+ * 6.18 here, approximate before). Release every borrowed buffer
  * with corio_buf_release() on this shard; it stays valid after
  * corio_close(s). Once used on a socket, corio_recv() on it copies from the
- * same stream. Blocking.
+ * same stream. After a failed corio_send_buf(), data already received is
+ * still handed out; the send error comes after it. Blocking.
  */
 CORIO_API ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b);
 /* corio_recv_buf() for up to max buffers: waits for the first, then takes
@@ -174,7 +181,13 @@ CORIO_API void corio_buf_release(struct corio_buf *b);
 /* corio_send_ex flags */
 #define CORIO_SEND_ZC 0x1u /* zero-copy (IORING_OP_SEND_ZC) when the kernel and
                               socket support it, else a plain send; pays for
-                              large payloads only */
+                              large payloads only. The kernel lets go of buf
+                              only once the peer acknowledged the data, so
+                              when the deadline passes or the fiber is
+                              cancelled (or the shard stops) before that, the
+                              connection is aborted (reset) to make it let
+                              go: the call returns -ETIMEDOUT / -ECANCELED
+                              and later calls on s -ECONNABORTED */
 
 /*
  * Send all len bytes: len, or -errno (-EPIPE, -ECONNRESET, -ETIMEDOUT,
@@ -197,14 +210,23 @@ CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int
  * send of all its bytes and returns. A completion handler resubmits short
  * writes and gives the buffer back to the ring once all of it is sent or
  * the send failed. Sends leave in the order queued, one in the kernel per
- * socket. Returns 0, or -errno when the socket already has a send error,
- * was shut down for writing or the shard stops (the buffer is released
- * then too). The first error of a queued send is kept and returned by the
- * next corio_send*, corio_recv* or corio_shutdown_write() on s.
+ * socket. The queue is bounded: with CORIO_NET_SEND_QUEUE (default 16)
+ * sends queued, corio_send_buf waits until one is done (like a blocking
+ * send: a peer that does not read slows its writer down, and with it the
+ * writer's reads; counted in send_full), within the fiber's deadline scope
+ * and cancellation; outside a fiber it returns -EAGAIN. Returns 0, or
+ * -errno when the socket already has a send error, was shut down for
+ * writing, the shard stops, or the wait for room failed (-ETIMEDOUT,
+ * -ECANCELED); the buffer is taken (released) on every error too. The
+ * first error is kept - a failed wait for room included, since the byte
+ * stream then has a hole - and returned by the next corio_send* or
+ * corio_shutdown_write() on s, and by corio_recv* once the data already
+ * received is consumed.
  * corio_send(), corio_sendv() and corio_shutdown_write() first wait until
  * the queue has drained; corio_close() waits until it has (or, when the
  * fiber is cancelled or its deadline passes, cancels what is left) so the
- * kernel holds no buffer once it returns. Shard-local, does not block.
+ * kernel holds no buffer once it returns. Shard-local; blocks only while
+ * the queue is full.
  */
 CORIO_API int corio_send_buf(struct corio_sock *s, struct corio_buf *b);
 
@@ -277,6 +299,12 @@ struct corio_net_stats {
 	uint64_t err_timeout;  /* ETIMEDOUT (deadline or TCP)                   */
 	uint64_t err_fd_limit; /* EMFILE / ENFILE on accept (backed off)        */
 	uint64_t err_other;    /* every other error, cancellation excluded      */
+	uint64_t recv_capped;  /* receives stopped: the socket held its cap of
+	                          unread buffers (CORIO_NET_RECV_QUEUE)         */
+	uint64_t send_full;    /* corio_send_buf calls that met a full queue
+	                          (CORIO_NET_SEND_QUEUE) and waited             */
+	uint64_t recv_hup;     /* multishot receives stopped by the socket's
+	                          error/hang-up poll                            */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
