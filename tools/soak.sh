@@ -28,7 +28,9 @@ trap 'exit 130' INT TERM
 sample() {
 	fds=$(ls /proc/$SRV/fd 2>/dev/null | wc -l)
 	rss=$(awk '$1 == "VmRSS:" { print $2 }' /proc/$SRV/status 2>/dev/null)
-	"$T/corio-stat" "$dir/ctl" --json > "$dir/stats.json" 2>/dev/null || { echo "- - - - -"; return; }
+	# per-shard objects only: the "totals" object after them repeats the sums
+	"$T/corio-stat" "$dir/ctl" --json 2>/dev/null | sed 's/"totals":.*//' > "$dir/stats.json"
+	[ -s "$dir/stats.json" ] || { echo "- - - - -"; return; }
 	sum() { grep -o "\"$1\":[0-9]*" "$dir/stats.json" | awk -F: '{ s += $2 } END { print s + 0 }'; }
 	# fibers: the "live" inside each "fibers" object
 	fib=$(grep -o '"fibers":{"live":[0-9]*' "$dir/stats.json" | awk -F: '{ s += $3 } END { print s + 0 }')
@@ -42,7 +44,7 @@ settle() {
 	while [ $i -lt 150 ]; do
 		# shellcheck disable=SC2046
 		set -- $(sample)
-		[ "$4" = 1 ] && break
+		[ "$4" = 1 ] && break # only the control client asking
 		sleep 0.1
 		i=$((i + 1))
 	done
