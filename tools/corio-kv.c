@@ -1932,7 +1932,9 @@ static void kv_serve_conn(struct kv_conn *c)
 			return;
 		if (perr) {
 			KV_INC(c->sh->st.proto_errors, 1);
-			kv_err(&c->out, errbuf);
+			KV_LIT(&c->out, "-ERR ");
+			kv_put(&c->out, errbuf, strlen(errbuf));
+			KV_LIT(&c->out, "\r\n");
 			c->closing = true;
 		}
 		if (c->out.nomem)
