@@ -209,6 +209,10 @@ static int resp_parse(const char *p, size_t n, const struct kv_limits *lim, stru
 			return RESP_MORE;
 		}
 		end = (size_t)(lf - p);
+		if (end > KV_MAX_LINE) { /* the same answer however the bytes were cut */
+			snprintf(errbuf, errlen, "Protocol error: too big inline request");
+			return RESP_ERR;
+		}
 		*used = end + 1;
 		if (end && p[end - 1] == '\r')
 			end--;
@@ -235,7 +239,7 @@ static int resp_parse(const char *p, size_t n, const struct kv_limits *lim, stru
 		return RESP_CMD;
 	}
 	cr = line_end(p, n, 1);
-	if (cr < 0) {
+	if (cr < 0 || cr > KV_MAX_LINE) {
 		if (n > KV_MAX_LINE) {
 			snprintf(errbuf, errlen, "Protocol error: too big mbulk count string");
 			return RESP_ERR;
@@ -263,7 +267,7 @@ static int resp_parse(const char *p, size_t n, const struct kv_limits *lim, stru
 			goto err;
 		}
 		cr = line_end(p, n, at + 1);
-		if (cr < 0) {
+		if (cr < 0 || (size_t)cr - at > KV_MAX_LINE) {
 			if (n - at > KV_MAX_LINE) {
 				snprintf(errbuf, errlen, "Protocol error: too big bulk count string");
 				goto err;
