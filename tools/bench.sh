@@ -19,5 +19,8 @@ out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 	if [ -x tools/bench-echo.sh ]; then
 		sh tools/bench-echo.sh "$B"
 	fi
+	if [ -f tools/bench-kv.sh ]; then
+		sh tools/bench-kv.sh "$B"
+	fi
 } 2>&1 | tee "$out"
 echo "saved: $out"

@@ -1,0 +1,1069 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/corio-kv: the RESP parser cut at every byte, then the real server
+ * (kv_shard_main(), in this process, 1 and 2 shards) driven over 127.0.0.1
+ * by a small RESP client running in a fiber: every command, pipelines whose
+ * keys live on both shards answered in order, expiry (lazy and the active
+ * sweep), malformed input, the limits (bulk length, multi-bulk count, query
+ * buffer, output, maxmemory), and redis-cli / redis-benchmark when they are
+ * installed. Each runtime ends with no fd left open (th_run()).
+ */
+#include "helpers.h"
+
+#define CORIO_KV_NO_MAIN
+#include "../tools/corio-kv.c"
+
+#include <stdarg.h>
+#include <sys/wait.h>
+
+/* ---- the parser alone ------------------------------------------------------------ */
+
+/* Parse all of in[0..n) fed in pieces cut at cuts[]; the arguments of every
+ * command, as "arg|arg|\n" lines, go to out. Returns the last parse result. */
+static int parse_cut(const char *in, size_t n, const size_t *cuts, int ncuts, const struct kv_limits *lim,
+		     char *out, size_t outsz)
+{
+	struct kv_argv av = { 0 };
+	size_t have = 0, pos = 0, olen = 0, used, need;
+	char err[160];
+	int r = RESP_MORE;
+
+	out[0] = 0;
+	for (int i = 0; i <= ncuts; i++) {
+		have = i < ncuts ? cuts[i] : n;
+		for (;;) {
+			av.n = 0;
+			r = resp_parse(in + pos, have - pos, lim, &av, &used, &need, err, sizeof(err));
+			if (r != RESP_CMD)
+				break;
+			cr_assert(need > 0 || 1);
+			for (size_t a = 0; a < av.n; a++)
+				olen += (size_t)snprintf(out + olen, outsz - olen, "%.*s|", (int)av.v[a].n,
+							 av.v[a].p);
+			olen += (size_t)snprintf(out + olen, outsz - olen, "\n");
+			pos += used;
+		}
+		if (r == RESP_ERR) {
+			olen += (size_t)snprintf(out + olen, outsz - olen, "ERR %s\n", err);
+			break;
+		}
+		cr_assert(r == RESP_MORE);
+		cr_assert(need > have - pos, "need %zu with %zu bytes", need, have - pos);
+	}
+	free(av.v);
+	return r;
+}
+
+Test(kv, parser_every_split)
+{
+	static const char in[] = "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$5\r\nhe\r\no\r\n"
+				 "PING  hi\r\nget\ta\n\r\n*0\r\n*2\r\n$4\r\nECHO\r\n$0\r\n\r\n"
+				 "*1\r\n$4\r\nPING\r\n";
+	static const char want[] = "SET|a|he\r\no|\nPING|hi|\nget|a|\n\n\nECHO||\nPING|\n";
+	struct kv_limits lim;
+	size_t n = sizeof(in) - 1;
+	char out[1024];
+
+	kv_limits_default(&lim);
+	for (size_t a = 0; a <= n; a++) {
+		for (size_t b = a; b <= n; b++) {
+			size_t cuts[2] = { a, b };
+
+			parse_cut(in, n, cuts, 2, &lim, out, sizeof(out));
+			cr_assert_str_eq(out, want, "cuts %zu %zu", a, b);
+		}
+	}
+}
+
+Test(kv, parser_errors)
+{
+	static const struct {
+		const char *in, *err;
+	} cases[] = {
+		{ "*abc\r\n", "Protocol error: invalid multibulk length" },
+		{ "*1\r\r", "Protocol error: invalid multibulk length" },
+		{ "*1\r\n+foo\r\n", "Protocol error: expected '$', got '+'" },
+		{ "*1\r\n\x01", "Protocol error: expected '$', got '\\x01'" },
+		{ "*1\r\n$-5\r\n", "Protocol error: invalid bulk length" },
+		{ "*1\r\n$01\r\n", "Protocol error: invalid bulk length" },
+		{ "*1\r\n$3\r\nabcXY", "Protocol error: expected CRLF after a bulk string" },
+		{ "*1\r\n$2000\r\n", "Protocol error: invalid bulk length" },  /* over 1024 */
+		{ "*2000\r\n", "Protocol error: invalid multibulk length" },    /* over 100 */
+		{ "*99999999999999999999\r\n", "Protocol error: invalid multibulk length" },
+	};
+	struct kv_limits lim;
+	char out[1024];
+
+	kv_limits_default(&lim);
+	lim.proto_max_bulk_len = 1024;
+	lim.max_multibulk = 100;
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		char want[256];
+
+		snprintf(want, sizeof(want), "ERR %s\n", cases[i].err);
+		cr_assert_eq(parse_cut(cases[i].in, strlen(cases[i].in), NULL, 0, &lim, out, sizeof(out)),
+			     RESP_ERR, "case %zu", i);
+		cr_assert_str_eq(out, want, "case %zu", i);
+	}
+	/* lines without an end: more until the 64 KiB line limit, then an error */
+	{
+		size_t n = KV_MAX_LINE + 2;
+		char *big = malloc(n);
+
+		memset(big, 'a', n);
+		cr_assert_eq(parse_cut(big, KV_MAX_LINE, NULL, 0, &lim, out, sizeof(out)), RESP_MORE);
+		cr_assert_eq(parse_cut(big, n, NULL, 0, &lim, out, sizeof(out)), RESP_ERR);
+		cr_assert_str_eq(out, "ERR Protocol error: too big inline request\n");
+		big[0] = '*';
+		cr_assert_eq(parse_cut(big, n, NULL, 0, &lim, out, sizeof(out)), RESP_ERR);
+		cr_assert_str_eq(out, "ERR Protocol error: too big mbulk count string\n");
+		free(big);
+	}
+}
+
+/* ---- a small RESP client (in a fiber) -------------------------------------------- */
+
+struct cl {
+	struct corio_sock *s;
+	char in[1 << 16];
+	size_t len;          /* bytes in in[] */
+	struct kv_buf out;   /* commands not sent yet */
+	char *last;          /* the last reply, NUL-terminated (malloc) */
+	size_t last_len;
+};
+
+/* Length of the complete reply at p[0..n), 0 when incomplete, -1 when invalid. */
+static long reply_len(const char *p, size_t n)
+{
+	const char *cr;
+	long long v;
+	size_t at;
+
+	if (n < 3)
+		return 0;
+	cr = memchr(p, '\r', n);
+	if (!cr || (size_t)(cr - p) + 1 >= n)
+		return 0;
+	at = (size_t)(cr - p) + 2;
+	switch (p[0]) {
+	case '+':
+	case '-':
+	case ':':
+		return (long)at;
+	case '$':
+		v = atoll(p + 1);
+		if (v < 0)
+			return (long)at;
+		return at + (size_t)v + 2 <= n ? (long)(at + (size_t)v + 2) : 0;
+	case '*':
+		v = atoll(p + 1);
+		for (long long i = 0; i < v; i++) {
+			long m = reply_len(p + at, n - at);
+
+			if (m <= 0)
+				return m;
+			at += (size_t)m;
+		}
+		return (long)at;
+	default:
+		return -1;
+	}
+}
+
+static struct cl *cl_open(int port)
+{
+	struct cl *c = calloc(1, sizeof(*c));
+	char where[32];
+	int ret;
+
+	snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+	ret = corio_tcp_connect(where, &c->s);
+	CHECK_EQ(ret, 0);
+	if (ret) {
+		free(c);
+		return NULL;
+	}
+	return c;
+}
+
+static void cl_close(struct cl *c)
+{
+	if (!c)
+		return;
+	corio_close(c->s);
+	kv_buf_free(&c->out);
+	free(c->last);
+	free(c);
+}
+
+/* Queue one command (strings; NULL ends them). */
+static void cl_cmd(struct cl *c, ...)
+{
+	const char *a[64];
+	int n = 0;
+	va_list ap;
+
+	va_start(ap, c);
+	while (n < 64 && (a[n] = va_arg(ap, const char *)))
+		n++;
+	va_end(ap);
+	kv_num(&c->out, '*', n);
+	for (int i = 0; i < n; i++)
+		kv_bulk(&c->out, a[i], strlen(a[i]));
+}
+
+static void cl_raw(struct cl *c, const char *p, size_t n)
+{
+	kv_put(&c->out, p, n);
+}
+
+static void cl_flush(struct cl *c)
+{
+	if (c->out.len)
+		CHECK_EQ(corio_send(c->s, c->out.p, c->out.len), (long long)c->out.len);
+	c->out.len = 0;
+}
+
+/* The next reply, or NULL (connection closed, timed out, invalid). */
+static const char *cl_reply(struct cl *c)
+{
+	struct corio_deadline d;
+	long m;
+
+	cl_flush(c);
+	corio_timeout_push(&d, 5000000000ull);
+	while ((m = reply_len(c->in, c->len)) == 0) {
+		ssize_t n = c->len < sizeof(c->in) ? corio_recv(c->s, c->in + c->len, sizeof(c->in) - c->len)
+						   : -ENOBUFS;
+
+		if (n <= 0) {
+			m = -1;
+			break;
+		}
+		c->len += (size_t)n;
+	}
+	corio_deadline_pop(&d);
+	if (m < 0)
+		return NULL;
+	free(c->last);
+	c->last = malloc((size_t)m + 1);
+	memcpy(c->last, c->in, (size_t)m);
+	c->last[m] = 0;
+	c->last_len = (size_t)m;
+	memmove(c->in, c->in + m, c->len - (size_t)m);
+	c->len -= (size_t)m;
+	return c->last;
+}
+
+/* 1 when the server closed the connection (end of stream or reset) with no
+ * more replies. */
+static int cl_closed(struct cl *c)
+{
+	struct corio_deadline d;
+	ssize_t n;
+
+	cl_flush(c);
+	if (c->len)
+		return 0;
+	corio_timeout_push(&d, 5000000000ull);
+	n = corio_recv(c->s, c->in, sizeof(c->in));
+	corio_deadline_pop(&d);
+	return n == 0 || n == -ECONNRESET;
+}
+
+static void expect_at(struct cl *c, const char *want, const char *file, int line)
+{
+	const char *got = cl_reply(c);
+
+	if (!got || strcmp(got, want)) {
+		char msg[400];
+
+		snprintf(msg, sizeof(msg), "reply %.150s, want %.150s", got ? got : "(none)", want);
+		th_fail(file, line, msg);
+	}
+}
+#define EXPECT(c, want) expect_at((c), (want), __FILE__, __LINE__)
+
+/* The reply must contain needle. */
+static void expect_has_at(struct cl *c, const char *needle, const char *file, int line)
+{
+	const char *got = cl_reply(c);
+
+	if (!got || !strstr(got, needle)) {
+		char msg[400];
+
+		snprintf(msg, sizeof(msg), "reply %.200s lacks %.100s", got ? got : "(none)", needle);
+		th_fail(file, line, msg);
+	}
+}
+#define EXPECT_HAS(c, needle) expect_has_at((c), (needle), __FILE__, __LINE__)
+
+/* ---- running a server and a client ----------------------------------------------- */
+
+struct kv_test {
+	struct kv_server srv;
+	void (*body)(struct kv_test *t);
+	int port;
+};
+
+static int client_fiber(void *arg)
+{
+	struct kv_test *t = arg;
+
+	while (atomic_load(&t->srv.listening) < t->srv.nshards && !atomic_load(&t->srv.failed))
+		if (corio_sleep_ns(1000000) < 0)
+			return 0;
+	CHECK(!atomic_load(&t->srv.failed));
+	t->port = atomic_load(&t->srv.bound_port);
+	if (!atomic_load(&t->srv.failed))
+		t->body(t);
+	corio_shutdown();
+	return 0;
+}
+
+static void test_entry(void *arg)
+{
+	struct kv_test *t = arg;
+
+	if (corio_shard_id() == 0)
+		CHECK_EQ(corio_spawn(client_fiber, t, NULL, NULL), 0);
+	kv_shard_main(&t->srv);
+}
+
+/* Run body against a server of n shards; lim NULL: the defaults. */
+static void run_kv(unsigned shards, const struct kv_limits *lim, void (*body)(struct kv_test *))
+{
+	static struct kv_test t; /* big: keep it off the test thread's stack */
+	struct corio_config cfg = th_cfg(shards);
+
+	memset(&t, 0, sizeof(t));
+	if (lim)
+		t.srv.lim = *lim;
+	else
+		kv_limits_default(&t.srv.lim);
+	t.srv.port = 0;
+	t.body = body;
+	cfg.flags |= CORIO_F_NO_PIN;
+	cr_assert_eq(kv_server_init(&t.srv, shards), 0);
+	th_run(&cfg, test_entry, &t);
+	kv_server_free(&t.srv);
+}
+
+/* The shard a connection lives on (CLIENT INFO says). */
+static int cl_shard(struct cl *c)
+{
+	const char *r;
+
+	cl_cmd(c, "CLIENT", "INFO", NULL);
+	r = cl_reply(c);
+	r = r ? strstr(r, "shard=") : NULL;
+	return r ? atoi(r + 6) : -1;
+}
+
+/* A key named prefix-N owned by shard. */
+static void key_on(struct kv_server *srv, unsigned shard, const char *prefix, int from, char *out,
+		   size_t n)
+{
+	for (int i = from;; i++) {
+		snprintf(out, n, "%s-%d", prefix, i);
+		if (kv_owner(srv, kv_hash(srv->seed, out, strlen(out))) == shard)
+			return;
+	}
+}
+
+/* ---- every command ----------------------------------------------------------------- */
+
+static void all_commands(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k0[32], k1[32];
+
+	if (!c)
+		return;
+	key_on(&t->srv, 0, "k", 0, k0, sizeof(k0));
+	key_on(&t->srv, t->srv.nshards - 1, "j", 0, k1, sizeof(k1));
+
+	cl_cmd(c, "PING", NULL);
+	EXPECT(c, "+PONG\r\n");
+	cl_cmd(c, "ping", "hello", NULL);
+	EXPECT(c, "$5\r\nhello\r\n");
+	cl_cmd(c, "PING", "a", "b", NULL);
+	EXPECT(c, "-ERR wrong number of arguments for 'ping' command\r\n");
+	cl_cmd(c, "ECHO", "", NULL);
+	EXPECT(c, "$0\r\n\r\n");
+
+	/* GET / SET and its options */
+	cl_cmd(c, "GET", k0, NULL);
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "SET", k0, "v0", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k1, "v1", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "GET", k0, NULL);
+	EXPECT(c, "$2\r\nv0\r\n");
+	cl_cmd(c, "GET", k1, NULL);
+	EXPECT(c, "$2\r\nv1\r\n");
+	cl_cmd(c, "SET", k0, "x", "NX", NULL);
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "SET", "new", "x", "XX", NULL);
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "SET", k0, "v00", "XX", "GET", NULL);
+	EXPECT(c, "$2\r\nv0\r\n");
+	cl_cmd(c, "SET", "fresh", "f", "NX", "GET", NULL);
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "GET", "fresh", NULL);
+	EXPECT(c, "$1\r\nf\r\n");
+	cl_cmd(c, "SET", k0, "x", "NX", "XX", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k0, "x", "EX", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k0, "x", "EX", "0", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_cmd(c, "SET", k0, "x", "PX", "abc", NULL);
+	EXPECT(c, "-ERR value is not an integer or out of range\r\n");
+	cl_cmd(c, "SET", k0, "x", "EX", "100", "PX", "100", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k0, "ttl", "EX", "100", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k0, NULL);
+	EXPECT(c, ":100\r\n");
+	cl_cmd(c, "SET", k0, "keep", "KEEPTTL", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k0, NULL);
+	EXPECT(c, ":100\r\n");
+	cl_cmd(c, "SET", k0, "nottl", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k0, NULL);
+	EXPECT(c, ":-1\r\n");
+	cl_cmd(c, "GET", NULL);
+	EXPECT(c, "-ERR wrong number of arguments for 'get' command\r\n");
+	cl_cmd(c, "SET", "a", NULL);
+	EXPECT(c, "-ERR wrong number of arguments for 'set' command\r\n");
+	cl_cmd(c, "NOSUCH", "x\r\ny", "b", NULL);
+	EXPECT(c, "-ERR unknown command 'NOSUCH', with args beginning with: 'x  y' 'b' \r\n");
+
+	/* INCR family */
+	cl_cmd(c, "INCR", "n", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "INCRBY", "n", "41", NULL);
+	EXPECT(c, ":42\r\n");
+	cl_cmd(c, "DECR", "n", NULL);
+	EXPECT(c, ":41\r\n");
+	cl_cmd(c, "DECRBY", "n", "-9", NULL);
+	EXPECT(c, ":50\r\n");
+	cl_cmd(c, "INCRBY", "n", "x", NULL);
+	EXPECT(c, "-ERR value is not an integer or out of range\r\n");
+	cl_cmd(c, "INCR", k1, NULL);
+	EXPECT(c, "-ERR value is not an integer or out of range\r\n");
+	cl_cmd(c, "SET", "big", "9223372036854775807", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "INCR", "big", NULL);
+	EXPECT(c, "-ERR increment or decrement would overflow\r\n");
+	cl_cmd(c, "GET", "n", NULL);
+	EXPECT(c, "$2\r\n50\r\n");
+
+	/* multi-key */
+	cl_cmd(c, "MSET", k0, "a", k1, "b", "m3", "c", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "MSET", k0, "a", k1, NULL);
+	EXPECT(c, "-ERR wrong number of arguments for 'mset' command\r\n");
+	cl_cmd(c, "MGET", k0, "nope", k1, "m3", NULL);
+	EXPECT(c, "*4\r\n$1\r\na\r\n$-1\r\n$1\r\nb\r\n$1\r\nc\r\n");
+	cl_cmd(c, "EXISTS", k0, k1, k0, "nope", NULL);
+	EXPECT(c, ":3\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":6\r\n"); /* k0 k1 fresh n big m3 */
+	cl_cmd(c, "DEL", k0, k1, "nope", NULL);
+	EXPECT(c, ":2\r\n");
+	cl_cmd(c, "EXISTS", k0, k1, NULL);
+	EXPECT(c, ":0\r\n");
+
+	/* expiry commands */
+	cl_cmd(c, "TTL", "nope", NULL);
+	EXPECT(c, ":-2\r\n");
+	cl_cmd(c, "PTTL", "m3", NULL);
+	EXPECT(c, ":-1\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "50", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "10", "GT", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "10", "LT", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "TTL", "m3", NULL);
+	EXPECT(c, ":10\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "10", "NX", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "10", "NX", "XX", NULL);
+	EXPECT(c, "-ERR NX and XX, GT or LT options at the same time are not compatible\r\n");
+	cl_cmd(c, "PEXPIRE", "m3", "20000", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "TTL", "m3", NULL);
+	EXPECT(c, ":20\r\n");
+	cl_cmd(c, "PERSIST", "m3", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "PERSIST", "m3", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXPIRE", "nope", "10", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "x", NULL);
+	EXPECT(c, "-ERR value is not an integer or out of range\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "9223372036854775807", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'expire' command\r\n");
+	cl_cmd(c, "EXPIRE", "m3", "-1", NULL); /* in the past: deleted */
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", "m3", NULL);
+	EXPECT(c, ":0\r\n");
+
+	/* server commands */
+	cl_cmd(c, "INFO", NULL);
+	EXPECT_HAS(c, "redis_version:");
+	cl_cmd(c, "INFO", "keyspace", NULL);
+	EXPECT_HAS(c, "db0:keys=3,"); /* fresh n big */
+	cl_cmd(c, "INFO", "memory", NULL);
+	EXPECT_HAS(c, "used_memory:");
+	cl_cmd(c, "INFO", "corio", NULL);
+	EXPECT_HAS(c, t->srv.nshards == 2 ? "shard1:" : "shard0:");
+	cl_cmd(c, "INFO", "stats", NULL);
+	EXPECT_HAS(c, "total_commands_processed:");
+	cl_cmd(c, "INFO", "clients", NULL);
+	EXPECT_HAS(c, "connected_clients:1\r\n");
+	cl_cmd(c, "CONFIG", "GET", "save", NULL);
+	EXPECT(c, "*2\r\n$4\r\nsave\r\n$0\r\n\r\n");
+	cl_cmd(c, "CONFIG", "GET", "appendonly", NULL);
+	EXPECT(c, "*2\r\n$10\r\nappendonly\r\n$2\r\nno\r\n");
+	cl_cmd(c, "CONFIG", "GET", "nosuch", NULL);
+	EXPECT(c, "*0\r\n");
+	cl_cmd(c, "CONFIG", "SET", "a", "b", NULL);
+	EXPECT_HAS(c, "-ERR CONFIG subcommand not supported");
+	cl_cmd(c, "COMMAND", "COUNT", NULL);
+	EXPECT(c, ":26\r\n");
+	cl_cmd(c, "COMMAND", "DOCS", NULL);
+	EXPECT(c, "*0\r\n");
+	cl_cmd(c, "COMMAND", "INFO", "get", "nosuch", NULL);
+	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*-1\r\n");
+	cl_cmd(c, "COMMAND", NULL);
+	EXPECT_HAS(c, "*26\r\n*6\r\n$3\r\nget\r\n");
+	cl_cmd(c, "CLIENT", "GETNAME", NULL);
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "CLIENT", "SETNAME", "bob", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "CLIENT", "SETNAME", "b b", NULL);
+	EXPECT(c, "-ERR Client names cannot contain spaces, newlines or special characters.\r\n");
+	cl_cmd(c, "CLIENT", "GETNAME", NULL);
+	EXPECT(c, "$3\r\nbob\r\n");
+	cl_cmd(c, "SELECT", "0", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SELECT", "1", NULL);
+	EXPECT(c, "-ERR DB index is out of range\r\n");
+	cl_cmd(c, "FLUSHALL", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "GET", "n", NULL);
+	EXPECT(c, "$-1\r\n");
+
+	/* inline commands, LF or CRLF */
+	{
+		static const char il[] = "SET il 7\r\nget il\nINCR   il  \r\n\r\n";
+
+		cl_raw(c, il, sizeof(il) - 1);
+	}
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "$1\r\n7\r\n");
+	EXPECT(c, ":8\r\n");
+
+	/* QUIT: +OK, then the server closes; commands after it are not run */
+	cl_cmd(c, "QUIT", NULL);
+	cl_cmd(c, "SET", "after-quit", "1", NULL);
+	EXPECT(c, "+OK\r\n");
+	CHECK(cl_closed(c));
+	cl_close(c);
+
+	c = cl_open(t->port);
+	cl_cmd(c, "EXISTS", "after-quit", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_close(c);
+}
+
+Test(kv, every_command_1_shard, .timeout = 60)
+{
+	run_kv(1, NULL, all_commands);
+}
+
+Test(kv, every_command_2_shards, .timeout = 60)
+{
+	run_kv(2, NULL, all_commands);
+}
+
+/* ---- pipelines whose keys live on both shards --------------------------------------- */
+
+#define PIPE_N 300
+
+static void pipeline_body(struct kv_test *t, struct cl *c)
+{
+	char key[PIPE_N][32];
+
+	for (int i = 0; i < PIPE_N; i++)
+		key_on(&t->srv, (unsigned)(i % 2) % t->srv.nshards, "p", i * 1000, key[i], sizeof(key[i]));
+	/* one send: SET, GET, INCR, MGET over both shards, DBSIZE in the middle */
+	for (int i = 0; i < PIPE_N; i++) {
+		char v[16];
+
+		snprintf(v, sizeof(v), "%d", i);
+		cl_cmd(c, "SET", key[i], v, NULL);
+		cl_cmd(c, "GET", key[(i * 7) % (i + 1)], NULL);
+		cl_cmd(c, "INCR", key[i], NULL);
+		if (i % 50 == 49)
+			cl_cmd(c, "DBSIZE", NULL);
+		if (i >= 1)
+			cl_cmd(c, "MGET", key[i], key[i - 1], "missing", NULL);
+	}
+	cl_flush(c);
+	for (int i = 0; i < PIPE_N; i++) {
+		char want[128];
+		int j = (i * 7) % (i + 1);
+
+		EXPECT(c, "+OK\r\n");
+		/* key j was SET (and INCRed when j < i) earlier in this pipeline */
+		snprintf(want, sizeof(want), "%d", j < i ? j + 1 : j);
+		{
+			char bulk[160];
+
+			snprintf(bulk, sizeof(bulk), "$%zu\r\n%s\r\n", strlen(want), want);
+			EXPECT(c, bulk);
+		}
+		snprintf(want, sizeof(want), ":%d\r\n", i + 1);
+		EXPECT(c, want);
+		if (i % 50 == 49) {
+			snprintf(want, sizeof(want), ":%d\r\n", i + 1);
+			EXPECT(c, want);
+		}
+		if (i >= 1) {
+			char a[16], b[16];
+
+			snprintf(a, sizeof(a), "%d", i + 1);
+			snprintf(b, sizeof(b), "%d", i);
+			snprintf(want, sizeof(want), "*3\r\n$%zu\r\n%s\r\n$%zu\r\n%s\r\n$-1\r\n", strlen(a), a,
+				 strlen(b), b);
+			EXPECT(c, want);
+		}
+	}
+	cl_cmd(c, "FLUSHALL", NULL);
+	EXPECT(c, "+OK\r\n");
+}
+
+static void pipelines(struct kv_test *t)
+{
+	struct cl *on[2] = { NULL, NULL }, *extra[32];
+	int nextra = 0;
+
+	/* a connection on each shard (the kernel spreads them by address) */
+	while (nextra < 32 && (!on[0] || (t->srv.nshards > 1 && !on[1]))) {
+		struct cl *c = cl_open(t->port);
+		int sh;
+
+		if (!c)
+			break;
+		sh = cl_shard(c);
+		CHECK(sh >= 0 && sh < (int)t->srv.nshards);
+		if (sh >= 0 && sh < 2 && !on[sh])
+			on[sh] = c;
+		else
+			extra[nextra++] = c;
+	}
+	CHECK(on[0] && (t->srv.nshards == 1 || on[1]));
+	for (int s = 0; s < 2; s++) {
+		if (on[s]) {
+			pipeline_body(t, on[s]);
+			cl_close(on[s]);
+		}
+	}
+	while (nextra)
+		cl_close(extra[--nextra]);
+}
+
+Test(kv, pipeline_mixed_ownership_in_order, .timeout = 60)
+{
+	run_kv(2, NULL, pipelines);
+}
+
+Test(kv, pipeline_1_shard, .timeout = 60)
+{
+	run_kv(1, NULL, pipelines);
+}
+
+/* Bytes that arrive one at a time still make the same replies. */
+static void trickle(struct kv_test *t)
+{
+	static const char in[] = "*3\r\n$3\r\nSET\r\n$1\r\nx\r\n$3\r\nabc\r\nGET x\r\n*2\r\n$4\r\nECHO\r\n$2\r\nhi\r\n";
+	struct cl *c = cl_open(t->port);
+
+	for (size_t i = 0; i < sizeof(in) - 1; i++) {
+		cl_raw(c, in + i, 1);
+		cl_flush(c);
+		corio_yield();
+	}
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "$3\r\nabc\r\n");
+	EXPECT(c, "$2\r\nhi\r\n");
+	cl_close(c);
+}
+
+Test(kv, bytes_one_at_a_time, .timeout = 60)
+{
+	run_kv(2, NULL, trickle);
+}
+
+/* ---- expiry -------------------------------------------------------------------------- */
+
+static long long info_num(struct cl *c, const char *section, const char *field)
+{
+	const char *r, *p;
+
+	cl_cmd(c, "INFO", section, NULL);
+	r = cl_reply(c);
+	p = r ? strstr(r, field) : NULL;
+	return p ? atoll(p + strlen(field)) : -1;
+}
+
+static void expiry(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[40];
+	long long n = -1;
+
+	/* lazy: read after the deadline; the timer never fires early, and the
+	 * access itself checks the deadline, whatever the sweep has done */
+	cl_cmd(c, "SET", "lazy", "v", "PX", "30", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "GET", "lazy", NULL);
+	EXPECT(c, "$1\r\nv\r\n");
+	corio_sleep_ns(40000000);
+	cl_cmd(c, "GET", "lazy", NULL);
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "TTL", "lazy", NULL);
+	EXPECT(c, ":-2\r\n");
+
+	/* active: 1000 keys on every shard expire without being touched; wait
+	 * (bounded) until DBSIZE says the sweep removed them */
+	for (int i = 0; i < 1000; i++) {
+		snprintf(k, sizeof(k), "sweep-%d", i);
+		cl_cmd(c, "SET", k, "v", "PX", i % 2 ? "20" : "25", NULL);
+	}
+	cl_cmd(c, "SET", "stays", "v", NULL);
+	cl_cmd(c, "PEXPIRE", "stays", "600000", NULL);
+	for (int i = 0; i < 1000; i++)
+		EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, ":1\r\n");
+	for (int tries = 0; tries < 500; tries++) {
+		const char *r;
+
+		cl_cmd(c, "DBSIZE", NULL);
+		r = cl_reply(c);
+		n = r ? atoll(r + 1) : -1;
+		if (n <= 1)
+			break;
+		corio_sleep_ns(10000000);
+	}
+	CHECK_EQ(n, 1);
+	CHECK(info_num(c, "stats", "expired_keys:") >= 1001);
+	CHECK_EQ(info_num(c, "keyspace", "expires="), 1);
+	cl_cmd(c, "PERSIST", "stays", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_close(c);
+}
+
+Test(kv, expiry_lazy_and_active, .timeout = 60)
+{
+	run_kv(2, NULL, expiry);
+}
+
+/* ---- malformed input and limits -------------------------------------------------------- */
+
+struct bad_case {
+	const char *in;
+	size_t n;
+	const char *want; /* the error reply, after the replies to what came before */
+};
+
+static void one_bad(struct kv_test *t, const char *pre, const char *in, size_t n, const char *want)
+{
+	struct cl *c = cl_open(t->port);
+
+	if (!c)
+		return;
+	cl_raw(c, in, n);
+	if (pre)
+		EXPECT(c, pre);
+	EXPECT(c, want);
+	CHECK(cl_closed(c));
+	cl_close(c);
+}
+
+static void malformed(struct kv_test *t)
+{
+	static const char big_inline_hdr[] = "SET x ";
+	char *big;
+	size_t bign = KV_MAX_LINE + 100;
+
+	one_bad(t, NULL, "*abc\r\n", 6, "-ERR Protocol error: invalid multibulk length\r\n");
+	one_bad(t, NULL, "*1\r\n+foo\r\n", 10, "-ERR Protocol error: expected '$', got '+'\r\n");
+	one_bad(t, NULL, "*1\r\n$-5\r\n", 9, "-ERR Protocol error: invalid bulk length\r\n");
+	one_bad(t, NULL, "*1\r\n$3\r\nabcXY", 13, "-ERR Protocol error: expected CRLF after a bulk string\r\n");
+	/* the replies to the commands before the bad one come first */
+	one_bad(t, "+PONG\r\n", "PING\r\n*x\r\n", 10, "-ERR Protocol error: invalid multibulk length\r\n");
+	/* over the limits of this server: bulk 4096, multibulk 64, query buffer 64 KiB */
+	one_bad(t, NULL, "*2\r\n$3\r\nGET\r\n$5000\r\n", 21, "-ERR Protocol error: invalid bulk length\r\n");
+	one_bad(t, NULL, "*65\r\n", 5, "-ERR Protocol error: invalid multibulk length\r\n");
+	{
+		/* 20 args of 4000 bytes: each under the bulk limit, the whole over 64 KiB */
+		struct kv_buf b = { 0 };
+		char *arg = malloc(4000);
+
+		memset(arg, 'z', 4000);
+		kv_num(&b, '*', 20);
+		for (int i = 0; i < 20; i++)
+			kv_bulk(&b, arg, 4000);
+		one_bad(t, NULL, b.p, b.len,
+			"-ERR Protocol error: command larger than the query buffer limit (65536 bytes)\r\n");
+		kv_buf_free(&b);
+		free(arg);
+	}
+	big = malloc(bign);
+	memcpy(big, big_inline_hdr, sizeof(big_inline_hdr) - 1);
+	memset(big + sizeof(big_inline_hdr) - 1, 'q', bign - (sizeof(big_inline_hdr) - 1));
+	one_bad(t, NULL, big, bign, "-ERR Protocol error: too big inline request\r\n");
+	free(big);
+
+	/* a client that leaves in the middle of a command, and random bytes:
+	 * the server must neither crash nor leak (ASan and th_run watch) */
+	{
+		struct cl *c = cl_open(t->port);
+
+		cl_raw(c, "*3\r\n$3\r\nSET\r\n$1\r\na\r\n$100\r\nabc", 30);
+		cl_flush(c);
+		cl_close(c);
+	}
+	{
+		uint64_t x = 88172645463325252ull;
+
+		for (int i = 0; i < 200; i++) {
+			struct cl *c = cl_open(t->port);
+			char buf[256];
+			size_t n = 1 + (size_t)(i * 37 % 255);
+
+			for (size_t j = 0; j < n; j++) {
+				x ^= x << 13;
+				x ^= x >> 7;
+				x ^= x << 17;
+				/* mostly protocol characters, so that parsing gets somewhere */
+				buf[j] = "*$\r\n0123456789-+:ab \t"[x % 21];
+				if (x % 97 == 0)
+					buf[j] = (char)(x >> 8);
+			}
+			cl_raw(c, buf, n);
+			cl_flush(c);
+			cl_close(c);
+		}
+	}
+	/* the server still answers */
+	{
+		struct cl *c = cl_open(t->port);
+
+		cl_cmd(c, "PING", NULL);
+		EXPECT(c, "+PONG\r\n");
+		cl_close(c);
+	}
+}
+
+Test(kv, malformed_input_and_protocol_limits, .timeout = 60)
+{
+	struct kv_limits lim;
+
+	kv_limits_default(&lim);
+	lim.proto_max_bulk_len = 4096;
+	lim.max_multibulk = 64;
+	lim.qbuf_limit = 64 * 1024;
+	run_kv(2, &lim, malformed);
+}
+
+/* A batch whose replies exceed the output limit closes the connection. */
+static void output_limit(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char *v = malloc(40000);
+
+	memset(v, 'v', 40000);
+	v[39999] = 0;
+	cl_cmd(c, "SET", "big", v, NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "GET", "big", NULL); /* 40 KB: under the 64 KiB limit */
+	EXPECT_HAS(c, "$39999\r\nvvvv");
+	cl_cmd(c, "GET", "big", NULL); /* two in one batch: over it */
+	cl_cmd(c, "GET", "big", NULL);
+	CHECK(cl_closed(c));
+	cl_close(c);
+	c = cl_open(t->port);
+	CHECK(info_num(c, "stats", "client_output_limit_disconnections:") == 1);
+	cl_close(c);
+	free(v);
+}
+
+Test(kv, output_limit_closes, .timeout = 60)
+{
+	struct kv_limits lim;
+
+	kv_limits_default(&lim);
+	lim.out_limit = 64 * 1024;
+	run_kv(1, &lim, output_limit);
+}
+
+static void maxmemory(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[32], v[1000];
+	const char *r = NULL;
+	int i;
+
+	memset(v, 'm', sizeof(v) - 1);
+	v[sizeof(v) - 1] = 0;
+	unsigned full = 0, ok = 0; /* a bit per shard that refused a SET */
+
+	/* each shard refuses once it holds more than its share: fill both */
+	for (i = 0; i < 4000 && full != (1u << t->srv.nshards) - 1; i++) {
+		snprintf(k, sizeof(k), "mm-%d", i);
+		cl_cmd(c, "SET", k, v, NULL);
+		r = cl_reply(c);
+		if (r && !strcmp(r, "+OK\r\n")) {
+			ok++;
+			continue;
+		}
+		CHECK(r && !strcmp(r, "-OOM command not allowed when used memory > 'maxmemory'.\r\n"));
+		full |= 1u << kv_owner(&t->srv, kv_hash(t->srv.seed, k, strlen(k)));
+	}
+	CHECK(ok > 100 && i < 4000);
+	cl_cmd(c, "INCR", "counter", NULL);
+	EXPECT_HAS(c, "-OOM ");
+	cl_cmd(c, "MSET", "a", "1", "b", "2", "c", "3", "d", "4", NULL);
+	EXPECT_HAS(c, "-OOM ");
+	cl_cmd(c, "GET", "mm-0", NULL); /* reads still work */
+	EXPECT_HAS(c, "$999\r\n");
+	cl_cmd(c, "FLUSHALL", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", "x", "1", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_close(c);
+}
+
+Test(kv, maxmemory_refuses_writes, .timeout = 60)
+{
+	struct kv_limits lim;
+
+	kv_limits_default(&lim);
+	lim.maxmemory = 2 * 200 * 1024; /* 200 KiB a shard */
+	run_kv(2, &lim, maxmemory);
+}
+
+/* The table grows (incremental rehash) with keys on both shards. */
+static void many_keys(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[32], v[32];
+
+	for (int i = 0; i < 20000; i++) {
+		snprintf(k, sizeof(k), "key:%d", i);
+		snprintf(v, sizeof(v), "%d", i * 3);
+		cl_cmd(c, "SET", k, v, NULL);
+		if (i % 500 == 499)
+			for (int j = 0; j < 500; j++)
+				EXPECT(c, "+OK\r\n");
+	}
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":20000\r\n");
+	for (int i = 0; i < 20000; i += 7) {
+		char want[48];
+
+		snprintf(k, sizeof(k), "key:%d", i);
+		snprintf(v, sizeof(v), "%d", i * 3);
+		snprintf(want, sizeof(want), "$%zu\r\n%s\r\n", strlen(v), v);
+		cl_cmd(c, "GET", k, NULL);
+		EXPECT(c, want);
+	}
+	cl_close(c);
+}
+
+Test(kv, many_keys_rehash, .timeout = 120)
+{
+	run_kv(2, NULL, many_keys);
+}
+
+/* ---- real clients ------------------------------------------------------------------------ */
+
+static void kv_idle_entry(void *arg)
+{
+	kv_shard_main(arg);
+}
+
+static int run_cmd(const char *cmd, char *out, size_t n)
+{
+	FILE *f = popen(cmd, "r");
+	size_t got;
+
+	cr_assert(f, "popen %s", cmd);
+	got = fread(out, 1, n - 1, f);
+	out[got] = 0;
+	return pclose(f);
+}
+
+Test(kv, redis_cli_and_benchmark, .timeout = 120)
+{
+	static struct kv_server srv;
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	char cmd[512], out[4096];
+	int before, port, st;
+
+	if (system("command -v redis-cli >/dev/null 2>&1") != 0)
+		cr_skip_test("redis-cli is not installed (apt-get install redis-tools)");
+	before = th_fd_count();
+	memset(&srv, 0, sizeof(srv));
+	kv_limits_default(&srv.lim);
+	cfg.flags |= CORIO_F_NO_PIN;
+	cr_assert_eq(kv_server_init(&srv, 2), 0);
+	cr_assert_eq(corio_start(&cfg, kv_idle_entry, &srv, &rt), 0);
+	/* waiting for a condition, not for time to pass */
+	while (atomic_load(&srv.listening) < 2 && !atomic_load(&srv.failed))
+		usleep(1000);
+	cr_assert(!atomic_load(&srv.failed));
+	port = atomic_load(&srv.bound_port);
+
+	snprintf(cmd, sizeof(cmd), "redis-cli -p %d set a 1 && redis-cli -p %d incr a && "
+		 "redis-cli -p %d get a", port, port, port);
+	st = run_cmd(cmd, out, sizeof(out));
+	cr_assert_eq(st, 0, "%s: status %d", cmd, st);
+	cr_assert_str_eq(out, "OK\n2\n2\n");
+	snprintf(cmd, sizeof(cmd),
+		 "printf 'mset x 1 y 2 z 3\\nmget x y z nope\\nexpire x 100\\nttl x\\ndbsize\\n"
+		 "ping\\nnosuch\\n' | redis-cli -p %d", port);
+	st = run_cmd(cmd, out, sizeof(out));
+	cr_assert_eq(st, 0);
+	cr_assert_str_eq(out, "OK\n1\n2\n3\n\n1\n100\n4\nPONG\n"
+			      "ERR unknown command 'nosuch', with args beginning with: \n\n", "got: %s", out);
+	snprintf(cmd, sizeof(cmd), "redis-cli -p %d info keyspace", port);
+	st = run_cmd(cmd, out, sizeof(out));
+	cr_assert(st == 0 && strstr(out, "db0:keys=4,expires=1"), "got: %s", out);
+
+	if (system("command -v redis-benchmark >/dev/null 2>&1") == 0) {
+		snprintf(cmd, sizeof(cmd),
+			 "redis-benchmark -p %d -n 2000 -c 8 -P 4 -t set,get,incr,mset -q 2>&1", port);
+		st = run_cmd(cmd, out, sizeof(out));
+		cr_assert_eq(st, 0, "%s: %s", cmd, out);
+		cr_assert(strstr(out, "SET: ") && strstr(out, "GET: ") && strstr(out, "INCR: ") &&
+			  strstr(out, "MSET (10 keys): "), "got: %s", out);
+	}
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	kv_server_free(&srv);
+	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
+}
