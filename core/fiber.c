@@ -17,7 +17,7 @@
  */
 #include "core/internal.h"
 #include "core/sanitizer.h"
-#include "timer/timer.h" /* deadline scopes bound wait-queue waits */
+#include "timer/internal.h" /* deadline scopes bound wait-queue waits */
 
 #include <errno.h>
 #include <stdio.h>

@@ -12,7 +12,7 @@
 
 #include "corio.h"
 #include "corio/select.h"
-#include "uring/ring.h"
+#include "uring/internal.h"
 
 #include <assert.h>
 #include <pthread.h>

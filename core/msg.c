@@ -99,8 +99,8 @@
  * to a stopped shard and read its closed tail: they get -ECANCELED.
  */
 #include "core/internal.h"
-#include "timer/timer.h" /* deadline scopes: count the timeouts */
-#include "uring/msg_ring.h"
+#include "timer/internal.h" /* deadline scopes: count the timeouts */
+#include "uring/internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

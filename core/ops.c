@@ -4,7 +4,7 @@
  * (corio_nop, corio_poll) built on it.
  */
 #include "core/internal.h"
-#include "timer/timer.h" /* deadlines: linked timeouts */
+#include "timer/internal.h" /* deadlines: linked timeouts */
 
 #include <errno.h>
 
@@ -28,7 +28,7 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
  * SQE IOSQE_IO_LINK (after the caller's prep, which clears sqe->flags) and
  * adds the link timeout (IORING_TIMEOUT_ABS, CLOCK_MONOTONIC; the kernel
  * copies the timespec at submit, while this frame is parked). Both SQEs
- * carry a link slot (uring/ring.h) as user_data, not the op record: the
+ * carry a link slot (uring/internal.h) as user_data, not the op record: the
  * kernel's timeout cancels the op by user_data from task work that can run
  * after the op's CQE was reaped, and the record's stack address is reused
  * by the fiber's next op at once; the slot is reused only after the link

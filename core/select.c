@@ -34,7 +34,7 @@
  * receive, which the socket owns and finishes: see net/sel.c).
  */
 #include "core/internal.h"
-#include "timer/timer.h" /* corio__timer_count_timeout */
+#include "timer/internal.h" /* corio__timer_count_timeout */
 
 #include <errno.h>
 #include <string.h>

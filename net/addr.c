@@ -3,7 +3,7 @@
  * net/addr.c - "host:port" parsing and formatting. Numeric addresses only:
  * a name lookup would block the shard's thread (getaddrinfo is synchronous).
  */
-#include "net/net.h"
+#include "net/internal.h"
 
 #include <arpa/inet.h>
 #include <errno.h>

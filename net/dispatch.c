@@ -18,7 +18,7 @@
  * hand-offs still in flight, so each target also carries a bias: the
  * connections sent to it since its counter last changed.
  */
-#include "net/net.h"
+#include "net/internal.h"
 #include "corio/msg.h"
 
 #include <errno.h>

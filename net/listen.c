@@ -19,7 +19,7 @@
  * multishot). Any other error means the listening socket itself is broken
  * (EINVAL, EBADF, ...): it is sticky and every later accept returns it.
  */
-#include "net/net.h"
+#include "net/internal.h"
 
 #include <errno.h>
 #include <netinet/tcp.h>

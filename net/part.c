@@ -11,7 +11,7 @@
  * with the fiber's deadline scope and which cancellation interrupts; the
  * stream's CQE handler wakes it.
  */
-#include "net/net.h"
+#include "net/internal.h"
 
 #include <errno.h>
 #include <stdio.h>

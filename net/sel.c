@@ -12,7 +12,7 @@
  * receive stays armed as the socket's, and what arrives is queued there for
  * the next reader; corio_close() cancels it and waits for its final CQE.
  */
-#include "net/net.h"
+#include "net/internal.h"
 
 #include <errno.h>
 

@@ -39,7 +39,7 @@
  * socket receives with single-shot recvs from then on: each of those always
  * completes, with data, 0 or the error.
  */
-#include "net/net.h"
+#include "net/internal.h"
 
 #include <errno.h>
 #include <netinet/tcp.h>

@@ -6,7 +6,7 @@
  * each buffer holds a struct io_uring_recvmsg_out, the sender's address
  * and the payload.
  */
-#include "net/net.h"
+#include "net/internal.h"
 
 #include <errno.h>
 #include <string.h>

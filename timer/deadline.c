@@ -10,7 +10,7 @@
  * nesting costs nothing and has no depth limit, and the nearest deadline
  * always wins. dl_depth only lets pop catch scopes closed out of order.
  */
-#include "timer/timer.h"
+#include "timer/internal.h"
 
 #include <errno.h>
 

@@ -7,7 +7,7 @@
  * does not win, disarm puts the count back into t->pending: the next wait
  * or select collects it, and nothing is lost.
  */
-#include "timer/timer.h"
+#include "timer/internal.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -37,7 +37,7 @@
  * calling callbacks with -ECANCELED and waking waiters with -ECANCELED;
  * busy() holds the shard until the kernel returned the op records.
  */
-#include "timer/timer.h"
+#include "timer/internal.h"
 
 #include <errno.h>
 #include <limits.h>

@@ -8,7 +8,7 @@
  * with a release store of the tail: the kernel may pick a buffer the moment
  * the tail covers it.
  */
-#include "uring/bufring.h"
+#include "uring/internal.h"
 
 #include <errno.h>
 #include <stdlib.h>

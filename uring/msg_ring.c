@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
-/* uring/msg_ring.c - MSG_RING doorbells (see msg_ring.h). */
-#include "uring/msg_ring.h"
+/* uring/msg_ring.c - MSG_RING doorbells (declared in uring/internal.h). */
+#include "uring/internal.h"
 
 #include <errno.h>
 

@@ -16,7 +16,7 @@
  * TASKRUN_FLAG makes the kernel raise IORING_SQ_TASKRUN when deferred work
  * waits, so the loop knows when an enter is needed to see completions.
  */
-#include "uring/ring.h"
+#include "uring/internal.h"
 
 #define CORIO__RING_UNLIKELY(x) __builtin_expect(!!(x), 0)
 

@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * net/net.h - what the files of net/ share: the per-shard net part, the
+ * net/internal.h - what the files of net/ share: the per-shard net part, the
  * socket and listener records, the deadline-aware park.
  */
-#ifndef CORIO_NET_NET_H
-#define CORIO_NET_NET_H
+#ifndef CORIO_NET_INTERNAL_H
+#define CORIO_NET_INTERNAL_H
 
 #include "core/internal.h"
-#include "uring/bufring.h"
+#include "uring/internal.h"
 
 #include <netinet/in.h>
 #include <sys/socket.h>

@@ -1,6 +1,18 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uring/ring.h - the only layer that talks to liburing.
+ * uring/internal.h - the private interface of uring/, the lowest area and the
+ * only code that talks to liburing: ring set-up and feature probing, SQE
+ * acquisition, batched submit, CQE reaping and dispatch, provided-buffer
+ * rings, cancel and MSG_RING doorbells. It knows nothing of fibers, timers,
+ * sockets or files, and includes nothing of corio but the public headers.
+ * Not installed.
+ */
+#ifndef CORIO_URING_INTERNAL_H
+#define CORIO_URING_INTERNAL_H
+
+/* ==== rings, SQEs, CQEs and op records (uring/ring.c) =================== */
+/*
+ * the only layer that talks to liburing.
  *
  * It knows rings, SQEs, CQEs and op records; it knows nothing of fibers.
  * Every SQE's user_data is either 0 (a fire-and-forget SQE whose CQE is
@@ -8,9 +20,6 @@
  * struct corio__op, whose cb runs once per CQE. For a multishot op the
  * callback sees IORING_CQE_F_MORE on every CQE but the last one.
  */
-#ifndef CORIO_URING_RING_H
-#define CORIO_URING_RING_H
-
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -152,5 +161,93 @@ void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
 /* Account an io_uring_enter result (-EBADR: completions dropped, counted
  * and reported); returns ret. */
 int corio__ring_check(struct corio__ring *r, int ret, const char *what);
+
+/* ==== provided-buffer rings (uring/bufring.c) =========================== */
+/*
+ * a pool of equal-sized receive buffers, handed to the
+ * kernel as a provided-buffer ring (IORING_REGISTER_PBUF_RING, Linux 5.19).
+ *
+ * Two modes:
+ *  - kernel mode: the buffers sit in a registered ring; an SQE with
+ *    IOSQE_BUFFER_SELECT lets the kernel pick one when data arrives, and the
+ *    CQE names it (IORING_CQE_F_BUFFER, id in the upper 16 bits). A buffer is
+ *    out of the ring from that CQE until corio__bufring_put().
+ *  - user mode (no PBUF_RING, or forced off for tests): the same memory, a
+ *    free stack in user space; the caller takes a buffer before it submits.
+ * Knows nothing of fibers or sockets. Owner-thread only.
+ */
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct corio__bufring {
+	struct io_uring_buf_ring *br; /* kernel mode: the registered ring; NULL in user mode */
+	size_t br_bytes;
+	unsigned char *mem;           /* nbufs * size bytes */
+	size_t mem_bytes;
+	uint16_t *free;               /* user mode: free stack of buffer ids */
+	unsigned nfree;
+	unsigned nbufs, size, mask;
+	unsigned in_ring;             /* buffers the kernel (or the free stack) holds */
+	uint16_t bgid;
+};
+
+/* Set up nbufs (power of two, <= 32768) buffers of size bytes. kernel=false
+ * forces user mode. Falls back to user mode by itself when the kernel
+ * refuses the ring (-EINVAL: before 5.19). Returns 0 or -errno. */
+int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_t bgid,
+			unsigned nbufs, unsigned size, bool kernel);
+void corio__bufring_fini(struct corio__bufring *b, struct corio__ring *r);
+
+static inline bool corio__bufring_kernel(const struct corio__bufring *b)
+{
+	return b->br != NULL;
+}
+
+static inline void *corio__bufring_addr(const struct corio__bufring *b, unsigned bid)
+{
+	return b->mem + (size_t)bid * b->size;
+}
+
+/* The kernel picked a buffer (a CQE had IORING_CQE_F_BUFFER): its id. */
+static inline unsigned corio__bufring_cqe_bid(struct corio__bufring *b, uint32_t cqe_flags)
+{
+	b->in_ring--;
+	return cqe_flags >> IORING_CQE_BUFFER_SHIFT;
+}
+
+/* Give a buffer back: to the kernel's ring or to the free stack. */
+void corio__bufring_put(struct corio__bufring *b, unsigned bid);
+
+/* User mode: take a free buffer id, or -ENOBUFS. */
+int corio__bufring_take(struct corio__bufring *b);
+
+/* Make sqe (a recv or recvmsg) let the kernel pick a buffer from b. */
+static inline void corio__bufring_select(struct io_uring_sqe *sqe, const struct corio__bufring *b)
+{
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = b->bgid;
+}
+
+/* ==== MSG_RING doorbells (uring/msg_ring.c) ============================= */
+/*
+ * IORING_OP_MSG_RING doorbells between rings (the
+ * liburing side of the cross-shard message ring in core/msg.c).
+ */
+/* True if r can send MSG_RING doorbells: the opcode is supported (5.18+)
+ * and r has no SQPOLL thread (with SQPOLL the kernel thread would resolve
+ * the target's fd later, after the sender stopped guarding its lifetime). */
+bool corio__ring_can_msg(const struct corio__ring *r);
+
+/*
+ * Post one CQE (user_data 0, res 0: the target's reap ignores it) on the
+ * ring behind target_fd, and submit at once, so the target is woken now and
+ * the kernel has resolved target_fd before this returns. The sender's own
+ * CQE carries op (NULL: ignored); it is skipped on success when the kernel
+ * can (IORING_FEAT_CQE_SKIP), so op->cb mostly sees failures the kernel
+ * found after taking the SQE (-EOVERFLOW, -ENOMEM, ...): the target was
+ * not woken. Returns 0 or -errno from the submit (then no CQE comes).
+ */
+int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd, struct corio__op *op);
 
 #endif

@@ -1,10 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * timer/timer.h - the timer part of a shard, as seen by core/ (the deadline
+ * timer/internal.h - the timer part of a shard, as seen by core/ (the deadline
  * hooks in core/ops.c and core/fiber.c). Not installed.
  */
-#ifndef CORIO_TIMER_TIMER_H
-#define CORIO_TIMER_TIMER_H
+#ifndef CORIO_TIMER_INTERNAL_H
+#define CORIO_TIMER_INTERNAL_H
 
 #include "core/internal.h"
 
