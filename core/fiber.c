@@ -17,7 +17,7 @@
  */
 #include "core/internal.h"
 #include "core/sanitizer.h"
-#include "timer/internal.h" /* deadline scopes bound wait-queue waits */
+
 
 #include <errno.h>
 #include <stdio.h>
@@ -234,7 +234,7 @@ int corio__park(void)
 int corio__park_bounded(void)
 {
 	struct corio_fiber *f = corio__self();
-	struct corio_timer dt; /* the deadline scope's timer (timer/deadline.c) */
+	struct corio_timer dt; /* the deadline scope's timer (core/deadline.c) */
 	int ret;
 
 	if (CORIO__LIKELY(!f->deadline_ns))
@@ -294,7 +294,7 @@ void corio__wq_del(struct corio_fiber *f)
 int corio__wq_wait(struct corio_waitq *wq)
 {
 	struct corio_fiber *f = corio__self();
-	struct corio_timer dt; /* the deadline scope's timer (timer/deadline.c) */
+	struct corio_timer dt; /* the deadline scope's timer (core/deadline.c) */
 	bool bounded;
 	int ret;
 

@@ -12,6 +12,7 @@
 
 #include "corio.h"
 #include "corio/select.h"
+#include "timer/internal.h"
 #include "uring/internal.h"
 
 #include <assert.h>
@@ -100,8 +101,8 @@ struct corio_fiber {
 	size_t stack_req;  /* requested size (0: default) */
 	unsigned vg_id;
 	uint64_t id;
-	uint64_t deadline_ns; /* nearest deadline scope, 0: none (timer/) */
-	unsigned dl_depth;    /* open deadline scopes (timer/deadline.c)  */
+	uint64_t deadline_ns; /* nearest deadline scope, 0: none (core/deadline.c) */
+	unsigned dl_depth;    /* open deadline scopes                              */
 	uint64_t run_start_ns;
 	void *asan_fake;
 	void *tsan_fiber;
@@ -158,6 +159,7 @@ struct corio__shard {
 	uint64_t next_fiber_id;
 	bool stopping;           /* shutdown seen on this shard */
 	bool busy;               /* counted in rt->busy_shards */
+	bool dl_no_link;         /* kernel ops take no linked timeout (core/deadline.c) */
 
 	/* pools */
 	struct corio_fiber *fiber_free;
@@ -233,7 +235,7 @@ static inline struct corio_fiber *corio__self(void)
 		}                                                  \
 	} while (0)
 
-/* ---- scheduler (core/sched.c) -------------------------------------------- */
+/* ---- scheduler and wait queues (core/fiber.c) ------------------------------ */
 /* Park the calling fiber until corio__ready(); returns the value passed there. */
 int corio__park(void);
 /* Make f runnable with wake result res (no-op if it is already queued). */
@@ -255,7 +257,7 @@ int corio__wq_wait(struct corio_waitq *wq);
 struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res);
 void corio__wq_wake_all(struct corio_waitq *wq, int res);
 /* If f is parked on a wait queue, take it off and make it ready with res
- * (a deadline expiring, timer/deadline.c). */
+ * (a deadline expiring, core/deadline.c). */
 void corio__wq_unpark(struct corio_fiber *f, int res);
 void corio__fiber_cancel(struct corio_fiber *f);
 /* Append f to wq without parking it (a select's stand-in). */
@@ -348,6 +350,42 @@ int corio__op_wait(struct corio__op *op);
  * that do their work without the ring (blocking-syscall fallbacks), so an
  * expired scope fails them the same way. */
 int corio__op_may_start(void);
+
+/* ---- deadlines (core/deadline.c) ------------------------------------------- */
+/* At shard start: can kernel ops carry linked timeouts (s->dl_no_link)? */
+void corio__deadline_init(struct corio__shard *s);
+/* The one check every wait makes: true (and counted as a timeout) when f's
+ * deadline scope has passed. */
+bool corio__deadline_passed(struct corio_fiber *f);
+/* A blocking call is about to return -ETIMEDOUT for another reason. */
+void corio__deadline_count_timeout(struct corio__shard *s);
+/*
+ * Bound a fiber wait by f's deadline scope. Call before parking f when
+ * f->deadline_ns != 0: returns -ETIMEDOUT if the deadline has passed, else
+ * arms dt (on the caller's stack) to pull f off its wait queue (_arm) or
+ * wake it from a bare park (_arm_park) with -ETIMEDOUT at the deadline;
+ * corio__deadline_disarm(dt) after the park.
+ */
+int corio__deadline_arm(struct corio_timer *dt, struct corio_fiber *f);
+int corio__deadline_arm_park(struct corio_timer *dt, struct corio_fiber *f);
+void corio__deadline_disarm(struct corio_timer *dt);
+/* A kernel op under a deadline scope (corio__op_begin / _wait): prepare
+ * before taking the op's SQE, link after its prep, done after the park. */
+struct corio__dl_op {
+	uint64_t deadline_ns;
+	struct __kernel_timespec ts; /* read by the kernel at submit */
+	struct corio_timer dt;       /* the fallback's heap timer    */
+	bool fallback;
+};
+void corio__deadline_op_prepare(struct corio_fiber *f);
+void corio__deadline_op_link(struct corio__dl_op *d, struct corio__op *op);
+int corio__deadline_op_done(struct corio__dl_op *d, struct corio_fiber *f, int res);
+
+/* ---- timers (core/timer.c on timer/) ----------------------------------------- */
+static inline struct corio__timers *corio__timers(struct corio__shard *s)
+{
+	return (struct corio__timers *)s->parts[CORIO__PART_TIMER];
+}
 
 /* Book-keeping for ops not waited on by a fiber (multishot, callbacks):
  * the shard drains them before it stops. */

@@ -99,7 +99,6 @@
  * to a stopped shard and read its closed tail: they get -ECANCELED.
  */
 #include "core/internal.h"
-#include "timer/internal.h" /* deadline scopes: count the timeouts */
 #include "uring/internal.h"
 
 #include <errno.h>
@@ -322,12 +321,7 @@ static int send_try(struct corio__shard *s, unsigned to, const struct msgin *mi,
  * start nothing then, as every blocking call in a scope). */
 static bool expired(void)
 {
-	struct corio_fiber *f = corio__self();
-
-	if (CORIO__LIKELY(!f->deadline_ns) || corio_now_ns() < f->deadline_ns)
-		return false;
-	corio__timer_count_timeout(f->shard);
-	return true;
+	return corio__deadline_passed(corio__self());
 }
 
 /* send_try, parking the calling fiber while the target's ring is full.

@@ -2,7 +2,7 @@
 /*
  * core/select.c - corio_select(): wait for the first of many waitables, and
  * the kinds that live in core/ (channels, events, wait groups, fiber exit,
- * deadlines). Sockets (net/sel.c), timers (timer/sel.c) and groups
+ * deadlines). Sockets (net/sel.c), timers (core/timer.c) and groups
  * (core/group.c) bring their own kinds through struct corio__sel_ops.
  *
  * How a fiber waits on n things. A fiber can be on one wait queue at a time
@@ -34,7 +34,6 @@
  * receive, which the socket owns and finishes: see net/sel.c).
  */
 #include "core/internal.h"
-#include "timer/internal.h" /* corio__timer_count_timeout */
 
 #include <errno.h>
 #include <string.h>
@@ -186,10 +185,8 @@ static int stop_reason(struct corio_fiber *f)
 {
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
-	if (f->deadline_ns && corio_now_ns() >= f->deadline_ns) {
-		corio__timer_count_timeout(f->shard);
+	if (corio__deadline_passed(f))
 		return -ETIMEDOUT;
-	}
 	return 0;
 }
 

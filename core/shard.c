@@ -65,14 +65,6 @@ const char *corio_last_error(void)
 	return tl_err[0] ? tl_err : "no error";
 }
 
-uint64_t corio_now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
 unsigned corio_shard_id(void)
 {
 	struct corio__shard *s = corio__tl_shard;

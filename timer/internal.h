@@ -1,12 +1,21 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * timer/internal.h - the timer part of a shard, as seen by core/ (the deadline
- * hooks in core/ops.c and core/fiber.c). Not installed.
+ * timer/internal.h - the private interface of timer/: a shard's clock, its
+ * 4-ary timer heap and the one IORING_OP_TIMEOUT armed for the earliest
+ * entry. A timer fires a callback; timer/ knows nothing of fibers (like
+ * libuv's timer heap under its loop). core/ builds sleeps, timer waits,
+ * deadline scopes and bounded waits on it (core/timer.c, core/deadline.c).
+ *
+ * May include: uring/internal.h and the public headers. Not installed.
  */
 #ifndef CORIO_TIMER_INTERNAL_H
 #define CORIO_TIMER_INTERNAL_H
 
-#include "core/internal.h"
+#include "corio.h"
+#include "uring/internal.h"
+
+#include <stdbool.h>
+#include <stdint.h>
 
 /* One heap entry: the deadline is copied in so that sifting compares
  * without touching the timers themselves. */
@@ -18,6 +27,11 @@ struct corio__theap_ent {
 struct corio__timers {
 	struct corio__theap_ent *heap; /* 4-ary min-heap on deadline        */
 	uint32_t n, cap;
+	struct corio__ring *ring;      /* the shard's ring                   */
+	void *owner;                   /* stored in t->shard while armed     */
+	/* Delivers expirations (res > 0) and shutdown (-ECANCELED) to a timer
+	 * without a callback: core/timer.c wakes its waiting fibers. */
+	void (*deliver)(struct corio_timer *t, int res);
 
 	/* The one IORING_OP_TIMEOUT kept armed for heap[0]. */
 	struct corio__op op;           /* its record; cb = timeout_done     */
@@ -27,8 +41,6 @@ struct corio__timers {
 	bool inflight;                 /* op awaits its CQE                  */
 	bool removing;                 /* a remove is on its way (fallback)  */
 	bool no_update;                /* kernel lacks IORING_TIMEOUT_UPDATE */
-	bool no_link;                  /* no IORING_OP_LINK_TIMEOUT: per-call
-	                                  timeouts use a heap timer + cancel  */
 	bool stopping;
 	struct corio__op upd_op;       /* shared by update/remove SQEs       */
 	uint32_t upd_inflight;
@@ -36,30 +48,31 @@ struct corio__timers {
 	struct corio_timer_stats st;   /* owner-written, read by other threads */
 };
 
-static inline struct corio__timers *corio__timers(struct corio__shard *s)
-{
-	return s->parts[CORIO__PART_TIMER];
-}
+/* Owner-written counters readable from other threads without tearing. */
+#define CORIO__TSTAT_ADD(field, n) \
+	__atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
 
-extern const struct corio__part corio__timer_part;
-
-/* ---- deadline hooks (timer/deadline.c) ------------------------------------ */
-
+/* Set up T on ring r (the heap's first block is allocated): 0 or -ENOMEM. */
+int corio__timers_init(struct corio__timers *T, struct corio__ring *r, void *owner,
+		       void (*deliver)(struct corio_timer *t, int res));
 /*
- * Bound a fiber wait by f's deadline scope. Call before parking f on a wait
- * queue when f->deadline_ns != 0: returns -ETIMEDOUT if the deadline has
- * passed, else arms dt (on the caller's stack) to pull f off its wait queue
- * with -ETIMEDOUT at the deadline; corio__deadline_disarm(dt) after the park.
+ * Once per loop turn, before the loop submits: fire what is due (at most a
+ * budget of timers; the rest next turn) and, when may_block, make the
+ * kernel's timeout cover heap[0]. Returns the timers fired.
  */
-int corio__deadline_arm(struct corio_timer *dt, struct corio_fiber *f);
-/* The same for a bare park (corio__park_bounded): at the deadline, f is made
- * ready with -ETIMEDOUT if it is still parked. */
-int corio__deadline_arm_park(struct corio_timer *dt, struct corio_fiber *f);
-void corio__deadline_disarm(struct corio_timer *dt);
+unsigned corio__timers_poll(struct corio__timers *T, bool may_block);
+/* Shutdown: remove the kernel timeout, disarm every timer (callbacks and
+ * deliver() see -ECANCELED). */
+void corio__timers_stop(struct corio__timers *T);
+/* True while the kernel still holds T's op records. */
+bool corio__timers_busy(const struct corio__timers *T);
+void corio__timers_fini(struct corio__timers *T); /* after the ring drained */
 
-/* A blocking call is about to return -ETIMEDOUT. */
-void corio__timer_count_timeout(struct corio__shard *s);
-/* A kernel op went out with a linked timeout. */
-void corio__timer_count_linked(struct corio__shard *s);
+/* Arm (or re-arm) t at deadline_ns, periodic when period_ns != 0: 0,
+ * -ECANCELED after stop, -ENOMEM. t must be disarmed or armed on T. */
+int corio__timers_arm(struct corio__timers *T, struct corio_timer *t, uint64_t deadline_ns,
+		      uint64_t period_ns);
+/* Disarm t: 0, or -ENOENT when it is not armed. No callback runs. */
+int corio__timers_cancel(struct corio__timers *T, struct corio_timer *t);
 
 #endif

@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * timer/timer.c - the shard's timers: a 4-ary min-heap of struct corio_timer
- * with one IORING_OP_TIMEOUT armed for the earliest deadline; timer objects,
- * sleeps, statistics.
+ * timer/timer.c - the shard's clock and timers: a 4-ary min-heap of struct
+ * corio_timer with one IORING_OP_TIMEOUT armed for the earliest deadline,
+ * firing callbacks; statistics. Sleeps, timer waits and deadlines are
+ * core's (core/timer.c, core/deadline.c): nothing here knows fibers.
  *
  * Why a heap and one SQE instead of one timeout SQE per timer: measured with
  * tools/bench-timer (numbers in docs/TIMERS.md). In short, the kernel keeps
@@ -28,14 +29,14 @@
  *    -EINVAL): we remove the timeout instead and re-arm on its CQE.
  *    CORIO_TIMER_NO_UPDATE=1 forces that path for tests.
  *
- * Expiry runs in timers_poll() and in the timeout's CQE callback, at most
- * EXPIRE_BUDGET timers at a time so a burst cannot starve I/O (the rest go
- * on the next turn: poll reports work, so the loop does not sleep).
- * Callbacks run there, on the loop; fibers are made ready.
+ * Expiry runs in corio__timers_poll() and in the timeout's CQE callback, at
+ * most EXPIRE_BUDGET timers at a time so a burst cannot starve I/O (the rest
+ * go on the next turn: poll reports work, so the loop does not sleep).
+ * Callbacks run there, on the loop; a timer without one goes to T->deliver.
  *
- * Shutdown: stop() removes the kernel timeout and disarms every timer,
- * calling callbacks with -ECANCELED and waking waiters with -ECANCELED;
- * busy() holds the shard until the kernel returned the op records.
+ * Shutdown: stop removes the kernel timeout and disarms every timer,
+ * calling callbacks (or deliver) with -ECANCELED; busy holds the shard until
+ * the kernel returned the op records.
  */
 #include "timer/internal.h"
 
@@ -43,9 +44,20 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #define HEAP_INIT 1024u
 #define EXPIRE_BUDGET 4096u
+
+/* ---- the clock ---------------------------------------------------------------- */
+
+uint64_t corio_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 /* ---- statistics ------------------------------------------------------------- */
 
@@ -97,41 +109,6 @@ uint64_t corio_timer_lateness_quantile(const struct corio_timer_stats *st, doubl
 			return corio_timer_hist_bucket_ns(b);
 	}
 	return st->lateness_max_ns;
-}
-
-int corio_timer_stats_get(struct corio_rt *rt, unsigned shard, struct corio_timer_stats *out)
-{
-	struct corio__timers *T;
-
-	rt = corio__rt_or_own(rt);
-	if (!rt)
-		return -EPERM;
-	if (!out || shard >= rt->nshards || !rt->shards[shard])
-		return -EINVAL;
-	T = __atomic_load_n((struct corio__timers **)&rt->shards[shard]->parts[CORIO__PART_TIMER],
-			    __ATOMIC_ACQUIRE);
-	if (!T) {
-		memset(out, 0, sizeof(*out));
-		return 0;
-	}
-	corio__stats_copy(out, &T->st, sizeof(*out));
-	return 0;
-}
-
-void corio__timer_count_timeout(struct corio__shard *s)
-{
-	struct corio__timers *T = corio__timers(s);
-
-	if (T)
-		CORIO__STAT_ADD(T->st.timed_out, 1);
-}
-
-void corio__timer_count_linked(struct corio__shard *s)
-{
-	struct corio__timers *T = corio__timers(s);
-
-	if (T)
-		CORIO__STAT_ADD(T->st.linked, 1);
 }
 
 /* ---- the heap ----------------------------------------------------------------- */
@@ -221,9 +198,9 @@ static inline void ts_set(struct __kernel_timespec *ts, uint64_t ns)
 	ts->tv_nsec = (long long)(ns % 1000000000u);
 }
 
-static void send_remove(struct corio__shard *s, struct corio__timers *T)
+static void send_remove(struct corio__timers *T)
 {
-	struct io_uring_sqe *sqe = corio__ring_sqe(&s->ring);
+	struct io_uring_sqe *sqe = corio__ring_sqe(T->ring);
 
 	io_uring_prep_timeout_remove(sqe, (uint64_t)(uintptr_t)&T->op, 0);
 	corio__sqe_set_op(sqe, &T->upd_op);
@@ -232,7 +209,7 @@ static void send_remove(struct corio__shard *s, struct corio__timers *T)
 }
 
 /* Make the kernel's deadline <= min (heap[0]). */
-static void kernel_sync(struct corio__shard *s, struct corio__timers *T, uint64_t min)
+static void kernel_sync(struct corio__timers *T, uint64_t min)
 {
 	struct io_uring_sqe *sqe;
 
@@ -241,41 +218,36 @@ static void kernel_sync(struct corio__shard *s, struct corio__timers *T, uint64_
 		/* A late update still queued for the old op (SQPOLL) must not move
 		 * the new one later than min. */
 		ts_set(&T->upd_ts, min);
-		sqe = corio__ring_sqe(&s->ring);
+		sqe = corio__ring_sqe(T->ring);
 		io_uring_prep_timeout(sqe, &T->arm_ts, 0, IORING_TIMEOUT_ABS);
 		corio__sqe_set_op(sqe, &T->op);
 		T->inflight = true;
 		T->armed_ns = min;
-		CORIO__STAT_ADD(T->st.kernel_arms, 1);
+		CORIO__TSTAT_ADD(T->st.kernel_arms, 1);
 	} else if (min < T->armed_ns && !T->removing) {
 		if (T->no_update) {
-			send_remove(s, T);
+			send_remove(T);
 			return;
 		}
 		ts_set(&T->upd_ts, min);
-		sqe = corio__ring_sqe(&s->ring);
+		sqe = corio__ring_sqe(T->ring);
 		io_uring_prep_timeout_update(sqe, &T->upd_ts, (uint64_t)(uintptr_t)&T->op,
 					     IORING_TIMEOUT_ABS);
 		corio__sqe_set_op(sqe, &T->upd_op);
 		T->upd_inflight++;
 		T->armed_ns = min;
-		CORIO__STAT_ADD(T->st.kernel_arms, 1);
+		CORIO__TSTAT_ADD(T->st.kernel_arms, 1);
 	}
 }
 
-static void deliver(struct corio_timer *t, uint64_t count)
+static void deliver(struct corio__timers *T, struct corio_timer *t, uint64_t count)
 {
 	int res = count > INT_MAX ? INT_MAX : (int)count;
 
-	if (t->fn) {
+	if (t->fn)
 		t->fn(t, t->arg, res); /* t may be gone after this */
-	} else if (t->waiters.head) {
-		corio__wq_wake_all(&t->waiters, res);
-	} else {
-		uint64_t p = (uint64_t)t->pending + count;
-
-		t->pending = p > UINT32_MAX ? UINT32_MAX : (uint32_t)p;
-	}
+	else
+		T->deliver(t, res);
 }
 
 static unsigned expire(struct corio__timers *T, uint64_t now)
@@ -286,9 +258,9 @@ static unsigned expire(struct corio__timers *T, uint64_t now)
 		struct corio_timer *t = T->heap[0].t;
 		uint64_t late = now - t->deadline_ns, count = 1;
 
-		CORIO__STAT_ADD(T->st.lateness_hist[hist_bucket(late)], 1);
+		CORIO__TSTAT_ADD(T->st.lateness_hist[hist_bucket(late)], 1);
 		if (late > T->st.lateness_max_ns)
-			CORIO__STAT_SET(T->st.lateness_max_ns, late);
+			__atomic_store_n(&T->st.lateness_max_ns, late, __ATOMIC_RELAXED);
 		if (t->period_ns) {
 			uint64_t next;
 
@@ -300,19 +272,18 @@ static unsigned expire(struct corio__timers *T, uint64_t now)
 			sift_down(T, 0, (struct corio__theap_ent){ next, t });
 		} else {
 			heap_remove(T, t);
-			CORIO__STAT_ADD(T->st.active, -1);
+			CORIO__TSTAT_ADD(T->st.active, -1);
 		}
-		CORIO__STAT_ADD(T->st.fired, count);
+		CORIO__TSTAT_ADD(T->st.fired, count);
 		fired++;
-		deliver(t, count);
+		deliver(T, t, count);
 	}
 	return fired;
 }
 
 static void timeout_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 {
-	struct corio__shard *s = op->data;
-	struct corio__timers *T = corio__timers(s);
+	struct corio__timers *T = op->data;
 
 	(void)res;
 	(void)cqe_flags;
@@ -326,8 +297,7 @@ static void timeout_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 
 static void update_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 {
-	struct corio__shard *s = op->data;
-	struct corio__timers *T = corio__timers(s);
+	struct corio__timers *T = op->data;
 
 	(void)cqe_flags;
 	T->upd_inflight--;
@@ -335,11 +305,11 @@ static void update_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 		/* IORING_TIMEOUT_UPDATE is 5.11+: fall back to remove + re-arm. */
 		T->no_update = true;
 		if (T->inflight && !T->removing)
-			send_remove(s, T);
+			send_remove(T);
 	}
 }
 
-/* ---- the part -------------------------------------------------------------------- */
+/* ---- the heap's life ------------------------------------------------------------- */
 
 static bool env_set(const char *name)
 {
@@ -348,32 +318,25 @@ static bool env_set(const char *name)
 	return v && *v && strcmp(v, "0") != 0;
 }
 
-static int timers_init(struct corio__shard *s)
+int corio__timers_init(struct corio__timers *T, struct corio__ring *r, void *owner,
+		       void (*deliver_fn)(struct corio_timer *t, int res))
 {
-	struct corio__timers *T = calloc(1, sizeof(*T));
-
-	if (!T)
+	memset(T, 0, sizeof(*T));
+	if (heap_grow(T))
 		return -ENOMEM;
-	if (heap_grow(T)) {
-		free(T);
-		return -ENOMEM;
-	}
+	T->ring = r;
+	T->owner = owner;
+	T->deliver = deliver_fn;
 	T->op.cb = timeout_done;
-	T->op.data = s;
+	T->op.data = T;
 	T->upd_op.cb = update_done;
-	T->upd_op.data = s;
+	T->upd_op.data = T;
 	T->no_update = env_set("CORIO_TIMER_NO_UPDATE");
-	/* Linked timeouts are 5.5+; a one-entry SQ cannot hold a link.
-	 * CORIO_TIMER_NO_LINK=1 forces the heap-timer fallback for tests. */
-	T->no_link = !corio__ring_has_op(&s->ring, IORING_OP_LINK_TIMEOUT) ||
-		     s->ring.sq_entries < 2 || env_set("CORIO_TIMER_NO_LINK");
-	__atomic_store_n(&s->parts[CORIO__PART_TIMER], T, __ATOMIC_RELEASE);
 	return 0;
 }
 
-static unsigned timers_poll(struct corio__shard *s)
+unsigned corio__timers_poll(struct corio__timers *T, bool may_block)
 {
-	struct corio__timers *T = corio__timers(s);
 	unsigned fired = 0;
 	uint64_t min;
 
@@ -386,223 +349,75 @@ static unsigned timers_poll(struct corio__shard *s)
 			return fired;
 		min = T->heap[0].deadline;
 	}
-	/* A spinning loop calls us again and again, and catches every deadline
-	 * itself: only arm the kernel timeout when the loop may block (BLOCK,
-	 * or SPIN once it is about to sleep; POLL never blocks). On a VM the
-	 * timer interrupt alone costs ~13 us of lateness to a spinning shard
-	 * (docs/TIMERS.md). A kicker that clears `sleeping` under us also
-	 * sends the wake-up, so the next turn arms it. */
-	if (s->rt->cfg.idle == CORIO_IDLE_BLOCK ||
-	    (s->rt->cfg.idle == CORIO_IDLE_SPIN &&
-	     atomic_load_explicit(&s->sleeping, memory_order_relaxed)))
-		kernel_sync(s, T, min);
+	/* A loop that will not block catches every deadline itself: arming
+	 * the kernel timeout only costs it an interrupt (~13 us of lateness
+	 * on a VM, docs/TIMERS.md). */
+	if (may_block)
+		kernel_sync(T, min);
 	return fired;
 }
 
-static void timers_stop(struct corio__shard *s)
+void corio__timers_stop(struct corio__timers *T)
 {
-	struct corio__timers *T = corio__timers(s);
-
 	T->stopping = true;
 	if (T->inflight && !T->removing)
-		send_remove(s, T);
+		send_remove(T);
 	/* Take from the end: no sifting, and callbacks may cancel others. */
 	while (T->n) {
 		struct corio_timer *t = T->heap[T->n - 1].t;
 
 		heap_remove(T, t);
-		t->pending = 0;
-		CORIO__STAT_ADD(T->st.active, -1);
-		CORIO__STAT_ADD(T->st.cancelled, 1);
+		CORIO__TSTAT_ADD(T->st.active, -1);
+		CORIO__TSTAT_ADD(T->st.cancelled, 1);
 		if (t->fn)
 			t->fn(t, t->arg, -ECANCELED);
 		else
-			corio__wq_wake_all(&t->waiters, -ECANCELED);
+			T->deliver(t, -ECANCELED);
 	}
 }
 
-static bool timers_busy(struct corio__shard *s)
+bool corio__timers_busy(const struct corio__timers *T)
 {
-	struct corio__timers *T = corio__timers(s);
-
 	return T->inflight || T->upd_inflight;
 }
 
-static void timers_fini(struct corio__shard *s)
+void corio__timers_fini(struct corio__timers *T)
 {
-	struct corio__timers *T = corio__timers(s);
-
 	free(T->heap);
 	T->heap = NULL;
 }
 
-static void timers_release(struct corio__shard *s)
+/* ---- arming ------------------------------------------------------------------------ */
+
+int corio__timers_arm(struct corio__timers *T, struct corio_timer *t, uint64_t deadline_ns,
+		      uint64_t period_ns)
 {
-	free(s->parts[CORIO__PART_TIMER]);
-	s->parts[CORIO__PART_TIMER] = NULL;
-}
+	int ret;
 
-const struct corio__part corio__timer_part = {
-	.name = "timer",
-	.init = timers_init,
-	.poll = timers_poll,
-	.stop = timers_stop,
-	.busy = timers_busy,
-	.fini = timers_fini,
-	.release = timers_release,
-};
-
-/* ---- timer objects ------------------------------------------------------------------ */
-
-/* The caller's shard and its timers, or an error. */
-static int owner(struct corio__shard **sp, struct corio__timers **Tp)
-{
-	struct corio__shard *s = corio__tl_shard;
-
-	if (CORIO__UNLIKELY(!s)) {
-		assert(!"corio timer call outside a shard");
-		return -EPERM;
-	}
-	*sp = s;
-	*Tp = corio__timers(s);
-	return *Tp ? 0 : -ENOSYS;
-}
-
-int corio_timer_init(struct corio_timer *t, corio_timer_fn fn, void *arg)
-{
-	if (!t)
-		return -EINVAL;
-	memset(t, 0, sizeof(*t));
-	t->fn = fn;
-	t->arg = arg;
-	return 0;
-}
-
-int corio_timer_arm(struct corio_timer *t, uint64_t deadline_ns, uint64_t period_ns)
-{
-	struct corio__shard *s;
-	struct corio__timers *T;
-	int ret = owner(&s, &T);
-
-	if (ret)
-		return ret;
-	if (!t)
-		return -EINVAL;
-	if (t->shard && t->shard != (void *)s && (t->slot || t->waiters.head))
-		return -EINVAL;
 	if (T->stopping)
 		return -ECANCELED;
 	t->period_ns = period_ns;
-	t->pending = 0;
 	t->deadline_ns = deadline_ns;
 	if (t->slot) {
 		heap_fix(T, t->slot - 1, (struct corio__theap_ent){ deadline_ns, t });
 	} else {
 		if (T->n == T->cap && (ret = heap_grow(T)))
 			return ret;
-		t->shard = s;
+		t->shard = T->owner;
 		T->n++;
 		sift_up(T, T->n - 1, (struct corio__theap_ent){ deadline_ns, t });
-		CORIO__STAT_ADD(T->st.active, 1);
+		CORIO__TSTAT_ADD(T->st.active, 1);
 	}
-	CORIO__STAT_ADD(T->st.armed, 1);
+	CORIO__TSTAT_ADD(T->st.armed, 1);
 	return 0;
 }
 
-static uint64_t sat_from_now(uint64_t delta)
+int corio__timers_cancel(struct corio__timers *T, struct corio_timer *t)
 {
-	uint64_t now = corio_now_ns();
-
-	return delta > UINT64_MAX - now ? UINT64_MAX : now + delta;
-}
-
-int corio_timer_arm_in(struct corio_timer *t, uint64_t delay_ns, uint64_t period_ns)
-{
-	return corio_timer_arm(t, sat_from_now(delay_ns), period_ns);
-}
-
-int corio_timer_cancel(struct corio_timer *t)
-{
-	struct corio__shard *s;
-	struct corio__timers *T;
-	int ret = owner(&s, &T);
-
-	if (ret)
-		return ret;
-	if (!t)
-		return -EINVAL;
 	if (!t->slot)
 		return -ENOENT;
-	if (t->shard != (void *)s)
-		return -EINVAL;
 	heap_remove(T, t);
-	t->pending = 0;
-	CORIO__STAT_ADD(T->st.active, -1);
-	CORIO__STAT_ADD(T->st.cancelled, 1);
-	corio__wq_wake_all(&t->waiters, -ECANCELED);
+	CORIO__TSTAT_ADD(T->st.active, -1);
+	CORIO__TSTAT_ADD(T->st.cancelled, 1);
 	return 0;
-}
-
-int corio_timer_wait(struct corio_timer *t)
-{
-	struct corio_fiber *f = corio__self();
-
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (!t || t->fn)
-		return -EINVAL;
-	if (t->shard && t->shard != (void *)f->shard)
-		return -EINVAL;
-	for (;;) {
-		int ret;
-
-		if (t->pending) {
-			uint32_t n = t->pending;
-
-			t->pending = 0;
-			return n > INT_MAX ? INT_MAX : (int)n;
-		}
-		if (!t->slot)
-			return -ENOENT;
-		ret = corio__wq_wait(&t->waiters);
-		if (ret)
-			return ret; /* expirations, or -ECANCELED / -ETIMEDOUT */
-	}
-}
-
-int corio_timer_armed(const struct corio_timer *t)
-{
-	return t && t->slot != 0;
-}
-
-uint64_t corio_timer_deadline(const struct corio_timer *t)
-{
-	return t && t->slot ? t->deadline_ns : 0;
-}
-
-/* ---- sleeping ------------------------------------------------------------------------ */
-
-int corio_sleep_until(uint64_t deadline_ns)
-{
-	struct corio_fiber *f = corio__self();
-	struct corio_timer t;
-	int ret;
-
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (f->flags & CORIO__FF_CANCELLED)
-		return -ECANCELED;
-	corio_timer_init(&t, NULL, NULL);
-	ret = corio_timer_arm(&t, deadline_ns, 0);
-	if (ret)
-		return ret;
-	ret = corio_timer_wait(&t);
-	if (ret < 0) {
-		corio_timer_cancel(&t); /* -ENOENT if it fired meanwhile: fine */
-		return ret;
-	}
-	return 0;
-}
-
-int corio_sleep_ns(uint64_t ns)
-{
-	return corio_sleep_until(sat_from_now(ns));
 }

@@ -39,6 +39,7 @@ for o in "$obj"/*/*.o; do
 	[ -f "$o" ] || continue
 	area=$(basename "$(dirname "$o")")
 	file=$area/$(basename "$o" .o).c
+	[ -f "$file" ] || continue # a stale object of a removed source
 	nm --defined-only -g "$o" | awk -v a="$area" -v f="$file" '{ print "def", $3, a, f }'
 	nm -u "$o" | awk -v a="$area" -v f="$file" '{ print "use", $2, a, f }'
 done >"$tmp/syms"

@@ -126,6 +126,10 @@ struct corio__link *corio__ring_link_get(struct corio__ring *r);
 void corio__ring_link_bind(struct corio__link *slot, struct io_uring_sqe *head,
 			   struct io_uring_sqe *lt, struct corio__op *op);
 
+/* The last SQE queued and not yet handed to the kernel, if it carries
+ * user_data (a linked timeout can still be appended behind it); else NULL. */
+struct io_uring_sqe *corio__ring_queued_sqe(struct corio__ring *r, uint64_t user_data);
+
 /* SQEs queued but not yet handed to the kernel. */
 static inline unsigned corio__ring_pending(const struct corio__ring *r)
 {

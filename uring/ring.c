@@ -248,6 +248,17 @@ static void link_lt_cb(struct corio__op *ltop, int32_t res, uint32_t flags)
 	link_put(ltop->data);
 }
 
+struct io_uring_sqe *corio__ring_queued_sqe(struct corio__ring *r, uint64_t user_data)
+{
+	struct io_uring_sq *sq = &r->ring.sq;
+	struct io_uring_sqe *last;
+
+	if (sq->sqe_tail == sq->sqe_head)
+		return NULL;
+	last = &sq->sqes[(sq->sqe_tail - 1) & sq->ring_mask];
+	return last->user_data == user_data ? last : NULL;
+}
+
 struct corio__link *corio__ring_link_get(struct corio__ring *r)
 {
 	struct corio__link *l = r->link_free;
