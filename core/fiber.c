@@ -495,8 +495,8 @@ void corio__fiber_cancel(struct corio_fiber *f)
 		 * running it (status -ECANCELED). */
 		break;
 	case CORIO__F_PARKED:
-		if (f->on_cancel) {
-			f->on_cancel(f);
+		if (f->nocancel) {
+			/* uninterruptible: marked, left parked */
 		} else if (f->wq) {
 			wq_remove(f->wq, f);
 			corio__ready(f, -ECANCELED);

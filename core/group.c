@@ -108,23 +108,17 @@ void corio__group_exit(struct corio_fiber *f)
 		corio__wq_wake_all(&g->wq, 0);
 }
 
-static void ignore_cancel(struct corio_fiber *f)
-{
-	(void)f; /* drain() is not interruptible: the members' ends wake it */
-}
-
-/* Wait for every member to end, ignoring the caller's cancellation. */
+/* Wait for every member to end, ignoring the caller's cancellation (the
+ * members' ends wake it). */
 static void drain(struct corio_group *g, struct corio_fiber *self)
 {
-	void (*saved)(struct corio_fiber *) = self->on_cancel;
-
-	self->on_cancel = ignore_cancel;
+	corio__nocancel_push(self);
 	while (g->live) {
 		corio__wq_push(&g->wq, self);
 		corio__park();
 		corio__wq_del(self); /* woken by something else: leave the queue */
 	}
-	self->on_cancel = saved;
+	corio__nocancel_pop(self);
 }
 
 static int waitable(struct corio_group *g, struct corio_fiber *self)

@@ -67,12 +67,9 @@ struct corio_fiber {
 	struct corio_waitq *wq;                  /* the waitq parked on */
 	struct corio_fiber *all_next, *all_prev; /* shard's live list  */
 	struct corio__op *wait_op;               /* the op parked on   */
-	/* Set by an area whose park must not simply be woken on cancel (the
-	 * waited-for thing still references the fiber's memory); called
-	 * instead of the default wake. One rule: whoever sets it saves the
-	 * old value and restores it after its park (parks nest: a close inside
-	 * a group drain); never store NULL over a value you did not set. */
-	void (*on_cancel)(struct corio_fiber *f);
+	/* Open uninterruptible sections (corio__nocancel_push): while > 0 a
+	 * cancel marks the fiber but does not wake it. */
+	unsigned nocancel;
 	/* Called once instead of fn when the fiber ends without ever having
 	 * run (cancelled while new, or no stack): its spawner releases what
 	 * arg holds (core/msg.c). f->status says why. */
@@ -350,6 +347,26 @@ int corio__op_wait(struct corio__op *op);
  * that do their work without the ring (blocking-syscall fallbacks), so an
  * expired scope fails them the same way. */
 int corio__op_may_start(void);
+
+/*
+ * Uninterruptible sections, the twin of corio_deadline_shield() for
+ * cancellation: inside one, a corio_cancel() of the fiber (or shutdown)
+ * marks it cancelled, so its later blocking calls return -ECANCELED, but
+ * does not wake it or cancel its kernel op. For a park whose waited-for
+ * thing still references the fiber's memory (a call's record on the
+ * target, a close that must finish, a group's members). Sections nest
+ * (a close inside a group drain); a deadline scope still applies inside
+ * one unless it is shielded as well.
+ */
+static inline void corio__nocancel_push(struct corio_fiber *f)
+{
+	f->nocancel++;
+}
+static inline void corio__nocancel_pop(struct corio_fiber *f)
+{
+	assert(f->nocancel);
+	f->nocancel--;
+}
 
 /* ---- deadlines (core/deadline.c) ------------------------------------------- */
 /* At shard start: can kernel ops carry linked timeouts (s->dl_no_link)? */

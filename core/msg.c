@@ -75,7 +75,7 @@
  * record on the caller shard's `done` stack (a Treiber stack: CAS push by any
  * thread, exchange-all pop by the owner, so no ABA). Replies never need ring
  * space, so two shards calling each other with full rings cannot deadlock.
- * The caller parks with an on_cancel hook that does nothing: the target may
+ * The caller parks in an uninterruptible section: the target may
  * use *arg until it replies, so the caller waits for the reply even when
  * cancelled.
  *
@@ -579,28 +579,23 @@ static void call_start(struct msg *m, struct call *c)
 	}
 }
 
-static void call_on_cancel(struct corio_fiber *f)
-{
-	(void)f; /* keep waiting: the target may still use the caller's memory */
-}
-
 /* Wait until every call of cw has been answered: 0, or -ETIMEDOUT at the
  * caller's deadline scope (some are still out then: call_drop them).
- * Cancellation does not end the wait (call_on_cancel). */
+ * Cancellation does not end the wait: the target may still use the
+ * caller's memory. */
 static int calls_wait(struct callwait *cw)
 {
 	struct corio_fiber *f = cw->fiber;
-	void (*saved)(struct corio_fiber *) = f->on_cancel;
 	int ret = 0;
 
-	f->on_cancel = call_on_cancel;
+	corio__nocancel_push(f);
 	while (cw->pending) {
 		ret = corio__park_bounded();
 		if (ret == -ETIMEDOUT && cw->pending)
 			break;
 		ret = 0;
 	}
-	f->on_cancel = saved;
+	corio__nocancel_pop(f);
 	return ret;
 }
 

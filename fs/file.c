@@ -275,18 +275,12 @@ int corio_open(const char *path, int flags, mode_t mode)
 	return corio_openat(AT_FDCWD, path, flags, mode);
 }
 
-static void ignore_cancel(struct corio_fiber *f)
-{
-	(void)f; /* stays parked: the close runs to its end; the flag is set */
-}
-
 int corio_close_fd(int fd)
 {
 	struct req q = { .fn = "corio_close_fd", .kind = CORIO_FS_CLOSE,
 			 .opcode = IORING_OP_CLOSE, .fd = fd };
 	struct corio__fs *fs = corio__fs_of(corio__shard());
 	struct corio_fiber *f = corio__self();
-	void (*saved)(struct corio_fiber *);
 	struct corio_deadline shield;
 	int ret;
 
@@ -314,10 +308,9 @@ int corio_close_fd(int fd)
 	/* A deadline scope does not apply either (an expired one would fail
 	 * the close before it starts): the shield lifts it for the close. */
 	corio_deadline_shield(&shield);
-	saved = f->on_cancel;
-	f->on_cancel = ignore_cancel;
+	corio__nocancel_push(f); /* the close runs to its end; the flag is set */
 	ret = (int)run(&q);
-	f->on_cancel = saved;
+	corio__nocancel_pop(f);
 	corio_deadline_pop(&shield);
 	return ret;
 }

@@ -265,18 +265,12 @@ int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_st
 
 /* ---- parking ---------------------------------------------------------------- */
 
-static void ignore_cancel(struct corio_fiber *f)
-{
-	(void)f; /* the wait is not interruptible; the CQE handler wakes us */
-}
-
 void corio__net_park_until(bool (*done)(void *), void *arg)
 {
 	struct corio_fiber *f = corio__self();
-	void (*saved)(struct corio_fiber *) = f->on_cancel; /* the on_cancel rule: internal.h */
 
-	f->on_cancel = ignore_cancel;
+	corio__nocancel_push(f); /* not interruptible: the CQE handler wakes us */
 	while (!done(arg))
 		corio__park();
-	f->on_cancel = saved;
+	corio__nocancel_pop(f);
 }
