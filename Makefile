@@ -64,7 +64,7 @@ Q := @
 quiet = @printf '  %-6s %s\n'
 endif
 
-LIB_SRCS  := $(sort $(wildcard uring/*.c core/*.c timer/*.c net/*.c fs/*.c))
+LIB_SRCS  := $(sort $(wildcard uring/*.c timer/*.c core/*.c net/*.c fs/*.c ctl/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 TOOL_LIB  := $(sort $(wildcard tools/lib/*.c))
 TOOL_LOBJ := $(TOOL_LIB:%.c=$(B)/obj/%.o)

@@ -100,22 +100,22 @@ struct corio_fiber {
 	uint64_t id;
 	uint64_t deadline_ns; /* nearest deadline scope, 0: none (core/deadline.c) */
 	unsigned dl_depth;    /* open deadline scopes                              */
-	uint64_t run_start_ns;
 	void *asan_fake;
 	void *tsan_fiber;
 	char name[24];
 };
 
 /* ---- per-area parts ------------------------------------------------------ */
+/* Slots of s->parts[]: core's own parts first; the areas above core take
+ * the slots from CORIO__PART_FIRST_AREA on, each naming its slot in its own
+ * internal.h, and ctl/ctl.c puts every part in its slot of the table it
+ * hands to corio__rt_start(). The loop calls the parts in slot order. */
 enum corio__part_id {
 	CORIO__PART_TIMER,
 	CORIO__PART_MSG,
-	CORIO__PART_NET,
-	CORIO__PART_FS,
-	CORIO__PART_STATS,
-	CORIO__PART_MAX,
+	CORIO__PART_FIRST_AREA,
+	CORIO__PART_MAX = CORIO__PART_FIRST_AREA + 4,
 };
-
 struct corio__part {
 	const char *name;
 	/* on the shard thread, after the ring exists; -errno aborts start-up */
@@ -133,7 +133,81 @@ struct corio__part {
 	 * without it free everything in fini. */
 	void (*release)(struct corio__shard *s);
 };
-extern const struct corio__part *const corio__parts[CORIO__PART_MAX];
+extern const struct corio__part corio__timer_part; /* core/timer.c */
+extern const struct corio__part corio__msg_part;   /* core/msg.c   */
+
+/* ---- loop timing (core/stats.c) --------------------------------------------- */
+/*
+ * The loop reads a cheap tick clock once per busy turn and twice per idle
+ * turn (around the blocking enter): on x86-64 with an invariant TSC it is
+ * rdtsc (~10 ns here, against ~24 ns for clock_gettime through the vDSO), on
+ * aarch64 the virtual counter; anywhere else, and when CORIO_CLOCK=monotonic
+ * is set, CLOCK_MONOTONIC. Ticks are only ever subtracted from ticks read on
+ * the same shard and turned into nanoseconds with corio__ticks_ns(). The
+ * calibration is done once per process and never changes afterwards.
+ */
+#if defined(__x86_64__)
+#include <x86intrin.h>
+#endif
+
+struct corio__tick_cal {
+	int tsc;       /* 1: rdtsc / cntvct; 0: CLOCK_MONOTONIC ns */
+	uint64_t mult; /* ns = ticks * mult >> 32 */
+};
+extern struct corio__tick_cal corio__tick_cal;
+void corio__tick_calibrate(void); /* idempotent, thread-safe */
+
+static inline uint64_t corio__tick(void)
+{
+#if defined(__x86_64__)
+	if (CORIO__LIKELY(corio__tick_cal.tsc))
+		return __rdtsc();
+#elif defined(__aarch64__)
+	if (CORIO__LIKELY(corio__tick_cal.tsc)) {
+		uint64_t v;
+
+		__asm__ __volatile__("mrs %0, cntvct_el0" : "=r"(v));
+		return v;
+	}
+#endif
+	return corio_now_ns();
+}
+
+static inline uint64_t corio__ticks_ns(uint64_t ticks)
+{
+	return (uint64_t)(((unsigned __int128)ticks * corio__tick_cal.mult) >> 32);
+}
+
+static inline uint64_t corio__ns_ticks(uint64_t ns)
+{
+	unsigned __int128 t = ((unsigned __int128)ns << 32) / corio__tick_cal.mult;
+
+	return t > UINT64_MAX ? UINT64_MAX : (uint64_t)t;
+}
+
+/* Histogram bucket of a duration: 0 below 256 ns, b in [2^(b+7), 2^(b+8)) ns,
+ * the last one everything from 2^38 ns (~275 s) up. */
+static inline unsigned corio__hist_bucket(uint64_t ns)
+{
+	unsigned b;
+
+	if (ns < 256)
+		return 0;
+	b = 64u - (unsigned)__builtin_clzll(ns) - 8u;
+	return b < CORIO_STATS_HIST_BUCKETS ? b : CORIO_STATS_HIST_BUCKETS - 1;
+}
+
+struct corio__loopstat {
+	uint64_t last_poll;   /* tick: the loop's last look at the ring          */
+	uint64_t stall_ticks; /* config stall_ns in ticks; UINT64_MAX: off        */
+	/* Per-fiber stall timing reads CLOCK_MONOTONIC_COARSE (~3 ns here, vs
+	 * ~10 ns for rdtsc in this VM) when stall_ns is at least 4 of its
+	 * resolution (a jiffy); else the tick clock. */
+	bool stall_coarse;
+	uint64_t warn_after;  /* ns: no warning before this (rate limit)          */
+	uint64_t suppressed;  /* warnings not printed since the last one          */
+	uint64_t daemons;     /* live fibers that do not keep the runtime running */
+};
 
 /* ---- the shard ----------------------------------------------------------- */
 struct corio_rt;
@@ -186,12 +260,14 @@ struct corio__shard {
 	void *altstack;
 
 	struct corio_stats stats;
+	struct corio__loopstat ls; /* loop timing and stall reports (core/stats.c) */
 	void *parts[CORIO__PART_MAX];
 	char err[256];
 };
 
 struct corio_rt {
 	struct corio_config cfg;
+	const struct corio__part *const *parts; /* CORIO__PART_MAX slots, from ctl/ */
 	unsigned nshards;
 	int *cpus;
 	struct corio__shard **shards;
@@ -464,10 +540,29 @@ void corio__fiber_pool_free(struct corio__shard *s);
 void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f);
 void corio__switch_to(struct corio__shard *s, struct corio_fiber *f);
 
-/* ---- loop (core/shard.c) ------------------------------------------------- */
-/* Wake s if it sleeps in io_uring_enter; any thread. */
-void corio__shard_kick(struct corio__shard *s);
+/* ---- the loop and the runtime (core/loop.c, core/rt.c, core/stats.c) ------- */
+/* Start a runtime whose shards run the parts of table parts[CORIO__PART_MAX]
+ * (ctl/ctl.c hands it over: corio_start). Otherwise as corio_start(). */
+int corio__rt_start(const struct corio_config *cfg, const struct corio__part *const *parts,
+		    void (*entry)(void *), void *arg, struct corio_rt **out);
+/* Raise rt->stopping once and wake every shard; any thread. */
+void corio__rt_stop(struct corio_rt *rt);
+/* Write s's wake-up eventfd (a sleeping shard wakes); any thread. */
+void corio__shard_wake(struct corio__shard *s);
+/* Arm the shard's wake-up read; on the shard, before its loop. */
+void corio__wakeup_arm(struct corio__shard *s);
+/* The shard loop; returns once the shard has stopped and drained. */
+void corio__loop(struct corio__shard *s);
 /* Call after fibers_live changed: tracks whether any shard has fibers. */
 void corio__shard_busy(struct corio__shard *s);
+/* Stall reporting: set up from the config at shard start; report that f
+ * (NULL: the loop's own callbacks) ran ns without giving the CPU back, on
+ * stderr, rate-limited to one line per shard per second, and count it. */
+void corio__loopstat_init(struct corio__shard *s);
+void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns);
+/* A daemon fiber (the control server) counts in fibers_live but does not
+ * keep the runtime running: call right after spawning it, and once more
+ * (delta -1) when it is about to end. */
+void corio__daemon_add(struct corio__shard *s, int delta);
 
 #endif

@@ -1,19 +1,12 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/stats.c - the stats registry: the stats part of each shard (stall
- * reports, daemon fibers, the tick clock), and rendering every area's
- * counters as JSON or Prometheus text.
- *
- * Rendering reads each shard's counters through the areas' public getters
- * (corio_stats_get, corio_msg_stats_get, ...), which load each 64-bit
- * counter with a relaxed atomic load: no locks, no torn values, and a shard
- * is never slowed down by a reader. One table (metrics[]) names every scalar
- * counter once, for both formats, so JSON and Prometheus cannot drift apart.
+ * core/stats.c - core's own counters: the cheap tick clock the loop times
+ * itself with, the stall detector, daemon fibers, and corio_stats_get().
+ * Rendering every area's counters (JSON, Prometheus) is ctl/'s.
  */
-#include "core/stats.h"
+#include "core/internal.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -83,62 +76,29 @@ void corio__tick_calibrate(void)
 	pthread_once(&cal_once, calibrate);
 }
 
-/* ---- the stats part ------------------------------------------------------------- */
+/* ---- stalls and daemons ------------------------------------------------------- */
 
-static int stats_init(struct corio__shard *s)
+void corio__loopstat_init(struct corio__shard *s)
 {
-	struct corio__stats_part *sp = calloc(1, sizeof(*sp));
+	struct corio__loopstat *sp = &s->ls;
 	uint64_t stall_ns = s->rt->cfg.stall_ns;
-	int ret;
+	struct timespec res;
 
-	if (!sp)
-		return -ENOMEM;
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
-	{
-		struct timespec res;
-
-		sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
-				   stall_ns >= 4 * ((uint64_t)res.tv_sec * 1000000000ull +
-						    (uint64_t)res.tv_nsec);
-	}
-	s->parts[CORIO__PART_STATS] = sp;
-	if (s->id == 0 && s->rt->cfg.control_path) {
-		ret = corio__control_start(s, s->rt->cfg.control_path);
-		if (ret < 0)
-			return ret; /* control.c said why in s->err */
-	}
-	return 0;
+	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
+			   stall_ns >= 4 * ((uint64_t)res.tv_sec * 1000000000ull +
+					    (uint64_t)res.tv_nsec);
 }
-
-static void stats_fini(struct corio__shard *s)
-{
-	corio__control_fini(s);
-}
-
-static void stats_release(struct corio__shard *s)
-{
-	free(s->parts[CORIO__PART_STATS]);
-	s->parts[CORIO__PART_STATS] = NULL;
-}
-
-const struct corio__part corio__stats_part_ops = {
-	.name = "stats",
-	.init = stats_init,
-	.fini = stats_fini,
-	.release = stats_release,
-};
 
 void corio__daemon_add(struct corio__shard *s, int delta)
 {
-	struct corio__stats_part *sp = corio__stats_part(s);
-
-	sp->daemons += (uint64_t)(int64_t)delta;
+	s->ls.daemons += (uint64_t)(int64_t)delta;
 	corio__shard_busy(s);
 }
 
 void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns)
 {
-	struct corio__stats_part *sp = corio__stats_part(s);
+	struct corio__loopstat *sp = &s->ls;
 	uint64_t now = corio_now_ns();
 	char line[300];
 	int n;
@@ -182,408 +142,13 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
 	return 1ull << (b + 8);
 }
 
-/* ---- snapshots -------------------------------------------------------------------- */
-
-struct snap {
-	struct corio_stats core;
-	struct corio_msg_stats msg;
-	struct corio_timer_stats timer;
-	struct corio_net_stats net;
-	struct corio_fs_stats fs;
-	uint64_t doorbells_in;  /* eventfd + MSG_RING doorbells from peers */
-	uint64_t lateness_p50, lateness_p99, lateness_p999;
-};
-
-static int snap_take(struct corio_rt *rt, unsigned i, unsigned n, struct snap *sn)
+int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out)
 {
-	int ret;
-
-	memset(sn, 0, sizeof(*sn));
-	ret = corio_stats_get(rt, i, &sn->core);
-	if (!ret)
-		ret = corio_msg_stats_get(rt, i, CORIO_MSG_PEER_ALL, &sn->msg);
-	if (!ret)
-		ret = corio_timer_stats_get(rt, i, &sn->timer);
-	if (!ret)
-		ret = corio_net_stats_get(rt, i, &sn->net);
-	if (!ret)
-		ret = corio_fs_stats_get(rt, i, &sn->fs);
-	if (ret)
-		return ret;
-	sn->doorbells_in = sn->core.doorbells_in;
-	for (unsigned p = 0; p < n; p++) {
-		struct corio_msg_stats m;
-
-		if (p != i && !corio_msg_stats_get(rt, p, i, &m))
-			sn->doorbells_in += m.doorbells;
-	}
-	sn->lateness_p50 = corio_timer_lateness_quantile(&sn->timer, 0.5);
-	sn->lateness_p99 = corio_timer_lateness_quantile(&sn->timer, 0.99);
-	sn->lateness_p999 = corio_timer_lateness_quantile(&sn->timer, 0.999);
-	return 0;
-}
-
-/* ---- the metric table ------------------------------------------------------------------ */
-
-enum kind { COUNTER, GAUGE, MAXGAUGE, INFO }; /* INFO: JSON only, not summed */
-
-struct metric {
-	const char *group; /* JSON object                                   */
-	const char *name;  /* JSON key; Prometheus corio_<group>_<name>     */
-	enum kind kind;
-	bool ns;           /* nanoseconds: Prometheus gets seconds (_seconds) */
-	size_t off;        /* in struct snap                                */
-	const char *help;
-};
-
-#define M(g, n, k, ns, field, h) { g, n, k, ns, offsetof(struct snap, field), h }
-
-static const struct metric metrics[] = {
-	M("loop", "turns", COUNTER, false, core.loop_turns, "Shard loop iterations."),
-	M("loop", "busy", COUNTER, true, core.busy_ns, "Time not idle (sum of loop-turn durations)."),
-	M("loop", "idle", COUNTER, true, core.idle_ns, "Time blocked or spinning with nothing to do."),
-	M("loop", "poll_gap", COUNTER, true, core.gap_ns, "Sum of the gaps between ring polls."),
-	M("loop", "stalls", COUNTER, false, core.stalls, "Fibers or loop turns that ran past stall_ns."),
-	M("loop", "turn_max", MAXGAUGE, true, core.turn_max_ns, "Longest loop turn."),
-	M("loop", "poll_gap_max", MAXGAUGE, true, core.gap_max_ns, "Longest gap between ring polls."),
-	M("ring", "enters", COUNTER, false, core.enters, "io_uring_enter calls."),
-	M("ring", "sqes", COUNTER, false, core.sqes, "SQEs submitted."),
-	M("ring", "cqes", COUNTER, false, core.cqes, "CQEs reaped."),
-	M("ring", "sq_full", COUNTER, false, core.sq_full, "SQE requests that found the SQ full."),
-	M("ring", "cq_overflow", COUNTER, false, core.cq_overflow, "Turns that found the CQ overflowed."),
-	M("ring", "cqe_dropped", COUNTER, false, core.cqe_dropped, "Completions the kernel dropped (EBADR, out of memory)."),
-	M("ring", "wakes", COUNTER, false, core.wakes, "Blocking enters that returned."),
-	M("ring", "wake_cqes", COUNTER, false, core.wake_cqes, "CQEs reaped right after a wake-up."),
-	M("ring", "doorbells_in", COUNTER, false, doorbells_in, "Wake-ups received (eventfd and MSG_RING)."),
-	M("ring", "doorbells_out", COUNTER, false, msg.doorbells, "Wake-ups sent to sleeping peers."),
-	M("ring", "setup_flags", INFO, false, core.ring_flags, NULL),
-	M("ring", "features", INFO, false, core.ring_features, NULL),
-	M("fibers", "live", GAUGE, false, core.fibers_live, "Fibers that have not ended."),
-	M("fibers", "spawned", COUNTER, false, core.fibers_spawned, "Fibers spawned."),
-	M("fibers", "switches", COUNTER, false, core.switches, "Context switches into fibers."),
-	M("msg", "sent", COUNTER, false, msg.sent, "Messages queued on peers' rings."),
-	M("msg", "received", COUNTER, false, msg.received, "Messages from peers run here."),
-	M("msg", "full", COUNTER, false, msg.full, "Posts that found a peer's ring full."),
-	M("msg", "calls", COUNTER, false, msg.calls, "corio_call requests sent."),
-	M("msg", "spawn_failed", COUNTER, false, msg.spawn_failed, "spawn_on requests whose fiber could not start."),
-	M("timer", "armed", COUNTER, false, timer.armed, "Timers, sleeps and wait deadlines armed."),
-	M("timer", "fired", COUNTER, false, timer.fired, "Timer expirations delivered."),
-	M("timer", "cancelled", COUNTER, false, timer.cancelled, "Timers disarmed before expiry."),
-	M("timer", "active", GAUGE, false, timer.active, "Timers armed now."),
-	M("timer", "kernel_arms", COUNTER, false, timer.kernel_arms, "Timeout SQEs for the timer heap."),
-	M("timer", "linked", COUNTER, false, timer.linked, "Kernel ops submitted with a linked timeout."),
-	M("timer", "timed_out", COUNTER, false, timer.timed_out, "Blocking calls that returned -ETIMEDOUT."),
-	M("timer", "lateness_max", MAXGAUGE, true, timer.lateness_max_ns, "Largest timer lateness."),
-	M("timer", "lateness_p50", MAXGAUGE, true, lateness_p50, "Median timer lateness (bucket bound)."),
-	M("timer", "lateness_p99", MAXGAUGE, true, lateness_p99, "99th percentile timer lateness."),
-	M("timer", "lateness_p999", MAXGAUGE, true, lateness_p999, "99.9th percentile timer lateness."),
-	M("net", "accepts", COUNTER, false, net.accepts, "Connections accepted."),
-	M("net", "connects", COUNTER, false, net.connects, "Outgoing connections established."),
-	M("net", "conns_live", GAUGE, false, net.conns_live, "Stream sockets open now."),
-	M("net", "bytes_in", COUNTER, false, net.bytes_in, "Bytes received."),
-	M("net", "bytes_out", COUNTER, false, net.bytes_out, "Bytes sent."),
-	M("net", "ops_in", COUNTER, false, net.ops_in, "Receive completions with data."),
-	M("net", "ops_out", COUNTER, false, net.ops_out, "Send completions."),
-	M("net", "enobufs", COUNTER, false, net.enobufs, "Multishot receives stopped by an empty buffer ring."),
-	M("net", "rearms", COUNTER, false, net.rearms, "Multishot receives/accepts armed again."),
-	M("net", "bufs_out", GAUGE, false, net.bufs_out, "Provided buffers out of the ring now."),
-	M("net", "dispatched", COUNTER, false, net.dispatched, "Connections handed to a shard."),
-	M("net", "adopted", COUNTER, false, net.adopted, "Connections handed to this shard."),
-	M("net", "err_reset", COUNTER, false, net.err_reset, "ECONNRESET errors."),
-	M("net", "err_pipe", COUNTER, false, net.err_pipe, "EPIPE errors."),
-	M("net", "err_refused", COUNTER, false, net.err_refused, "ECONNREFUSED errors."),
-	M("net", "err_timeout", COUNTER, false, net.err_timeout, "ETIMEDOUT errors."),
-	M("net", "err_fd_limit", COUNTER, false, net.err_fd_limit, "EMFILE/ENFILE on accept."),
-	M("net", "err_other", COUNTER, false, net.err_other, "Other network errors."),
-	M("net", "recv_capped", COUNTER, false, net.recv_capped, "Receives stopped by a socket's unread-buffer cap."),
-	M("net", "send_full", COUNTER, false, net.send_full, "corio_send_buf calls that waited for a full queue."),
-	M("net", "recv_hup", COUNTER, false, net.recv_hup, "Multishot receives stopped by the error/hang-up poll."),
-	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
-	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
-	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),
-	M("fs", "dma_cached", GAUGE, false, fs.dma_cached, "Bytes held in the DMA buffer cache."),
-};
-#define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
-
-static const char *const fs_kinds[CORIO_FS_NKINDS] = {
-	[CORIO_FS_OPEN] = "open",         [CORIO_FS_CLOSE] = "close",
-	[CORIO_FS_READ] = "read",         [CORIO_FS_WRITE] = "write",
-	[CORIO_FS_FSYNC] = "fsync",       [CORIO_FS_STATX] = "statx",
-	[CORIO_FS_FALLOCATE] = "fallocate", [CORIO_FS_RENAME] = "rename",
-	[CORIO_FS_UNLINK] = "unlink",     [CORIO_FS_MKDIR] = "mkdir",
-};
-
-static uint64_t val(const struct snap *sn, const struct metric *m)
-{
-	uint64_t v;
-
-	memcpy(&v, (const char *)sn + m->off, sizeof(v));
-	return v;
-}
-
-static void set_val(struct snap *sn, const struct metric *m, uint64_t v)
-{
-	memcpy((char *)sn + m->off, &v, sizeof(v));
-}
-
-/* Sum shard snapshots into a total (maxima stay maxima). */
-static void snap_add(struct snap *tot, const struct snap *sn)
-{
-	for (size_t i = 0; i < NMETRICS; i++) {
-		const struct metric *m = &metrics[i];
-		uint64_t a = val(tot, m), b = val(sn, m);
-
-		if (m->kind == MAXGAUGE)
-			set_val(tot, m, a > b ? a : b);
-		else if (m->kind != INFO)
-			set_val(tot, m, a + b);
-	}
-	for (unsigned b = 0; b < CORIO_STATS_HIST_BUCKETS; b++) {
-		tot->core.turn_hist[b] += sn->core.turn_hist[b];
-		tot->core.gap_hist[b] += sn->core.gap_hist[b];
-	}
-	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++) {
-		tot->fs.kind[k].ops += sn->fs.kind[k].ops;
-		tot->fs.kind[k].bytes += sn->fs.kind[k].bytes;
-		tot->fs.kind[k].errors += sn->fs.kind[k].errors;
-	}
-}
-
-/* ---- output buffer ------------------------------------------------------------------- */
-
-struct sb {
-	char *p;
-	size_t len, cap;
-	int err;
-};
-
-static void sb_printf(struct sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(struct sb *b, const char *fmt, ...)
-{
-	va_list ap;
-	int n;
-
-	if (b->err)
-		return;
-	for (;;) {
-		va_start(ap, fmt);
-		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
-		va_end(ap);
-		if (n < 0) {
-			b->err = -EINVAL;
-			return;
-		}
-		if ((size_t)n < b->cap - b->len) {
-			b->len += (size_t)n;
-			return;
-		}
-		size_t ncap = b->cap * 2 + (size_t)n + 1;
-		char *np = realloc(b->p, ncap);
-
-		if (!np) {
-			b->err = -ENOMEM;
-			return;
-		}
-		b->p = np;
-		b->cap = ncap;
-	}
-}
-
-/* ---- JSON ------------------------------------------------------------------------------ */
-
-static void json_hist(struct sb *b, const char *key, const uint64_t *h)
-{
-	sb_printf(b, "\"%s\":[", key);
-	for (unsigned i = 0; i < CORIO_STATS_HIST_BUCKETS; i++)
-		sb_printf(b, "%s%llu", i ? "," : "", (unsigned long long)h[i]);
-	sb_printf(b, "]");
-}
-
-static void json_shard(struct sb *b, const struct snap *sn, int shard)
-{
-	const char *group = NULL;
-	bool first = true;
-
-	sb_printf(b, "{");
-	if (shard >= 0)
-		sb_printf(b, "\"shard\":%d,\"cpu\":%llu,", shard, (unsigned long long)sn->core.cpu);
-	for (size_t i = 0; i < NMETRICS; i++) {
-		const struct metric *m = &metrics[i];
-
-		if (shard < 0 && m->kind == INFO)
-			continue;
-		if (!group || strcmp(group, m->group)) {
-			if (group && !strcmp(group, "loop")) {
-				sb_printf(b, ",");
-				json_hist(b, "turn_hist", sn->core.turn_hist);
-				sb_printf(b, ",");
-				json_hist(b, "poll_gap_hist", sn->core.gap_hist);
-			}
-			sb_printf(b, "%s\"%s\":{", group ? "}," : "", m->group);
-			group = m->group;
-			first = true;
-		}
-		sb_printf(b, "%s\"%s%s\":%llu", first ? "" : ",", m->name, m->ns ? "_ns" : "",
-			  (unsigned long long)val(sn, m));
-		first = false;
-	}
-	/* the table ends with the fs group: add its per-kind objects */
-	sb_printf(b, ",\"kinds\":{");
-	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
-		sb_printf(b, "%s\"%s\":{\"ops\":%llu,\"bytes\":%llu,\"errors\":%llu}", k ? "," : "",
-			  fs_kinds[k], (unsigned long long)sn->fs.kind[k].ops,
-			  (unsigned long long)sn->fs.kind[k].bytes,
-			  (unsigned long long)sn->fs.kind[k].errors);
-	sb_printf(b, "}}}");
-}
-
-static void render_json(struct sb *b, const struct snap *sn, unsigned n, const struct snap *tot)
-{
-	sb_printf(b, "{\"version\":1,\"time_ns\":%llu,\"shards\":%u,\"hist_bounds_ns\":[",
-		  (unsigned long long)corio_now_ns(), n);
-	for (unsigned i = 0; i + 1 < CORIO_STATS_HIST_BUCKETS; i++)
-		sb_printf(b, "%s%llu", i ? "," : "", (unsigned long long)corio_stats_hist_bucket_ns(i));
-	sb_printf(b, "],\"per_shard\":[");
-	for (unsigned i = 0; i < n; i++) {
-		if (i)
-			sb_printf(b, ",");
-		json_shard(b, &sn[i], (int)i);
-	}
-	sb_printf(b, "],\"totals\":");
-	json_shard(b, tot, -1);
-	sb_printf(b, "}\n");
-}
-
-/* ---- Prometheus ---------------------------------------------------------------------------- */
-
-static void prom_num(struct sb *b, uint64_t v, bool ns)
-{
-	if (ns)
-		sb_printf(b, "%llu.%09llu\n", (unsigned long long)(v / 1000000000ull),
-			  (unsigned long long)(v % 1000000000ull));
-	else
-		sb_printf(b, "%llu\n", (unsigned long long)v);
-}
-
-static void prom_hist(struct sb *b, const char *name, const char *help, const struct snap *sn,
-		      unsigned n, size_t hoff, size_t soff)
-{
-	sb_printf(b, "# HELP %s %s\n# TYPE %s histogram\n", name, help, name);
-	for (unsigned i = 0; i < n; i++) {
-		const uint64_t *h = (const uint64_t *)((const char *)&sn[i] + hoff);
-		uint64_t sum, cum = 0;
-
-		memcpy(&sum, (const char *)&sn[i] + soff, sizeof(sum));
-		for (unsigned k = 0; k < CORIO_STATS_HIST_BUCKETS; k++) {
-			uint64_t le = corio_stats_hist_bucket_ns(k);
-
-			cum += h[k];
-			if (le == UINT64_MAX)
-				sb_printf(b, "%s_bucket{shard=\"%u\",le=\"+Inf\"} %llu\n", name, i,
-					  (unsigned long long)cum);
-			else
-				sb_printf(b, "%s_bucket{shard=\"%u\",le=\"%.9g\"} %llu\n", name, i,
-					  (double)le / 1e9, (unsigned long long)cum);
-		}
-		sb_printf(b, "%s_sum{shard=\"%u\"} ", name, i);
-		prom_num(b, sum, true);
-		sb_printf(b, "%s_count{shard=\"%u\"} %llu\n", name, i, (unsigned long long)cum);
-	}
-}
-
-static void render_prom(struct sb *b, const struct snap *sn, unsigned n)
-{
-	char name[96];
-
-	sb_printf(b, "# HELP corio_shard_cpu CPU the shard runs on.\n# TYPE corio_shard_cpu gauge\n");
-	for (unsigned i = 0; i < n; i++)
-		sb_printf(b, "corio_shard_cpu{shard=\"%u\"} %llu\n", i,
-			  (unsigned long long)sn[i].core.cpu);
-	for (size_t k = 0; k < NMETRICS; k++) {
-		const struct metric *m = &metrics[k];
-
-		if (m->kind == INFO)
-			continue;
-		snprintf(name, sizeof(name), "corio_%s_%s%s%s", m->group, m->name,
-			 m->ns ? "_seconds" : "", m->kind == COUNTER ? "_total" : "");
-		sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, m->help, name,
-			  m->kind == COUNTER ? "counter" : "gauge");
-		for (unsigned i = 0; i < n; i++) {
-			sb_printf(b, "%s{shard=\"%u\"} ", name, i);
-			prom_num(b, val(&sn[i], m), m->ns);
-		}
-	}
-	prom_hist(b, "corio_loop_turn_seconds", "Loop-turn durations (CPU time, idle excluded).", sn,
-		  n, offsetof(struct snap, core.turn_hist), offsetof(struct snap, core.busy_ns));
-	prom_hist(b, "corio_loop_poll_gap_seconds", "Gaps between two looks at the ring.", sn, n,
-		  offsetof(struct snap, core.gap_hist), offsetof(struct snap, core.gap_ns));
-	static const char *const what[3] = { "ops", "bytes", "errors" };
-	static const char *const whelp[3] = { "File calls completed.", "File bytes moved.",
-					      "File calls that failed." };
-	for (unsigned w = 0; w < 3; w++) {
-		snprintf(name, sizeof(name), "corio_fs_%s_total", what[w]);
-		sb_printf(b, "# HELP %s %s\n# TYPE %s counter\n", name, whelp[w], name);
-		for (unsigned i = 0; i < n; i++)
-			for (unsigned k = 0; k < CORIO_FS_NKINDS; k++) {
-				uint64_t v = w == 0 ? sn[i].fs.kind[k].ops
-					     : w == 1 ? sn[i].fs.kind[k].bytes
-						      : sn[i].fs.kind[k].errors;
-
-				sb_printf(b, "%s{shard=\"%u\",kind=\"%s\"} %llu\n", name, i,
-					  fs_kinds[k], (unsigned long long)v);
-			}
-	}
-}
-
-int corio_stats_render(struct corio_rt *rt, unsigned format, char **out, size_t *len)
-{
-	struct corio__shard *self = corio__shard();
-	struct sb b = { 0 };
-	struct snap *sn, tot;
-	unsigned n;
-	int ret;
-
-	if (out)
-		*out = NULL;
-	if (len)
-		*len = 0;
-	if (!out || format > CORIO_STATS_PROM)
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return -EPERM;
+	if (!out || shard >= rt->nshards)
 		return -EINVAL;
-	if (!rt) {
-		if (!self)
-			return -EPERM;
-		rt = self->rt;
-	}
-	n = rt->nshards;
-	sn = calloc(n, sizeof(*sn));
-	if (!sn)
-		return -ENOMEM;
-	memset(&tot, 0, sizeof(tot));
-	for (unsigned i = 0; i < n; i++) {
-		ret = snap_take(rt, i, n, &sn[i]);
-		if (ret) {
-			free(sn);
-			return ret;
-		}
-		snap_add(&tot, &sn[i]);
-	}
-	b.cap = 4096 + (size_t)n * (format == CORIO_STATS_JSON ? 3072 : 12288);
-	b.p = malloc(b.cap);
-	if (!b.p) {
-		free(sn);
-		return -ENOMEM;
-	}
-	if (format == CORIO_STATS_JSON)
-		render_json(&b, sn, n, &tot);
-	else
-		render_prom(&b, sn, n);
-	free(sn);
-	if (b.err) {
-		free(b.p);
-		return b.err;
-	}
-	*out = b.p;
-	if (len)
-		*len = b.len;
+	corio__stats_copy(out, &rt->shards[shard]->stats, sizeof(*out));
 	return 0;
 }

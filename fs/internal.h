@@ -9,6 +9,9 @@
 
 #include "core/internal.h"
 
+/* fs's slot in s->parts[] (core/internal.h; ctl/ctl.c fills the table) */
+#define CORIO__PART_FS (CORIO__PART_FIRST_AREA + 1)
+
 /* corio_dma_alloc() size classes: 4 KiB << i, i < FS_DMA_CLASSES (4 KiB..1 MiB). */
 #define FS_DMA_CLASSES 9
 #define FS_DMA_MIN_SHIFT 12

@@ -12,6 +12,9 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+/* net's slot in s->parts[] (core/internal.h; ctl/ctl.c fills the table) */
+#define CORIO__PART_NET (CORIO__PART_FIRST_AREA + 0)
+
 #define CORIO__NET_NOBUF 0xffffu
 
 /* A multishot (or re-armed single-shot) stream op's state. */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/control.c - the control socket (shard 0) and HTTP /metrics.
+ * ctl/control.c - the control socket (shard 0).
  *
- * Both are served with corio's public socket API (corio/net.h), in fibers,
- * like any application would: core/ knows no socket internals. The server
+ * It is served with corio's public socket API (corio/net.h), in fibers,
+ * like any application would: ctl/ knows no socket internals. The server
  * and its client fibers are daemons (corio__daemon_add): they count in
  * fibers_live but do not keep the runtime running; shutdown cancels them.
  *
@@ -27,7 +27,7 @@
  * socket file that still answers connect() belongs to a live process and is
  * left alone; a path that is not a socket is never touched.
  */
-#include "core/stats.h"
+#include "ctl/internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -360,7 +360,7 @@ int corio__control_start(struct corio__shard *s, const char *path)
 	ctl->timeout_ns = timeout_ns();
 	ctl->abstract = path[0] == '@';
 	ctl->owner = geteuid();
-	corio__stats_part(s)->ctl = ctl;
+	s->parts[CORIO__PART_CTL] = ctl;
 	if (path[0] == '@') /* abstract namespace: no file, no mode */
 		ret = corio_unix_listen(path, NULL, &ctl->l);
 	else
@@ -375,14 +375,13 @@ int corio__control_start(struct corio__shard *s, const char *path)
 		return fail(s, ret, "%s: cannot start the server fiber", path);
 	/* No busy check here: the entry fiber is not spawned yet, and the
 	 * shard counts as busy until the loop has looked. */
-	corio__stats_part(s)->daemons++;
+	s->ls.daemons++;
 	return 0;
 }
 
 void corio__control_fini(struct corio__shard *s)
 {
-	struct corio__stats_part *sp = corio__stats_part(s);
-	struct corio__control *ctl = sp ? sp->ctl : NULL;
+	struct corio__control *ctl = s->parts[CORIO__PART_CTL];
 
 	if (!ctl)
 		return;
@@ -391,136 +390,6 @@ void corio__control_fini(struct corio__shard *s)
 	if (!ctl->started)
 		close_listener(ctl);
 	free(ctl);
-	sp->ctl = NULL;
+	s->parts[CORIO__PART_CTL] = NULL;
 }
 
-/* ---- HTTP /metrics ----------------------------------------------------------------- */
-
-struct metrics_srv {
-	unsigned refs;    /* the server fiber and each request fiber */
-	unsigned active;
-};
-
-static void srv_put(struct metrics_srv *m)
-{
-	if (--m->refs == 0)
-		free(m);
-}
-
-static int http_reply(struct corio_sock *c, const char *status, const char *ctype,
-		      const char *body, size_t len)
-{
-	char head[256];
-	int n = snprintf(head, sizeof(head),
-			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
-			 "Connection: close\r\n\r\n",
-			 status, ctype, len);
-	ssize_t r = corio_send(c, head, (size_t)n);
-
-	if (r >= 0 && len)
-		r = corio_send(c, body, len);
-	return r < 0 ? (int)r : 0;
-}
-
-static int http_fiber(void *arg)
-{
-	struct client *cl = arg;
-	struct metrics_srv *m = (struct metrics_srv *)(void *)cl->ctl;
-	struct corio_sock *c = cl->c;
-	struct corio_deadline d;
-	char req[4096];
-	size_t have = 0;
-	const char *status = NULL;
-
-	free(cl);
-	corio_timeout_push(&d, 5000000000ull);
-	for (;;) {
-		ssize_t n = corio_recv(c, req + have, sizeof(req) - 1 - have);
-
-		if (n <= 0)
-			goto out;
-		have += (size_t)n;
-		req[have] = '\0';
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n"))
-			break;
-		if (have == sizeof(req) - 1) {
-			status = "431 Request Header Fields Too Large";
-			break;
-		}
-	}
-	if (!status) {
-		if (strncmp(req, "GET ", 4) && strncmp(req, "HEAD ", 5))
-			status = "405 Method Not Allowed";
-		else if (!strncmp(req + (req[0] == 'G' ? 4 : 5), "/metrics ", 9) ||
-			 !strncmp(req + (req[0] == 'G' ? 4 : 5), "/metrics?", 9))
-			status = "200 OK";
-		else if (req[0] != 'G' && req[0] != 'H')
-			status = "400 Bad Request";
-		else
-			status = "404 Not Found";
-	}
-	if (!strcmp(status, "200 OK")) {
-		char *out;
-		size_t len;
-
-		if (corio_stats_render(NULL, CORIO_STATS_PROM, &out, &len) == 0) {
-			http_reply(c, status, "text/plain; version=0.0.4; charset=utf-8", out,
-				   req[0] == 'H' ? 0 : len);
-			free(out);
-		} else {
-			http_reply(c, "500 Internal Server Error", "text/plain", "", 0);
-		}
-	} else {
-		http_reply(c, status, "text/plain", status, strlen(status));
-	}
-out:
-	corio_deadline_pop(&d);
-	corio_close(c);
-	m->active--;
-	srv_put(m);
-	return 0;
-}
-
-int corio_metrics_serve(const char *host_port)
-{
-	struct corio_listener *l;
-	struct metrics_srv *m;
-	int ret;
-
-	CORIO__REQUIRE_FIBER(-EPERM);
-	m = calloc(1, sizeof(*m));
-	if (!m)
-		return -ENOMEM;
-	m->refs = 1;
-	ret = corio_tcp_listen(host_port, NULL, &l);
-	if (ret < 0) {
-		free(m);
-		return ret;
-	}
-	for (;;) {
-		struct corio_spawn_opts o = { .name = "corio-metrics" };
-		struct corio_sock *c;
-		struct client *cl;
-
-		ret = corio_accept(l, &c);
-		if (ret < 0)
-			break;
-		if (m->active >= MAX_CLIENTS || !(cl = malloc(sizeof(*cl)))) {
-			corio_close(c);
-			continue;
-		}
-		cl->ctl = (struct corio__control *)(void *)m;
-		cl->c = c;
-		m->refs++;
-		m->active++;
-		if (corio_spawn(http_fiber, cl, &o, NULL) < 0) {
-			m->refs--;
-			m->active--;
-			free(cl);
-			corio_close(c);
-		}
-	}
-	corio_listener_close(l);
-	srv_put(m);
-	return ret;
-}

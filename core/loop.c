@@ -1,0 +1,363 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/loop.c - the shard loop, and the wake-ups that end its sleep.
+ *
+ * The loop (one iteration = one "turn"):
+ *
+ *   1. run the fibers that were ready when the turn began (at most
+ *      run_budget of them), so a fiber that yields in a loop cannot starve
+ *      I/O;
+ *   2. let each part do its per-turn work (message ring drain, ...);
+ *   3. talk to the kernel at most once: if fibers are ready, only submit
+ *      queued SQEs (no syscall at all when the SQ is empty and the kernel
+ *      has no deferred completions); if nothing is ready, submit and wait
+ *      per the idle strategy;
+ *   4. reap every CQE in batches and dispatch each to its op record, which
+ *      makes waiting fibers ready.
+ *
+ * Shutdown: corio_shutdown() raises rt->stopping and kicks every shard
+ * through its eventfd. Each shard then cancels all its fibers, keeps
+ * turning until no fiber is alive and no op awaits its final CQE, and
+ * closes its ring. corio_wait() joins the threads and frees the rest.
+ *
+ * Wake-ups from other threads: each shard keeps a read armed on an eventfd;
+ * a writer kicks it only while the shard says it is sleeping. The shard
+ * raises `sleeping` (seq_cst) before its last check for work and the
+ * blocking enter, and a kicker publishes its work before reading
+ * `sleeping` (seq_cst), so at least one of them sees the other: no lost
+ * wake-up. The first kicker to exchange `sleeping` back to 0 sends the one
+ * doorbell; shards wake each other with IORING_OP_MSG_RING instead of the
+ * eventfd when they can (core/msg.c has the full argument).
+ */
+#include "core/internal.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/uio.h>
+#include <time.h>
+#include <unistd.h>
+
+/* ---- busy accounting: the runtime ends when no shard has fibers ------------- */
+
+void corio__shard_busy(struct corio__shard *s)
+{
+	bool busy = s->stats.fibers_live > s->ls.daemons;
+
+	if (busy == s->busy)
+		return;
+	s->busy = busy;
+	if (busy)
+		atomic_fetch_add(&s->rt->busy_shards, 1);
+	else if (atomic_fetch_sub(&s->rt->busy_shards, 1) == 1)
+		corio__rt_stop(s->rt);
+}
+
+/* ---- wake-ups ----------------------------------------------------------------- */
+
+void corio__shard_wake(struct corio__shard *s)
+{
+	uint64_t one = 1;
+	ssize_t r = write(s->efd, &one, sizeof(one));
+
+	(void)r; /* EAGAIN: the counter is saturated, so a wake-up is pending anyway */
+}
+
+/*
+ * The wake-up read. The eventfd is O_NONBLOCK, so that writers never block.
+ * A read of it through io_uring waits (by internal poll) on kernels whose
+ * eventfd has read_iter (5.8+, "eventfd: convert to f_op->read_iter()");
+ * on older ones (liburing issue #143) it completes at once with -EAGAIN
+ * when the counter is 0, and re-arming that read would turn the loop
+ * forever. So an -EAGAIN (or any other failure) switches the
+ * shard to POLL_ADD, which completes only when the counter is non-zero,
+ * followed by a read(2) that resets it. CORIO_RING_DISABLE=efd_wait makes
+ * the read fail the old kernels' way (RWF_NOWAIT), for tests.
+ */
+static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__shard *s = op->data;
+
+	(void)flags;
+	s->efd_armed = false;
+	if (s->efd_poll) {
+		if (res < 0 && res != -ECANCELED && res != -EINTR) {
+			/* A poll on our own eventfd cannot fail for a reason that goes
+			 * away: report it rather than re-arm in a loop. Other threads
+			 * can no longer wake this shard while it sleeps. */
+			fprintf(stderr, "corio: shard %u: poll on the wake-up eventfd failed: %s; "
+				"wake-ups from other threads are lost\n", s->id, strerror(-res));
+			return;
+		}
+		if (res > 0) {
+			uint64_t v;
+			ssize_t r = read(s->efd, &v, sizeof(v));
+
+			(void)r; /* EAGAIN: nothing to reset; nothing is lost either */
+			CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+		}
+	} else if (res == (int32_t)sizeof(s->efd_buf)) {
+		CORIO__STAT_ADD(s->stats.doorbells_in, 1);
+	} else if (res != -ECANCELED && res != -EINTR) {
+		if (res != -EAGAIN)
+			fprintf(stderr, "corio: shard %u: read of the wake-up eventfd: %s; "
+				"waiting with poll instead\n", s->id,
+				res < 0 ? strerror(-res) : "short read");
+		s->efd_poll = true;
+	}
+	corio__wakeup_arm(s);
+}
+
+void corio__wakeup_arm(struct corio__shard *s)
+{
+	struct io_uring_sqe *sqe;
+
+	if (s->efd_armed || s->stopping)
+		return;
+	sqe = corio__ring_sqe(&s->ring);
+	if (s->efd_poll) {
+		io_uring_prep_poll_add(sqe, s->efd, POLLIN);
+	} else {
+		io_uring_prep_read(sqe, s->efd, &s->efd_buf, sizeof(s->efd_buf), 0);
+		if (CORIO__UNLIKELY(s->efd_nowait_test))
+			sqe->rw_flags = RWF_NOWAIT;
+	}
+	s->efd_op.cb = efd_done;
+	s->efd_op.data = s;
+	corio__sqe_set_op(sqe, &s->efd_op);
+	s->efd_armed = true;
+}
+
+/* ---- the loop ------------------------------------------------------------------- */
+
+static void begin_stop(struct corio__shard *s)
+{
+	s->stopping = true;
+	for (struct corio_fiber *f = s->all; f; f = f->all_next)
+		corio__fiber_cancel(f);
+	const struct corio__part *const *parts = s->rt->parts;
+
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (parts[i] && parts[i]->stop)
+			parts[i]->stop(s);
+	/* The wake-up read stays armed; io_uring_queue_exit() cancels it. */
+}
+
+static inline uint64_t coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Returns true when a fiber ran past stall_ns (it has been reported). With
+ * stall detection on, each fiber run costs one clock read: the coarse clock
+ * (~3 ns) when stall_ns is well above its resolution, else a tick (~10 ns
+ * in this VM). The first run of a turn starts from the tick the loop took
+ * at its last ring poll, so the turn itself reads nothing extra. stall_ns
+ * = 0 turns it off. */
+static bool run_fibers(struct corio__shard *s, struct corio__loopstat *sp)
+{
+	struct corio_fiber *last = s->runq_tail;
+	unsigned budget = s->rt->cfg.run_budget;
+	bool stalled = false, timed = sp->stall_ticks != UINT64_MAX;
+	bool coarse = sp->stall_coarse;
+	uint64_t t = 0, now, limit = coarse ? s->rt->cfg.stall_ns : sp->stall_ticks;
+
+	if (!s->runq_head)
+		return false;
+	if (timed)
+		t = coarse ? coarse_ns() : sp->last_poll;
+	while (s->runq_head && budget--) {
+		struct corio_fiber *f = s->runq_head;
+		bool was_last = f == last;
+
+		s->runq_head = f->run_next;
+		if (!s->runq_head)
+			s->runq_tail = NULL;
+		f->flags &= ~CORIO__FF_QUEUED;
+		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED)) {
+			corio__fiber_end_unrun(s, f, -ECANCELED);
+		} else {
+			corio__switch_to(s, f);
+			/* f may be back in the fiber pool: its name and id stay
+			 * until the next spawn reuses it. */
+			if (timed) {
+				now = coarse ? coarse_ns() : corio__tick();
+				if (CORIO__UNLIKELY(now - t > limit)) {
+					corio__stall_report(s, f,
+							    coarse ? now - t : corio__ticks_ns(now - t));
+					stalled = true;
+				}
+				t = now;
+			}
+		}
+		if (was_last)
+			break;
+	}
+	return stalled;
+}
+
+static unsigned parts_poll(struct corio__shard *s)
+{
+	const struct corio__part *const *parts = s->rt->parts;
+	unsigned work = 0;
+
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (parts[i] && parts[i]->poll)
+			work += parts[i]->poll(s);
+	return work;
+}
+
+static bool parts_busy(struct corio__shard *s)
+{
+	const struct corio__part *const *parts = s->rt->parts;
+
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (parts[i] && parts[i]->busy && parts[i]->busy(s))
+			return true;
+	return false;
+}
+
+static void publish_ring_stats(struct corio__shard *s)
+{
+	CORIO__STAT_SET(s->stats.enters, s->ring.cnt.enters);
+	CORIO__STAT_SET(s->stats.sqes, s->ring.cnt.sqes);
+	CORIO__STAT_SET(s->stats.cqes, s->ring.cnt.cqes);
+	CORIO__STAT_SET(s->stats.sq_full, s->ring.cnt.sq_full);
+	CORIO__STAT_SET(s->stats.cq_overflow, s->ring.cnt.cq_overflow);
+	CORIO__STAT_SET(s->stats.cqe_dropped, s->ring.cnt.cqe_dropped);
+}
+
+/*
+ * Loop timing. The turn boundary is the loop's look at the ring (the enter,
+ * or the non-blocking submit); one tick is read there per busy turn, and an
+ * idle turn reuses the two reads around its wait. For each turn:
+ *   turn: ticks since the previous look, minus time spent idle (blocked or
+ *         spinning) - the CPU time of reaping, fibers and parts;
+ *   gap:  ticks from the previous look to the start of this one: how long a
+ *         completion could sit unseen. It differs from turn by the submit
+ *         syscall, which is only timed when there is one (a second read).
+ * A turn longer than stall_ns that no fiber answers for (run_fibers times
+ * fibers only while stall detection is on) is reported as the loop's own.
+ */
+static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t turn_t,
+		    uint64_t gap_t, bool fiber_stalled)
+{
+	uint64_t turn = corio__ticks_ns(turn_t), gap = corio__ticks_ns(gap_t);
+	unsigned tb = corio__hist_bucket(turn), gb = corio__hist_bucket(gap);
+
+	CORIO__STAT_ADD(s->stats.busy_ns, turn);
+	CORIO__STAT_ADD(s->stats.gap_ns, gap);
+	CORIO__STAT_ADD(s->stats.turn_hist[tb], 1);
+	CORIO__STAT_ADD(s->stats.gap_hist[gb], 1);
+	if (CORIO__UNLIKELY(turn > s->stats.turn_max_ns))
+		CORIO__STAT_SET(s->stats.turn_max_ns, turn);
+	if (CORIO__UNLIKELY(gap > s->stats.gap_max_ns))
+		CORIO__STAT_SET(s->stats.gap_max_ns, gap);
+	if (CORIO__UNLIKELY(turn_t > sp->stall_ticks) && !fiber_stalled)
+		corio__stall_report(s, NULL, turn);
+}
+
+/* Nothing is runnable: hand SQEs to the kernel and wait per the idle
+ * strategy. Returns true when the shard blocked in the kernel. */
+static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool fiber_stalled)
+{
+	const struct corio_config *cfg = &s->rt->cfg;
+	uint64_t t0 = corio__tick(), spin_end;
+	bool blocked = false;
+
+	account(s, sp, t0 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
+	if (cfg->idle != CORIO_IDLE_BLOCK) {
+		spin_end = cfg->idle == CORIO_IDLE_POLL
+				   ? UINT64_MAX
+				   : t0 + corio__ns_ticks(cfg->spin_us * 1000ull);
+		for (;;) {
+			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_head ||
+			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
+				goto out;
+			if (corio__tick() >= spin_end)
+				break;
+		}
+	}
+	/* A stopping shard never blocks: it turns until its fibers, ops and
+	 * parts have drained, and never advertises itself as sleeping (a
+	 * MSG_RING doorbell must not target a ring that is about to close). */
+	if (atomic_load_explicit(&s->rt->stopping, memory_order_relaxed)) {
+		corio__ring_poll(&s->ring); /* submit, and flush deferred completions */
+		goto out;
+	}
+	/* One more pass before advertising sleep: under a steady stream of
+	 * messages this usually finds work, and senders never see us asleep. */
+	if (cfg->idle == CORIO_IDLE_BLOCK && (parts_poll(s) || s->runq_head))
+		goto out;
+	atomic_store(&s->sleeping, 1);
+	/* Last look for work that another thread published before it saw us
+	 * awake (seq_cst loads in the parts; see core/msg.c). */
+	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
+		corio__ring_enter(&s->ring, 1);
+		blocked = true;
+	}
+	/* seq_cst: a waker whose exchange won saw us before this store, and
+	 * our next check of the waker's in-flight count sees its increment. */
+	atomic_store(&s->sleeping, 0);
+out:
+	sp->last_poll = corio__tick();
+	CORIO__STAT_ADD(s->stats.idle_ns, corio__ticks_ns(sp->last_poll - t0));
+	return blocked;
+}
+
+/* Busy turn: submit without waiting (no syscall when the SQ is empty). */
+static void busy_poll(struct corio__shard *s, struct corio__loopstat *sp, bool fiber_stalled)
+{
+	uint64_t t0, t1;
+
+	if (corio__ring_pending(&s->ring) || corio__ring_needs_enter(&s->ring)) {
+		t0 = corio__tick();
+		corio__ring_enter(&s->ring, 0);
+		t1 = corio__tick();
+	} else {
+		t0 = t1 = corio__tick();
+	}
+	account(s, sp, t1 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
+	sp->last_poll = t1;
+}
+
+void corio__loop(struct corio__shard *s)
+{
+	struct corio_rt *rt = s->rt;
+	struct corio__loopstat *sp = &s->ls;
+	unsigned n;
+	bool woke, stalled;
+
+	sp->last_poll = corio__tick();
+	for (;;) {
+		if (CORIO__UNLIKELY(!s->stopping &&
+				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
+			begin_stop(s);
+		stalled = run_fibers(s, sp);
+		parts_poll(s);
+		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&
+		    !parts_busy(s))
+			break;
+		woke = false;
+		if (s->runq_head)
+			busy_poll(s, sp, stalled);
+		else
+			woke = idle_wait(s, sp, stalled);
+		/* Always reap after the enter, whatever it returned: -EBUSY or
+		 * -EAGAIN (the kernel wants the CQ drained) is answered by this
+		 * reap, -EBADR was reported in corio__ring_check(). */
+		n = corio__ring_reap(&s->ring);
+		if (woke) {
+			CORIO__STAT_ADD(s->stats.wakes, 1);
+			CORIO__STAT_ADD(s->stats.wake_cqes, n);
+		}
+		CORIO__STAT_ADD(s->stats.loop_turns, 1);
+		publish_ring_stats(s);
+	}
+	publish_ring_stats(s);
+}
+

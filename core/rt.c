@@ -1,0 +1,416 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/rt.c - a runtime's life: shard threads (CPU pinning, NUMA-local
+ * memory, SIGPIPE blocked), start-up with a handshake so that corio_start()
+ * returns only once every shard runs (or none does), shutdown, and
+ * corio_wait(). The parts table comes from above (ctl/ hands it to
+ * corio__rt_start), so core names no other area.
+ *
+ * Shutdown: corio_shutdown() raises rt->stopping and wakes every shard
+ * through its eventfd. Each shard then cancels all its fibers, keeps
+ * turning until no fiber is alive and no op awaits its final CQE, and
+ * closes its ring (core/loop.c). corio_wait() joins the threads and frees
+ * the rest.
+ */
+#include "core/internal.h"
+#include "core/sanitizer.h"
+
+#include <errno.h>
+#include <numa.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+__thread struct corio__shard *corio__tl_shard;
+static __thread char tl_err[256];
+
+int corio__error(int err, const char *fmt, ...)
+{
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(tl_err, sizeof(tl_err), fmt, ap);
+	va_end(ap);
+	return err;
+}
+
+const char *corio_last_error(void)
+{
+	return tl_err[0] ? tl_err : "no error";
+}
+
+unsigned corio_shard_id(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->id : UINT32_MAX;
+}
+
+unsigned corio_shard_count(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->rt->nshards : 0;
+}
+
+int corio_shard_cpu(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	return s ? s->cpu : -1;
+}
+
+void corio__rt_stop(struct corio_rt *rt)
+{
+	if (atomic_exchange(&rt->stopping, 1))
+		return;
+	for (unsigned i = 0; i < rt->nshards; i++)
+		if (rt->shards[i] && rt->shards[i] != corio__tl_shard)
+			corio__shard_wake(rt->shards[i]);
+}
+
+void corio_shutdown(void)
+{
+	struct corio__shard *s = corio__tl_shard;
+
+	if (!s) {
+		assert(!"corio_shutdown outside a shard");
+		return;
+	}
+	corio__rt_stop(s->rt);
+}
+
+int corio_stop(struct corio_rt *rt)
+{
+	if (!rt)
+		return -EINVAL;
+	corio__rt_stop(rt);
+	return 0;
+}
+
+/* ---- shard thread ------------------------------------------------------------------ */
+
+static int entry_fiber(void *arg)
+{
+	struct corio_rt *rt = arg;
+
+	rt->entry(rt->entry_arg);
+	return 0;
+}
+
+static int shard_setup(struct corio__shard *s)
+{
+	struct corio_rt *rt = s->rt;
+	struct corio__ring_params rp = {
+		.sq_entries = rt->cfg.sq_entries,
+		.cq_entries = rt->cfg.cq_entries,
+		.sqpoll = rt->cfg.flags & CORIO_F_SQPOLL,
+		.sqpoll_cpu = -1,
+	};
+	char why[200];
+	int ret;
+
+	if (!(rt->cfg.flags & CORIO_F_NO_PIN)) {
+		cpu_set_t set;
+
+		CPU_ZERO(&set);
+		CPU_SET(s->cpu, &set);
+		ret = pthread_setaffinity_np(pthread_self(), sizeof(set), &set);
+		if (ret) {
+			snprintf(s->err, sizeof(s->err), "shard %u: cannot pin to CPU %d: %s", s->id,
+				 s->cpu, strerror(ret));
+			return -ret;
+		}
+	}
+	if (numa_available() >= 0)
+		numa_set_localalloc(); /* stacks and pools land on this CPU's node */
+
+	ret = corio__ring_init(&s->ring, &rp, why, sizeof(why));
+	if (ret) {
+		snprintf(s->err, sizeof(s->err), "shard %u: %s", s->id, why);
+		return ret;
+	}
+	CORIO__STAT_SET(s->stats.ring_flags, s->ring.setup_flags);
+	CORIO__STAT_SET(s->stats.ring_features, s->ring.features);
+	CORIO__STAT_SET(s->stats.cpu, (uint64_t)s->cpu);
+
+	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (s->efd < 0) {
+		ret = -errno;
+		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
+		return ret;
+	}
+	s->efd_nowait_test = corio__env_has("CORIO_RING_DISABLE", "efd_wait");
+	ret = corio__stack_init(s, &rt->cfg);
+	if (ret)
+		return ret;
+	corio__altstack_init(s); /* without it an overflow report is lost, nothing else */
+	corio__loopstat_init(s);
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
+		const struct corio__part *p = rt->parts[i];
+
+		s->err[0] = '\0';
+		if (p && p->init && (ret = p->init(s)) < 0) {
+			/* a part may say why itself, in s->err */
+			if (!s->err[0])
+				snprintf(s->err, sizeof(s->err), "shard %u: %s: %s", s->id,
+					 p->name, strerror(-ret));
+			return ret;
+		}
+	}
+	return 0;
+}
+
+static void shard_teardown(struct corio__shard *s)
+{
+	const struct corio__part *const *parts = s->rt->parts;
+
+	for (unsigned i = CORIO__PART_MAX; i-- > 0;)
+		if (parts[i] && parts[i]->fini && s->parts[i])
+			parts[i]->fini(s);
+	if (s->ring.ring.ring_fd > 0)
+		corio__ring_exit(&s->ring);
+	corio__stack_cache_free(s);
+	corio__fiber_pool_free(s);
+	corio__altstack_fini(s);
+}
+
+/*
+ * A write to a pipe, FIFO or socket whose reader has gone raises SIGPIPE in
+ * the writing thread, whose default action ends the whole process. On a
+ * shard that thread is corio's: a corio_write_at() issued inline by the ring,
+ * or the blocking fallback. Shard threads block SIGPIPE, so such a write
+ * returns -EPIPE and the process lives; the signal stays pending on the
+ * shard thread, blocked, and is never delivered. The application's own
+ * threads and its SIGPIPE disposition are untouched (README, "How it runs").
+ */
+static void block_sigpipe(void)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+static void *shard_main(void *arg)
+{
+	struct corio__shard *s = arg;
+	struct corio_rt *rt = s->rt;
+	int ret;
+
+	corio__tl_shard = s;
+	s->tid = (pid_t)syscall(SYS_gettid);
+	block_sigpipe();
+#if CORIO__TSAN
+	s->tsan_sched = __tsan_get_current_fiber();
+#endif
+	ret = shard_setup(s);
+
+	pthread_mutex_lock(&rt->lock);
+	if (ret) {
+		rt->failed++;
+		if (!rt->first_err) {
+			rt->first_err = ret;
+			snprintf(rt->err, sizeof(rt->err), "%s", s->err);
+		}
+	} else {
+		rt->ready++;
+	}
+	pthread_cond_broadcast(&rt->cond);
+	while (!rt->go)
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	pthread_mutex_unlock(&rt->lock);
+
+	if (!ret && !rt->failed) {
+		struct corio_spawn_opts o = { .name = "entry" };
+
+		corio__wakeup_arm(s);
+		ret = corio_spawn(entry_fiber, rt, &o, NULL);
+		if (ret == 0)
+			corio__loop(s);
+	}
+	shard_teardown(s);
+	corio__tl_shard = NULL;
+	return (void *)(intptr_t)ret;
+}
+
+/* ---- start / wait -------------------------------------------------------------------- */
+
+static void shard_free(struct corio__shard *s)
+{
+	if (!s)
+		return;
+	if (s->efd > 0)
+		close(s->efd);
+	if (numa_available() >= 0)
+		numa_free(s, sizeof(*s));
+	else
+		free(s);
+}
+
+static struct corio__shard *shard_alloc(int cpu)
+{
+	struct corio__shard *s;
+	int node = -1;
+
+	if (numa_available() >= 0) {
+		node = numa_node_of_cpu(cpu);
+		s = node >= 0 ? numa_alloc_onnode(sizeof(*s), node) : numa_alloc_local(sizeof(*s));
+	} else {
+		s = aligned_alloc(64, (sizeof(*s) + 63) & ~(size_t)63);
+	}
+	if (!s)
+		return NULL;
+	memset(s, 0, sizeof(*s));
+	s->numa_node = node;
+	s->busy = true; /* counted in rt->busy_shards from the start */
+	s->efd = -1;
+	s->ring.ring.ring_fd = -1;
+	return s;
+}
+
+static void rt_free(struct corio_rt *rt)
+{
+	/* Every shard thread has ended: nothing can read a part any more. */
+	for (unsigned i = 0; i < rt->nshards; i++)
+		for (unsigned k = 0; rt->shards[i] && k < CORIO__PART_MAX; k++)
+			if (rt->parts[k] && rt->parts[k]->release && rt->shards[i]->parts[k])
+				rt->parts[k]->release(rt->shards[i]);
+	for (unsigned i = 0; i < rt->nshards; i++)
+		shard_free(rt->shards[i]);
+	free(rt->shards);
+	free(rt->cpus);
+	pthread_mutex_destroy(&rt->lock);
+	pthread_cond_destroy(&rt->cond);
+	free(rt);
+}
+
+int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *const *parts,
+		    void (*entry)(void *), void *arg, struct corio_rt **out)
+{
+	struct corio_config defcfg;
+	const struct corio_config *cfg = ucfg;
+	struct corio_rt *rt;
+	cpu_set_t mask;
+	unsigned n, nmask, started = 0;
+	int ret;
+
+	if (out)
+		*out = NULL;
+	if (!out || !entry)
+		return corio__error(-EINVAL, "corio_start: entry and out are required");
+	if (corio__tl_shard)
+		return corio__error(-EPERM, "corio_start: called from a shard; nested runtimes are not supported");
+	if (!cfg) {
+		corio_config_init(&defcfg);
+		cfg = &defcfg;
+	}
+	ret = corio_config_check(cfg);
+	if (ret)
+		return ret;
+	if (sched_getaffinity(0, sizeof(mask), &mask))
+		return corio__error(-errno, "corio_start: sched_getaffinity: %s", strerror(errno));
+	nmask = (unsigned)CPU_COUNT(&mask);
+	n = cfg->shards ? cfg->shards : nmask;
+
+	rt = calloc(1, sizeof(*rt));
+	if (!rt)
+		return -ENOMEM;
+	rt->cfg = *cfg;
+	rt->cfg.cpus = NULL;
+	rt->parts = parts;
+	rt->nshards = n;
+	rt->entry = entry;
+	rt->entry_arg = arg;
+	atomic_init(&rt->busy_shards, n);
+	pthread_mutex_init(&rt->lock, NULL);
+	pthread_cond_init(&rt->cond, NULL);
+	rt->cpus = calloc(n, sizeof(int));
+	rt->shards = calloc(n, sizeof(*rt->shards));
+	if (!rt->cpus || !rt->shards) {
+		rt_free(rt);
+		return -ENOMEM;
+	}
+	{
+		int list[CPU_SETSIZE];
+		unsigned k = 0;
+
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &mask))
+				list[k++] = c;
+		/* cfg->cpus, or the mask's CPUs in order, wrapping when shards > CPUs */
+		for (unsigned i = 0; i < n; i++)
+			rt->cpus[i] = cfg->cpus ? cfg->cpus[i] : list[i % k];
+	}
+	corio__overflow_handler_install();
+	corio__tick_calibrate();
+
+	for (unsigned i = 0; i < n; i++) {
+		struct corio__shard *s = shard_alloc(rt->cpus[i]);
+
+		if (!s) {
+			ret = corio__error(-ENOMEM, "corio_start: cannot allocate shard %u", i);
+			break;
+		}
+		s->rt = rt;
+		s->id = i;
+		s->cpu = rt->cpus[i];
+		rt->shards[i] = s;
+		ret = pthread_create(&s->thread, NULL, shard_main, s);
+		if (ret) {
+			ret = corio__error(-ret, "corio_start: pthread_create for shard %u: %s", i,
+					   strerror(ret));
+			break;
+		}
+		started++;
+	}
+
+	pthread_mutex_lock(&rt->lock);
+	while (rt->ready + rt->failed < started)
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	if (!ret && rt->failed) {
+		ret = rt->first_err;
+		corio__error(ret, "%s", rt->err);
+	}
+	if (ret)
+		rt->failed++; /* tell the shards not to run */
+	rt->go = true;
+	pthread_cond_broadcast(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+
+	if (ret) {
+		for (unsigned i = 0; i < started; i++)
+			pthread_join(rt->shards[i]->thread, NULL);
+		rt_free(rt);
+		return ret;
+	}
+	*out = rt;
+	return 0;
+}
+
+int corio_wait(struct corio_rt *rt)
+{
+	int first = 0;
+
+	if (!rt)
+		return -EINVAL;
+	if (corio__tl_shard)
+		return -EPERM; /* a shard cannot wait for its own runtime */
+	for (unsigned i = 0; i < rt->nshards; i++) {
+		void *res = NULL;
+
+		pthread_join(rt->shards[i]->thread, &res);
+		if (!first && res)
+			first = (int)(intptr_t)res;
+	}
+	rt_free(rt);
+	return first;
+}
+

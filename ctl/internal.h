@@ -1,0 +1,29 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * ctl/internal.h - the private interface of ctl/, the top area of the
+ * library: the table of parts handed to core at start (ctl/ctl.c, which
+ * also defines corio_start and corio_run), the control socket
+ * (ctl/control.c), the HTTP /metrics server (ctl/metrics.c), and JSON and
+ * Prometheus rendering of every area's counters (ctl/render.c).
+ *
+ * May include: net/, fs/, core/, timer/, uring/ and the public headers.
+ * Nothing includes it. Not installed.
+ */
+#ifndef CORIO_CTL_INTERNAL_H
+#define CORIO_CTL_INTERNAL_H
+
+#include "core/internal.h"
+#include "fs/internal.h"
+#include "net/internal.h"
+
+/* ctl's slot in s->parts[]: shard 0's control server, when there is one. */
+#define CORIO__PART_CTL (CORIO__PART_FIRST_AREA + 2)
+
+struct corio__control;
+
+/* Start the control socket on shard s (shard 0) at path: 0, or -errno with
+ * the reason in s->err. corio__control_fini() after the loop ended. */
+int corio__control_start(struct corio__shard *s, const char *path);
+void corio__control_fini(struct corio__shard *s);
+
+#endif
