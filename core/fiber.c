@@ -77,13 +77,7 @@ void corio__fiber_pool_free(struct corio__shard *s)
 
 static void all_unlink(struct corio__shard *s, struct corio_fiber *f)
 {
-	if (f->all_prev)
-		f->all_prev->all_next = f->all_next;
-	else
-		s->all = f->all_next;
-	if (f->all_next)
-		f->all_next->all_prev = f->all_prev;
-	f->all_next = f->all_prev = NULL;
+	CORIO__DLIST_DEL(s->all, f, all_next, all_prev);
 }
 
 /* ---- the switch ----------------------------------------------------------- */
@@ -261,28 +255,14 @@ void corio_yield(void)
 
 static void wq_remove(struct corio_waitq *wq, struct corio_fiber *f)
 {
-	if (f->wq_prev)
-		f->wq_prev->wq_next = f->wq_next;
-	else
-		wq->head = f->wq_next;
-	if (f->wq_next)
-		f->wq_next->wq_prev = f->wq_prev;
-	else
-		wq->tail = f->wq_prev;
-	f->wq_next = f->wq_prev = NULL;
+	CORIO__DLIST_DEL2(wq->head, wq->tail, f, wq_next, wq_prev);
 	f->wq = NULL;
 }
 
 void corio__wq_push(struct corio_waitq *wq, struct corio_fiber *f)
 {
 	f->wq = wq;
-	f->wq_next = NULL;
-	f->wq_prev = wq->tail;
-	if (wq->tail)
-		wq->tail->wq_next = f;
-	else
-		wq->head = f;
-	wq->tail = f;
+	CORIO__DLIST_APPEND(wq->head, wq->tail, f, wq_next, wq_prev);
 }
 
 void corio__wq_del(struct corio_fiber *f)
@@ -416,10 +396,7 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 	/* Inherit the spawner's deadline scope? No: a new fiber is a new scope. */
 	if (!out)
 		f->flags |= CORIO__FF_DETACHED;
-	f->all_next = s->all;
-	if (s->all)
-		s->all->all_prev = f;
-	s->all = f;
+	CORIO__DLIST_PUSH(s->all, f, all_next, all_prev);
 	CORIO__STAT_ADD(s->stats.fibers_live, 1);
 	CORIO__STAT_ADD(s->stats.fibers_spawned, 1);
 	corio__shard_busy(s);

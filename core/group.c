@@ -71,11 +71,7 @@ int corio_group_spawn(struct corio_group *g, int (*fn)(void *), void *arg,
 	f->group = g;
 	f->grp_status = status;
 	f->grp_index = g->spawned++;
-	f->grp_prev = NULL;
-	f->grp_next = g->members;
-	if (g->members)
-		g->members->grp_prev = f;
-	g->members = f;
+	CORIO__DLIST_PUSH(g->members, f, grp_next, grp_prev);
 	g->live++;
 	corio_detach(f); /* freed when it ends, after corio__group_exit() */
 	return (int)f->grp_index;
@@ -86,13 +82,7 @@ void corio__group_exit(struct corio_fiber *f)
 	struct corio_group *g = f->group;
 
 	f->group = NULL;
-	if (f->grp_prev)
-		f->grp_prev->grp_next = f->grp_next;
-	else
-		g->members = f->grp_next;
-	if (f->grp_next)
-		f->grp_next->grp_prev = f->grp_prev;
-	f->grp_next = f->grp_prev = NULL;
+	CORIO__DLIST_DEL(g->members, f, grp_next, grp_prev);
 	g->live--;
 	if (f->grp_status)
 		*f->grp_status = f->status;

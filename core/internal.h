@@ -1,17 +1,25 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * core/internal.h - what the areas (core, timer, net, fs) share inside the
- * library. Nothing here is installed.
+ * core/internal.h - the private interface of core/: runtime launch and
+ * shutdown, shards, configuration, the loop, fibers (switch, stack pool),
+ * the scheduler and wait queues, deadline scopes and bounded waits, sleeps
+ * and timer waits, the cross-shard message ring, fiber-local sync, select,
+ * groups and core's counters. It knows nothing of sockets, files or the
+ * control socket: the areas above it (net/, fs/, ctl/) build on it.
+ *
+ * May include: timer/, uring/ and the public headers. Not installed.
  *
  * A shard is a list of parts: the ring (uring/), the scheduler and fibers,
- * pools, the wake-up eventfd, stats, and one slot per later area
- * (parts[], registered in core/parts.c).
+ * pools, the wake-up eventfd, loop timing, and one slot per part in parts[]
+ * (the table ctl/ctl.c hands to corio__rt_start; core's own parts are the
+ * timers and the message ring).
  */
 #ifndef CORIO_CORE_INTERNAL_H
 #define CORIO_CORE_INTERNAL_H
 
 #include "corio.h"
 #include "corio/select.h"
+#include "core/list.h"
 #include "timer/internal.h"
 #include "uring/internal.h"
 

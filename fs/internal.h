@@ -3,6 +3,11 @@
  * fs/internal.h - the fs part of a shard: counters, forced fallbacks and the
  * aligned-buffer cache. Written only by the shard's own thread; the counters
  * are read by corio_fs_stats_get() from any thread.
+ *
+ * fs/ owns file I/O: open, read/write at offsets (vectored too), fsync,
+ * statx, fallocate, rename, unlink, mkdir, O_DIRECT buffers, and the
+ * blocking-syscall fallback. May include: core/, timer/, uring/ and the
+ * public headers; never net/ or ctl/. Not installed.
  */
 #ifndef CORIO_FS_INTERNAL_H
 #define CORIO_FS_INTERNAL_H

@@ -288,7 +288,8 @@ struct corio_stats {
 	uint64_t fibers_live;    /* fibers that have not ended                    */
 	uint64_t fibers_spawned; /* fibers ever spawned                           */
 	uint64_t switches;       /* context switches                              */
-	uint64_t idle_ns;        /* time blocked in io_uring_enter                */
+	uint64_t idle_ns;        /* time with nothing to run: blocked in
+	                            io_uring_enter, or spinning (idle=spin/poll) */
 	uint64_t busy_ns;        /* time not blocked                              */
 	uint64_t ring_flags;     /* IORING_SETUP_* flags the ring runs with       */
 	uint64_t ring_features;  /* IORING_FEAT_* the kernel reported             */

@@ -1,7 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * net/internal.h - what the files of net/ share: the per-shard net part, the
- * socket and listener records, the deadline-aware park.
+ * socket and listener records, the uninterruptible park used while the
+ * kernel still holds a socket's memory (corio__net_park_until).
+ *
+ * net/ owns TCP, UDP and Unix sockets: listen (SO_REUSEPORT per shard),
+ * multishot accept, connect, receive (multishot, provided buffers), send
+ * (zero-copy option), close, address parsing. May include: core/, timer/,
+ * uring/ and the public headers; never fs/ or ctl/. Not installed.
  */
 #ifndef CORIO_NET_INTERNAL_H
 #define CORIO_NET_INTERNAL_H
@@ -26,15 +32,11 @@ enum {
 
 struct corio__net;
 
-/* Intrusive doubly-linked list node. */
-struct corio__nlink {
-	struct corio__nlink *next, *prev;
-};
 
 /* A long-lived receive or accept op; on net->armed while in the kernel, so
  * shutdown can cancel it. */
 struct corio__mshot {
-	struct corio__nlink link;
+	struct corio__link link;
 	struct corio__op op;
 	uint8_t state; /* NET_* */
 };
@@ -77,7 +79,7 @@ struct corio_sock {
 	bool hup;              /* the poll fired: receive with single shots */
 	struct corio_waitq rwq;      /* the fiber waiting for data */
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
-	struct corio__nlink starved_link;
+	struct corio__link starved_link;
 	struct corio_sock *free_next;
 
 	/* asynchronous sends (corio_send_buf): a FIFO, its head in the kernel */
@@ -88,7 +90,7 @@ struct corio_sock {
 	uint16_t sq_count;     /* records queued (at most net->send_cap) */
 	struct corio_waitq swq;      /* fibers waiting for the queue to drain */
 	struct corio_waitq sroom;    /* corio_send_buf callers waiting for room */
-	struct corio__nlink send_link; /* on net->sending while queued */
+	struct corio__link send_link; /* on net->sending while queued */
 };
 
 struct corio_listener {
@@ -126,38 +128,15 @@ struct corio__net {
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	uint16_t *qnext;       /* per buffer id: next in a socket's queue */
 	uint32_t *qlen;        /* per buffer id: bytes in it */
-	struct corio__nlink starved; /* sockets waiting for a free buffer */
-	struct corio__nlink armed;   /* corio__mshot ops in the kernel */
+	struct corio__link starved; /* sockets waiting for a free buffer */
+	struct corio__link armed;   /* corio__mshot ops in the kernel */
 	struct corio_sock *sock_free;
 	unsigned nsock_free;
-	struct corio__nlink sending; /* sockets with queued sends */
+	struct corio__link sending; /* sockets with queued sends */
 	struct corio__srec *srec_free;
 	unsigned nsrec_free;
 };
 
-static inline void corio__nlist_init(struct corio__nlink *h)
-{
-	h->next = h->prev = h;
-}
-static inline bool corio__nlist_linked(const struct corio__nlink *n)
-{
-	return n->next != NULL;
-}
-static inline void corio__nlist_add(struct corio__nlink *h, struct corio__nlink *n)
-{
-	n->next = h;
-	n->prev = h->prev;
-	h->prev->next = n;
-	h->prev = n;
-}
-static inline void corio__nlist_del(struct corio__nlink *n)
-{
-	if (!n->next)
-		return;
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->next = n->prev = NULL;
-}
 
 #define CORIO__CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 

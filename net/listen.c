@@ -117,7 +117,7 @@ static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 out:
 	if (!more) {
 		l->a.state = NET_IDLE;
-		corio__nlist_del(&l->a.link);
+		corio__list_del(&l->a.link);
 		corio__op_finished(n->shard);
 		if (l->closer)
 			corio__ready(l->closer, 0);
@@ -137,7 +137,7 @@ static void accept_arm(struct corio_listener *l)
 	corio__sqe_set_op(sqe, &l->a.op);
 	l->a.state = NET_ARMED;
 	l->armed_once = true;
-	corio__nlist_add(&n->armed, &l->a.link);
+	corio__list_add(&n->armed, &l->a.link);
 	corio__op_started(n->shard);
 }
 

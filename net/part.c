@@ -56,9 +56,9 @@ static int net_init(struct corio__shard *s)
 	if (!n)
 		return -ENOMEM;
 	n->shard = s;
-	corio__nlist_init(&n->starved);
-	corio__nlist_init(&n->armed);
-	corio__nlist_init(&n->sending);
+	corio__list_init(&n->starved);
+	corio__list_init(&n->armed);
+	corio__list_init(&n->sending);
 	/*
 	 * The opcode probe cannot see flags, so infer them from opcodes that
 	 * landed in the same release: multishot accept came with
@@ -116,7 +116,7 @@ int corio__net_bufs(struct corio__net *n)
 static unsigned net_poll(struct corio__shard *sh)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
-	struct corio__nlink *l, *next;
+	struct corio__link *l, *next;
 	unsigned work = 0, slack;
 
 	if (!n || n->starved.next == &n->starved || n->stopping)
@@ -128,7 +128,7 @@ static unsigned net_poll(struct corio__shard *sh)
 		next = l->next;
 		if (!s->rwq.head && n->bufs.in_ring < slack)
 			continue;
-		corio__nlist_del(l);
+		corio__list_del(l);
 		s->starved = false;
 		if (s->qcount >= n->recv_cap)
 			s->capped = true; /* its reader re-arms it */
@@ -147,7 +147,7 @@ static void net_stop(struct corio__shard *sh)
 	n->stopping = true;
 	/* Multishot ops would keep the shard alive: cancel them all. Their
 	 * final CQEs arrive as -ECANCELED (counted in ops_inflight). */
-	for (struct corio__nlink *l = n->armed.next; l != &n->armed; l = l->next) {
+	for (struct corio__link *l = n->armed.next; l != &n->armed; l = l->next) {
 		struct corio__mshot *m = CORIO__CONTAINER(l, struct corio__mshot, link);
 
 		if (m->state == NET_ARMED) {
@@ -156,7 +156,7 @@ static void net_stop(struct corio__shard *sh)
 		}
 	}
 	/* Queued sends too: the peer may never read them. */
-	for (struct corio__nlink *l = n->sending.next; l != &n->sending; l = l->next)
+	for (struct corio__link *l = n->sending.next; l != &n->sending; l = l->next)
 		corio__sock_send_cancel(CORIO__CONTAINER(l, struct corio_sock, send_link));
 }
 

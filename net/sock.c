@@ -173,7 +173,7 @@ static void starve(struct corio_sock *s)
 {
 	if (!s->starved) {
 		s->starved = true;
-		corio__nlist_add(&s->net->starved, &s->starved_link);
+		corio__list_add(&s->net->starved, &s->starved_link);
 	}
 }
 
@@ -225,7 +225,7 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	}
 	if (!more) {
 		s->r.state = NET_IDLE;
-		corio__nlist_del(&s->r.link);
+		corio__list_del(&s->r.link);
 		corio__op_finished(n->shard);
 		if (s->closer)
 			corio__ready(s->closer, 0);
@@ -253,7 +253,7 @@ static void hup_cb(struct corio__op *op, int32_t res, uint32_t flags)
 
 	(void)flags;
 	s->h.state = NET_IDLE;
-	corio__nlist_del(&s->h.link);
+	corio__list_del(&s->h.link);
 	corio__op_finished(n->shard);
 	if (res != -ECANCELED) {
 		/* The stream is ending: do not trust the multishot to say so. */
@@ -276,7 +276,7 @@ static void arm_hup(struct corio_sock *s)
 	io_uring_prep_poll_add(sqe, s->fd, POLLERR | POLLHUP | POLLRDHUP);
 	corio__sqe_set_op(sqe, &s->h.op);
 	s->h.state = NET_ARMED;
-	corio__nlist_add(&n->armed, &s->h.link);
+	corio__list_add(&n->armed, &s->h.link);
 	corio__op_started(n->shard);
 }
 
@@ -339,7 +339,7 @@ int corio__sock_arm(struct corio_sock *s)
 	s->buffered = true;
 	s->capped = false;
 	s->r.state = NET_ARMED;
-	corio__nlist_add(&n->armed, &s->r.link);
+	corio__list_add(&n->armed, &s->r.link);
 	corio__op_started(n->shard);
 	if (s->type == SOCK_STREAM && (sqe->ioprio & IORING_RECV_MULTISHOT) &&
 	    s->h.state == NET_IDLE)
@@ -620,7 +620,7 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 			srec_pop(s);
 	}
 	s->sq_cancel = false;
-	corio__nlist_del(&s->send_link);
+	corio__list_del(&s->send_link);
 	corio__op_finished(n->shard);
 	if (s->closer)
 		corio__ready(s->closer, 0);
@@ -703,7 +703,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 	s->sq_head = s->sq_tail = r;
 	srec_submit(s, r);
 	corio__op_started(n->shard);
-	corio__nlist_add(&n->sending, &s->send_link);
+	corio__list_add(&n->sending, &s->send_link);
 	return 0;
 }
 
@@ -1004,7 +1004,7 @@ static void quiesce(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 
-	corio__nlist_del(&s->starved_link);
+	corio__list_del(&s->starved_link);
 	s->starved = false;
 	if (rop_idle(s))
 		return;
