@@ -9,6 +9,8 @@
 #   V=1             show the commands
 #   WERROR=1        warnings are errors (CI sets it)
 #   TESTS="a b"     make test runs only test/test_a and test/test_b
+#   make check-layout  prove from the objects' symbols that calls run one way:
+#                      tools -> include -> ctl -> net, fs -> core -> timer -> uring
 #   make soak SECS=N   corio-echo under N seconds of connection churn per accept
 #                      model; fds, fibers, connections, buffers must come back
 #   make fuzz SECS=N   build the libFuzzer targets in test/fuzz (clang, ASan+UBSan)
@@ -78,7 +80,7 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 STATIC := $(B)/libcorio.a
 SHARED := $(B)/libcorio.so.$(VERSION)
 
-.PHONY: all lib tools tests test bench fuzz soak install uninstall clean deps check-headers
+.PHONY: all lib tools tests test bench fuzz soak check-layout install uninstall clean deps check-headers
 all: lib $(B)/corio.pc tools
 
 lib: $(STATIC) $(SHARED)
@@ -149,6 +151,9 @@ test: deps
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench.sh $(B)
+
+check-layout: lib $(TOOL_LOBJ)
+	$(Q)sh tools/check-layout.sh $(B)/obj $(TOOL_LOBJ)
 
 SECS ?= 10
 soak: deps

@@ -96,7 +96,17 @@ if [ -s "$tmp/inc" ]; then
 	status=1
 fi
 
-# Tools and examples: the public API only.
+# Tools and examples: the public API only, in what they include...
+for src in tools/*.c tools/lib/*.c tools/examples/*.c; do
+	[ -f "$src" ] || continue
+	grep -Hn '^#include "\(uring\|timer\|core\|net\|fs\|ctl\)/' "$src" |
+		sed 's/^/layout: a tool includes a private header: /'
+done >"$tmp/tools"
+if [ -s "$tmp/tools" ]; then
+	cat "$tmp/tools"
+	status=1
+fi
+# ... and in what their objects call.
 for o in "$@"; do
 	[ -f "$o" ] || continue
 	nm -u "$o" | awk -v f="$o" '$2 ~ /^corio__/ { printf "layout: %s uses internal %s\n", f, $2; bad = 1 }
