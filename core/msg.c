@@ -29,7 +29,7 @@
  * `batch` messages per loop turn, so a flood cannot starve I/O.
  *
  * ---- No lost wake-up ----------------------------------------------------------
- * A shard about to block in io_uring_enter (core/shard.c, idle_wait) stores
+ * A shard about to block in io_uring_enter (core/loop.c, idle_wait) stores
  * sleeping = 1 (seq_cst), then takes a last look (this part's poll), which
  * loads tail (seq_cst) and treats any position claimed but not consumed as
  * work, published or not. A producer's claim is a seq_cst CAS on tail, and

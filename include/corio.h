@@ -294,7 +294,7 @@ struct corio_stats {
 	uint64_t ring_flags;     /* IORING_SETUP_* flags the ring runs with       */
 	uint64_t ring_features;  /* IORING_FEAT_* the kernel reported             */
 	uint64_t cpu;            /* CPU the shard is pinned to                    */
-	/* loop instrumentation (core/shard.c); see corio/stats.h */
+	/* loop instrumentation (core/loop.c); see corio/stats.h */
 	uint64_t wakes;          /* blocking enters that returned (shard slept)   */
 	uint64_t wake_cqes;      /* CQEs reaped right after those wake-ups        */
 	uint64_t doorbells_in;   /* eventfd wake-ups (foreign threads, shutdown);
