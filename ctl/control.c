@@ -9,7 +9,7 @@
  *
  * Nothing a client does can stall the shard: every read and write is a
  * parked fiber bounded by a deadline (a client that never reads is closed
- * when its answer cannot be sent in time), lines are capped at LINE_MAX
+ * when its answer cannot be sent in time), lines are capped at CORIO__CTL_LINE_MAX
  * bytes, each client gets a few errors before it is closed, and at most
  * MAX_CLIENTS are served at a time. The idle limit is a deadline on a whole
  * line, not on each receive, so a client that trickles bytes without a
@@ -39,7 +39,6 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define LINE_MAX_ 256
 #define MAX_CLIENTS 16
 #define MAX_ERRORS 4
 
@@ -102,11 +101,10 @@ static int answer_render(struct corio_sock *c, unsigned fmt, uint64_t tmo)
 	return ret;
 }
 
-/* Handle one line; < 0 ends the connection. */
-static int command(struct corio_sock *c, char *line, size_t len, unsigned *errors, uint64_t tmo)
-{
-	static const char unknown[] = "error: unknown command (try 'help')\n";
+/* ---- the protocol, without I/O (test/fuzz/fuzz_control.c drives it) ---- */
 
+static int classify(const char *line, size_t len)
+{
 	while (len && (line[len - 1] == '\r' || line[len - 1] == ' ' || line[len - 1] == '\t'))
 		len--;
 	while (len && (*line == ' ' || *line == '\t')) {
@@ -114,17 +112,64 @@ static int command(struct corio_sock *c, char *line, size_t len, unsigned *error
 		len--;
 	}
 	if (!len)
-		return 0;
+		return CORIO__CTL_EMPTY;
 	if (len == 5 && !memcmp(line, "stats", 5))
-		return answer_render(c, CORIO_STATS_JSON, tmo);
+		return CORIO__CTL_STATS;
 	if (len == 4 && !memcmp(line, "prom", 4))
-		return answer_render(c, CORIO_STATS_PROM, tmo);
+		return CORIO__CTL_PROM;
 	if (len == 4 && !memcmp(line, "help", 4))
+		return CORIO__CTL_HELP;
+	return CORIO__CTL_UNKNOWN;
+}
+
+size_t corio__ctl_feed(struct corio__ctl_lines *r, const char *p, size_t n)
+{
+	size_t room = CORIO__CTL_LINE_MAX - r->have;
+
+	if (n > room)
+		n = room;
+	memcpy(r->buf + r->have, p, n);
+	r->have += n;
+	return n;
+}
+
+int corio__ctl_next(struct corio__ctl_lines *r)
+{
+	char *nl = memchr(r->buf, '\n', r->have);
+	size_t ll;
+	int cmd;
+
+	if (!nl)
+		return r->have >= CORIO__CTL_LINE_MAX ? CORIO__CTL_TOO_LONG : CORIO__CTL_MORE;
+	ll = (size_t)(nl - r->buf);
+	cmd = classify(r->buf, ll);
+	memmove(r->buf, nl + 1, r->have - ll - 1);
+	r->have -= ll + 1;
+	return cmd;
+}
+
+/* ---- serving ------------------------------------------------------------------ */
+
+/* Answer one command; < 0 ends the connection. */
+static int command(struct corio_sock *c, int cmd, unsigned *errors, uint64_t tmo)
+{
+	static const char unknown[] = "error: unknown command (try 'help')\n";
+
+	switch (cmd) {
+	case CORIO__CTL_EMPTY:
+		return 0;
+	case CORIO__CTL_STATS:
+		return answer_render(c, CORIO_STATS_JSON, tmo);
+	case CORIO__CTL_PROM:
+		return answer_render(c, CORIO_STATS_PROM, tmo);
+	case CORIO__CTL_HELP:
 		return send_bounded(c, help_text, sizeof(help_text) - 1, tmo);
-	/* never echo the line back: it may be binary */
-	if (send_bounded(c, unknown, sizeof(unknown) - 1, tmo) < 0)
-		return -EPIPE;
-	return ++*errors >= MAX_ERRORS ? -EPROTO : 0;
+	default:
+		/* never echo the line back: it may be binary */
+		if (send_bounded(c, unknown, sizeof(unknown) - 1, tmo) < 0)
+			return -EPIPE;
+		return ++*errors >= MAX_ERRORS ? -EPROTO : 0;
+	}
 }
 
 struct client {
@@ -151,10 +196,9 @@ static int client_fiber(void *arg)
 	struct client *cl = arg;
 	struct corio__control *ctl = cl->ctl;
 	struct corio_sock *c = cl->c;
-	char buf[LINE_MAX_ + 1];
-	size_t have = 0;
+	struct corio__ctl_lines r = { .have = 0 };
 	unsigned errors = 0;
-	int ret = 0;
+	int ret = 0, cmd = CORIO__CTL_MORE;
 
 	free(cl);
 	if (!peer_allowed(c, ctl)) {
@@ -167,7 +211,6 @@ static int client_fiber(void *arg)
 	while (ret >= 0) {
 		struct corio_deadline d;
 		ssize_t n = 0;
-		char *nl;
 
 		/*
 		 * The idle limit (12 timeouts, 60 s by default) bounds the whole
@@ -177,28 +220,22 @@ static int client_fiber(void *arg)
 		 * Answers are sent outside it, each with its own bound.
 		 */
 		corio_timeout_push(&d, ctl->timeout_ns * 12);
-		while (!memchr(buf, '\n', have) && have < LINE_MAX_) {
-			n = corio_recv(c, buf + have, sizeof(buf) - 1 - have);
+		while ((cmd = corio__ctl_next(&r)) == CORIO__CTL_MORE) {
+			n = corio_recv(c, r.buf + r.have, CORIO__CTL_LINE_MAX - r.have);
 			if (n <= 0)
 				break;
-			have += (size_t)n;
+			r.have += (size_t)n;
 		}
 		corio_deadline_pop(&d);
-		if (n < 0 || (n == 0 && !memchr(buf, '\n', have)))
-			break;
-		while (ret >= 0 && (nl = memchr(buf, '\n', have))) {
-			size_t ll = (size_t)(nl - buf);
-
-			ret = command(c, buf, ll, &errors, ctl->timeout_ns);
-			memmove(buf, nl + 1, have - ll - 1);
-			have -= ll + 1;
-		}
-		if (ret >= 0 && have >= LINE_MAX_) {
+		if (cmd == CORIO__CTL_MORE)
+			break; /* end of stream, an error, or the idle limit */
+		if (cmd == CORIO__CTL_TOO_LONG) {
 			static const char toolong[] = "error: line too long (max 255 bytes)\n";
 
 			send_bounded(c, toolong, sizeof(toolong) - 1, ctl->timeout_ns);
 			break;
 		}
+		ret = command(c, cmd, &errors, ctl->timeout_ns);
 	}
 	corio_close(c);
 	ctl->clients--;

@@ -26,4 +26,25 @@ struct corio__control;
 int corio__control_start(struct corio__shard *s, const char *path);
 void corio__control_fini(struct corio__shard *s);
 
+/* The control protocol without I/O: lines of at most CORIO__CTL_LINE_MAX - 1
+ * bytes before their LF, each one command. */
+#define CORIO__CTL_LINE_MAX 256
+enum {
+	CORIO__CTL_MORE,     /* no complete line buffered yet            */
+	CORIO__CTL_TOO_LONG, /* the buffer is full and holds no LF       */
+	CORIO__CTL_EMPTY,    /* a blank line                             */
+	CORIO__CTL_STATS,
+	CORIO__CTL_PROM,
+	CORIO__CTL_HELP,
+	CORIO__CTL_UNKNOWN,
+};
+struct corio__ctl_lines {
+	char buf[CORIO__CTL_LINE_MAX];
+	size_t have;
+};
+/* Buffer up to n received bytes; returns how many fit. */
+size_t corio__ctl_feed(struct corio__ctl_lines *r, const char *p, size_t n);
+/* Take the next complete line and classify it (CORIO__CTL_*). */
+int corio__ctl_next(struct corio__ctl_lines *r);
+
 #endif
