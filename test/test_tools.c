@@ -395,6 +395,8 @@ Test(tools, udp_echo_load_nothing_lost, .timeout = 120)
 {
 	check_udp_clean("corio-echo", (char *[]){ "--udp", "-p", "0", "-n", "2", NULL });
 	check_udp_clean("corio-echo", (char *[]){ "--udp", "-p", "0", "--recv", "copy", NULL });
+	/* the baseline, so the instrument is known good on its own */
+	check_udp_clean("epoll-echo", (char *[]){ "--udp", "-p", "0", NULL });
 }
 
 /* A mute UDP server: every datagram is lost. The run must end by the drain
@@ -440,7 +442,7 @@ static size_t sp_frame(unsigned char *m, uint64_t seq, unsigned flags, uint32_t 
 	return total;
 }
 
-Test(tools, udp_sockperf_framing, .timeout = 60)
+static void sockperf_udp(const char *server)
 {
 	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
 	struct timeval tv = { .tv_sec = 5 };
@@ -449,8 +451,7 @@ Test(tools, udp_sockperf_framing, .timeout = 60)
 	int port, fd;
 	ssize_t k;
 
-	srv = start_server_tool("corio-echo", (char *[]){ "--udp", "--sockperf", "-p", "0", NULL },
-				&port);
+	srv = start_server_tool(server, (char *[]){ "--udp", "--sockperf", "-p", "0", NULL }, &port);
 	sa.sin_port = htons((uint16_t)port);
 	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
 	cr_assert(fd >= 0);
@@ -487,5 +488,11 @@ Test(tools, udp_sockperf_framing, .timeout = 60)
 	cr_assert_eq(recv(fd, r, sizeof(r), 0), 100);
 	cr_assert(r[7] == 8 && r[9] == 0x2 && !memcmp(r + 14, m + 14, 86));
 	close(fd);
-	stop_server_tool(&srv, "corio-echo");
+	stop_server_tool(&srv, server);
+}
+
+Test(tools, udp_sockperf_framing, .timeout = 60)
+{
+	sockperf_udp("corio-echo");
+	sockperf_udp("epoll-echo");
 }
