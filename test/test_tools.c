@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -137,6 +138,8 @@ static struct child spawn_tool_out(const char *prog, char *const argv[], int out
 	if (c.pid == 0) {
 		int nul = open("/dev/null", O_RDWR);
 
+		/* a failed assertion ends the test process: take the tool along */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(nul, 0);
 		dup2(out >= 0 ? out : nul, 1);
 		dup2(p[1], 2);
@@ -368,7 +371,9 @@ static int udp_load(int port, const char *engine, const char *const extra[], cha
 static void check_udp_clean(const char *server, char *const sargs[])
 {
 	static const char *const engines[] = { "corio", "epoll" };
-	static const char *const modes[][3] = { { "-P", "4", NULL }, { "-r", "4000", NULL } };
+	/* rates a loaded machine keeps up with: what this checks is that nothing
+	 * is lost, duplicated or reordered, not speed */
+	static const char *const modes[][3] = { { "-P", "4", NULL }, { "-r", "2000", NULL } };
 	struct child srv;
 	int port;
 
