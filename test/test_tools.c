@@ -400,8 +400,9 @@ Test(tools, udp_echo_load_nothing_lost, .timeout = 120)
 {
 	check_udp_clean("corio-echo", (char *[]){ "--udp", "-p", "0", "-n", "2", NULL });
 	check_udp_clean("corio-echo", (char *[]){ "--udp", "-p", "0", "--recv", "copy", NULL });
-	/* the baseline, so the instrument is known good on its own */
+	/* the baselines, so the instrument is known good on its own */
 	check_udp_clean("epoll-echo", (char *[]){ "--udp", "-p", "0", NULL });
+	check_udp_clean("uring-echo", (char *[]){ "--udp", "-p", "0", NULL });
 }
 
 /* A mute UDP server: every datagram is lost. The run must end by the drain
