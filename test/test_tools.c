@@ -12,6 +12,7 @@
 #include <arpa/inet.h>
 #include <limits.h>
 #include <netinet/in.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <time.h>
 
@@ -125,7 +126,8 @@ struct child {
 	int err; /* read end of its stderr */
 };
 
-static struct child spawn_tool(const char *prog, char *const argv[])
+/* Start prog with stdout on out (-1: /dev/null) and stderr on a pipe. */
+static struct child spawn_tool_out(const char *prog, char *const argv[], int out)
 {
 	struct child c;
 	int p[2];
@@ -136,8 +138,10 @@ static struct child spawn_tool(const char *prog, char *const argv[])
 	if (c.pid == 0) {
 		int nul = open("/dev/null", O_RDWR);
 
+		/* a failed assertion ends the test process: take the tool along */
+		prctl(PR_SET_PDEATHSIG, SIGKILL);
 		dup2(nul, 0);
-		dup2(nul, 1);
+		dup2(out >= 0 ? out : nul, 1);
 		dup2(p[1], 2);
 		execv(prog, argv);
 		_exit(127);
@@ -145,6 +149,11 @@ static struct child spawn_tool(const char *prog, char *const argv[])
 	close(p[1]);
 	c.err = p[0];
 	return c;
+}
+
+static struct child spawn_tool(const char *prog, char *const argv[])
+{
+	return spawn_tool_out(prog, argv, -1);
 }
 
 /* Wait at most timeout_ms for the child; kill it then. Its stderr goes
@@ -250,4 +259,246 @@ Test(tools, load_rate_ends_when_server_is_mute, .timeout = 60)
 Test(tools, load_rate_ends_when_sends_block_past_drain, .timeout = 60)
 {
 	load_mute("64k", "20k");
+}
+
+/* ---- UDP: corio-echo --udp, corio-load --udp ----------------------------------------- */
+
+/* Start a server tool with its stdout on a pipe and read the port from its
+ * "listening on 127.0.0.1:PORT" line (10 s at most). */
+static struct child start_server_tool(const char *name, char *const args[], int *port)
+{
+	char prog[PATH_MAX + 32], line[512];
+	char *argv[16];
+	struct child c;
+	int out[2], n = 0;
+	size_t got = 0;
+
+	tool_path(prog, sizeof(prog), name);
+	if (access(prog, X_OK))
+		cr_skip_test("%s is not built (make tools)", prog);
+	argv[n++] = prog;
+	while (args[n - 1] && n < 15) {
+		argv[n] = args[n - 1];
+		n++;
+	}
+	argv[n] = NULL;
+	cr_assert_eq(pipe2(out, O_CLOEXEC), 0);
+	c = spawn_tool_out(prog, argv, out[1]);
+	close(out[1]);
+	fcntl(out[0], F_SETFL, O_NONBLOCK);
+	*port = 0;
+	for (unsigned waited = 0; waited < 10000 && !*port; waited++) {
+		ssize_t k = read(out[0], line + got, sizeof(line) - 1 - got);
+		char *at;
+
+		if (k > 0) {
+			got += (size_t)k;
+			line[got] = '\0';
+			at = strstr(line, "listening on 127.0.0.1:");
+			if (at && strchr(at, '\n'))
+				*port = atoi(at + strlen("listening on 127.0.0.1:"));
+			continue;
+		}
+		if (k == 0 || waitpid(c.pid, NULL, WNOHANG) == c.pid)
+			break;
+		usleep(1000);
+	}
+	close(out[0]);
+	cr_assert(*port > 0, "%s did not print its port: '%.*s'", name, (int)got, line);
+	return c;
+}
+
+/* SIGTERM the server and expect a clean exit within 10 s. */
+static void stop_server_tool(struct child *c, const char *name)
+{
+	char msg[2048];
+	int st;
+
+	kill(c->pid, SIGTERM);
+	st = wait_tool(c, 10000, msg, sizeof(msg));
+	cr_assert(st != TH_HUNG, "%s did not stop on SIGTERM", name);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status 0x%x, stderr: %s", name, st,
+		  msg);
+}
+
+/* corio-load --udp -c 4 for 0.35 s against port, with extra options (NULL
+ * terminated), --json on stdout: its exit status, and the JSON line in out. */
+static int udp_load(int port, const char *engine, const char *const extra[], char *out,
+		    size_t outlen)
+{
+	static const char *const base[] = { "--udp", "-e", NULL, "-c", "4", "-w", "0.05", "-d",
+					     "0.3", "--json", "-q", "-p", NULL };
+	char prog[PATH_MAX + 32], ports[16], err[4096];
+	const char *argv[32];
+	struct child c;
+	int p[2], n = 0, st;
+	size_t got = 0;
+
+	tool_path(prog, sizeof(prog), "corio-load");
+	if (access(prog, X_OK))
+		cr_skip_test("%s is not built (make tools)", prog);
+	snprintf(ports, sizeof(ports), "%d", port);
+	argv[n++] = prog;
+	for (size_t i = 0; i < sizeof(base) / sizeof(base[0]); i++)
+		argv[n++] = base[i] ? base[i] : i == 2 ? engine : ports;
+	for (size_t i = 0; extra[i] && n < 31; i++)
+		argv[n++] = extra[i];
+	argv[n] = NULL;
+	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
+	c = spawn_tool_out(prog, (char *const *)argv, p[1]);
+	close(p[1]);
+	/* the report is one line at the end: read until EOF (bounded), then reap */
+	fcntl(p[0], F_SETFL, O_NONBLOCK);
+	for (unsigned waited = 0; waited < 20000; waited++) {
+		ssize_t k = read(p[0], out + got, outlen - 1 - got);
+
+		if (k > 0) {
+			got += (size_t)k;
+			continue;
+		}
+		if (k == 0)
+			break;
+		usleep(1000);
+	}
+	out[got] = '\0';
+	close(p[0]);
+	st = wait_tool(&c, 20000, err, sizeof(err));
+	cr_assert(st != TH_HUNG, "corio-load --udp is still running 20 s after a 0.35 s run: %s",
+		  err);
+	return st;
+}
+
+static void check_udp_clean(const char *server, char *const sargs[])
+{
+	static const char *const engines[] = { "corio", "epoll" };
+	/* rates a loaded machine keeps up with: what this checks is that nothing
+	 * is lost, duplicated or reordered, not speed */
+	static const char *const modes[][3] = { { "-P", "4", NULL }, { "-r", "2000", NULL } };
+	struct child srv;
+	int port;
+
+	srv = start_server_tool(server, sargs, &port);
+	for (int e = 0; e < 2; e++)
+		for (int m = 0; m < 2; m++) {
+			char out[4096];
+			int st = udp_load(port, engines[e], modes[m], out, sizeof(out));
+
+			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
+				  "%s, engine %s %s %s: status 0x%x, report: %s", server, engines[e],
+				  modes[m][0], modes[m][1], st, out);
+			cr_assert(strstr(out, "\"proto\":\"udp\"") && strstr(out, "\"errors\":0,") &&
+				  strstr(out, "\"lost\":0,") && strstr(out, "\"late\":0,") &&
+				  strstr(out, "\"dup\":0,") && strstr(out, "\"reordered\":0,"),
+				  "%s, engine %s: %s", server, engines[e], out);
+			cr_assert(!strstr(out, "\"msgs\":0,"), "nothing measured: %s", out);
+		}
+	stop_server_tool(&srv, server);
+}
+
+/* Every datagram comes back once, whole and in order, from two shards. */
+Test(tools, udp_echo_load_nothing_lost, .timeout = 120)
+{
+	check_udp_clean("corio-echo", (char *[]){ "--udp", "-p", "0", "-n", "2", NULL });
+	check_udp_clean("corio-echo", (char *[]){ "--udp", "-p", "0", "--recv", "copy", NULL });
+	/* the baselines, so the instrument is known good on its own */
+	check_udp_clean("epoll-echo", (char *[]){ "--udp", "-p", "0", NULL });
+	check_udp_clean("uring-echo", (char *[]){ "--udp", "-p", "0", NULL });
+}
+
+/* A mute UDP server: every datagram is lost. The run must end by the drain
+ * deadline, count them and exit 3. */
+Test(tools, udp_load_counts_lost_and_ends, .timeout = 60)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	static const char *const engines[] = { "corio", "epoll" };
+
+	cr_assert(fd >= 0);
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &sl), 0);
+	for (int e = 0; e < 2; e++)
+		for (int open_loop = 0; open_loop < 2; open_loop++) {
+			const char *extra[] = { "--no-probe", "--drain", "0.5", "--loss", "0.1",
+						open_loop ? "-r" : NULL, "1000", NULL };
+			char out[4096];
+			uint64_t t0 = corio_now_ns();
+			int st = udp_load(ntohs(sa.sin_port), engines[e], extra, out, sizeof(out));
+
+			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3 && strstr(out, "\"lost\":") &&
+					  !strstr(out, "\"lost\":0,"),
+				  "engine %s: status 0x%x, report: %s", engines[e], st, out);
+			cr_assert_lt(corio_now_ns() - t0, 20000000000ull);
+		}
+	close(fd);
+}
+
+/* sockperf's UDP framing: 14-byte big-endian header (u64 seq, u16 flags
+ * 1 client 2 reply 4 warm-up, u32 length), one message per datagram. */
+static size_t sp_frame(unsigned char *m, uint64_t seq, unsigned flags, uint32_t len, size_t total)
+{
+	for (int i = 0; i < 8; i++)
+		m[i] = (unsigned char)(seq >> (56 - 8 * i));
+	m[8] = (unsigned char)(flags >> 8);
+	m[9] = (unsigned char)flags;
+	for (int i = 0; i < 4; i++)
+		m[10 + i] = (unsigned char)(len >> (24 - 8 * i));
+	for (size_t i = 14; i < total; i++)
+		m[i] = (unsigned char)(seq * 7 + i);
+	return total;
+}
+
+static void sockperf_udp(const char *server)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timeval tv = { .tv_sec = 5 };
+	unsigned char m[256], r[256], want[64];
+	struct child srv;
+	int port, fd;
+	ssize_t k;
+
+	srv = start_server_tool(server, (char *[]){ "--udp", "--sockperf", "-p", "0", NULL }, &port);
+	sa.sin_port = htons((uint16_t)port);
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	cr_assert(fd >= 0);
+	cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	/* no reply for: warm-up, no client bit, no reply bit, a length beyond the
+	 * datagram, a datagram shorter than a header */
+	send(fd, m, sp_frame(m, 1, 0x7, 64, 64), 0);
+	send(fd, m, sp_frame(m, 2, 0x2, 64, 64), 0);
+	send(fd, m, sp_frame(m, 3, 0x1, 64, 64), 0);
+	send(fd, m, sp_frame(m, 4, 0x3, 200, 64), 0);
+	send(fd, m, 10, 0);
+	/* a ping: back whole, client bit cleared, and the first thing back
+	 * (this socket always meets the same shard, loopback keeps order) */
+	sp_frame(m, 5, 0x3, 64, 64);
+	cr_assert_eq(send(fd, m, 64, 0), 64);
+	k = recv(fd, r, sizeof(r), 0);
+	cr_assert_eq(k, 64, "no reply to a ping (%zd)", k);
+	memcpy(want, m, 64);
+	want[9] = 0x2;
+	cr_assert(!memcmp(r, want, 64), "the reply differs (seq %u flags %u)", r[7], r[9]);
+	/* two messages in one datagram: two replies; a tail that is not a
+	 * whole message is dropped */
+	sp_frame(m, 6, 0x3, 20, 20);
+	sp_frame(m + 20, 7, 0x3, 14, 14);
+	cr_assert_eq(send(fd, m, 34 + 5, 0), 39);
+	cr_assert_eq(recv(fd, r, sizeof(r), 0), 20);
+	cr_assert(r[7] == 6 && r[9] == 0x2);
+	cr_assert_eq(recv(fd, r, sizeof(r), 0), 14);
+	cr_assert(r[7] == 7 && r[9] == 0x2);
+	/* a bigger message: the datagram's extra bytes beyond its length are not sent */
+	sp_frame(m, 8, 0x3, 100, 120);
+	cr_assert_eq(send(fd, m, 120, 0), 120);
+	cr_assert_eq(recv(fd, r, sizeof(r), 0), 100);
+	cr_assert(r[7] == 8 && r[9] == 0x2 && !memcmp(r + 14, m + 14, 86));
+	close(fd);
+	stop_server_tool(&srv, server);
+}
+
+Test(tools, udp_sockperf_framing, .timeout = 60)
+{
+	sockperf_udp("corio-echo");
+	sockperf_udp("epoll-echo");
 }

@@ -16,6 +16,14 @@
 #                 comparison that holds; ../shared/notes/BENCHMARKING.md)
 #   sockperf      `sockperf ping-pong --tcp --full-rtt` against corio-echo
 #                 --sockperf and `sockperf server`, when sockperf exists
+#   UDP           the same servers with --udp (uring only when uring-echo has
+#                 --udp): 1 socket ping-pong 64 B closed loop, and 64 sockets
+#                 open loop at the same rates; corio-load --udp checks every
+#                 datagram and counts lost, duplicated and reordered ones; and
+#                 `sockperf ping-pong` (UDP) against corio-echo --udp
+#                 --sockperf and `sockperf server` (UDP), with sockperf's own
+#                 dropped / duplicated / out-of-order counts. A table of those
+#                 counts says whether anything went missing.
 # Prints markdown tables of medians with corio/uring and corio/epoll ratios;
 # keeps every run (JSON lines), the tables, a latency-percentile plot of every
 # run and a CPU-per-message bar chart (gnuplot) under bench-results/echo-<time>/.
@@ -70,12 +78,24 @@ ROWS=$OUT/rows.tsv
 : > "$ROWS"
 SRV_PID=
 PORT=
+PROTO=tcp  # tcp | udp: what the servers started next speak
 trap 'stop_server; exit 130' INT TERM
 
 # port_listening PORT: a socket still listens on PORT (from /proc/net/tcp*).
 port_listening() {
 	hex=$(printf '%04X' "$1")
 	awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
+}
+
+# port_bound_udp PORT: a UDP socket is bound to PORT (/proc/net/udp*).
+port_bound_udp() {
+	hex=$(printf '%04X' "$1")
+	awk -v p=":$hex" '$2 ~ p"$" { f = 1 } END { exit !f }' /proc/net/udp /proc/net/udp6
+}
+
+# port_up PORT: the server's port is there (TCP listening / UDP bound).
+port_up() {
+	if [ "$PROTO" = udp ]; then port_bound_udp "$1"; else port_listening "$1"; fi
 }
 
 # start_server CMD...: run it pinned, wait for its "listening" line and for
@@ -88,7 +108,7 @@ start_server() {
 		while [ $i -lt 100 ]; do
 			if grep -q 'listening on' "$OUT/server.out" 2>/dev/null; then
 				PORT=$(sed -n 's/.*listening on 127\.0\.0\.1:\([0-9]*\).*/\1/p' "$OUT/server.out")
-				[ -n "$PORT" ] && port_listening "$PORT" && return 0
+				[ -n "$PORT" ] && port_up "$PORT" && return 0
 			fi
 			kill -0 $SRV_PID 2>/dev/null || break
 			sleep 0.1
@@ -110,7 +130,7 @@ stop_server() {
 	SRV_PID=
 	if [ -n "$PORT" ]; then
 		i=0
-		while port_listening "$PORT" && [ $i -lt 50 ]; do
+		while port_up "$PORT" && [ $i -lt 50 ]; do
 			sleep 0.1
 			i=$((i + 1))
 		done
@@ -122,8 +142,8 @@ jget() { # jget JSON KEY
 	printf '%s\n' "$1" | sed -n "s/.*\"$2\":\([-0-9.e+]*\).*/\1/p"
 }
 
-# row CASE SIDE msgs/s p50 p99 p99.9 max srv-ns/msg
-row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >> "$ROWS"; }
+# row CASE SIDE msgs/s p50 p99 p99.9 max srv-ns/msg [lost/dup/reordered (UDP)]
+row() { printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" "$5" "$6" "$7" "$8" "${9:--}" >> "$ROWS"; }
 
 # load CASE SIDE REP ARGS...: one corio-load run against the current server.
 load() {
@@ -134,21 +154,29 @@ load() {
 		--server-pid $SRV_PID --json -q --warmup $WARM --label "$c|$side|$rep" \
 		--spectrum "$spec" "$@" 2> "$OUT/load.err")
 	st=$?
-	if [ $st -ne 0 ] || [ -z "$j" ]; then
+	# 3: a UDP run that completed with datagrams lost, duplicated or
+	# reordered: keep it, the accounting table shows it
+	if { [ $st -ne 0 ] && [ $st -ne 3 ]; } || [ -z "$j" ]; then
 		[ -n "$j" ] && printf '%s\n' "$j" >> "$RUNS"
 		return 1
 	fi
+	[ $st -eq 3 ] && echo "bench-echo: $c, $side, run $rep: $(tail -1 "$OUT/load.err")" >&2
 	printf '%s\n' "$j" >> "$RUNS"
+	acct=-
+	[ "$PROTO" = udp ] && acct="$(jget "$j" lost)/$(jget "$j" dup)/$(jget "$j" reordered)"
 	row "$c" "$side" "$(jget "$j" msgs_per_s)" "$(jget "$j" p50)" "$(jget "$j" p99)" \
-		"$(jget "$j" p99.9)" "$(jget "$j" max)" "$(jget "$j" server_cpu_ns_per_msg)"
+		"$(jget "$j" p99.9)" "$(jget "$j" max)" "$(jget "$j" server_cpu_ns_per_msg)" "$acct"
 }
 
-# sp CASE SIDE REP: sockperf ping-pong against the current server.
+# sp CASE SIDE REP: sockperf ping-pong against the current server (over
+# $PROTO; sockperf's client speaks UDP unless given --tcp).
 sp() {
 	c=$1 side=$2 rep=$3
-	o=$(taskset -c $LCPU timeout 30 sockperf ping-pong --tcp -i 127.0.0.1 -p "$PORT" \
+	tcpflag=--tcp
+	[ "$PROTO" = udp ] && tcpflag=
+	o=$(taskset -c $LCPU timeout 30 sockperf ping-pong $tcpflag -i 127.0.0.1 -p "$PORT" \
 		-t $((SECS * 2)) -m 64 --full-rtt 2>&1)
-	printf '%s\n' "$o" > "$OUT/sockperf-$side-$rep.txt"
+	printf '%s\n' "$o" > "$OUT/sockperf-$PROTO-$side-$rep.txt"
 	p() { printf '%s\n' "$o" | sed -n "s/.*percentile $1 = *\([0-9.]*\).*/\1/p"; }
 	n=$(printf '%s\n' "$o" | sed -n 's/.*Valid Duration\] RunTime=\([0-9.]*\) sec; SentMessages=\([0-9]*\).*/\2 \1/p')
 	mps=$(echo "$n" | awk '{ if ($2 > 0) printf "%.1f", $1 / $2 }')
@@ -158,7 +186,10 @@ sp() {
 		printf '%s\n' "$o" | tail -5 >&2
 		return 1
 	fi
-	row "$c" "$side" "$mps" "$(p 50.000)" "$(p 99.000)" "$(p 99.900)" "$mx" "-1"
+	# "# dropped messages = 0; # duplicated messages = 0; # out-of-order messages = 0"
+	acct=-
+	[ "$PROTO" = udp ] && acct=$(printf '%s\n' "$o" | sed -n 's/.*dropped messages = \([0-9]*\); # duplicated messages = \([0-9]*\); # out-of-order messages = \([0-9]*\).*/\1\/\2\/\3/p' | head -1)
+	row "$c" "$side" "$mps" "$(p 50.000)" "$(p 99.000)" "$(p 99.900)" "$mx" "-1" "${acct:--}"
 }
 
 # sockperf server cannot pick a port and print it: try a few near a random
@@ -166,12 +197,14 @@ sp() {
 start_sockperf_server() {
 	PORT=$((20000 + $$ % 20000))
 	for try in 1 2 3 4 5; do
-		while port_listening $PORT; do PORT=$((PORT + 7)); done
-		taskset -c $SCPU sockperf server --tcp -i 127.0.0.1 -p $PORT > "$OUT/server.out" 2>&1 &
+		while port_listening $PORT || port_bound_udp $PORT; do PORT=$((PORT + 7)); done
+		# sockperf server speaks UDP unless given --tcp
+		if [ "$PROTO" = udp ]; then tcpflag=; else tcpflag=--tcp; fi
+		taskset -c $SCPU sockperf server $tcpflag -i 127.0.0.1 -p $PORT > "$OUT/server.out" 2>&1 &
 		SRV_PID=$!
 		i=0
 		while [ $i -lt 30 ] && kill -0 $SRV_PID 2>/dev/null; do
-			port_listening $PORT && return 0
+			port_up $PORT && return 0
 			sleep 0.1
 			i=$((i + 1))
 		done
@@ -183,13 +216,14 @@ start_sockperf_server() {
 	return 1
 }
 
-# srv SIDE [busy]: the command line of SIDE's server.
+# srv SIDE [busy]: the command line of SIDE's server (with --udp over UDP).
 srv() {
 	case $1 in
 	corio) s="$T/corio-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --idle poll" ;;
 	uring) s="$T/uring-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
 	epoll) s="$T/epoll-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
 	esac
+	[ "$PROTO" = udp ] && s="$s --udp"
 	echo "$s"
 }
 
@@ -231,7 +265,9 @@ echo "kernel $kern, $(nproc) CPUs; server pinned to CPU $SCPU, load (corio-load 
 echo "--busy-poll, every byte verified) pinned to CPU $LCPU; 127.0.0.1; 1 shard / 1 thread per"
 echo "server, idle=block unless noted; $REPS alternating runs per case (corio uring epoll, ...),"
 echo "medians; ${SECS} s closed loop, $((SECS * 2)) s open loop and sockperf, after ${WARM} s warm-up."
-echo "Servers: corio = corio-echo, uring = uring-echo (raw liburing, the floor), epoll = epoll-echo."
+echo "Servers: corio = corio-echo, uring = uring-echo (raw liburing, the floor), epoll = epoll-echo;"
+echo "udp cases: the same servers with --udp, corio-load --udp (one socket per conn)."
+
 echo "Results: $OUT/"
 echo
 
@@ -262,6 +298,31 @@ if command -v sockperf >/dev/null 2>&1; then
 else
 	echo "(sockperf not installed: no sockperf rows)"
 fi
+
+# ---- UDP ---------------------------------------------------------------------
+PROTO=udp
+TCP_SIDES=$SIDES
+SIDES=""
+for side in $TCP_SIDES; do
+	# a server without --udp (an older uring-echo) sits this section out
+	"$T/$side-echo" --help 2>&1 | grep -q -- '--udp' && SIDES="$SIDES $side"
+done
+bench "udp closed 1c 64B" "" --udp -c 1 -s 64 -d $SECS
+for rate in $RATES; do
+	bench "udp open 64c 64B $((rate / 1000))k/s" "" --udp -c 64 -s 64 -r $rate -d $((SECS * 2))
+done
+if command -v sockperf >/dev/null 2>&1; then
+	r=1
+	while [ $r -le $REPS ]; do
+		# shellcheck disable=SC2046
+		start_server $(srv corio) --sockperf && { sp "sockperf UDP ping-pong 64B" corio $r; stop_server; }
+		start_sockperf_server && sp "sockperf UDP ping-pong 64B" sockperf $r
+		stop_server
+		r=$((r + 1))
+	done
+fi
+SIDES=$TCP_SIDES
+PROTO=tcp
 end=$(date +%s)
 
 # ---- the tables --------------------------------------------------------------
@@ -329,6 +390,30 @@ END {
 		printf "\n"
 	}
 }' "$ROWS" > "$OUT/table.md"
+# UDP: every datagram accounted for, summed over the runs of each case.
+awk -F'\t' '
+$9 != "-" && $9 != "" {
+	key = $1 SUBSEP $2
+	if (!(key in n)) order[++nk] = key
+	n[key]++
+	split($9, a, "/"); l[key] += a[1]; d[key] += a[2]; r[key] += a[3]
+	tl += a[1]; td += a[2]; tr += a[3]
+}
+END {
+	if (!nk) exit
+	print ""
+	print "| UDP case | server | runs | lost | duplicated | reordered |"
+	print "|---|---|---|---|---|---|"
+	for (i = 1; i <= nk; i++) {
+		split(order[i], k, SUBSEP)
+		printf "| %s | %s | %d | %d | %d | %d |\n", k[1], k[2], n[order[i]], l[order[i]], d[order[i]], r[order[i]]
+	}
+	print ""
+	if (tl + td + tr == 0)
+		print "UDP: every datagram came back once and in order (corio-load: checked byte by byte; sockperf: its own counts)."
+	else
+		printf "UDP: NOT CLEAN: %d lost, %d duplicated, %d reordered over all runs.\n", tl, td, tr
+}' "$ROWS" >> "$OUT/table.md"
 cat "$OUT/table.md"
 echo
 echo "±: half the min..max range over the runs, in % of the median. Latency: corio-load"
@@ -355,15 +440,16 @@ if command -v gnuplot >/dev/null 2>&1; then
 		[ -n "$pl" ] && printf "set title '%s'\nplot %s\n" "$2" "$pl"
 	}
 	{
-		echo "set terminal pngcairo size 1500,520 noenhanced"
+		echo "set terminal pngcairo size 2000,520 noenhanced"
 		echo "set output '$OUT/latency.png'"
-		echo "set multiplot layout 1,3 title 'latency by percentile, every run (kernel $kern)'"
+		echo "set multiplot layout 1,4 title 'latency by percentile, every run (kernel $kern)'"
 		echo "set logscale x; set logscale y; set grid; set key top left"
 		echo "set xlabel 'percentile'; set ylabel 'latency (us)'"
 		echo "set xtics ('0%%' 1, '90%%' 10, '99%%' 100, '99.9%%' 1000, '99.99%%' 10000)"
 		panel closed_1c_64B 'closed 1 conn 64 B'
 		panel open_64c_64B_20k_s 'open 64 conns 64 B 20k/s'
 		panel open_64c_64B_100k_s 'open 64 conns 64 B 100k/s'
+		panel udp_closed_1c_64B 'UDP closed 1 socket 64 B'
 		echo "unset multiplot"
 	} > "$OUT/latency.gp"
 	gnuplot "$OUT/latency.gp" 2> "$OUT/gnuplot.err" && echo "plot: $OUT/latency.png"

@@ -21,6 +21,18 @@
  * --sockperf reflects sockperf's TCP framing (tools/lib/eb_sockperf.h), so
  * `sockperf ping-pong --tcp` and `sockperf under-load --tcp` can measure it.
  *
+ * --udp: one UDP socket per shard on the port (SO_REUSEPORT: the kernel
+ * picks a shard by the sender's address, so one sender always meets the
+ * same shard and its datagrams stay in order), one fiber per socket that
+ * receives a datagram (corio_recvfrom_buf: multishot recvmsg into the
+ * provided-buffer ring; --recv copy: corio_recvfrom) and sends it back to
+ * its sender with corio_sendto, waiting for that send before receiving
+ * the next (datagrams that arrive meanwhile queue in the ring). Datagrams
+ * larger than the ring's buffers (CORIO_NET_BUFS) are truncated in bufs
+ * mode: use --recv copy for those. --udp --sockperf reflects sockperf's
+ * UDP framing: every whole message of a datagram that asks for a reply is
+ * sent back as its own datagram, the rest is dropped.
+ *
  * Binds 127.0.0.1 only. Prints "corio-echo: listening on 127.0.0.1:PORT ..."
  * once every shard listens; stops cleanly on SIGINT/SIGTERM (or --timeout).
  */
@@ -29,8 +41,10 @@
 #include "lib/eb_opt.h"
 #include "lib/eb_sockperf.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <getopt.h>
+#include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -52,10 +66,12 @@ static struct {
 	int sockperf;
 	int recv_copy;
 	int send_wait;            /* --send wait: corio_sendv and wait */
+	int udp;                  /* --udp */
 	_Atomic int bound_port;   /* the port shard 0 bound (for port 0) */
 	_Atomic unsigned listening;
 	_Atomic int failed;       /* a shard could not listen: stop */
 	_Atomic uint64_t proto_errors;
+	_Atomic uint64_t udp_errors;  /* receive/send errors a UDP socket survived */
 } g;
 
 /* ---- connections ------------------------------------------------------------- */
@@ -176,21 +192,161 @@ static int conn_fiber(void *arg)
 	return serve(arg, NULL);
 }
 
+/* ---- UDP --------------------------------------------------------------------- */
+
+/* sockperf framing: reflect each whole message that asks for a reply. */
+static int udp_reflect(struct corio_sock *s, unsigned char *d, size_t n,
+		       const struct sockaddr *to, socklen_t tolen)
+{
+	size_t pos = 0, off, len;
+	int r;
+
+	while ((r = eb_sp_dgram_next(d, n, &pos, &off, &len)) != 0) {
+		ssize_t k;
+
+		if (r < 0) {
+			if (atomic_fetch_add(&g.proto_errors, 1) < 10)
+				fprintf(stderr, "corio-echo: dropping a datagram's tail that is not a "
+						"whole sockperf message\n");
+			continue;
+		}
+		k = corio_sendto(s, d + off, len, to, tolen);
+		if (k < 0)
+			return (int)k;
+	}
+	return 0;
+}
+
+/* One socket's loop: receive a datagram, send it back to its sender. Ends
+ * on -ECANCELED (corio_stop); any other error is counted and survived (a
+ * datagram socket has no connection to lose), unless it repeats with
+ * nothing received in between. */
+static void udp_serve(struct corio_sock *s)
+{
+	unsigned char *cbuf = g.recv_copy ? malloc(COPY_BUF) : NULL;
+	unsigned fails = 0;
+
+	if (g.recv_copy && !cbuf) {
+		atomic_store(&g.failed, 1);
+		return;
+	}
+	for (;;) {
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof(from);
+		struct corio_buf b;
+		unsigned char *d;
+		ssize_t n;
+		int ret = 0;
+
+		if (g.recv_copy) {
+			n = corio_recvfrom(s, cbuf, COPY_BUF, (struct sockaddr *)&from, &fl);
+			d = cbuf;
+		} else {
+			n = corio_recvfrom_buf(s, &b, (struct sockaddr *)&from, &fl);
+			d = b.data;
+		}
+		if (n >= 0) {
+			if (g.sockperf)
+				ret = udp_reflect(s, d, (size_t)n, (struct sockaddr *)&from, fl);
+			else
+				ret = (int)corio_sendto(s, d, (size_t)n, (struct sockaddr *)&from, fl);
+			if (!g.recv_copy)
+				corio_buf_release(&b);
+			if (ret >= 0)
+				fails = 0;
+		} else {
+			ret = (int)n;
+		}
+		if (ret == -ECANCELED)
+			break;
+		if (ret < 0) {
+			if (atomic_fetch_add(&g.udp_errors, 1) < 10)
+				fprintf(stderr, "corio-echo: shard %u: udp: %s\n", corio_shard_id(),
+					strerror(-ret));
+			if (++fails >= 1000) {
+				fprintf(stderr, "corio-echo: shard %u: udp: giving up after 1000 errors "
+						"in a row\n", corio_shard_id());
+				atomic_store(&g.failed, 1);
+				break;
+			}
+		}
+	}
+	free(cbuf);
+}
+
 /* ---- listening --------------------------------------------------------------- */
+
+/* Port 0: shard 0 picks it, the others join it. 0, or -ECANCELED. */
+static int shared_port(int *port)
+{
+	*port = g.port;
+	if (*port || corio_shard_id() == 0)
+		return 0;
+	while (!(*port = atomic_load(&g.bound_port)) && !atomic_load(&g.failed))
+		corio_sleep_ns(100000);
+	return *port ? 0 : -ECANCELED;
+}
+
+static void bound(int port)
+{
+	if (corio_shard_id() == 0)
+		atomic_store(&g.bound_port, port);
+	atomic_fetch_add(&g.listening, 1);
+}
+
+/* A 4 MiB receive buffer, so a few milliseconds' stall at 100k datagrams/s
+ * does not overflow it (the default holds ~200 small datagrams): forced
+ * when we may (root), else as much as net.core.rmem_max allows. */
+static void big_rcvbuf(int fd)
+{
+	int v = 4 << 20;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+/* This shard's UDP socket on the port: SO_REUSEPORT has to be set before
+ * bind(), which corio_udp_bind() does not offer, so the socket is made
+ * here and handed to corio. */
+static int udp_here(struct corio_sock **s)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int port, fd, one = 1, ret;
+
+	if (shared_port(&port))
+		return -ECANCELED;
+	sa.sin_port = htons((uint16_t)port);
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &sl)) {
+		ret = -errno;
+		goto fail;
+	}
+	big_rcvbuf(fd);
+	ret = corio_sock_from_fd(fd, s);
+	if (ret)
+		goto fail;
+	bound(ntohs(sa.sin_port));
+	return 0;
+fail:
+	fprintf(stderr, "corio-echo: shard %u: udp bind 127.0.0.1:%d: %s\n", corio_shard_id(),
+		port, strerror(-ret));
+	if (fd >= 0)
+		close(fd);
+	atomic_store(&g.failed, 1);
+	return ret;
+}
 
 static int listen_here(struct corio_listener **l)
 {
 	struct corio_listen_opts lo = { .flags = g.accept == ACC_REUSEPORT ? CORIO_LISTEN_REUSEPORT : 0 };
 	char where[32];
-	int port = g.port, ret;
+	int port, ret;
 
-	if (!port && corio_shard_id() != 0) {
-		/* port 0: shard 0 picks it, the others join it */
-		while (!(port = atomic_load(&g.bound_port)) && !atomic_load(&g.failed))
-			corio_sleep_ns(100000);
-		if (!port)
-			return -ECANCELED;
-	}
+	if (shared_port(&port))
+		return -ECANCELED;
 	snprintf(where, sizeof(where), "127.0.0.1:%d", port);
 	ret = corio_tcp_listen(where, &lo, l);
 	if (ret) {
@@ -206,9 +362,7 @@ static int listen_here(struct corio_listener **l)
 		corio_listener_addr(*l, &ss, &len);
 		port = corio_addr_port((struct sockaddr *)&ss);
 	}
-	if (corio_shard_id() == 0)
-		atomic_store(&g.bound_port, port);
-	atomic_fetch_add(&g.listening, 1);
+	bound(port);
 	return 0;
 }
 
@@ -218,6 +372,15 @@ static void entry(void *arg)
 	int ret;
 
 	(void)arg;
+	if (g.udp) {
+		struct corio_sock *s;
+
+		if (udp_here(&s))
+			return;
+		udp_serve(s);
+		corio_close(s);
+		return;
+	}
 	if (g.accept != ACC_REUSEPORT && corio_shard_id() != 0)
 		return; /* dispatch: connections are spawned here by shard 0 */
 	if (listen_here(&l))
@@ -264,7 +427,9 @@ static void usage(FILE *f)
 		"  -n, --shards N        shards (1)\n"
 		"  -C, --cpus LIST       pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1);\n"
 		"                        default: the CPUs of the affinity mask in order\n"
-		"  -p, --port P          TCP port on 127.0.0.1; 0 picks one and prints it (0)\n"
+		"  -p, --port P          TCP (UDP) port on 127.0.0.1; 0 picks one and prints it (0)\n"
+		"  -u, --udp             UDP echo: one SO_REUSEPORT socket per shard, each\n"
+		"                        datagram sent back to its sender\n"
 		"  -a, --accept MODEL    reuseport | dispatch | dispatch-least (reuseport)\n"
 		"  -i, --idle MODE       block | spin[:US] | poll (busy-poll) (block)\n"
 		"      --busy-poll       same as --idle poll\n"
@@ -274,7 +439,8 @@ static void usage(FILE *f)
 		"                        corio_sendv per batch, waited for) (buf)\n"
 		"      --recv-queue N    received buffers a connection may hold unread (16)\n"
 		"      --send-queue N    corio_send_buf sends a connection may queue (16)\n"
-		"      --sockperf        reflect sockperf's TCP framing instead of echoing\n"
+		"      --sockperf        reflect sockperf's TCP (with --udp: UDP) framing instead\n"
+		"                        of echoing\n"
 		"      --control PATH    control socket (stats) at PATH\n"
 		"      --stats           print per-shard loop and net counters at exit\n"
 		"      --timeout SECS    exit after SECS (default: run until SIGINT/SIGTERM)\n"
@@ -317,6 +483,7 @@ int main(int argc, char **argv)
 		{ "recv", required_argument, NULL, 'R' },
 		{ "send", required_argument, NULL, 'W' },
 		{ "sockperf", no_argument, NULL, 's' },
+		{ "udp", no_argument, NULL, 'u' },
 		{ "recv-queue", required_argument, NULL, 'q' },
 		{ "send-queue", required_argument, NULL, 'w' },
 		{ "control", required_argument, NULL, 'c' },
@@ -342,7 +509,7 @@ int main(int argc, char **argv)
 	corio_config_init(&cfg);
 	cfg.shards = 1;
 	cfg.stall_ns = 0;
-	while ((o = getopt_long(argc, argv, "n:C:p:a:i:h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "n:C:p:a:i:uh", opts, NULL)) != -1) {
 		switch (o) {
 		case 'n':
 			if (eb_opt_count("--shards", optarg, 1, MAX_SHARDS, &v))
@@ -400,6 +567,9 @@ int main(int argc, char **argv)
 		case 's':
 			g.sockperf = 1;
 			break;
+		case 'u':
+			g.udp = 1;
+			break;
 		case 'q':
 		case 'w':
 			/* the shards read them at start (net/part.c) */
@@ -435,6 +605,11 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	if (g.udp && g.accept != ACC_REUSEPORT) {
+		fprintf(stderr, "corio-echo: --udp: there is nothing to accept (--accept %s)\n",
+			accepts[g.accept]);
+		return 2;
+	}
 	if (ncpus) {
 		if (ncpus < cfg.shards) { /* repeat the list: shard i on cpus[i % n] */
 			for (unsigned i = ncpus; i < cfg.shards; i++)
@@ -455,7 +630,7 @@ int main(int argc, char **argv)
 	}
 	until = timeout > 0 ? corio_now_ns() + (uint64_t)(timeout * 1e9) : UINT64_MAX;
 	{
-		unsigned want = g.accept == ACC_REUSEPORT ? g.shards : 1;
+		unsigned want = g.accept == ACC_REUSEPORT || g.udp ? g.shards : 1;
 		int printed = 0;
 
 		for (;;) {
@@ -470,8 +645,8 @@ int main(int argc, char **argv)
 					else
 						printf("%sauto", i ? "," : "");
 				}
-				printf(" accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
-				       accepts[g.accept], idle_name,
+				printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
+				       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], idle_name,
 				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
 				       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
 				fflush(stdout);
@@ -486,6 +661,10 @@ int main(int argc, char **argv)
 	}
 	if (stats)
 		print_stats(rt);
+	if (g.udp && (atomic_load(&g.udp_errors) || atomic_load(&g.proto_errors)))
+		fprintf(stderr, "corio-echo: udp: %llu receive/send errors, %llu bad sockperf datagrams\n",
+			(unsigned long long)atomic_load(&g.udp_errors),
+			(unsigned long long)atomic_load(&g.proto_errors));
 	corio_stop(rt);
 	ret = corio_wait(rt);
 	if (ret) {

@@ -21,6 +21,14 @@
  *          --busy-poll spins in epoll_wait(0). The instrument that does not
  *          depend on corio.
  *
+ * --udp: each connection is one connected UDP socket and each message one
+ * datagram (closed loop: --pipeline datagrams in flight per socket; open
+ * loop: --rate), every echo checked whole; an echo missing --loss seconds
+ * after its datagram was due is counted lost (and, in closed loop, replaced),
+ * so a lost datagram cannot hang the run. Lost, late, duplicated and
+ * reordered datagrams are reported, and make the exit status 3 (1 is kept
+ * for errors: wrong bytes, a socket that failed).
+ *
  * --server-pid PID samples that process's CPU time (all threads, ns) at the
  * start and end of the measured window and prints server CPU per message.
  */
@@ -91,9 +99,11 @@ static size_t rx_len(void)
 
 struct cconn {
 	struct eb_conn c;
+	struct eb_uconn u; /* --udp: instead of c */
 	struct corio_sock *s;
 	unsigned char *tx, *rx;
 	int rx_status; /* receiver's end: 0 EOF, else -errno */
+	int send_done; /* --udp open loop: the sender has sent its last datagram */
 };
 
 /* Wait until the main thread says go (or abort): 0 or -1. */
@@ -266,13 +276,185 @@ out:
 	return 0;
 }
 
+/* A 4 MiB receive buffer, so a few milliseconds' stall at 100k datagrams/s
+ * does not overflow it (the default holds ~200 small datagrams): forced
+ * when we may (root), else as much as net.core.rmem_max allows. */
+static void big_rcvbuf(int fd)
+{
+	int v = 4 << 20;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+/* ---- corio engine, UDP ---------------------------------------------------------- */
+
+/* Send one datagram (message c->tx) stamped t: 0 or -errno (then unsent). */
+static int cu_send(struct cconn *k, uint64_t t)
+{
+	ssize_t r;
+
+	eb_uconn_fill(&k->u, k->tx, t);
+	r = corio_sendto(k->s, k->tx, k->u.c.size, NULL, 0);
+	if (r < 0) {
+		eb_uconn_unfill(&k->u);
+		return (int)r;
+	}
+	return 0;
+}
+
+/* Receive echoes until every datagram sent is echoed or lost and the
+ * sending is over; closed loop: send one more for each. Bounded by the
+ * drain deadline, and each wait by the next datagram's loss time. */
+static int cu_receive(struct cconn *k, int closed)
+{
+	struct eb_uconn *u = &k->u;
+	struct eb_conn *c = &u->c;
+	uint64_t meas_end = eb_meas_end(&g.p), drain_end = eb_drain_end(&g.p);
+
+	for (;;) {
+		uint64_t now = eb_now_ns(), wake;
+		struct corio_deadline dl;
+		const unsigned char *data;
+		struct corio_buf b;
+		ssize_t n;
+		int r;
+
+		if (now >= drain_end) {
+			eb_uconn_expire(u, UINT64_MAX);
+			return 0;
+		}
+		eb_uconn_expire(u, now);
+		if (closed && now < meas_end) {
+			while (eb_conn_room(c))
+				if ((r = cu_send(k, now)) < 0)
+					return r;
+		}
+		if (c->rx == c->tx && (closed ? now >= meas_end : k->send_done))
+			return 0;
+		wake = eb_uconn_next_loss(u);
+		if (wake == UINT64_MAX) /* nothing in flight: until the sender is done */
+			wake = meas_end > now + 1000000 ? meas_end : now + 1000000;
+		if (wake > drain_end)
+			wake = drain_end;
+		corio_deadline_push(&dl, wake);
+		if (g.recv_copy) {
+			n = corio_recvfrom(k->s, k->rx, 65536, NULL, NULL);
+			data = k->rx;
+		} else {
+			n = corio_recvfrom_buf(k->s, &b, NULL, NULL);
+			data = b.data;
+		}
+		corio_deadline_pop(&dl);
+		if (n == -ETIMEDOUT && eb_now_ns() < drain_end)
+			continue;
+		if (n < 0)
+			return (int)n;
+		r = eb_uconn_rx(u, data, (size_t)n, eb_now_ns());
+		if (!g.recv_copy)
+			corio_buf_release(&b);
+		if (r < 0)
+			return r;
+	}
+}
+
+static int cu_receiver(void *arg)
+{
+	struct cconn *k = arg;
+	struct corio_deadline dl;
+
+	corio_deadline_push(&dl, eb_drain_end(&g.p));
+	k->rx_status = cu_receive(k, 0);
+	corio_deadline_pop(&dl);
+	return 0;
+}
+
+static int cu_conn_fiber(void *arg)
+{
+	struct cconn *k = arg;
+	struct eb_conn *c = &k->u.c;
+	struct sockaddr_storage sa;
+	socklen_t sl;
+	struct corio_deadline dl;
+	int ret;
+
+	ret = corio_udp_bind("127.0.0.1:0", &k->s);
+	if (!ret && !(ret = corio_addr_parse(g.p.addr, &sa, &sl)) &&
+	    connect(corio_sock_fd(k->s), (struct sockaddr *)&sa, sl))
+		ret = -errno;
+	if (!ret)
+		big_rcvbuf(corio_sock_fd(k->s));
+	if (ret) {
+		eb_conn_fail(c, "conn %u: udp socket to %s: %s", c->id, g.p.addr, strerror(-ret));
+		atomic_fetch_add(&g.dead, 1);
+		if (k->s)
+			corio_close(k->s);
+		return 0;
+	}
+	atomic_fetch_add(&g.connected, 1);
+	if (corio_wait_go())
+		goto out;
+	corio_deadline_push(&dl, eb_drain_end(&g.p));
+	if (g.p.rate <= 0) {
+		ret = cu_receive(k, 1);
+	} else {
+		uint64_t meas_end = eb_meas_end(&g.p);
+		struct corio_fiber *rf;
+
+		ret = corio_spawn(cu_receiver, k, NULL, &rf);
+		if (ret) {
+			eb_conn_fail(c, "conn %u: spawn: %s", c->id, strerror(-ret));
+			corio_deadline_pop(&dl);
+			goto out;
+		}
+		for (;;) {
+			uint64_t now = eb_now_ns();
+			unsigned n;
+
+			if (now >= meas_end || c->failed)
+				break;
+			n = eb_conn_due_count(c, now, meas_end);
+			if (!n) {
+				if (!eb_conn_room(c))
+					corio_sleep_ns(20000);
+				else
+					corio_sleep_until(eb_conn_due(c, c->tx));
+				continue;
+			}
+			if (now - eb_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
+				atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+			while (n-- && (ret = cu_send(k, 0)) == 0)
+				;
+			if (ret < 0)
+				break;
+		}
+		k->send_done = 1;
+		if (ret < 0)
+			corio_cancel(rf);
+		if (join_receiver(rf)) {
+			corio_deadline_pop(&dl);
+			eb_conn_fail(c, "conn %u: the receiver did not end", c->id);
+			return 0;
+		}
+		if (ret >= 0)
+			ret = k->rx_status;
+	}
+	corio_deadline_pop(&dl);
+	if (ret < 0 && ret != -EPROTO)
+		eb_conn_fail(c, "conn %u: %s after %llu datagrams", c->id, strerror(-ret),
+			     (unsigned long long)c->tx);
+out:
+	corio_close(k->s);
+	return 0;
+}
+
 static void corio_entry(void *arg)
 {
 	struct cconn *conns = arg;
 	unsigned me = corio_shard_id();
 
 	for (unsigned i = me; i < g.p.conns; i += g.workers) {
-		int ret = corio_spawn(corio_conn_fiber, &conns[i], NULL, NULL);
+		int ret = corio_spawn(g.p.udp ? cu_conn_fiber : corio_conn_fiber, &conns[i], NULL, NULL);
 
 		if (ret) {
 			eb_worker_fail(&g.ws[me], "spawn: %s", strerror(-ret));
@@ -285,6 +467,7 @@ static void corio_entry(void *arg)
 
 struct pconn {
 	struct eb_conn c;
+	struct eb_uconn u; /* --udp: instead of c */
 	int fd;
 	struct { unsigned char *p; size_t len, off, cap; } out;
 	unsigned ev;  /* registered events */
@@ -548,6 +731,170 @@ out:
 	return NULL;
 }
 
+/* ---- epoll engine, UDP ---------------------------------------------------------- */
+
+/* Send one datagram stamped t: 1 sent, 0 the socket is full (try later), -errno. */
+static int pu_send(struct pconn *k, unsigned char *buf, uint64_t t)
+{
+	eb_uconn_fill(&k->u, buf, t);
+	if (send(k->fd, buf, k->u.c.size, 0) == (ssize_t)k->u.c.size)
+		return 1;
+	eb_uconn_unfill(&k->u);
+	return errno == EAGAIN || errno == EINTR || errno == ENOBUFS ? 0 : -errno;
+}
+
+static void *pu_worker(void *arg)
+{
+	struct pworker *w = arg;
+	struct eb_worker_stats *ws = &g.ws[w->idx];
+	struct epoll_event ev[64];
+	unsigned char *rbuf = malloc(65536), *tbuf = malloc(g.p.size);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	unsigned open = 0;
+	uint64_t meas_end, drain_end;
+	int closed = g.p.rate <= 0, v;
+
+	if (w->idx < g.ncpus) {
+		cpu_set_t cs;
+
+		CPU_ZERO(&cs);
+		CPU_SET(g.cpus[w->idx], &cs);
+		pthread_setaffinity_np(pthread_self(), sizeof(cs), &cs);
+	}
+	if (!rbuf || !tbuf || ep < 0) {
+		eb_worker_fail(ws, "worker %u: out of memory or epoll", w->idx);
+		atomic_fetch_add(&g.dead, w->n);
+		free(rbuf);
+		free(tbuf);
+		if (ep >= 0)
+			close(ep);
+		return NULL;
+	}
+	for (unsigned i = 0; i < w->n; i++) {
+		struct pconn *k = &w->conns[i];
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g.p.port) };
+		struct epoll_event e = { .events = EPOLLIN, .data.ptr = k };
+
+		inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+		k->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (k->fd >= 0)
+			big_rcvbuf(k->fd);
+		if (k->fd < 0 || connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+		    epoll_ctl(ep, EPOLL_CTL_ADD, k->fd, &e)) {
+			eb_conn_fail(&k->u.c, "conn %u: udp socket to %s: %s", k->u.c.id, g.p.addr,
+				     strerror(errno));
+			if (k->fd >= 0)
+				close(k->fd);
+			k->closed = 1;
+			atomic_fetch_add(&g.dead, 1);
+			continue;
+		}
+		open++;
+		atomic_fetch_add(&g.connected, 1);
+	}
+	while (!(v = atomic_load(&g.go)))
+		usleep(50);
+	if (v < 0)
+		goto out;
+	meas_end = eb_meas_end(&g.p);
+	drain_end = eb_drain_end(&g.p);
+	while (open) {
+		uint64_t now = eb_now_ns(), wake = drain_end;
+		struct timespec ts;
+		int n;
+
+		if (now >= drain_end) {
+			for (unsigned i = 0; i < w->n; i++) {
+				eb_uconn_expire(&w->conns[i].u, UINT64_MAX);
+				p_close(&w->conns[i], &open);
+			}
+			break;
+		}
+		for (unsigned i = 0; i < w->n; i++) {
+			struct pconn *k = &w->conns[i];
+			struct eb_conn *c = &k->u.c;
+			int r = 1;
+
+			if (k->closed)
+				continue;
+			eb_uconn_expire(&k->u, now);
+			if (now < meas_end && closed) {
+				while (eb_conn_room(c) && (r = pu_send(k, tbuf, now)) > 0)
+					;
+			} else if (now < meas_end) {
+				unsigned d = eb_conn_due_count(c, now, meas_end);
+
+				if (d && now - eb_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
+					atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+				while (d-- && (r = pu_send(k, tbuf, 0)) > 0)
+					;
+				if (eb_conn_room(c) && eb_conn_due(c, c->tx) < wake)
+					wake = eb_conn_due(c, c->tx);
+			}
+			if (r < 0) {
+				eb_conn_fail(c, "conn %u: send: %s", c->id, strerror(-r));
+				p_close(k, &open);
+				continue;
+			}
+			if (now >= meas_end && c->rx == c->tx) {
+				p_close(k, &open);
+				continue;
+			}
+			if (r == 0 || !eb_conn_room(c)) /* socket full / ring full: poll again soon */
+				wake = now + 20000 < wake ? now + 20000 : wake;
+			if (eb_uconn_next_loss(&k->u) < wake)
+				wake = eb_uconn_next_loss(&k->u);
+		}
+		if (!open)
+			break;
+		if (now < meas_end && meas_end < wake)
+			wake = meas_end;
+		if (g.busy || wake <= now) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = 0;
+		} else {
+			ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
+			ts.tv_nsec = (long)((wake - now) % 1000000000ull);
+		}
+		n = epoll_pwait2(ep, ev, 64, &ts, NULL);
+		if (n < 0 && errno != EINTR) {
+			eb_worker_fail(ws, "epoll_pwait2: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct pconn *k = ev[i].data.ptr;
+
+			for (int j = 0; j < 64 && !k->closed; j++) {
+				ssize_t r = recv(k->fd, rbuf, 65536, 0);
+
+				if (r < 0 && (errno == EAGAIN || errno == EINTR))
+					break;
+				if (r < 0) {
+					eb_conn_fail(&k->u.c, "conn %u: recv: %s", k->u.c.id, strerror(errno));
+					p_close(k, &open);
+					break;
+				}
+				now = eb_now_ns();
+				if (eb_uconn_rx(&k->u, rbuf, (size_t)r, now) < 0) {
+					p_close(k, &open);
+					break;
+				}
+				/* closed loop: the next datagram goes out at once */
+				while (closed && now < meas_end && eb_conn_room(&k->u.c) &&
+				       pu_send(k, tbuf, now) > 0)
+					;
+			}
+		}
+	}
+out:
+	for (unsigned i = 0; i < w->n; i++)
+		p_close(&w->conns[i], &open);
+	close(ep);
+	free(rbuf);
+	free(tbuf);
+	return NULL;
+}
+
 /* ---- main --------------------------------------------------------------------- */
 
 static void usage(FILE *f)
@@ -567,13 +914,18 @@ static void usage(FILE *f)
 		"  -C, --cpus LIST       pin worker i to the i-th CPU of LIST (e.g. 0)\n"
 		"      --busy-poll       never sleep: corio idle=poll / epoll_wait(0)\n"
 		"      --recv MODE       corio engine: buf (provided buffers) or copy (buf)\n"
+		"  -u, --udp             UDP: one socket per conn, one datagram per message\n"
+		"                        (--size 12..65507); reports lost/late/dup/reordered\n"
+		"      --loss SECS       UDP: an echo this late is counted lost (0.5)\n"
 		"      --server-pid PID  report that process's CPU time per message\n"
 		"      --no-probe        skip the probe connection\n"
 		"      --json            one JSON object instead of the text report\n"
 		"      --label TEXT      copied into the JSON\n"
 		"      --spectrum FILE   write the latency percentile spectrum (percentile, us)\n"
 		"  -q, --quiet           no progress line\n"
-		"  -h, --help\n");
+		"  -h, --help\n"
+		"Exit status: 0; 1 errors (wrong bytes, a connection failed); 2 bad options;\n"
+		"3 (--udp) datagrams lost, late, duplicated or reordered.\n");
 }
 
 int main(int argc, char **argv)
@@ -592,6 +944,8 @@ int main(int argc, char **argv)
 		{ "cpus", required_argument, NULL, 'C' },
 		{ "busy-poll", no_argument, NULL, 'b' },
 		{ "recv", required_argument, NULL, 'R' },
+		{ "udp", no_argument, NULL, 'u' },
+		{ "loss", required_argument, NULL, 'l' },
 		{ "server-pid", required_argument, NULL, 'S' },
 		{ "no-probe", no_argument, NULL, 'n' },
 		{ "json", no_argument, NULL, 'j' },
@@ -623,8 +977,9 @@ int main(int argc, char **argv)
 	g.p.duration_s = 5;
 	g.p.warmup_s = 0.5;
 	g.p.drain_s = 2;
+	g.p.loss_s = 0.5;
 	g.p.port = -1;
-	while ((o = getopt_long(argc, argv, "p:c:s:P:r:d:w:e:t:C:qh", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "p:c:s:P:r:d:w:e:t:C:uqh", opts, NULL)) != -1) {
 		switch (o) {
 		case 'p':
 			if (eb_opt_count("--port", optarg, 1, 65535, &v))
@@ -684,6 +1039,13 @@ int main(int argc, char **argv)
 			if ((g.recv_copy = eb_opt_choice("--recv", optarg, recvs)) < 0)
 				return 2;
 			break;
+		case 'u':
+			g.p.udp = 1;
+			break;
+		case 'l':
+			if (eb_opt_seconds("--loss", optarg, 0.001, 600, &g.p.loss_s))
+				return 2;
+			break;
 		case 'S':
 			if (eb_opt_count("--server-pid", optarg, 1, 1u << 30, &v))
 				return 2;
@@ -728,10 +1090,15 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corio-load: --rate: more than 10M msgs/s per connection\n");
 		return 2;
 	}
+	if (g.p.udp && (g.p.size < EB_HDR || g.p.size > 65507)) {
+		fprintf(stderr, "corio-load: --udp: --size must be %d..65507 (a datagram carries its "
+				"connection and sequence number)\n", EB_HDR);
+		return 2;
+	}
 	snprintf(addr, sizeof(addr), "127.0.0.1:%d", g.p.port);
 	g.p.addr = addr;
 	eb_load_global_init();
-	if (probe && eb_probe(&g.p, 0)) {
+	if (probe && (g.p.udp ? eb_probe_udp(&g.p) : eb_probe(&g.p, 0))) {
 		fprintf(stderr, "corio-load: the probe connection to %s failed; is an echo server there?\n",
 			addr);
 		return 1;
@@ -755,10 +1122,11 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < g.p.conns; i++) {
 			size_t txn = g.p.size * (g.p.rate > 0 ? 4096 : g.p.pipeline);
 
-			if (eb_conn_init(&cc[i].c, i, &g.p, &g.ws[i % g.workers]))
+			if (g.p.udp ? eb_uconn_init(&cc[i].u, i, &g.p, &g.ws[i % g.workers])
+				    : eb_conn_init(&cc[i].c, i, &g.p, &g.ws[i % g.workers]))
 				goto nomem;
 			cc[i].tx = malloc(txn);
-			cc[i].rx = g.recv_copy ? malloc(rx_len()) : NULL;
+			cc[i].rx = g.recv_copy ? malloc(g.p.udp ? 65536 : rx_len()) : NULL;
 			if (!cc[i].tx || (g.recv_copy && !cc[i].rx))
 				goto nomem;
 		}
@@ -786,11 +1154,14 @@ int main(int argc, char **argv)
 		for (unsigned i = 0; i < g.p.conns; i++) {
 			struct pworker *w = &pw[i % g.workers];
 
-			if (eb_conn_init(&w->conns[w->n++].c, i, &g.p, &g.ws[w->idx]))
+			struct pconn *k = &w->conns[w->n++];
+
+			if (g.p.udp ? eb_uconn_init(&k->u, i, &g.p, &g.ws[w->idx])
+				    : eb_conn_init(&k->c, i, &g.p, &g.ws[w->idx]))
 				goto nomem;
 		}
 		for (unsigned w = 0; w < g.workers; w++) {
-			ret = pthread_create(&pw[w].th, NULL, p_worker, &pw[w]);
+			ret = pthread_create(&pw[w].th, NULL, g.p.udp ? pu_worker : p_worker, &pw[w]);
 			if (ret) {
 				fprintf(stderr, "corio-load: pthread_create: %s\n", strerror(ret));
 				return 1;
@@ -883,6 +1254,10 @@ int main(int argc, char **argv)
 		if (g.ws[i].errors && !rep.errors)
 			snprintf(rep.first_err, sizeof(rep.first_err), "%s", g.ws[i].err);
 		rep.errors += atomic_load(&g.ws[i].errors);
+		rep.lost += g.ws[i].lost;
+		rep.late += g.ws[i].late;
+		rep.dup += g.ws[i].dup;
+		rep.reordered += g.ws[i].reordered;
 	}
 	rep.server_cpu_ns = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : -1;
 	rep.client_cpu_ns = cli1 - cli0;
@@ -903,9 +1278,19 @@ int main(int argc, char **argv)
 			rep.first_err);
 		ret = 1;
 	}
+	if (!ret && (rep.lost || rep.late || rep.dup || rep.reordered)) {
+		fprintf(stderr, "corio-load: datagrams lost %llu, late %llu, duplicated %llu, "
+				"reordered %llu (exit status 3)\n", (unsigned long long)rep.lost,
+			(unsigned long long)rep.late, (unsigned long long)rep.dup,
+			(unsigned long long)rep.reordered);
+		ret = 3;
+	}
 	if (cc) {
 		for (unsigned i = 0; i < g.p.conns; i++) {
-			eb_conn_free(&cc[i].c);
+			if (g.p.udp)
+				eb_uconn_free(&cc[i].u);
+			else
+				eb_conn_free(&cc[i].c);
 			free(cc[i].tx);
 			free(cc[i].rx);
 		}
@@ -913,8 +1298,12 @@ int main(int argc, char **argv)
 	}
 	if (pw) {
 		for (unsigned w = 0; w < g.workers; w++) {
-			for (unsigned i = 0; i < pw[w].n; i++)
-				eb_conn_free(&pw[w].conns[i].c);
+			for (unsigned i = 0; i < pw[w].n; i++) {
+				if (g.p.udp)
+					eb_uconn_free(&pw[w].conns[i].u);
+				else
+					eb_conn_free(&pw[w].conns[i].c);
+			}
 			free(pw[w].conns);
 		}
 		free(pw);

@@ -9,6 +9,13 @@
  * unbounded buffering). --busy-poll spins in epoll_wait(timeout 0).
  * --sockperf reflects sockperf's framing (tools/lib/eb_sockperf.h).
  *
+ * --udp: each thread has its own SO_REUSEPORT UDP socket instead of a
+ * listener; per readiness event it reads up to 64 datagrams (recvfrom until
+ * EAGAIN) and sends each straight back to its sender with sendto; a full
+ * send buffer (EAGAIN) waits in poll(POLLOUT) for that one datagram, so
+ * nothing is dropped by the server. --udp --sockperf reflects sockperf's
+ * UDP framing (eb_sp_dgram_next).
+ *
  * Binds 127.0.0.1 only. Stops cleanly on SIGINT/SIGTERM (or --timeout).
  */
 #include "lib/eb_opt.h"
@@ -26,6 +33,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -49,7 +57,7 @@ struct worker {
 	unsigned idx;
 	int cpu;            /* -1: not pinned */
 	int lfd, epfd;
-	uint64_t accepts, msgs_in, bytes_in, errors;
+	uint64_t accepts, msgs_in, bytes_in, errors, send_waits;
 	int err;
 };
 
@@ -58,6 +66,7 @@ static struct {
 	int port;
 	int busy;
 	int sockperf;
+	int udp;
 	int stopfd; /* eventfd: written once to stop every worker */
 	_Atomic int stop;
 	_Atomic int bound_port;
@@ -84,6 +93,85 @@ static int listen_on(int port)
 		return e;
 	}
 	return fd;
+}
+
+/* A 4 MiB receive buffer, so a few milliseconds' stall at 100k datagrams/s
+ * does not overflow it (the default holds ~200 small datagrams): forced
+ * when we may (root), else as much as net.core.rmem_max allows. */
+static void big_rcvbuf(int fd)
+{
+	int v = 4 << 20;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+static int udp_on(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
+
+	if (fd < 0)
+		return -errno;
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	big_rcvbuf(fd);
+	return fd;
+}
+
+/* Send one datagram; a full send buffer is waited out. */
+static void udp_reply(struct worker *w, const void *d, size_t n, const struct sockaddr *to,
+		      socklen_t tolen)
+{
+	for (;;) {
+		struct pollfd pf = { .fd = w->lfd, .events = POLLOUT };
+
+		if (sendto(w->lfd, d, n, 0, to, tolen) >= 0)
+			return;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != ENOBUFS) {
+			w->errors++;
+			return;
+		}
+		w->send_waits++;
+		poll(&pf, 1, 100);
+	}
+}
+
+static void on_udp(struct worker *w, unsigned char *buf)
+{
+	for (int i = 0; i < 64; i++) {
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof(from);
+		ssize_t n = recvfrom(w->lfd, buf, RBUF, 0, (struct sockaddr *)&from, &fl);
+		size_t pos = 0, off, len;
+		int r;
+
+		if (n < 0) {
+			if (errno != EAGAIN && errno != EINTR)
+				w->errors++;
+			return;
+		}
+		w->msgs_in++;
+		w->bytes_in += (uint64_t)n;
+		if (!g.sockperf) {
+			udp_reply(w, buf, (size_t)n, (struct sockaddr *)&from, fl);
+			continue;
+		}
+		while ((r = eb_sp_dgram_next(buf, (size_t)n, &pos, &off, &len)) != 0) {
+			if (r < 0)
+				w->errors++;
+			else
+				udp_reply(w, buf + off, len, (struct sockaddr *)&from, fl);
+		}
+	}
 }
 
 static void conn_close(struct worker *w, struct conn *c)
@@ -223,7 +311,10 @@ static void *worker_main(void *arg)
 			int r;
 
 			if (p == &listener_tag) {
-				on_accept(w);
+				if (g.udp)
+					on_udp(w, buf);
+				else
+					on_accept(w);
 				continue;
 			}
 			if (p == &stop_tag)
@@ -250,7 +341,9 @@ static void usage(FILE *f)
 		"  -C, --cpus LIST      pin thread i to the i-th CPU of LIST (e.g. 1 or 0-1)\n"
 		"  -p, --port P         TCP port on 127.0.0.1; 0 picks one and prints it (0)\n"
 		"      --busy-poll      spin in epoll_wait(0) instead of sleeping\n"
-		"      --sockperf       reflect sockperf's TCP framing instead of echoing\n"
+		"  -u, --udp            UDP echo: one SO_REUSEPORT socket per thread, each\n"
+		"                       datagram sent back to its sender\n"
+		"      --sockperf       reflect sockperf's TCP (with --udp: UDP) framing\n"
 		"      --timeout SECS   exit after SECS (default: run until SIGINT/SIGTERM)\n"
 		"  -h, --help\n"
 		"Prints 'epoll-echo: listening on 127.0.0.1:PORT ...' when ready.\n");
@@ -265,6 +358,7 @@ int main(int argc, char **argv)
 		{ "port", required_argument, NULL, 'p' },
 		{ "busy-poll", no_argument, NULL, 'b' },
 		{ "sockperf", no_argument, NULL, 's' },
+		{ "udp", no_argument, NULL, 'u' },
 		{ "timeout", required_argument, NULL, 'T' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -280,7 +374,7 @@ int main(int argc, char **argv)
 
 	eb_prog = "epoll-echo";
 	g.threads = 1;
-	while ((o = getopt_long(argc, argv, "t:C:p:h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "t:C:p:uh", opts, NULL)) != -1) {
 		switch (o) {
 		case 't':
 			if (eb_opt_count("--threads", optarg, 1, MAX_THREADS, &v))
@@ -301,6 +395,9 @@ int main(int argc, char **argv)
 			break;
 		case 's':
 			g.sockperf = 1;
+			break;
+		case 'u':
+			g.udp = 1;
 			break;
 		case 'T':
 			if (eb_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
@@ -328,7 +425,7 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < g.threads; i++) {
 		struct epoll_event le = { .events = EPOLLIN, .data.ptr = &listener_tag };
 		struct epoll_event se = { .events = EPOLLIN, .data.ptr = &stop_tag };
-		int fd = listen_on(g.port);
+		int fd = g.udp ? udp_on(g.port) : listen_on(g.port);
 
 		if (fd < 0) {
 			fprintf(stderr, "epoll-echo: listen on 127.0.0.1:%d: %s\n", g.port, strerror(-fd));
@@ -376,7 +473,7 @@ int main(int argc, char **argv)
 	printf("epoll-echo: listening on 127.0.0.1:%d threads=%u cpus=", g.port, g.threads);
 	for (unsigned i = 0; i < g.threads; i++)
 		printf("%s%d", i ? "," : "", w[i].cpu);
-	printf(" idle=%s mode=%s pid=%d\n", g.busy ? "busy-poll" : "block",
+	printf(" proto=%s idle=%s mode=%s pid=%d\n", g.udp ? "udp" : "tcp", g.busy ? "busy-poll" : "block",
 	       g.sockperf ? "sockperf" : "echo", (int)getpid());
 	fflush(stdout);
 
@@ -416,9 +513,10 @@ int main(int argc, char **argv)
 			fprintf(stderr, "epoll-echo: thread %u: %s\n", i, strerror(-w[i].err));
 			ret = 1;
 		}
-		fprintf(stderr, "epoll-echo: thread %u: %llu accepts, %llu reads, %llu bytes, %llu errors\n",
-			i, (unsigned long long)w[i].accepts, (unsigned long long)w[i].msgs_in,
-			(unsigned long long)w[i].bytes_in, (unsigned long long)w[i].errors);
+		fprintf(stderr, "epoll-echo: thread %u: %llu accepts, %llu reads, %llu bytes, %llu errors, "
+			"%llu send waits\n", i, (unsigned long long)w[i].accepts,
+			(unsigned long long)w[i].msgs_in, (unsigned long long)w[i].bytes_in,
+			(unsigned long long)w[i].errors, (unsigned long long)w[i].send_waits);
 		close(w[i].lfd);
 		close(w[i].epfd);
 	}

@@ -20,6 +20,14 @@
  * Callbacks, no fibers: a completion's user_data is the connection pointer
  * with the operation in its low bits.
  *
+ * --udp: one SO_REUSEPORT UDP socket per thread and one multishot recvmsg
+ * on it into the same buffer ring (each buffer: struct io_uring_recvmsg_out,
+ * the sender's address, the payload; --buf-size bounds the datagram); each
+ * datagram is sent back to its sender with a sendmsg straight from its
+ * buffer (one msghdr per buffer id, so no allocation), and the buffer goes
+ * back to the ring when that send completes. An ENOBUFS stop is re-armed
+ * when a buffer comes back.
+ *
  * Binds 127.0.0.1 only. Prints "uring-echo: listening on 127.0.0.1:PORT ..."
  * and stops cleanly on SIGINT/SIGTERM (or --timeout), printing per-thread
  * counters to stderr.
@@ -49,7 +57,7 @@
 #define MAX_THREADS 256
 #define BGID 1
 
-enum { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_CANCEL, OP_STOP, OP_MASK = 7 };
+enum { OP_ACCEPT = 1, OP_RECV, OP_SEND, OP_CANCEL, OP_STOP, OP_URECV, OP_USEND, OP_MASK = 7 };
 
 struct conn {
 	int fd;
@@ -77,6 +85,10 @@ struct worker {
 	struct conn *starved;
 	uint64_t stopbuf;
 	bool stopping;
+	bool urecv_armed; /* --udp: the multishot recvmsg is armed */
+	bool ustarved;    /* --udp: it stopped on ENOBUFS */
+	struct msghdr rmsg;               /* --udp: the recvmsg layout */
+	struct { struct msghdr m; struct iovec iov; } *smsg; /* --udp: per buffer id */
 	unsigned flags;   /* ring set-up flags in use */
 	int err;
 	uint64_t accepts, recvs, bytes_in, sends, short_sends, enobufs, held_stops, errors;
@@ -88,6 +100,7 @@ static struct {
 	int port;
 	unsigned nbufs, buf_size, max_held, entries;
 	int busy;
+	int udp;
 	int stopfd;
 } g;
 
@@ -309,12 +322,89 @@ static void on_send(struct worker *w, struct conn *c, int res)
 		send_head(w, c);
 }
 
+/* ---- UDP ---- */
+
+static void arm_urecv(struct worker *w)
+{
+	struct io_uring_sqe *sqe = get_sqe(w);
+
+	io_uring_prep_recvmsg_multishot(sqe, w->lfd, &w->rmsg, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = BGID;
+	io_uring_sqe_set_data(sqe, tag(w, OP_URECV));
+	w->urecv_armed = true;
+}
+
+static void ubuf_return(struct worker *w, int32_t bid)
+{
+	buf_return(w, bid);
+	if (w->ustarved && !w->stopping) {
+		w->ustarved = false;
+		arm_urecv(w);
+	}
+}
+
+static void on_urecv(struct worker *w, int res, unsigned flags)
+{
+	if (!(flags & IORING_CQE_F_MORE))
+		w->urecv_armed = false;
+	if (flags & IORING_CQE_F_BUFFER) {
+		int32_t bid = (int32_t)(flags >> IORING_CQE_BUFFER_SHIFT);
+		void *b = w->bufs + (size_t)bid * g.buf_size;
+		struct io_uring_recvmsg_out *o =
+			res > 0 ? io_uring_recvmsg_validate(b, res, &w->rmsg) : NULL;
+		struct io_uring_sqe *sqe;
+
+		if (!o) {
+			w->errors++;
+			ubuf_return(w, bid);
+		} else {
+			w->recvs++;
+			w->smsg[bid].iov.iov_base = io_uring_recvmsg_payload(o, &w->rmsg);
+			w->smsg[bid].iov.iov_len = io_uring_recvmsg_payload_length(o, res, &w->rmsg);
+			w->bytes_in += w->smsg[bid].iov.iov_len;
+			w->smsg[bid].m.msg_name = io_uring_recvmsg_name(o);
+			w->smsg[bid].m.msg_namelen = o->namelen < w->rmsg.msg_namelen
+							     ? o->namelen : w->rmsg.msg_namelen;
+			w->smsg[bid].m.msg_iov = &w->smsg[bid].iov;
+			w->smsg[bid].m.msg_iovlen = 1;
+			sqe = get_sqe(w);
+			io_uring_prep_sendmsg(sqe, w->lfd, &w->smsg[bid].m, 0);
+			io_uring_sqe_set_data64(sqe, (uint64_t)bid << 8 | OP_USEND);
+			w->sends++;
+		}
+	}
+	if (w->urecv_armed || w->stopping)
+		return;
+	if (res == -ENOBUFS) {
+		w->enobufs++;
+		w->ustarved = true; /* re-armed when a buffer comes back */
+	} else {
+		if (res < 0 && res != -ECANCELED)
+			w->errors++;
+		arm_urecv(w);
+	}
+}
+
+static void on_usend(struct worker *w, uint64_t ud, int res)
+{
+	if (res < 0)
+		w->errors++;
+	ubuf_return(w, (int32_t)(ud >> 8));
+}
+
 static void dispatch(struct worker *w, struct io_uring_cqe *cqe)
 {
 	uintptr_t ud = (uintptr_t)io_uring_cqe_get_data(cqe);
 	void *p = (void *)(ud & ~(uintptr_t)OP_MASK);
 
 	switch (ud & OP_MASK) {
+	case OP_URECV:
+		on_urecv(w, cqe->res, cqe->flags);
+		break;
+	case OP_USEND:
+		on_usend(w, ud, cqe->res);
+		break;
 	case OP_ACCEPT:
 		on_accept(w, cqe->res, cqe->flags);
 		break;
@@ -362,8 +452,11 @@ static int ring_init(struct worker *w)
 		       MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 	w->next = calloc(g.nbufs, sizeof(*w->next));
 	w->len = calloc(g.nbufs, sizeof(*w->len));
-	if (w->br == MAP_FAILED || w->bufs == MAP_FAILED || !w->next || !w->len)
+	w->smsg = g.udp ? calloc(g.nbufs, sizeof(*w->smsg)) : NULL;
+	if (w->br == MAP_FAILED || w->bufs == MAP_FAILED || !w->next || !w->len ||
+	    (g.udp && !w->smsg))
 		return -ENOMEM;
+	w->rmsg.msg_namelen = sizeof(struct sockaddr_in); /* we bind 127.0.0.1 */
 	io_uring_buf_ring_init(w->br);
 	memset(&reg, 0, sizeof(reg));
 	reg.ring_addr = (uint64_t)(uintptr_t)w->br;
@@ -389,7 +482,10 @@ static void *worker_main(void *arg)
 		w->err = ret;
 		return NULL;
 	}
-	arm_accept(w);
+	if (g.udp)
+		arm_urecv(w);
+	else
+		arm_accept(w);
 	sqe = get_sqe(w);
 	io_uring_prep_read(sqe, g.stopfd, &w->stopbuf, sizeof(w->stopbuf), 0);
 	io_uring_sqe_set_data(sqe, tag(w, OP_STOP));
@@ -434,6 +530,27 @@ static int listen_on(int port)
 	return fd;
 }
 
+static int udp_on(int port)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int one = 1, v = 4 << 20, fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	/* 4 MiB: a few ms' stall at 100k datagrams/s must not overflow it */
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+	return fd;
+}
+
 static void usage(FILE *f)
 {
 	fprintf(f,
@@ -442,6 +559,8 @@ static void usage(FILE *f)
 		"  -C, --cpus LIST     pin thread i to the i-th CPU of LIST (0-3,6)\n"
 		"  -p, --port N        TCP port on 127.0.0.1; 0 picks one (0)\n"
 		"  -b, --busy-poll     spin on the completion queue instead of sleeping\n"
+		"  -u, --udp           UDP echo: one SO_REUSEPORT socket per thread, multishot\n"
+		"                      recvmsg, each datagram sent back to its sender\n"
 		"      --bufs N        provided buffers per thread, power of two (4096)\n"
 		"      --buf-size N    bytes per buffer (4k)\n"
 		"      --max-held N    buffers one connection may hold before its receive\n"
@@ -457,6 +576,7 @@ int main(int argc, char **argv)
 		{ "cpus", required_argument, NULL, 'C' },
 		{ "port", required_argument, NULL, 'p' },
 		{ "busy-poll", no_argument, NULL, 'b' },
+		{ "udp", no_argument, NULL, 'u' },
 		{ "bufs", required_argument, NULL, 'n' },
 		{ "buf-size", required_argument, NULL, 'z' },
 		{ "max-held", required_argument, NULL, 'm' },
@@ -479,7 +599,7 @@ int main(int argc, char **argv)
 	g.buf_size = 4096;
 	g.max_held = 64;
 	g.entries = 1024;
-	while ((o = getopt_long(argc, argv, "t:C:p:bT:h", opts, NULL)) != -1) {
+	while ((o = getopt_long(argc, argv, "t:C:p:buT:h", opts, NULL)) != -1) {
 		switch (o) {
 		case 't':
 			if (eb_opt_count("--threads", optarg, 1, MAX_THREADS, &v))
@@ -497,6 +617,9 @@ int main(int argc, char **argv)
 			break;
 		case 'b':
 			g.busy = 1;
+			break;
+		case 'u':
+			g.udp = 1;
 			break;
 		case 'n':
 			if (eb_opt_count("--bufs", optarg, 1, 32768, &v))
@@ -549,7 +672,7 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (unsigned i = 0; i < g.threads; i++) {
-		int fd = listen_on(g.port);
+		int fd = g.udp ? udp_on(g.port) : listen_on(g.port);
 
 		if (fd < 0) {
 			fprintf(stderr, "uring-echo: listen on 127.0.0.1:%d: %s\n", g.port, strerror(-fd));
@@ -591,7 +714,8 @@ int main(int argc, char **argv)
 	printf("uring-echo: listening on 127.0.0.1:%d threads=%u cpus=", g.port, g.threads);
 	for (unsigned i = 0; i < g.threads; i++)
 		printf("%s%d", i ? "," : "", w[i].cpu);
-	printf(" idle=%s bufs=%ux%u max-held=%u pid=%d\n", g.busy ? "busy-poll" : "block", g.nbufs,
+	printf(" proto=%s idle=%s bufs=%ux%u max-held=%u pid=%d\n", g.udp ? "udp" : "tcp",
+	       g.busy ? "busy-poll" : "block", g.nbufs,
 	       g.buf_size, g.max_held, (int)getpid());
 	fflush(stdout);
 	{

@@ -157,10 +157,64 @@ void eb_conn_fail(struct eb_conn *c, const char *fmt, ...)
 	va_end(ap);
 }
 
+/* Check k bytes of message m starting at its byte off: 0, or -EPROTO with
+ * the first wrong byte recorded. */
+static int verify(struct eb_conn *c, uint64_t m, size_t off, const unsigned char *data, size_t k)
+{
+	size_t from = off < EB_HDR ? EB_HDR - off : 0;
+
+	/* header bytes one by one, the pattern part with memcmp */
+	if (off < EB_HDR) {
+		unsigned char h[EB_HDR];
+		size_t hk = EB_HDR - off;
+
+		header(c->id, m, h);
+		if (hk > k)
+			hk = k;
+		for (size_t i = 0; i < hk; i++)
+			if (data[i] != h[off + i]) {
+				eb_conn_fail(c, "conn %u: message %llu byte %zu: got 0x%02x, "
+					     "expected 0x%02x (header)", c->id,
+					     (unsigned long long)m, off + i, data[i], h[off + i]);
+				return -EPROTO;
+			}
+	}
+	if (from < k && memcmp(data + from, pattern + pat_off(c->id, m) + off + from, k - from)) {
+		size_t i = from;
+
+		while (data[i] == pattern[pat_off(c->id, m) + off + i])
+			i++;
+		eb_conn_fail(c, "conn %u: message %llu byte %zu: got 0x%02x, expected 0x%02x",
+			     c->id, (unsigned long long)m, off + i, data[i],
+			     pattern[pat_off(c->id, m) + off + i]);
+		return -EPROTO;
+	}
+	return 0;
+}
+
+/* A message sent (or due) at t was echoed whole at now. */
+static void count_done(struct eb_conn *c, uint64_t t, uint64_t now)
+{
+	uint64_t w0 = eb_warm_end(c->p), w1 = eb_meas_end(c->p);
+
+	if (t >= w0 && t < w1) {
+		eb_hist_add(&c->ws->hist, now > t ? now - t : 0);
+		c->ws->msgs++;
+	}
+}
+
+static void add_done(struct eb_conn *c, int done)
+{
+	if (done)
+		atomic_store_explicit(&c->ws->done_all,
+				      atomic_load_explicit(&c->ws->done_all, memory_order_relaxed) +
+					      (uint64_t)done,
+				      memory_order_relaxed);
+}
+
 int eb_conn_rx(struct eb_conn *c, const unsigned char *data, size_t n, uint64_t now)
 {
 	int done = 0;
-	uint64_t w0 = eb_warm_end(c->p), w1 = eb_meas_end(c->p);
 
 	while (n) {
 		size_t k = c->size - c->rx_off, off = c->rx_off;
@@ -173,59 +227,153 @@ int eb_conn_rx(struct eb_conn *c, const unsigned char *data, size_t n, uint64_t 
 		}
 		if (k > n)
 			k = n;
-		/* header bytes one by one, the pattern part with memcmp */
-		if (off < EB_HDR) {
-			unsigned char h[EB_HDR];
-			size_t hk = EB_HDR - off;
-
-			header(c->id, m, h);
-			if (hk > k)
-				hk = k;
-			for (size_t i = 0; i < hk; i++)
-				if (data[i] != h[off + i]) {
-					eb_conn_fail(c, "conn %u: message %llu byte %zu: got 0x%02x, "
-						     "expected 0x%02x (header)", c->id,
-						     (unsigned long long)m, off + i, data[i],
-						     h[off + i]);
-					return -EPROTO;
-				}
-		}
-		{
-			size_t from = off < EB_HDR ? EB_HDR - off : 0;
-
-			if (from < k &&
-			    memcmp(data + from, pattern + pat_off(c->id, m) + off + from, k - from)) {
-				size_t i = from;
-
-				while (data[i] == pattern[pat_off(c->id, m) + off + i])
-					i++;
-				eb_conn_fail(c, "conn %u: message %llu byte %zu: got 0x%02x, expected 0x%02x",
-					     c->id, (unsigned long long)m, off + i, data[i],
-					     pattern[pat_off(c->id, m) + off + i]);
-				return -EPROTO;
-			}
-		}
+		if (verify(c, m, off, data, k))
+			return -EPROTO;
 		data += k;
 		n -= k;
 		c->rx_off += k;
 		if (c->rx_off == c->size) {
-			uint64_t t = c->ts[m & c->ts_mask];
-
 			c->rx_off = 0;
 			c->rx++;
 			done++;
-			if (t >= w0 && t < w1) {
-				eb_hist_add(&c->ws->hist, now > t ? now - t : 0);
-				c->ws->msgs++;
-			}
+			count_done(c, c->ts[m & c->ts_mask], now);
 		}
 	}
-	if (done)
-		atomic_store_explicit(&c->ws->done_all,
-				      atomic_load_explicit(&c->ws->done_all, memory_order_relaxed) +
-					      (uint64_t)done,
-				      memory_order_relaxed);
+	add_done(c, done);
 	return done;
+}
+
+/* ---- UDP ---------------------------------------------------------------------- */
+
+int eb_uconn_init(struct eb_uconn *u, unsigned id, const struct eb_params *p,
+		  struct eb_worker_stats *ws)
+{
+	int ret = eb_conn_init(&u->c, id, p, ws);
+	size_t n;
+
+	u->seq = NULL;
+	u->state = NULL;
+	u->top = 0;
+	if (ret)
+		return ret;
+	n = (size_t)u->c.ts_mask + 1;
+	u->seq = malloc(n * sizeof(*u->seq));
+	u->state = calloc(n, 1);
+	if (!u->seq || !u->state) {
+		eb_uconn_free(u);
+		return -ENOMEM;
+	}
+	memset(u->seq, 0xff, n * sizeof(*u->seq));
+	return 0;
+}
+
+void eb_uconn_free(struct eb_uconn *u)
+{
+	eb_conn_free(&u->c);
+	free(u->seq);
+	free(u->state);
+	u->seq = NULL;
+	u->state = NULL;
+}
+
+void eb_uconn_fill(struct eb_uconn *u, unsigned char *dst, uint64_t t)
+{
+	uint64_t k = u->c.tx;
+
+	eb_conn_fill(&u->c, 1, dst, t);
+	u->seq[k & u->c.ts_mask] = k;
+	u->state[k & u->c.ts_mask] = EB_U_PENDING;
+}
+
+void eb_uconn_unfill(struct eb_uconn *u)
+{
+	uint64_t k = --u->c.tx;
+
+	u->seq[k & u->c.ts_mask] = UINT64_MAX;
+	u->state[k & u->c.ts_mask] = EB_U_FREE;
+}
+
+/* Move c.rx past the datagrams that are settled (echoed or lost). */
+static void settle(struct eb_uconn *u)
+{
+	while (u->c.rx < u->c.tx && u->state[u->c.rx & u->c.ts_mask] != EB_U_PENDING)
+		u->c.rx++;
+}
+
+int eb_uconn_rx(struct eb_uconn *u, const unsigned char *data, size_t n, uint64_t now)
+{
+	struct eb_conn *c = &u->c;
+	uint64_t m = 0;
+	unsigned id = 0;
+	size_t i;
+
+	if (n != c->size) {
+		eb_conn_fail(c, "conn %u: a %zu-byte datagram came back for %zu-byte ones", c->id, n,
+			     c->size);
+		return -EPROTO;
+	}
+	for (i = 0; i < 4; i++)
+		id |= (unsigned)data[i] << (8 * i);
+	for (i = 0; i < 8; i++)
+		m |= (uint64_t)data[4 + i] << (8 * i);
+	if (id != c->id || m >= c->tx) {
+		eb_conn_fail(c, "conn %u: a datagram came back that was not sent (conn %u, "
+			     "number %llu of %llu sent)", c->id, id, (unsigned long long)m,
+			     (unsigned long long)c->tx);
+		return -EPROTO;
+	}
+	if (verify(c, m, 0, data, n))
+		return -EPROTO;
+	i = m & c->ts_mask;
+	if (u->seq[i] != m || u->state[i] == EB_U_GOT) {
+		c->ws->dup++;
+		return 0;
+	}
+	if (u->state[i] == EB_U_LOST) {
+		c->ws->late++;
+		return 0;
+	}
+	u->state[i] = EB_U_GOT;
+	if (m + 1 < u->top)
+		c->ws->reordered++;
+	else
+		u->top = m + 1;
+	count_done(c, c->ts[i], now);
+	add_done(c, 1);
+	settle(u);
+	return 1;
+}
+
+unsigned eb_uconn_expire(struct eb_uconn *u, uint64_t now)
+{
+	struct eb_conn *c = &u->c;
+	uint64_t loss = (uint64_t)(c->p->loss_s * 1e9);
+	unsigned n = 0;
+
+	settle(u);
+	while (c->rx < c->tx) {
+		size_t i = c->rx & c->ts_mask;
+
+		if (u->state[i] == EB_U_PENDING) {
+			if (now < c->ts[i] || now - c->ts[i] < loss)
+				break;
+			u->state[i] = EB_U_LOST;
+			c->ws->lost++;
+			n++;
+		}
+		c->rx++;
+	}
+	settle(u);
+	return n;
+}
+
+uint64_t eb_uconn_next_loss(const struct eb_uconn *u)
+{
+	const struct eb_conn *c = &u->c;
+
+	if (c->rx >= c->tx)
+		return UINT64_MAX;
+	return c->ts[c->rx & c->ts_mask] + (uint64_t)(c->p->loss_s * 1e9);
 }
 
 uint64_t eb_warm_end(const struct eb_params *p)
@@ -295,6 +443,49 @@ int eb_probe(const struct eb_params *p, int sockperf)
 	if (sockperf)
 		out[9] &= (unsigned char)~EB_SP_F_CLIENT;
 	if (memcmp(in, out, size)) {
+		ret = -EPROTO;
+		fprintf(stderr, "probe: the echo differs from what was sent\n");
+	}
+done:
+	if (fd >= 0)
+		close(fd);
+	free(out);
+	free(in);
+	return ret;
+}
+
+int eb_probe_udp(const struct eb_params *p)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)p->port) };
+	struct timeval tv = { .tv_sec = 2 };
+	unsigned char *out = malloc(p->size), *in = malloc(p->size + 1);
+	int fd = -1, ret = 0;
+	ssize_t k;
+
+	if (!out || !in) {
+		ret = -ENOMEM;
+		goto done;
+	}
+	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)) ||
+	    connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		ret = -errno;
+		fprintf(stderr, "probe: udp socket to 127.0.0.1:%d: %s\n", p->port, strerror(errno));
+		goto done;
+	}
+	for (size_t i = 0; i < p->size; i++)
+		out[i] = pattern[i + 77];
+	if (send(fd, out, p->size, 0) != (ssize_t)p->size) {
+		ret = -EIO;
+		fprintf(stderr, "probe: send: %s\n", strerror(errno));
+		goto done;
+	}
+	k = recv(fd, in, p->size + 1, 0);
+	if (k < 0) {
+		ret = -errno;
+		fprintf(stderr, "probe: no echo within 2 s (%s)\n", strerror(errno));
+	} else if ((size_t)k != p->size || memcmp(in, out, p->size)) {
 		ret = -EPROTO;
 		fprintf(stderr, "probe: the echo differs from what was sent\n");
 	}
@@ -391,11 +582,14 @@ void eb_report_print(FILE *f, const struct eb_report *r, const struct eb_params 
 			   "\"cpus\":\"%s\",\"busy_poll\":%d,\"kernel\":\"%s\",\"addr\":\"%s\","
 			   "\"conns\":%u,\"size\":%zu,\"mode\":\"%s\",\"pipeline\":%u,\"rate\":%.0f,"
 			   "\"seconds\":%.3f,\"msgs\":%llu,\"msgs_per_s\":%.1f,\"mb_per_s\":%.3f,"
-			   "\"late_sends\":%llu,\"errors\":%llu,",
+			   "\"late_sends\":%llu,\"errors\":%llu,\"proto\":\"%s\",\"lost\":%llu,"
+			   "\"late\":%llu,\"dup\":%llu,\"reordered\":%llu,",
 			r->label ? r->label : "", r->engine, r->workers, r->cpus, r->busy_poll,
 			u.release, p->addr, p->conns, p->size, p->rate > 0 ? "open" : "closed",
 			p->pipeline, p->rate, r->seconds, (unsigned long long)r->msgs, mps, mbs,
-			(unsigned long long)r->late_sends, (unsigned long long)r->errors);
+			(unsigned long long)r->late_sends, (unsigned long long)r->errors,
+			p->udp ? "udp" : "tcp", (unsigned long long)r->lost, (unsigned long long)r->late,
+			(unsigned long long)r->dup, (unsigned long long)r->reordered);
 		fprintf(f, "\"lat_us\":{\"min\":%.3f,\"mean\":%.3f", h->count ? (double)h->min / 1e3 : 0,
 			eb_hist_mean(h) / 1e3);
 		for (size_t i = 0; i < sizeof(pcts) / sizeof(pcts[0]); i++)
@@ -408,6 +602,9 @@ void eb_report_print(FILE *f, const struct eb_report *r, const struct eb_params 
 	}
 	fprintf(f, "corio-load: %s engine, %u worker(s) on CPU %s%s; kernel %s\n", r->engine,
 		r->workers, r->cpus, r->busy_poll ? ", busy-polling" : "", u.release);
+	if (p->udp)
+		fprintf(f, "  UDP: each conn is one socket, each message one datagram (lost after %.2f s)\n",
+			p->loss_s);
 	if (p->rate > 0)
 		fprintf(f, "  %s, %u conns, %zu B messages, open loop at %.0f msgs/s, %.1f s measured "
 			   "(after %.1f s warm-up)\n", p->addr, p->conns, p->size, p->rate,
@@ -430,6 +627,10 @@ void eb_report_print(FILE *f, const struct eb_report *r, const struct eb_params 
 	if (p->rate > 0)
 		fprintf(f, ", %llu sends late by >= 1 interval", (unsigned long long)r->late_sends);
 	fprintf(f, "\n");
+	if (p->udp)
+		fprintf(f, "  datagrams over the whole run: %llu lost, %llu late, %llu duplicated, "
+			   "%llu reordered\n", (unsigned long long)r->lost, (unsigned long long)r->late,
+			(unsigned long long)r->dup, (unsigned long long)r->reordered);
 	if (r->errors)
 		fprintf(f, "  first error: %s\n", r->first_err);
 }

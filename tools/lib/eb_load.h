@@ -17,6 +17,16 @@
  * behind a generator that waits for it: no coordinated omission) goes into
  * a per-connection ring when it is queued; the message's last echoed byte
  * takes it out and records now - t.
+ *
+ * UDP (eb_uconn). A "connection" is one connected UDP socket and message k
+ * is datagram k, with the same contents, so a datagram is checked whole and
+ * on its own. Each datagram in flight has a slot (by sequence number) with
+ * its time and state; an echo that has not come p->loss_s after it was due
+ * is counted lost and its slot freed, so a lost datagram neither hangs the
+ * tool nor stalls a closed loop (which sends a replacement). Counted over
+ * the whole run: lost; late (an echo that came after it was counted lost);
+ * duplicated (a second echo of one datagram, or one too old to tell);
+ * reordered (an echo that came after the echo of a later datagram).
  */
 #ifndef CORIO_TOOLS_EB_LOAD_H
 #define CORIO_TOOLS_EB_LOAD_H
@@ -44,6 +54,8 @@ struct eb_params {
 	double warmup_s;    /* before it: traffic, nothing recorded */
 	double drain_s;     /* after it: wait this long at most for echoes of sent messages */
 	uint64_t start_ns;  /* set by the runner: when warm-up starts */
+	int udp;            /* datagrams (eb_uconn) instead of a byte stream */
+	double loss_s;      /* UDP: an echo this late is counted lost */
 };
 
 /* Per-worker (shard or thread) results; counters the progress line reads are atomic. */
@@ -53,6 +65,7 @@ struct eb_worker_stats {
 	uint64_t late_sends;       /* open loop: sends that started >= 1 interval late */
 	_Atomic uint64_t done_all; /* completed messages, any time (progress) */
 	_Atomic uint64_t errors;   /* connection failures, verification errors */
+	uint64_t lost, late, dup, reordered; /* UDP, whole run; written by the worker only */
 	char err[160];             /* the first error */
 };
 
@@ -95,6 +108,39 @@ void eb_conn_fail(struct eb_conn *c, const char *fmt, ...) __attribute__((format
 void eb_worker_fail(struct eb_worker_stats *ws, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 
+/* ---- UDP ---- */
+
+struct eb_uconn {
+	struct eb_conn c;     /* c.rx: the oldest datagram not yet echoed nor lost */
+	uint64_t *seq;        /* per slot: the datagram it holds */
+	unsigned char *state; /* per slot: EB_U_* */
+	uint64_t top;         /* highest sequence number echoed + 1 */
+};
+enum { EB_U_FREE, EB_U_PENDING, EB_U_GOT, EB_U_LOST };
+
+/* As eb_conn_init; p->size must be >= EB_HDR. 0 or -ENOMEM. */
+int eb_uconn_init(struct eb_uconn *u, unsigned id, const struct eb_params *p,
+		  struct eb_worker_stats *ws);
+void eb_uconn_free(struct eb_uconn *u);
+/* Write the next datagram (p->size bytes) into dst, stamped with t (closed
+ * loop) or its scheduled time (open loop); needs eb_conn_room(&u->c). */
+void eb_uconn_fill(struct eb_uconn *u, unsigned char *dst, uint64_t t);
+/* The datagram just filled could not be sent (EAGAIN): forget it. */
+void eb_uconn_unfill(struct eb_uconn *u);
+/* One received datagram at time now: 1 when it is the first echo of a
+ * datagram in flight (a slot is free again), 0 for a duplicate or a late
+ * one (counted), -EPROTO when its contents are wrong (recorded as an error). */
+int eb_uconn_rx(struct eb_uconn *u, const unsigned char *data, size_t n, uint64_t now);
+/* Count as lost every datagram in flight whose echo is p->loss_s overdue at
+ * now (UINT64_MAX: all of them): how many were. */
+unsigned eb_uconn_expire(struct eb_uconn *u, uint64_t now);
+/* When the oldest datagram in flight will be lost, or UINT64_MAX for none. */
+uint64_t eb_uconn_next_loss(const struct eb_uconn *u);
+
+/* UDP probe: send one datagram from a fresh socket, expect it back within
+ * 2 s: 0, or -errno with a line on stderr. */
+int eb_probe_udp(const struct eb_params *p);
+
 /* Warm-up end / measurement end / drain end, absolute. */
 uint64_t eb_warm_end(const struct eb_params *p);
 uint64_t eb_meas_end(const struct eb_params *p);
@@ -120,6 +166,7 @@ struct eb_report {
 	int busy_poll;
 	struct eb_hist hist;
 	uint64_t msgs, errors, late_sends;
+	uint64_t lost, late, dup, reordered; /* UDP */
 	double seconds;      /* measured window */
 	int64_t server_cpu_ns; /* -1: not measured */
 	int64_t client_cpu_ns;

@@ -56,7 +56,7 @@ int eb_sp_feed(struct eb_sp *sp, const unsigned char *in, size_t n, struct eb_bu
 			if (sp->len < EB_SP_HDR || sp->len > EB_SP_MAX_MSG)
 				return -EPROTO;
 			/* flags are big-endian: their low byte is hdr[9] */
-			sp->reply = (sp->hdr[9] & EB_SP_F_REPLY) && !(sp->hdr[9] & EB_SP_F_WARMUP);
+			sp->reply = eb_sp_wants_reply(sp->hdr[9]);
 			sp->msgs++;
 			if (sp->reply) {
 				sp->hdr[9] &= (unsigned char)~EB_SP_F_CLIENT;
@@ -75,6 +75,33 @@ int eb_sp_feed(struct eb_sp *sp, const unsigned char *in, size_t n, struct eb_bu
 		n -= k;
 		if (sp->have == sp->len)
 			sp->have = 0;
+	}
+	return 0;
+}
+
+int eb_sp_dgram_next(unsigned char *d, size_t n, size_t *pos, size_t *off, size_t *len)
+{
+	while (*pos < n) {
+		unsigned char *m = d + *pos;
+		size_t left = n - *pos;
+		uint32_t l;
+
+		if (left < EB_SP_HDR) {
+			*pos = n;
+			return -EPROTO;
+		}
+		l = (uint32_t)m[10] << 24 | (uint32_t)m[11] << 16 | (uint32_t)m[12] << 8 | m[13];
+		if (l < EB_SP_HDR || l > left) {
+			*pos = n;
+			return -EPROTO;
+		}
+		*pos += l;
+		if (eb_sp_wants_reply(m[9])) {
+			m[9] &= (unsigned char)~EB_SP_F_CLIENT;
+			*off = (size_t)(m - d);
+			*len = l;
+			return 1;
+		}
 	}
 	return 0;
 }

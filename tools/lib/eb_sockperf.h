@@ -1,18 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/lib/eb_sockperf.h - the reflector side of sockperf's TCP framing,
- * shared by corio-echo and epoll-echo (--sockperf).
+ * tools/lib/eb_sockperf.h - the reflector side of sockperf's framing, shared
+ * by corio-echo, epoll-echo and uring-echo (--sockperf, --udp --sockperf).
  *
  * Every sockperf message starts with a 14-byte big-endian header: u64
  * sequence number, u16 flags (0x1 sent by the client, 0x2 reply wanted,
  * 0x4 warm-up), u32 length of the whole message, header included. Messages
- * follow each other with no other framing. The reflector clears the client
- * bit and sends a message back only when the reply bit is set and the
- * warm-up bit is not - what `sockperf server` does, so `sockperf ping-pong`
- * (a reply for every message) and `sockperf under-load` (a reply for every
- * Nth) both work. The parser takes the stream in any pieces (a header may be
- * split across receives) and never trusts the length field beyond
- * EB_SP_MAX_MSG.
+ * follow each other with no other framing. The reflector sends a message
+ * back, with the client bit cleared, only when the client bit and the reply
+ * bit are set and the warm-up bit is not - what `sockperf server` 3.7 does
+ * (a message without the client bit is another server's reply and is never
+ * answered, so two reflectors cannot ping-pong forever), so `sockperf
+ * ping-pong` (a reply for every message) and `sockperf under-load` (a reply
+ * for every Nth) both work. The TCP parser takes the stream in any pieces (a
+ * header may be split across receives) and never trusts the length field
+ * beyond EB_SP_MAX_MSG.
+ *
+ * UDP: sockperf's client sends one message per datagram and the reply goes
+ * back to the sender as one datagram. sockperf server 3.7 runs the stream
+ * parser over each socket's datagrams, so a message split over two
+ * datagrams is joined, even across senders, and stray bytes after a message
+ * corrupt the next datagram; we do not copy that: eb_sp_dgram_next() takes
+ * each datagram alone, reflects every whole message in it (sockperf also
+ * answers two messages packed in one datagram, each with its own datagram)
+ * and drops a tail that is not a whole message.
  */
 #ifndef CORIO_TOOLS_EB_SOCKPERF_H
 #define CORIO_TOOLS_EB_SOCKPERF_H
@@ -49,5 +60,20 @@ void eb_sp_init(struct eb_sp *sp);
  * them) are appended to out. 0, -EPROTO for a length field outside
  * 14..EB_SP_MAX_MSG (the connection should be closed), -ENOMEM. */
 int eb_sp_feed(struct eb_sp *sp, const unsigned char *in, size_t n, struct eb_buf *out);
+
+/* Does a message with these flags get a reply? */
+static inline int eb_sp_wants_reply(unsigned flags)
+{
+	return (flags & (EB_SP_F_CLIENT | EB_SP_F_REPLY | EB_SP_F_WARMUP)) ==
+	       (EB_SP_F_CLIENT | EB_SP_F_REPLY);
+}
+
+/* UDP: the next message to reflect in the datagram d[0..n), from *pos on.
+ * Returns 1 with the reply at d + *off, *len bytes (its client bit cleared
+ * in place: send those bytes back to the sender as one datagram), 0 when no
+ * message is left, -EPROTO when the rest of the datagram is not a whole
+ * message (shorter than a header or than its length field; it is dropped,
+ * and the next call returns 0). *pos starts at 0 for each datagram. */
+int eb_sp_dgram_next(unsigned char *d, size_t n, size_t *pos, size_t *off, size_t *len);
 
 #endif
