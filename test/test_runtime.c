@@ -219,3 +219,127 @@ Test(runtime, stats_count_known_work, .timeout = 30)
 	th_run(&cfg, stats_entry, &st);
 	cr_assert_neq(st.ring_features, 0);
 }
+
+/* ---- batching sleep (cfg.batch_cqes / batch_us) ------------------------------ */
+
+#define BATCH_PIPES 16
+
+static bool batch_supported(void)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_rt *rt;
+	struct corio_stats st = { 0 };
+
+	cr_assert_eq(corio_start(&cfg, (void (*)(void *))corio_yield, NULL, &rt), 0);
+	corio_stats_get(rt, 0, &st);
+	corio_stop(rt);
+	corio_wait(rt);
+	return st.ring_features & (1u << 15); /* IORING_FEAT_MIN_TIMEOUT, 6.12 */
+}
+
+/* A lone completion still wakes a shard that waits for a batch of 64: a
+ * sleeping fiber's timer fires and it wakes, again and again (the min-wait
+ * returns once one completion is there; waiting for all 64 would hang). */
+static void lone_entry(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 20; i++)
+		CHECK_EQ(corio_sleep_ns(2000000), 0);
+}
+
+static int lone_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	(void)arg;
+	cfg.batch_cqes = 64;
+	cfg.batch_us = 1000;
+	return corio_run(&cfg, lone_entry, NULL) == 0 && atomic_load(&th_failures) == 0 ? 0 : 1;
+}
+
+Test(runtime, batching_sleep_wakes_for_a_lone_completion, .timeout = 60)
+{
+	if (!batch_supported())
+		cr_skip_test("the kernel lacks IORING_FEAT_MIN_TIMEOUT (6.12)");
+	th_child_ok(lone_child, NULL, 20000, "20 sleeps of 2 ms with batch_cqes 64");
+}
+
+/* A burst of completions spread over a few milliseconds is reaped in
+ * fewer wake-ups than completions: 16 pipe reads parked in the ring, a
+ * plain thread writes each pipe in turn, and the shard, told to wait for
+ * 16 completions or 100 ms after the first, wakes once or twice for them. */
+struct burst {
+	int fds[BATCH_PIPES][2];
+	unsigned parked;
+	uint64_t wakes, cqes;
+};
+
+static void *burst_writer(void *arg)
+{
+	struct burst *b = arg;
+
+	while (__atomic_load_n(&b->parked, __ATOMIC_ACQUIRE) < BATCH_PIPES)
+		sched_yield();
+	usleep(20000); /* let the shard fall asleep in its batching wait */
+	for (int i = 0; i < BATCH_PIPES; i++) {
+		cr_assert_eq(write(b->fds[i][1], "x", 1), 1);
+		usleep(100);
+	}
+	return NULL;
+}
+
+static struct burst *g_burst;
+
+static int burst_fiber(void *arg)
+{
+	int fd = (int)(intptr_t)arg;
+	char c;
+	ssize_t r;
+
+	__atomic_add_fetch(&g_burst->parked, 1, __ATOMIC_RELEASE);
+	r = corio_read_at(fd, &c, 1, (uint64_t)-1);
+	CHECK_EQ(r, 1);
+	return 0;
+}
+
+static void burst_entry(void *arg)
+{
+	struct burst *b = arg;
+	struct corio_fiber *f[BATCH_PIPES];
+	struct corio_stats before, after;
+
+	CHECK_EQ(corio_stats_get(NULL, 0, &before), 0);
+	for (int i = 0; i < BATCH_PIPES; i++)
+		CHECK_EQ(corio_spawn(burst_fiber, (void *)(intptr_t)b->fds[i][0], NULL, &f[i]), 0);
+	for (int i = 0; i < BATCH_PIPES; i++)
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	CHECK_EQ(corio_stats_get(NULL, 0, &after), 0);
+	b->wakes = after.wakes - before.wakes;
+	b->cqes = after.wake_cqes - before.wake_cqes;
+}
+
+Test(runtime, batching_sleep_reaps_a_burst_in_few_wakeups, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct burst b = { .parked = 0 };
+	pthread_t th;
+
+	if (!batch_supported())
+		cr_skip_test("the kernel lacks IORING_FEAT_MIN_TIMEOUT (6.12)");
+	for (int i = 0; i < BATCH_PIPES; i++)
+		cr_assert_eq(pipe2(b.fds[i], O_CLOEXEC), 0);
+	g_burst = &b;
+	cfg.batch_cqes = BATCH_PIPES;
+	cfg.batch_us = 100000;
+	cr_assert_eq(pthread_create(&th, NULL, burst_writer, &b), 0);
+	th_run(&cfg, burst_entry, &b);
+	pthread_join(th, NULL);
+	for (int i = 0; i < BATCH_PIPES; i++) {
+		close(b.fds[i][0]);
+		close(b.fds[i][1]);
+	}
+	cr_assert(b.cqes >= BATCH_PIPES, "%llu completions seen after wake-ups",
+		  (unsigned long long)b.cqes);
+	cr_assert(b.wakes <= 4, "%llu wake-ups for %d completions: the shard did not batch",
+		  (unsigned long long)b.wakes, BATCH_PIPES);
+}
