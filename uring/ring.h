@@ -11,6 +11,8 @@
 #ifndef CORIO_URING_RING_H
 #define CORIO_URING_RING_H
 
+#include "uring/fault.h"
+
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -61,6 +63,10 @@ struct corio__ring {
 	struct corio__ring_counters cnt;
 	struct corio__link *link_free;  /* link slot pool */
 	void *link_chunks;              /* list of chunks, for ring exit */
+	uint64_t links_out;             /* slots handed out and not yet free */
+#ifdef CORIO_FAULTS
+	struct corio__fault_ring fault; /* test builds only: uring/fault.h */
+#endif
 };
 
 /* True if the environment variable var holds word (or "all") in its comma
