@@ -53,6 +53,7 @@ static const char *const names[CORIO__FK_MAX] = {
 	[CORIO__FK_SHORT] = "short",   [CORIO__FK_MSHOT] = "mshot",
 	[CORIO__FK_ENOBUFS] = "enobufs", [CORIO__FK_RETRY] = "retry",
 	[CORIO__FK_SQFULL] = "sqfull", [CORIO__FK_BUSY] = "busy",
+	[CORIO__FK_SQBUSY] = "sqbusy",
 	[CORIO__FK_RESET] = "reset",   [CORIO__FK_PIPE] = "pipe",
 	[CORIO__FK_EIO] = "eio",       [CORIO__FK_ENOMEM] = "enomem",
 	[CORIO__FK_CANCEL] = "cancel",
@@ -142,7 +143,7 @@ static uint32_t parse_kinds(const char *p, size_t len)
 		else if (w == 9 && !strncmp(p, "surfacing", w))
 			m |= SURFACING;
 		else if (w == 3 && !strncmp(p, "all", w))
-			m |= TRANSPARENT | SURFACING;
+			m |= TRANSPARENT | SURFACING | (1u << CORIO__FK_SQBUSY);
 		else
 			for (unsigned k = 0; k < CORIO__FK_MAX; k++)
 				if (strlen(names[k]) == w && !strncmp(p, names[k], w))
@@ -368,7 +369,8 @@ void corio__fault_sq(struct corio__ring *r)
 {
 	struct corio__fault_ring *f = &r->fault;
 	struct io_uring_sq *sq = &r->ring.sq;
-	uint32_t per_sqe = f->kinds & ~((1u << CORIO__FK_SQFULL) | (1u << CORIO__FK_BUSY));
+	uint32_t per_sqe = f->kinds & ~((1u << CORIO__FK_SQFULL) | (1u << CORIO__FK_BUSY) |
+					(1u << CORIO__FK_SQBUSY));
 
 	if (!f->threshold || !per_sqe)
 		return;
@@ -413,13 +415,14 @@ bool corio__fault_sqfull(struct corio__ring *r)
 	return true;
 }
 
-int corio__fault_enter(struct corio__ring *r)
+int corio__fault_enter(struct corio__ring *r, bool sq_full)
 {
 	struct corio__fault_ring *f = &r->fault;
+	enum corio__fault_kind k = sq_full ? CORIO__FK_SQBUSY : CORIO__FK_BUSY;
 
-	if (!(f->kinds & (1u << CORIO__FK_BUSY)) || !roll(f))
+	if (!(f->kinds & (1u << k)) || !roll(f))
 		return 0;
-	count(CORIO__FK_BUSY);
+	count(k);
 	return (next(f) & 1) ? -EBUSY : -EAGAIN;
 }
 #endif

@@ -346,7 +346,7 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 			continue;
 		}
 		r->cnt.enters++;
-		ret = corio__fault_enter(r);
+		ret = corio__fault_enter(r, true);
 		if (!ret)
 			ret = io_uring_submit(&r->ring);
 		ret = corio__ring_check(r, ret, "io_uring_submit");
@@ -397,7 +397,7 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 
 	corio__fault_sq(r);
 	pending = io_uring_sq_ready(&r->ring);
-	if ((pending || wait_nr) && (ret = corio__fault_enter(r)) < 0)
+	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
 		return ret; /* test builds: the kernel "refused" (uring/fault.h) */
 	if (wait_nr && CORIO__UNLIKELY_VG(r)) {
 		/* Valgrind runs one thread at a time and does not know that

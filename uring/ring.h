@@ -90,7 +90,9 @@ static inline bool corio__ring_has_op(const struct corio__ring *r, unsigned op)
 	return op <= IORING_OP_LAST && r->ops[op];
 }
 
-/* A free SQE, never NULL: when the SQ is full, submits what is queued first. */
+/* A free SQE, never NULL: when the SQ is full, submits what is queued first;
+ * if the kernel refuses that submit (-EBUSY/-EAGAIN: drain the CQ first) it
+ * reaps, running callbacks inline, before it tries again. */
 struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r);
 
 /* Make room for n SQEs that must go to the kernel in one submit (a link:
@@ -152,7 +154,12 @@ unsigned corio__ring_poll(struct corio__ring *r);
 unsigned corio__ring_reap(struct corio__ring *r);
 
 /* Queue an async cancel of op (matched by user_data). The op's own final CQE
- * still arrives (with -ECANCELED, or its real result if it won the race). */
+ * still arrives (with -ECANCELED, or its real result if it won the race).
+ * Like every call that takes an SQE, it may reap and run callbacks inline
+ * (SQ full and the kernel refusing the submit: corio__ring_sqe), so op's
+ * final CQE may already have been dispatched when it returns: mark the op
+ * as cancelling BEFORE the call, never after (test_faults,
+ * inline_reap_during_cancel). */
 void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
 
 /* Account an io_uring_enter result (-EBADR: completions dropped, counted
