@@ -13,6 +13,10 @@
 #                      tools -> include -> ctl -> net, fs -> core -> timer -> uring
 #   make soak SECS=N   corio-echo under N seconds of connection churn per accept
 #                      model; fds, fibers, connections, buffers must come back
+#   make test FAULTS=1 fault injection (uring/fault.h) in build/faults: the suites
+#                      run with CORIO_FAULTS (default seed=1,rate=0.02,
+#                      kinds=transparent; FAULTS="seed=..." sets it) and the
+#                      faults injected per kind are printed at the end
 #   make fuzz SECS=N   build the libFuzzer targets in test/fuzz (clang, ASan+UBSan)
 #                      and run each for N seconds (10) from test/fuzz/seeds
 
@@ -43,6 +47,15 @@ TEST_CFLAGS := -DCORIO_TEST_SHIM
 TEST_LIBS :=
 else
 $(error SAN must be empty, address or thread)
+endif
+
+# Fault injection: its own build dir, so the normal objects never carry it.
+FAULTS ?=
+comma := ,
+ifneq ($(FAULTS),)
+B := $(B)/faults
+SANFLAGS += -DCORIO_FAULTS
+FAULTS_SPEC := $(if $(filter 1,$(FAULTS)),seed=1$(comma)rate=0.02$(comma)kinds=transparent,$(FAULTS))
 endif
 
 WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wno-unused-parameter
@@ -146,7 +159,18 @@ $(B)/.headers-ok: $(wildcard include/*.h include/corio/*.h)
 
 test: deps
 	$(Q)$(MAKE) --no-print-directory lib tests tools
+ifeq ($(FAULTS),)
 	$(Q)TESTS="$(TESTS)" sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)"
+else
+	$(Q)rm -f $(B)/faults.log; rc=0; \
+	CORIO_FAULTS="$${CORIO_FAULTS:-$(FAULTS_SPEC)}" CORIO_FAULTS_LOG="$(abspath $(B))/faults.log" \
+	TESTS="$(TESTS)" sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)" || rc=$$?; \
+	echo "== faults injected ($${CORIO_FAULTS:-$(FAULTS_SPEC)}; test_faults sets its own)"; \
+	awk '{ sub(/^.*\): /, ""); for (i = 1; i <= NF; i++) if (split($$i, kv, "=") == 2 && kv[2] ~ /^[0-9]+$$/) \
+		{ if (!(kv[1] in n)) order[++k] = kv[1]; n[kv[1]] += kv[2] } } \
+		END { for (i = 1; i <= k; i++) printf "%s=%d ", order[i], n[order[i]]; print "(" NR " processes)" }' \
+		$(B)/faults.log 2>/dev/null; exit $$rc
+endif
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools

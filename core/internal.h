@@ -140,6 +140,10 @@ struct corio__part {
 	 * threads may still read while shards stop (the stats getters). Parts
 	 * without it free everything in fini. */
 	void (*release)(struct corio__shard *s);
+	/* in corio_wait(), after every shard thread has ended, before release:
+	 * what the part still holds that should have come back (leak census,
+	 * core/census.c); writes it into buf, returns how many, 0 if none */
+	unsigned (*census)(struct corio__shard *s, char *buf, size_t len);
 };
 extern const struct corio__part corio__timer_part; /* core/timer.c */
 extern const struct corio__part corio__msg_part;   /* core/msg.c   */
@@ -248,6 +252,7 @@ struct corio__shard {
 	unsigned nstacks, stack_cache_cap;
 	size_t stack_size;  /* default, a page multiple */
 	size_t stack_guard; /* PROT_NONE bytes below each stack, a page multiple */
+	uint64_t stacks_mapped; /* stacks mmap'd and not yet unmapped (census) */
 
 	/* wake-up from other threads: an eventfd with a read always armed */
 	int efd;
@@ -541,6 +546,11 @@ void corio__stack_cache_free(struct corio__shard *s);
 void corio__overflow_handler_install(void);
 int corio__altstack_init(struct corio__shard *s);
 void corio__altstack_fini(struct corio__shard *s);
+
+/* Leak census (core/census.c): in corio_wait(), after every shard thread
+ * ended, check that stacks, op records, link slots and each part's pools
+ * came back. 0, or -EBUSY with corio_last_error() naming shard and leak. */
+int corio__census(struct corio_rt *rt);
 
 /* ---- fiber pool (core/fiber.c) ------------------------------------------- */
 void corio__fiber_pool_free(struct corio__shard *s);

@@ -102,6 +102,7 @@
 #include "uring/internal.h"
 
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -167,6 +168,7 @@ struct msg {
 	struct corio_waitq *room_wq; /* [nshards]: fibers here waiting for room on shard i */
 	unsigned room_waiting;       /* how many */
 	struct call *call_free;      /* pool of call records (this shard's calls) */
+	uint64_t calls_out;          /* records taken from the pool, not yet back */
 	void **call_chunks;
 	size_t ncall_chunks;
 	struct peer_stats *peers;    /* [nshards + 1], the last is foreign threads */
@@ -512,6 +514,7 @@ static struct call *call_get(struct msg *m)
 		c = m->call_free;
 	}
 	m->call_free = c->next;
+	m->calls_out++;
 	return c;
 }
 
@@ -519,6 +522,7 @@ static void call_put(struct msg *m, struct call *c)
 {
 	c->next = m->call_free;
 	m->call_free = c;
+	m->calls_out--;
 }
 
 /* Target side: hand c back to its caller's shard. c may be gone on return. */
@@ -1010,8 +1014,20 @@ static void msg_release(struct corio__shard *s)
 	s->parts[CORIO__PART_MSG] = NULL;
 }
 
+/* Leak census: every call record back in its home pool. */
+static unsigned msg_census(struct corio__shard *s, char *buf, size_t len)
+{
+	struct msg *m = part(s);
+
+	if (m->calls_out)
+		snprintf(buf, len, "%llu call records not back in the pool",
+			 (unsigned long long)m->calls_out);
+	return m->calls_out ? (unsigned)m->calls_out : 0;
+}
+
 const struct corio__part corio__msg_part = {
 	.name = "msg",
+	.census = msg_census,
 	.init = msg_init,
 	.poll = msg_poll,
 	.stop = msg_stop,

@@ -80,6 +80,7 @@ int corio__stack_get(struct corio__shard *s, struct corio_fiber *f)
 			munmap(map, size + guard);
 			return err;
 		}
+		s->stacks_mapped++;
 	}
 	f->stack_map = map;
 	f->stack_size = size;
@@ -100,15 +101,16 @@ void corio__stack_put(struct corio__shard *s, struct corio_fiber *f)
 	CORIO__ASAN_UNPOISON(f->stack_lo, f->stack_size);
 	if (f->stack_size == s->stack_size && s->nstacks < s->stack_cache_cap)
 		s->stack_cache[s->nstacks++] = f->stack_map;
-	else
-		munmap(f->stack_map, f->stack_size + guard);
+	else if (munmap(f->stack_map, f->stack_size + guard) == 0)
+		s->stacks_mapped--;
 	f->stack_map = NULL;
 }
 
 void corio__stack_cache_free(struct corio__shard *s)
 {
 	while (s->nstacks)
-		munmap(s->stack_cache[--s->nstacks], s->stack_size + s->stack_guard);
+		if (munmap(s->stack_cache[--s->nstacks], s->stack_size + s->stack_guard) == 0)
+			s->stacks_mapped--;
 	free(s->stack_cache);
 	s->stack_cache = NULL;
 }

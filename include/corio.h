@@ -111,6 +111,11 @@ CORIO_API int corio_start(const struct corio_config *cfg, void (*entry)(void *ar
  * Wait until every shard has stopped, then free the runtime. A runtime stops
  * when corio_shutdown()/corio_stop() is called, or by itself once no shard
  * has a live fiber. Returns 0, or the first -errno a shard failed with.
+ * Then a leak census: every shard must have given back its fiber stacks,
+ * op records, link-timeout slots, provided buffers (a corio_buf never
+ * released counts) and cross-shard call records; if one did not,
+ * corio_wait() returns -EBUSY and corio_last_error() names the shard and
+ * what leaked. The runtime is freed either way.
  * Call exactly once per corio_start(), from a thread that is not a shard.
  */
 CORIO_API int corio_wait(struct corio_rt *rt);

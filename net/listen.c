@@ -46,8 +46,8 @@ static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		close(res);
 		res = -l->fault_err;
 		if (more && l->a.state == NET_ARMED) {
-			corio__ring_cancel(&n->shard->ring, op);
 			l->a.state = NET_CANCELING;
+			corio__ring_cancel(&n->shard->ring, op);
 		}
 	}
 	if (res >= 0) {
@@ -70,8 +70,8 @@ static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		l->q[(l->qhead + l->qlen) % l->qcap] = res;
 		l->qlen++;
 		if (l->qlen >= ACCEPT_QMAX && more && l->a.state == NET_ARMED) {
-			corio__ring_cancel(&n->shard->ring, op);
 			l->a.state = NET_CANCELING;
+			corio__ring_cancel(&n->shard->ring, op);
 		}
 	} else {
 		switch (-res) {
@@ -105,8 +105,8 @@ static void aop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 			corio__net_err(n, res);
 			l->backoff = true;
 			if (more && l->a.state == NET_ARMED) {
-				corio__ring_cancel(&n->shard->ring, op);
 				l->a.state = NET_CANCELING;
+				corio__ring_cancel(&n->shard->ring, op);
 			}
 			break;
 		default:
@@ -427,8 +427,8 @@ int corio_listener_close(struct corio_listener *l)
 		if (!corio__self())
 			return -EPERM;
 		if (l->a.state == NET_ARMED) {
-			corio__ring_cancel(&n->shard->ring, &l->a.op);
 			l->a.state = NET_CANCELING;
+			corio__ring_cancel(&n->shard->ring, &l->a.op);
 		}
 		l->closer = corio__self();
 		corio__net_park_until(aop_idle, l);

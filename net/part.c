@@ -151,8 +151,8 @@ static void net_stop(struct corio__shard *sh)
 		struct corio__mshot *m = CORIO__CONTAINER(l, struct corio__mshot, link);
 
 		if (m->state == NET_ARMED) {
-			corio__ring_cancel(&sh->ring, &m->op);
 			m->state = NET_CANCELING;
+			corio__ring_cancel(&sh->ring, &m->op);
 		}
 	}
 	/* Queued sends too: the peer may never read them. */
@@ -201,8 +201,22 @@ static void net_release(struct corio__shard *sh)
 	sh->parts[CORIO__PART_NET] = NULL;
 }
 
+/* Leak census: every provided buffer back in the ring (buffers a reader
+ * never released, or a queue dropped without returning them). */
+static unsigned net_census(struct corio__shard *sh, char *buf, size_t len)
+{
+	struct corio__net *n = sh->parts[CORIO__PART_NET];
+	uint64_t out = n->stats.bufs_out;
+
+	if (out)
+		snprintf(buf, len, "%llu provided buffers out of the ring",
+			 (unsigned long long)out);
+	return out ? (unsigned)out : 0;
+}
+
 const struct corio__part corio__net_part = {
 	.name = "net",
+	.census = net_census,
 	.init = net_init,
 	.poll = net_poll,
 	.stop = net_stop,

@@ -236,8 +236,8 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		 * kernel may fill more buffers before the cancel lands, so
 		 * without a byte limit the socket receives with single shots
 		 * (one buffer each) from now on. */
-		corio__ring_cancel(&n->shard->ring, &s->r.op);
 		s->r.state = NET_CANCELING;
+		corio__ring_cancel(&n->shard->ring, &s->r.op);
 		s->capped = true;
 		s->slow = true;
 		CORIO__STAT_ADD(n->stats.recv_capped, 1);
@@ -259,8 +259,8 @@ static void hup_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		/* The stream is ending: do not trust the multishot to say so. */
 		s->hup = true;
 		if (s->r.state == NET_ARMED) {
-			corio__ring_cancel(&n->shard->ring, &s->r.op);
 			s->r.state = NET_CANCELING;
+			corio__ring_cancel(&n->shard->ring, &s->r.op);
 			CORIO__STAT_ADD(n->stats.recv_hup, 1);
 		}
 	}
@@ -1009,12 +1009,12 @@ static void quiesce(struct corio_sock *s)
 	if (rop_idle(s))
 		return;
 	if (s->r.state == NET_ARMED) {
-		corio__ring_cancel(&n->shard->ring, &s->r.op);
 		s->r.state = NET_CANCELING;
+		corio__ring_cancel(&n->shard->ring, &s->r.op);
 	}
 	if (s->h.state == NET_ARMED) {
-		corio__ring_cancel(&n->shard->ring, &s->h.op);
 		s->h.state = NET_CANCELING;
+		corio__ring_cancel(&n->shard->ring, &s->h.op);
 	}
 	s->closer = corio__self();
 	assert(s->closer);

@@ -20,6 +20,7 @@
  * struct corio__op, whose cb runs once per CQE. For a multishot op the
  * callback sees IORING_CQE_F_MORE on every CQE but the last one.
  */
+#include "uring/fault.h" /* the fault-injection hooks (FAULTS=1 builds) */
 #include <liburing.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -70,6 +71,10 @@ struct corio__ring {
 	struct corio__ring_counters cnt;
 	struct corio__link *link_free;  /* link slot pool */
 	void *link_chunks;              /* list of chunks, for ring exit */
+	uint64_t links_out;             /* slots handed out and not yet free */
+#ifdef CORIO_FAULTS
+	struct corio__fault_ring fault; /* test builds only: uring/fault.h */
+#endif
 };
 
 /* True if the environment variable var holds word (or "all") in its comma
@@ -93,7 +98,9 @@ static inline bool corio__ring_has_op(const struct corio__ring *r, unsigned op)
 	return op <= IORING_OP_LAST && r->ops[op];
 }
 
-/* A free SQE, never NULL: when the SQ is full, submits what is queued first. */
+/* A free SQE, never NULL: when the SQ is full, submits what is queued first;
+ * if the kernel refuses that submit (-EBUSY/-EAGAIN: drain the CQ first) it
+ * reaps, running callbacks inline, before it tries again. */
 struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r);
 
 /* Make room for n SQEs that must go to the kernel in one submit (a link:
@@ -177,7 +184,12 @@ unsigned corio__ring_poll(struct corio__ring *r);
 unsigned corio__ring_reap(struct corio__ring *r);
 
 /* Queue an async cancel of op (matched by user_data). The op's own final CQE
- * still arrives (with -ECANCELED, or its real result if it won the race). */
+ * still arrives (with -ECANCELED, or its real result if it won the race).
+ * Like every call that takes an SQE, it may reap and run callbacks inline
+ * (SQ full and the kernel refusing the submit: corio__ring_sqe), so op's
+ * final CQE may already have been dispatched when it returns: mark the op
+ * as cancelling BEFORE the call, never after (test_faults,
+ * inline_reap_during_cancel). */
 void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
 
 /* Account an io_uring_enter result (-EBADR: completions dropped, counted

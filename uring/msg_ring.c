@@ -21,6 +21,7 @@ int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd, struct corio_
 	/* Submit now (this also hands over whatever else is queued): the
 	 * target must not wait for our next loop turn, and the caller only
 	 * guards target_fd's lifetime until this returns. */
+	corio__fault_sq(r); /* test builds: faults for what else is queued */
 	do {
 		ret = io_uring_submit(&r->ring);
 		r->cnt.enters++;

@@ -202,6 +202,7 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 		/* IORING_REGISTER_PROBE is 5.6+; corio's kernels all have it. */
 		r->ops[IORING_OP_NOP] = 1;
 	}
+	corio__fault_init(r);
 	return 0;
 }
 
@@ -225,6 +226,7 @@ struct link_chunk {
 static void link_put(struct corio__link *l)
 {
 	if (--l->pending == 0) {
+		l->r->links_out--;
 		l->next_free = l->r->link_free;
 		l->r->link_free = l;
 	}
@@ -280,6 +282,7 @@ struct corio__link *corio__ring_link_get(struct corio__ring *r)
 		l = r->link_free;
 	}
 	r->link_free = l->next_free;
+	r->links_out++;
 	l->r = r;
 	return l;
 }
@@ -343,20 +346,24 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 {
 	struct io_uring_sqe *sqe;
 
-	while (!(sqe = io_uring_get_sqe(&r->ring))) {
+	while (!(sqe = corio__fault_sqfull(r) ? NULL : io_uring_get_sqe(&r->ring))) {
 		int ret;
 
 		/* SQ full: hand what is queued to the kernel and try again. With
 		 * SQPOLL the kernel thread may not have consumed them yet: wait
 		 * for room. */
 		r->cnt.sq_full++;
+		corio__fault_sq(r);
 		if (r->caps & CORIO__CAP_SQPOLL) {
 			io_uring_submit(&r->ring);
 			io_uring_sqring_wait(&r->ring);
 			continue;
 		}
 		r->cnt.enters++;
-		ret = corio__ring_check(r, io_uring_submit(&r->ring), "io_uring_submit");
+		ret = corio__fault_enter(r, true);
+		if (!ret)
+			ret = io_uring_submit(&r->ring);
+		ret = corio__ring_check(r, ret, "io_uring_submit");
 		if (ret > 0)
 			r->cnt.sqes += (unsigned)ret;
 		else if (ret == -EAGAIN || ret == -EBUSY)
@@ -375,6 +382,7 @@ void corio__ring_reserve(struct corio__ring *r, unsigned n)
 	while (io_uring_sq_space_left(&r->ring) < n) {
 		r->cnt.sq_full++;
 		if (r->caps & CORIO__CAP_SQPOLL) {
+			corio__fault_sq(r);
 			io_uring_submit(&r->ring);
 			io_uring_sqring_wait(&r->ring);
 		} else {
@@ -398,9 +406,13 @@ bool corio__ring_needs_enter(const struct corio__ring *r)
 
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 {
-	unsigned pending = io_uring_sq_ready(&r->ring);
+	unsigned pending;
 	int ret;
 
+	corio__fault_sq(r);
+	pending = io_uring_sq_ready(&r->ring);
+	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
+		return ret; /* test builds: the kernel "refused" (uring/fault.h) */
 	if (wait_nr && CORIO__UNLIKELY_VG(r)) {
 		/* Valgrind runs one thread at a time and does not know that
 		 * io_uring_enter blocks: a shard sleeping in it would keep every
@@ -476,6 +488,7 @@ unsigned corio__ring_poll(struct corio__ring *r)
 {
 	/* Without TASKRUN_FLAG we cannot tell whether completions wait in the
 	 * kernel: ask every time. */
+	corio__fault_sq(r);
 	if (corio__ring_pending(r) || corio__ring_needs_enter(r) ||
 	    !(r->caps & CORIO__CAP_TASKRUN_FLAG)) {
 		int ret = corio__ring_check(r, io_uring_submit_and_get_events(&r->ring),

@@ -1,0 +1,419 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test/test_faults.c - workloads under injected faults (uring/fault.h).
+ * Only meaningful in the fault build (make test FAULTS=1); elsewhere every
+ * test skips. Each test sets CORIO_FAULTS itself and runs its runtime in a
+ * forked child with a bounded wait (a hang fails the test, the suite goes
+ * on). The invariants, whatever fails:
+ *  - every byte a peer receives is exactly the prefix of what was sent
+ *    (nothing lost in the middle, nothing duplicated);
+ *  - every cross-shard call runs exactly once or its caller got an error;
+ *  - every injected error reaches the caller as -errno (counted exactly
+ *    where one op is one call: file I/O);
+ *  - no crash, no hang, nothing leaked (corio_run's census and the fds).
+ */
+#include "helpers.h"
+#include "uring/fault.h"
+
+#include <stdlib.h>
+
+#ifndef CORIO_FAULTS
+#define NEED_FAULTS() cr_skip_test("fault injection is built only with make test FAULTS=1")
+#else
+#define NEED_FAULTS() ((void)0)
+
+/* The child's verdict: the runtime returned 0 (census included), no CHECK
+ * failed, no fd left open. Prints the faults it injected. */
+static int child_run(unsigned shards, void (*entry)(void *), void *arg)
+{
+	struct corio_config cfg;
+	int before = th_fd_count(), ret;
+
+	corio_config_init(&cfg);
+	cfg.shards = shards;
+	ret = corio_run(&cfg, entry, arg);
+	fprintf(stderr, "  faults:");
+	for (unsigned k = 0; k < CORIO__FK_MAX; k++)
+		if (corio__fault_count(k))
+			fprintf(stderr, " %s=%llu", corio__fault_name(k),
+				(unsigned long long)corio__fault_count(k));
+	fprintf(stderr, "\n");
+	if (ret) {
+		fprintf(stderr, "corio_run: %s (%s)\n", strerror(-ret), corio_last_error());
+		return 1;
+	}
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 2;
+	}
+	if (th_fd_count() != before) {
+		fprintf(stderr, "fds left open: %d -> %d\n", before, th_fd_count());
+		return 3;
+	}
+	return 0;
+}
+
+static uint8_t pat(size_t i, unsigned id)
+{
+	return (uint8_t)(i * 7 + id * 13 + (i >> 9));
+}
+
+/* ---- streams: echo with errors allowed ------------------------------------------------ */
+
+#define NCONN 64
+#define CONN_BYTES (48 * 1024)
+
+static struct {
+	_Atomic int port;
+	_Atomic int done;
+	_Atomic uint64_t bytes_ok;   /* bytes verified back at the clients */
+	_Atomic int errors;          /* calls that returned -errno */
+	bool borrow;                 /* server echoes with borrowed ring buffers */
+} st;
+
+static bool allowed(long err)
+{
+	switch (-err) {
+	case ECONNRESET:
+	case EPIPE:
+	case ENOMEM:
+	case ECANCELED:
+	case ECONNABORTED:
+		return true;
+	default:
+		return false;
+	}
+}
+
+static int echo_server_conn(void *arg)
+{
+	struct corio_sock *s = arg;
+	uint8_t buf[4096];
+
+	for (;;) {
+		ssize_t r, w;
+
+		if (st.borrow) {
+			struct corio_buf b;
+
+			r = corio_recv_buf(s, &b);
+			if (r <= 0)
+				break;
+			w = corio_send(s, b.data, b.len);
+			corio_buf_release(&b);
+		} else {
+			r = corio_recv(s, buf, sizeof(buf));
+			if (r <= 0)
+				break;
+			w = corio_send(s, buf, (size_t)r);
+		}
+		if (w != r) {
+			CHECK(w < 0 && allowed(w));
+			atomic_fetch_add(&st.errors, 1);
+			break;
+		}
+	}
+	corio_close(s);
+	return 0;
+}
+
+static int acceptor(void *arg)
+{
+	struct corio_listener *l = arg;
+
+	for (;;) {
+		struct corio_sock *s;
+		int ret = corio_accept(l, &s);
+
+		if (ret)
+			return ret;
+		CHECK(corio_spawn(echo_server_conn, s, NULL, NULL) == 0);
+	}
+}
+
+static int client(void *arg)
+{
+	unsigned id = (unsigned)(uintptr_t)arg;
+	uint8_t *out = malloc(CONN_BYTES), *in = malloc(CONN_BYTES);
+	char where[32];
+	struct corio_sock *c;
+	size_t got = 0;
+	ssize_t r;
+	int ret;
+
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&st.port));
+	CHECK(out && in);
+	if (!out || !in)
+		goto out;
+	ret = corio_tcp_connect(where, &c);
+	if (ret) {
+		CHECK(allowed(ret));
+		atomic_fetch_add(&st.errors, 1);
+		goto out;
+	}
+	for (size_t i = 0; i < CONN_BYTES; i++)
+		out[i] = pat(i, id);
+	/* send it all first: the echo comes back in the socket buffers */
+	r = corio_send(c, out, CONN_BYTES);
+	if (r != (ssize_t)CONN_BYTES) {
+		CHECK(r < 0 && allowed(r));
+		atomic_fetch_add(&st.errors, 1);
+		corio_shutdown_write(c);
+	}
+	while (got < CONN_BYTES && (r = corio_recv(c, in + got, CONN_BYTES - got)) > 0)
+		got += (size_t)r;
+	if (r < 0 && got < CONN_BYTES) {
+		CHECK(allowed(r));
+		atomic_fetch_add(&st.errors, 1);
+	}
+	/* whatever came back is exactly the prefix of what was sent */
+	CHECK(memcmp(in, out, got) == 0);
+	atomic_fetch_add(&st.bytes_ok, got);
+	corio_close(c);
+out:
+	free(out);
+	free(in);
+	atomic_fetch_add(&st.done, 1);
+	return 0;
+}
+
+static void stream_entry(void *arg)
+{
+	struct corio_listen_opts o = { .backlog = 1024 };
+	struct corio_listener *l = NULL;
+	struct corio_fiber *acc = NULL;
+	unsigned me = corio_shard_id();
+
+	(void)arg;
+	if (me == 0) {
+		struct sockaddr_storage ss;
+		socklen_t len;
+
+		CHECK(corio_tcp_listen("127.0.0.1:0", &o, &l) == 0);
+		CHECK(corio_listener_addr(l, &ss, &len) == 0);
+		atomic_store(&st.port, corio_addr_port((struct sockaddr *)&ss));
+		CHECK(corio_spawn(acceptor, l, NULL, &acc) == 0);
+	}
+	while (!atomic_load(&st.port))
+		corio_yield();
+	for (unsigned i = me; i < NCONN; i += corio_shard_count())
+		CHECK(corio_spawn(client, (void *)(uintptr_t)i, NULL, NULL) == 0);
+	while (atomic_load(&st.done) < NCONN)
+		CHECK(corio_sleep_ns(1000000) == 0);
+	if (acc) {
+		corio_cancel(acc);
+		corio_join(acc, NULL);
+		CHECK(corio_listener_close(l) == 0);
+	}
+}
+
+static int stream_child(void *arg)
+{
+	int ret;
+
+	setenv("CORIO_FAULTS", arg, 1);
+	ret = child_run(2, stream_entry, NULL);
+	fprintf(stderr, "  %s: %llu bytes verified, %d errors seen\n", (char *)arg,
+		(unsigned long long)atomic_load(&st.bytes_ok), atomic_load(&st.errors));
+	if (!ret && strstr(arg, "kinds=transparent"))
+		ret = atomic_load(&st.errors) || atomic_load(&st.bytes_ok) != NCONN * CONN_BYTES ? 4
+														      : 0;
+	if (!ret && strstr(arg, "reset") && !atomic_load(&st.errors))
+		ret = 5; /* errors were injected: someone must have seen one */
+	return ret;
+}
+#endif
+
+/* A cancel issued while the SQ is full and the kernel refuses the submit
+ * (-EBUSY/-EAGAIN) reaps inline; the op's final CQE could be dispatched
+ * inside corio__ring_cancel(), and the caller then marked the finished op
+ * CANCELING: its closer parked forever (fixed: the state is set first).
+ * OPEN: with that fixed, this workload still hangs - a reader parked on
+ * its socket's rwq with buffers queued (a wake-up lost when callbacks run
+ * inline inside a fiber's corio__ring_sqe()). Disabled until fixed; run it
+ * with --filter 'faults/inline*' and enable it (sqbusy is opt-in). */
+Test(faults, inline_reap_during_cancel, .timeout = 120, .disabled = true)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=1,rate=0.3,kinds=sqfull+sqbusy";
+
+	st.borrow = true;
+	th_child_ok(stream_child, spec, 60000, spec);
+#endif
+}
+
+Test(faults, stream_transparent_every_byte, .timeout = 120)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=7,rate=0.05,kinds=transparent";
+
+	st.borrow = true;
+	th_child_ok(stream_child, spec, 60000, spec);
+#endif
+}
+
+Test(faults, stream_errors_prefix_only, .timeout = 120)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=3,rate=0.03,kinds=reset+pipe+enomem+cancel+short+mshot";
+
+	th_child_ok(stream_child, spec, 60000, spec);
+#endif
+}
+
+Test(faults, stream_errors_borrowed_buffers, .timeout = 120)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=5,rate=0.03,kinds=reset+pipe+enomem+cancel+enobufs+mshot";
+
+	st.borrow = true;
+	th_child_ok(stream_child, spec, 60000, spec);
+#endif
+}
+
+#ifdef CORIO_FAULTS
+/* ---- files: one op per call, so every injected error is one -errno ---------------------- */
+
+#define FS_CHUNKS 512
+#define FS_CHUNK 4096
+
+static struct {
+	char path[64];
+	_Atomic int errors;
+} fs;
+
+static void fs_entry(void *arg)
+{
+	static uint8_t buf[FS_CHUNK], back[FS_CHUNK];
+	static bool written[FS_CHUNKS];
+	int fd;
+
+	(void)arg;
+	do
+		fd = corio_open(fs.path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	while (fd < 0 && allowed(fd) && atomic_fetch_add(&fs.errors, 1) >= 0);
+	CHECK(fd >= 0);
+	if (fd < 0)
+		return;
+	for (unsigned c = 0; c < FS_CHUNKS; c++) {
+		ssize_t r;
+
+		for (unsigned i = 0; i < FS_CHUNK; i++)
+			buf[i] = pat(i, c);
+		r = corio_write_at(fd, buf, FS_CHUNK, (uint64_t)c * FS_CHUNK);
+		written[c] = r == FS_CHUNK;
+		if (r != FS_CHUNK) {
+			CHECK(r == -EIO || r == -ENOMEM || r == -ECANCELED);
+			atomic_fetch_add(&fs.errors, 1);
+		}
+	}
+	for (unsigned c = 0; c < FS_CHUNKS; c++) {
+		ssize_t r = corio_read_at(fd, back, FS_CHUNK, (uint64_t)c * FS_CHUNK);
+
+		if (r < 0) {
+			CHECK(r == -EIO || r == -ENOMEM || r == -ECANCELED);
+			atomic_fetch_add(&fs.errors, 1);
+			continue;
+		}
+		CHECK(r == FS_CHUNK);
+		for (unsigned i = 0; written[c] && i < FS_CHUNK; i++)
+			buf[i] = pat(i, c);
+		/* a chunk whose write failed was never written: zeros (a hole) */
+		if (!written[c])
+			memset(buf, 0, FS_CHUNK);
+		CHECK(memcmp(back, buf, FS_CHUNK) == 0);
+	}
+	corio_close_fd(fd);
+	unlink(fs.path);
+}
+
+static int fs_child(void *arg)
+{
+	int ret;
+	uint64_t injected;
+
+	setenv("CORIO_FAULTS", arg, 1);
+	snprintf(fs.path, sizeof(fs.path), "/tmp/corio-faults-%d", (int)getpid());
+	ret = child_run(1, fs_entry, NULL);
+	injected = corio__fault_count(CORIO__FK_EIO) + corio__fault_count(CORIO__FK_ENOMEM) +
+		   corio__fault_count(CORIO__FK_CANCEL);
+	fprintf(stderr, "  %s: %llu injected, %d errors seen\n", (char *)arg,
+		(unsigned long long)injected, atomic_load(&fs.errors));
+	if (!ret && (uint64_t)atomic_load(&fs.errors) != injected)
+		ret = 6;
+	if (!ret && !injected)
+		ret = 7;
+	return ret;
+}
+#endif
+
+Test(faults, fs_each_error_reaches_the_caller, .timeout = 60)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=11,rate=0.05,kinds=eio+enomem+cancel";
+
+	th_child_ok(fs_child, spec, 30000, spec);
+#endif
+}
+
+#ifdef CORIO_FAULTS
+/* ---- messages: each call runs once or its caller got an error -------------------------- */
+
+#define NCALLS 2000
+
+static struct {
+	_Atomic int ran, ok, failed;
+} msg;
+
+static intptr_t bump(void *arg)
+{
+	(void)arg;
+	atomic_fetch_add(&msg.ran, 1);
+	return 1;
+}
+
+static void msg_entry(void *arg)
+{
+	unsigned me = corio_shard_id(), peer = (me + 1) % corio_shard_count();
+
+	(void)arg;
+	for (int i = 0; i < NCALLS; i++) {
+		intptr_t res = 0;
+		int ret = corio_call(peer, bump, NULL, &res);
+
+		if (ret == 0 && res == 1)
+			atomic_fetch_add(&msg.ok, 1);
+		else
+			atomic_fetch_add(&msg.failed, 1);
+	}
+}
+
+static int msg_child(void *arg)
+{
+	int ret;
+
+	setenv("CORIO_FAULTS", arg, 1);
+	ret = child_run(2, msg_entry, NULL);
+	fprintf(stderr, "  %s: %d ran, %d ok, %d failed\n", (char *)arg, atomic_load(&msg.ran),
+		atomic_load(&msg.ok), atomic_load(&msg.failed));
+	if (!ret && (atomic_load(&msg.ran) != atomic_load(&msg.ok) ||
+		     atomic_load(&msg.ok) + atomic_load(&msg.failed) != 2 * NCALLS))
+		ret = 8;
+	return ret;
+}
+#endif
+
+Test(faults, msg_calls_run_exactly_once, .timeout = 60)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=13,rate=0.05,kinds=transparent+surfacing";
+
+	th_child_ok(msg_child, spec, 30000, spec);
+#endif
+}

@@ -1,0 +1,94 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uring/fault.h - fault injection for tests (build with -DCORIO_FAULTS:
+ * `make test FAULTS=1`; without it every hook below is an empty inline).
+ *
+ * Enabled at run time by CORIO_FAULTS="seed=N,rate=R,kinds=K1+K2...",
+ * read at each ring's setup. Every fault is one the kernel can really
+ * produce, injected where no byte is lost by the injection itself: SQEs are
+ * rewritten just before they are handed to the kernel (uring/fault.c says
+ * how), never a CQE after the kernel did the work. Kinds:
+ *
+ *   transparent (corio absorbs them; the suites pass unchanged)
+ *     short    a stream send/recv SQE asks for fewer bytes (a short transfer)
+ *     mshot    a multishot recv/accept is submitted single-shot: it ends
+ *              after one CQE, without IORING_CQE_F_MORE, and must be re-armed
+ *     enobufs  a buffer-select multishot recv completes with -ENOBUFS
+ *     retry    an accept completes with -EINTR or -EAGAIN
+ *     sqfull   corio__ring_sqe() finds the SQ full once
+ *     busy     io_uring_enter answers -EBUSY or -EAGAIN without submitting
+ *   opt-in (not in "transparent", known to hang: see test_faults)
+ *     sqbusy   the submit corio__ring_sqe() makes for a full SQ is refused,
+ *              so it reaps and runs callbacks inline, inside the fiber or
+ *              callback that asked for an SQE
+ *   surfacing (the caller gets -errno)
+ *     reset    -ECONNRESET on a stream send/recv
+ *     pipe     -EPIPE on a stream send
+ *     eio      -EIO on a read/write/fsync/fallocate of a regular file
+ *     enomem   -ENOMEM on any op above, connect and openat
+ *     cancel   -ECANCELED on any of those (the kernel cancelled it: exit,
+ *              io-wq teardown)
+ *   aliases: transparent, surfacing, all
+ *
+ * Errors complete through IORING_OP_NOP with IORING_NOP_INJECT_RESULT
+ * (probed once; without it only short, mshot, sqfull and busy are injected).
+ * Counts are per process (atomic), printed at exit on stderr, or appended
+ * as one line to the file CORIO_FAULTS_LOG names (make test sums them).
+ */
+#ifndef CORIO_URING_FAULT_H
+#define CORIO_URING_FAULT_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+struct corio__ring;
+
+enum corio__fault_kind {
+	CORIO__FK_SHORT,
+	CORIO__FK_MSHOT,
+	CORIO__FK_ENOBUFS,
+	CORIO__FK_RETRY,
+	CORIO__FK_SQFULL,
+	CORIO__FK_BUSY,
+	CORIO__FK_SQBUSY,
+	CORIO__FK_RESET,
+	CORIO__FK_PIPE,
+	CORIO__FK_EIO,
+	CORIO__FK_ENOMEM,
+	CORIO__FK_CANCEL,
+	CORIO__FK_MAX
+};
+
+#ifdef CORIO_FAULTS
+/* Per-ring state, embedded in struct corio__ring. */
+struct corio__fault_ring {
+	uint64_t rng;
+	uint32_t kinds;     /* 1u << CORIO__FK_* */
+	uint32_t threshold; /* a fault when the next 32 random bits are below it */
+	bool nop_inject;    /* IORING_NOP_INJECT_RESULT works */
+};
+
+void corio__fault_init(struct corio__ring *r);
+/* Rewrite the SQEs queued since the last flush; call before every submit. */
+void corio__fault_sq(struct corio__ring *r);
+/* Pretend the SQ is full (once per call). */
+bool corio__fault_sqfull(struct corio__ring *r);
+/* 0, or -EBUSY / -EAGAIN to return instead of entering the kernel;
+ * sq_full: the submit of corio__ring_sqe() with a full SQ (kind sqbusy). */
+int corio__fault_enter(struct corio__ring *r, bool sq_full);
+/* Faults injected so far in this process, of one kind. */
+uint64_t corio__fault_count(enum corio__fault_kind k);
+const char *corio__fault_name(enum corio__fault_kind k);
+#else
+static inline void corio__fault_init(struct corio__ring *r) { (void)r; }
+static inline void corio__fault_sq(struct corio__ring *r) { (void)r; }
+static inline bool corio__fault_sqfull(struct corio__ring *r) { (void)r; return false; }
+static inline int corio__fault_enter(struct corio__ring *r, bool sq_full)
+{
+	(void)r;
+	(void)sq_full;
+	return 0;
+}
+#endif
+
+#endif
