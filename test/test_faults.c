@@ -224,15 +224,15 @@ static int stream_child(void *arg)
 }
 #endif
 
-/* A cancel issued while the SQ is full and the kernel refuses the submit
- * (-EBUSY/-EAGAIN) reaps inline; the op's final CQE could be dispatched
- * inside corio__ring_cancel(), and the caller then marked the finished op
- * CANCELING: its closer parked forever (fixed: the state is set first).
- * OPEN: with that fixed, this workload still hangs - a reader parked on
- * its socket's rwq with buffers queued (a wake-up lost when callbacks run
- * inline inside a fiber's corio__ring_sqe()). Disabled until fixed; run it
- * with --filter 'faults/inline*' and enable it (sqbusy is opt-in). */
-Test(faults, inline_reap_during_cancel, .timeout = 120, .disabled = true)
+/* A full SQ whose submit the kernel refuses (-EBUSY/-EAGAIN) must drain
+ * the CQ. That used to dispatch the completions right inside the
+ * corio__ring_sqe() or corio__ring_cancel() of whoever was taking an SQE:
+ * a closer marked an op CANCELING after its final CQE had already been
+ * dispatched and parked forever, and a reader between checking its queue
+ * and parking missed the wake-up for the data that arrived (parked with
+ * buffers queued). Now those CQEs are stashed and dispatched by the loop's
+ * next reap (uring/ring.c, submit_refused). Hung 3 of 3 before. */
+Test(faults, inline_reap_during_cancel, .timeout = 120)
 {
 	NEED_FAULTS();
 #ifdef CORIO_FAULTS

@@ -61,7 +61,8 @@ static const char *const names[CORIO__FK_MAX] = {
 
 #define TRANSPARENT                                                                   \
 	((1u << CORIO__FK_SHORT) | (1u << CORIO__FK_MSHOT) | (1u << CORIO__FK_ENOBUFS) | \
-	 (1u << CORIO__FK_RETRY) | (1u << CORIO__FK_SQFULL) | (1u << CORIO__FK_BUSY))
+	 (1u << CORIO__FK_RETRY) | (1u << CORIO__FK_SQFULL) | (1u << CORIO__FK_BUSY) |    \
+	 (1u << CORIO__FK_SQBUSY))
 #define SURFACING                                                                    \
 	((1u << CORIO__FK_RESET) | (1u << CORIO__FK_PIPE) | (1u << CORIO__FK_EIO) |     \
 	 (1u << CORIO__FK_ENOMEM) | (1u << CORIO__FK_CANCEL))
@@ -143,7 +144,7 @@ static uint32_t parse_kinds(const char *p, size_t len)
 		else if (w == 9 && !strncmp(p, "surfacing", w))
 			m |= SURFACING;
 		else if (w == 3 && !strncmp(p, "all", w))
-			m |= TRANSPARENT | SURFACING | (1u << CORIO__FK_SQBUSY);
+			m |= TRANSPARENT | SURFACING;
 		else
 			for (unsigned k = 0; k < CORIO__FK_MAX; k++)
 				if (strlen(names[k]) == w && !strncmp(p, names[k], w))

@@ -17,10 +17,9 @@
  *     retry    an accept completes with -EINTR or -EAGAIN
  *     sqfull   corio__ring_sqe() finds the SQ full once
  *     busy     io_uring_enter answers -EBUSY or -EAGAIN without submitting
- *   opt-in (not in "transparent", known to hang: see test_faults)
- *     sqbusy   the submit corio__ring_sqe() makes for a full SQ is refused,
- *              so it reaps and runs callbacks inline, inside the fiber or
- *              callback that asked for an SQE
+ *     sqbusy   the submit corio__ring_sqe() makes for a full SQ is refused:
+ *              the CQ is drained into the stash, dispatched by the next reap
+ *              (it used to run callbacks inline and hang: test_faults)
  *   surfacing (the caller gets -errno)
  *     reset    -ECONNRESET on a stream send/recv
  *     pipe     -EPIPE on a stream send

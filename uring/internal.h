@@ -72,6 +72,11 @@ struct corio__ring {
 	struct corio__link *link_free;  /* link slot pool */
 	void *link_chunks;              /* list of chunks, for ring exit */
 	uint64_t links_out;             /* slots handed out and not yet free */
+	/* CQEs taken off the CQ while an SQE was being acquired (a refused
+	 * submit must drain the CQ); dispatched by the next corio__ring_reap,
+	 * first and in order, so no callback runs inside corio__ring_sqe. */
+	struct corio__stashed { uint64_t user_data; int32_t res; uint32_t flags; } *stash;
+	unsigned nstash, stash_cap;
 #ifdef CORIO_FAULTS
 	struct corio__fault_ring fault; /* test builds only: uring/fault.h */
 #endif

@@ -311,6 +311,9 @@ void corio__ring_exit(struct corio__ring *r)
 	}
 	r->link_chunks = NULL;
 	r->link_free = NULL;
+	free(r->stash);
+	r->stash = NULL;
+	r->nstash = r->stash_cap = 0;
 }
 
 /*
@@ -333,12 +336,23 @@ int corio__ring_check(struct corio__ring *r, int ret, const char *what)
 	return ret;
 }
 
-/* -EBUSY / -EAGAIN from a submit: the kernel wants the CQ drained (kernels
+static void stash_cqes(struct corio__ring *r);
+
+/*
+ * -EBUSY / -EAGAIN from a submit: the kernel wants the CQ drained (kernels
  * before 5.19 refuse new SQEs while overflowed CQEs wait) or is short of
- * request memory. Retrying without reaping would spin: reap first. */
+ * request memory. Retrying without draining would spin. The CQEs are not
+ * dispatched here: this runs inside corio__ring_sqe(), in the middle of
+ * whoever takes an SQE (a fiber between checking its socket's queue and
+ * parking on it, a callback half-way through a state change), and a
+ * callback run there wakes or changes what the caller has not finished
+ * looking at (found by fault injection: a reader parked with data queued,
+ * faults::inline_reap_during_cancel). They are stashed and dispatched by
+ * the loop's next reap, before the CQ, so their order is kept.
+ */
 static void submit_refused(struct corio__ring *r)
 {
-	corio__ring_reap(r);
+	stash_cqes(r);
 	sched_yield();
 }
 
@@ -409,6 +423,8 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 	unsigned pending;
 	int ret;
 
+	if (r->nstash)
+		wait_nr = 0; /* completions are waiting in the stash already */
 	corio__fault_sq(r);
 	pending = io_uring_sq_ready(&r->ring);
 	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
@@ -472,6 +488,8 @@ int corio__ring_enter_batch(struct corio__ring *r, unsigned wait_nr, unsigned mi
 	unsigned submit = flush_sq(&r->ring);
 	int ret;
 
+	if (r->nstash)
+		wait_nr = 0; /* completions are waiting in the stash already */
 	/* liburing 2.3 cannot pass min_wait_usec: enter by hand. */
 	ret = (int)syscall(__NR_io_uring_enter, r->ring.ring_fd, submit, wait_nr,
 			   IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
@@ -498,7 +516,7 @@ unsigned corio__ring_poll(struct corio__ring *r)
 		if (ret > 0)
 			r->cnt.sqes += (unsigned)ret;
 	}
-	return io_uring_cq_ready(&r->ring);
+	return io_uring_cq_ready(&r->ring) + r->nstash;
 }
 
 void corio__ring_cancel(struct corio__ring *r, struct corio__op *op)
@@ -536,13 +554,64 @@ static struct io_uring_cqe *peek(struct corio__ring *r)
 	return &cq->cqes[head & cq->ring_mask];
 }
 
+static void dispatch(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	/* LIBURING_UDATA_TIMEOUT: liburing's own timeout SQE (waits with a
+	 * timeout on kernels without IORING_FEAT_EXT_ARG) */
+	if (op && (uint64_t)(uintptr_t)op != LIBURING_UDATA_TIMEOUT) {
+		op->res = res;
+		op->cqe_flags = flags;
+		op->cb(op, res, flags);
+	}
+}
+
+/* Take every CQE off the CQ (and flush the kernel's overflow list into it)
+ * without dispatching: see submit_refused(). */
+static void stash_cqes(struct corio__ring *r)
+{
+	for (unsigned flushes = 0; flushes < 64; flushes++) {
+		struct io_uring_cqe *cqe;
+
+		while ((cqe = peek(r))) {
+			if (r->nstash == r->stash_cap) {
+				unsigned cap = r->stash_cap ? 2 * r->stash_cap : r->cq_entries;
+				void *p = realloc(r->stash, (size_t)cap * sizeof(*r->stash));
+
+				if (!p) {
+					fprintf(stderr, "corio: out of memory keeping completions aside "
+							"while the kernel refuses submissions\n");
+					abort(); /* dispatching here instead could hang a fiber */
+				}
+				r->stash = p;
+				r->stash_cap = cap;
+			}
+			r->stash[r->nstash++] = (struct corio__stashed){ cqe->user_data, cqe->res,
+									cqe->flags };
+			io_uring_cq_advance(&r->ring, 1);
+		}
+		if (!(IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW))
+			break;
+		r->cnt.enters++;
+		corio__ring_check(r, io_uring_get_events(&r->ring), "io_uring_get_events");
+	}
+}
+
 unsigned corio__ring_reap(struct corio__ring *r)
 {
 	unsigned total = 0, flushes = 0;
 
 	/* Fast path for turns with nothing to reap (fibers only yielding). */
-	if (!io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
+	if (!r->nstash && !io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
 		return 0;
+	/* Stashed CQEs came first. A callback may stash more (it takes SQEs):
+	 * index, do not hold pointers, and empty the stash only at the end. */
+	for (unsigned i = 0; i < r->nstash; i++) {
+		struct corio__stashed c = r->stash[i];
+
+		total++;
+		dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
+	}
+	r->nstash = 0;
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		unsigned kflags;
@@ -554,13 +623,7 @@ unsigned corio__ring_reap(struct corio__ring *r)
 
 			io_uring_cq_advance(&r->ring, 1);
 			total++;
-			/* LIBURING_UDATA_TIMEOUT: liburing's own timeout SQE (waits
-			 * with a timeout on kernels without IORING_FEAT_EXT_ARG) */
-			if (op && (uint64_t)(uintptr_t)op != LIBURING_UDATA_TIMEOUT) {
-				op->res = res;
-				op->cqe_flags = flags;
-				op->cb(op, res, flags);
-			}
+			dispatch(op, res, flags);
 		}
 		kflags = IO_URING_READ_ONCE(*r->ring.sq.kflags);
 		if (r->no_reap_flush)
