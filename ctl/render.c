@@ -134,6 +134,7 @@ static const struct metric metrics[] = {
 	M("net", "recv_capped", COUNTER, false, net.recv_capped, "Receives stopped by a socket's unread-buffer cap."),
 	M("net", "send_full", COUNTER, false, net.send_full, "corio_send_buf calls that waited for a full queue."),
 	M("net", "recv_hup", COUNTER, false, net.recv_hup, "Multishot receives stopped by the error/hang-up poll."),
+	M("net", "conns_refused", COUNTER, false, net.conns_refused, "Accepted connections closed at once: the listener's max_conns was reached."),
 	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
 	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
 	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),

@@ -102,6 +102,7 @@ struct corio_listener {
 	bool armed_once;
 	unsigned backoff_ms;
 	int aterm;         /* a fatal accept error, sticky */
+	unsigned max_conns; /* corio_listen_opts.max_conns, 0: no limit  */
 	int fault_err;     /* test hook CORIO_NET_ACCEPT_FAULT: the next */
 	unsigned fault_n;  /* fault_n accepts fail with -fault_err       */
 	int *q;            /* accepted fds not yet returned */

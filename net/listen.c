@@ -186,6 +186,7 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	l->fd = fd;
 	l->family = family;
 	l->backoff_ms = 1;
+	l->max_conns = o ? o->max_conns : 0;
 	fault = getenv("CORIO_NET_ACCEPT_FAULT"); /* "errno:count", for tests */
 	if (fault && (sscanf(fault, "%d:%u", &l->fault_err, &l->fault_n) != 2 ||
 		      l->fault_err <= 0))
@@ -345,6 +346,12 @@ int corio__accept_fd(struct corio_listener *l)
 			l->qlen--;
 			l->backoff_ms = 1;
 			CORIO__STAT_ADD(n->stats.accepts, 1);
+			if (l->max_conns && n->stats.conns_live >= l->max_conns) {
+				/* over the limit: the peer sees its connection closed */
+				close(fd);
+				CORIO__STAT_ADD(n->stats.conns_refused, 1);
+				continue;
+			}
 			return fd;
 		}
 		if (l->aterm)

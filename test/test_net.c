@@ -2407,3 +2407,88 @@ Test(net, unix_listener_close_keeps_a_file_not_its_own, .timeout = 30)
 
 	th_run(&cfg, unix_close_keeps_other_entry, NULL);
 }
+
+/* ==== listener limits: max_conns ========================================= */
+
+struct maxc {
+	_Atomic int port;
+	int got_hi, got_closed;
+};
+
+static void *maxc_client(void *arg)
+{
+	struct maxc *m = arg;
+	struct sockaddr_in sa = { .sin_family = AF_INET };
+	struct timeval tv = { .tv_sec = 10 };
+	int fds[5];
+
+	while (!atomic_load(&m->port))
+		sched_yield();
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	sa.sin_port = htons((uint16_t)atomic_load(&m->port));
+	for (int i = 0; i < 5; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		setsockopt(fds[i], SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		if (connect(fds[i], (struct sockaddr *)&sa, sizeof(sa)))
+			fds[i] = -1;
+	}
+	for (int i = 0; i < 5; i++) {
+		char c[2];
+		ssize_t r = fds[i] >= 0 ? recv(fds[i], c, 2, MSG_WAITALL) : -1;
+
+		if (r == 2 && !memcmp(c, "hi", 2))
+			m->got_hi++;
+		else if (r == 0 || (r < 0 && errno == ECONNRESET))
+			m->got_closed++;
+		if (fds[i] >= 0)
+			close(fds[i]);
+	}
+	return NULL;
+}
+
+static void maxc_entry(void *arg)
+{
+	struct maxc *m = arg;
+	struct corio_listen_opts o = { .max_conns = 2 };
+	struct corio_listener *l;
+	struct corio_sock *held[2];
+	struct corio_net_stats st;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	uint64_t until = corio_now_ns() + 10000000000ull;
+
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &sl), 0);
+	atomic_store(&m->port, corio_addr_port((struct sockaddr *)&ss));
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(corio_accept(l, &held[i]), 0);
+		CHECK_EQ(corio_send(held[i], "hi", 2), 2);
+	}
+	/* the other three are closed as they are taken: accept keeps waiting */
+	do {
+		struct corio_deadline d;
+		struct corio_sock *s = NULL;
+
+		corio_timeout_push(&d, 100000000ull);
+		CHECK_EQ(corio_accept(l, &s), -ETIMEDOUT);
+		corio_deadline_pop(&d);
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	} while (st.conns_refused < 3 && corio_now_ns() < until);
+	CHECK_EQ(st.conns_refused, 3);
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(corio_close(held[i]), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, listener_max_conns_closes_the_excess, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct maxc m = { .port = 0 };
+	pthread_t th;
+
+	cr_assert_eq(pthread_create(&th, NULL, maxc_client, &m), 0);
+	th_run(&cfg, maxc_entry, &m);
+	pthread_join(th, NULL);
+	cr_assert_eq(m.got_hi, 2, "%d connections were served, 2 expected", m.got_hi);
+	cr_assert_eq(m.got_closed, 3, "%d connections were closed, 3 expected", m.got_closed);
+}

@@ -343,3 +343,41 @@ Test(runtime, batching_sleep_reaps_a_burst_in_few_wakeups, .timeout = 60)
 	cr_assert(b.wakes <= 4, "%llu wake-ups for %d completions: the shard did not batch",
 		  (unsigned long long)b.wakes, BATCH_PIPES);
 }
+
+/* ---- the leak census (corio_wait) ---------------------------------------------- */
+
+/* A borrowed receive buffer that is never released is a leak the runtime
+ * names at corio_wait(): -EBUSY, and corio_last_error() says which shard
+ * and what. */
+static void held_buf_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *srv, *cli;
+	struct corio_buf b;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof(ss);
+	char addr[64];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &sl), 0);
+	CHECK(corio_addr_format((struct sockaddr *)&ss, sl, addr, sizeof(addr)) > 0);
+	CHECK_EQ(corio_tcp_connect(addr, &cli), 0);
+	CHECK_EQ(corio_accept(l, &srv), 0);
+	CHECK_EQ(corio_send(cli, "leak", 4), 4);
+	CHECK(corio_recv_buf(srv, &b) > 0); /* and never corio_buf_release(&b) */
+	CHECK_EQ(corio_close(srv), 0);
+	CHECK_EQ(corio_close(cli), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(runtime, census_names_a_buffer_never_released, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret = corio_run(&cfg, held_buf_entry, NULL);
+
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(ret, -EBUSY, "corio_run returned %d for a leaked buffer", ret);
+	cr_assert(strstr(corio_last_error(), "shard 0") && strstr(corio_last_error(), "buffer"),
+		  "message: %s", corio_last_error());
+}

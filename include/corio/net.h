@@ -59,7 +59,14 @@ CORIO_API int corio_addr_port(const struct sockaddr *addr);
 struct corio_listen_opts {
 	unsigned backlog;     /* 0: SOMAXCONN                  */
 	unsigned flags;       /* CORIO_LISTEN_*                 */
-	unsigned reserved[6]; /* must be zero                   */
+	/* 0: no limit. Else a connection that corio_accept() takes while this
+	 * shard already has max_conns live stream sockets (accepted or
+	 * connected, conns_live) is closed at once, counted in conns_refused,
+	 * and corio_accept() waits for the next one: a flood of connections
+	 * cannot take every fd and buffer of the shard. Connections that
+	 * corio_accept_dispatch() hands to other shards are not counted here. */
+	unsigned max_conns;
+	unsigned reserved[5]; /* must be zero                   */
 };
 
 /*
@@ -305,6 +312,8 @@ struct corio_net_stats {
 	                          (CORIO_NET_SEND_QUEUE) and waited             */
 	uint64_t recv_hup;     /* multishot receives stopped by the socket's
 	                          error/hang-up poll                            */
+	uint64_t conns_refused; /* accepted connections closed at once: the
+	                          listener's max_conns was reached             */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
