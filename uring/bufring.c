@@ -34,6 +34,10 @@
  *    returned "consumed" (no BUF_MORE) until a 2025 fix (liburing issue
  *    #1553), and res < 0 commits nothing either. We ignore such CQEs'
  *    buffers; recycling one would hand the kernel a buffer it still holds.
+ *    (The one case where such a CQE ends a buffer: a receive run from io-wq
+ *    consumes the rest at selection. corio never sends socket receives
+ *    there - no IOSQE_ASYNC, and sockets poll - and were it to happen the
+ *    buffer would be lost to the ring, never handed out twice.)
  *  - datagrams do not fit: a datagram is cut to the room left in the
  *    buffer, so UDP keeps a whole-buffer ring of its own (net/udp.c).
  * So a buffer is lent out as slices, one per CQE, and carries a reference

@@ -247,12 +247,6 @@ int corio__bufring_cqe(struct corio__bufring *b, int32_t res, uint32_t cqe_flags
  * with it) gives it back to the kernel's ring or to the free stack. */
 void corio__bufring_put(struct corio__bufring *b, unsigned bid);
 
-/* Take one more reference to a buffer the caller holds one of. */
-static inline void corio__bufring_ref(struct corio__bufring *b, unsigned bid)
-{
-	b->refs[bid]++;
-}
-
 /* User mode: take a free buffer id (one reference), or -ENOBUFS. */
 int corio__bufring_take(struct corio__bufring *b);
 
