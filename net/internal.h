@@ -21,7 +21,20 @@
 /* net's slot in s->parts[] (core/internal.h; ctl/ctl.c fills the table) */
 #define CORIO__PART_NET (CORIO__PART_FIRST_AREA + 0)
 
-#define CORIO__NET_NOBUF 0xffffu
+/* A buffer id as net hands it around (corio_buf._id, slices, send
+ * records): the ring's id, with CORIO__NET_DRING set for the datagram ring
+ * (net->dbufs). */
+#define CORIO__NET_DRING (1u << 16)
+
+/* Bytes received into a provided buffer and not yet handed out: one per
+ * receive CQE, queued on its socket; each holds one reference to its buffer
+ * (uring/bufring.c). From the net part's pool. */
+struct corio__slice {
+	struct corio__slice *next;
+	uint32_t id;  /* buffer id (CORIO__NET_DRING: datagram ring) */
+	uint32_t off; /* where the bytes start in the buffer */
+	uint32_t len;
+};
 
 /* A multishot (or re-armed single-shot) stream op's state. */
 enum {
@@ -64,11 +77,12 @@ struct corio_sock {
 	bool has_term;    /* rterm holds end of stream (0) or an error */
 	bool starved;     /* on net->starved: armed again when a buffer returns */
 	int32_t rterm;
-	uint16_t qhead, qtail; /* queued buffers, linked through net->qnext */
-	uint32_t qoff;         /* bytes of the head buffer already consumed */
+	struct corio__slice *qhead, *qtail; /* received, not yet handed out */
+	uint32_t qoff;         /* bytes of the head slice already consumed */
+	uint32_t rtag;         /* 0, or CORIO__NET_DRING: the ring it receives into */
 	unsigned ubid;         /* user-mode buffer of a pending single-shot recv */
 	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
-	uint16_t qcount;       /* buffers queued, not yet handed out */
+	uint16_t qcount;       /* slices queued, not yet handed out */
 	bool capped;           /* receive stopped: qcount reached net->recv_cap */
 	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
 	bool slow;             /* capped without a limit: single-shot receives */
@@ -117,8 +131,10 @@ struct corio_listener {
 struct corio__net {
 	struct corio__shard *shard;
 	struct corio_net_stats stats;
-	struct corio__bufring bufs;
-	bool bufs_ready;
+	struct corio__bufring bufs;  /* stream receives (incremental if it can) */
+	struct corio__bufring dbufs; /* datagrams, when bufs is incremental */
+	unsigned long lent_at_fini;  /* slices still lent out when the shard ended */
+	bool bufs_ready, dbufs_ready;
 	bool multishot_recv;   /* probed: multishot recv accepted */
 	bool multishot_accept;
 	bool multishot_recvmsg;
@@ -127,8 +143,8 @@ struct corio__net {
 	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
-	uint16_t *qnext;       /* per buffer id: next in a socket's queue */
-	uint32_t *qlen;        /* per buffer id: bytes in it */
+	struct corio__slice *slice_free; /* slice pool */
+	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */
 	struct corio__link armed;   /* corio__mshot ops in the kernel */
 	struct corio_sock *sock_free;
@@ -151,8 +167,39 @@ static inline struct corio__net *corio__net(void)
 
 extern const struct corio__part corio__net_part;
 
-/* Set up the shard's buffer ring on first use: 0 or -errno. */
+/* Set up the shard's stream buffer ring on first use: 0 or -errno. */
 int corio__net_bufs(struct corio__net *n);
+/* The ring datagrams go to, set up on first use: its tag (0: net->bufs, which
+ * is not incremental; CORIO__NET_DRING: net->dbufs), or -errno. */
+int corio__net_dbufs(struct corio__net *n);
+
+static inline struct corio__bufring *corio__net_ring(struct corio__net *n, uint32_t id)
+{
+	return id & CORIO__NET_DRING ? &n->dbufs : &n->bufs;
+}
+
+static inline void *corio__net_slice_data(struct corio__net *n, const struct corio__slice *q)
+{
+	return (char *)corio__bufring_addr(corio__net_ring(n, q->id), q->id & 0xffffu) + q->off;
+}
+
+/* Put one reference to buffer id (a slice's, a corio_buf's); refresh the
+ * bufs_out stat. */
+void corio__net_buf_put(struct corio__net *n, uint32_t id);
+/* Refresh stats.bufs_out: buffers out of both rings now. */
+void corio__net_bufs_stat(struct corio__net *n);
+
+/* A slice record from the pool, or NULL when out of memory. */
+struct corio__slice *corio__net_slice_get(struct corio__net *n);
+static inline void corio__net_slice_put(struct corio__net *n, struct corio__slice *q)
+{
+	q->next = n->slice_free;
+	n->slice_free = q;
+}
+
+/* Take the head slice off s's receive queue (the caller keeps its
+ * reference or puts it) and return the record to the pool. */
+void corio__sock_q_pop(struct corio_sock *s);
 
 /* Count an error in the stats by kind. Returns err. */
 int corio__net_err(struct corio__net *n, int err);

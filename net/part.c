@@ -23,7 +23,20 @@
 #define DEFAULT_RECV_CAP 16 /* 1/32 of the default ring per socket */
 #define DEFAULT_SEND_CAP 16
 
-/* CORIO_NET_DISABLE=bufring,multishot,send_zc,recv_limit forces fallbacks (tests). */
+/*
+ * The receive buffers: DEFAULT_NBUFS x DEFAULT_BUFSZ (8 MiB) per ring.
+ * With incremental consumption (6.12) a receive takes only the bytes it
+ * got, so 512 connections x 64 B in flight fill about two buffers, and the
+ * count no longer has to follow the connection count: what runs a ring dry
+ * is bytes held (unread or being sent) spread over distinct buffers, and a
+ * socket holds at most recv_cap slices. The size is kept at 16 KiB, not
+ * raised: a slice that stays borrowed pins its whole buffer, and a bigger
+ * buffer pins more. Without it (whole buffers, before 6.12) the same ring
+ * holds one receive per buffer, as before; CORIO_NET_BUFS=count:size sizes
+ * either. Datagrams use a whole-buffer ring (net/udp.c), the stream ring
+ * itself when that is not incremental, else one of their own, same size.
+ */
+/* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit forces fallbacks (tests). */
 static bool net_disabled(const char *what)
 {
 	return corio__env_has("CORIO_NET_DISABLE", what);
@@ -76,37 +89,96 @@ static int net_init(struct corio__shard *s)
 	return 0;
 }
 
-int corio__net_bufs(struct corio__net *n)
+#define SLICE_CHUNK 256
+
+static int slices_grow(struct corio__net *n)
+{
+	/* one chunk: a link word, then SLICE_CHUNK records */
+	struct corio__slice *c = malloc(sizeof(*c) * (SLICE_CHUNK + 1));
+
+	if (!c)
+		return -ENOMEM;
+	c[0].next = n->slice_chunks;
+	n->slice_chunks = c;
+	for (unsigned i = 1; i <= SLICE_CHUNK; i++)
+		corio__net_slice_put(n, &c[i]);
+	return 0;
+}
+
+struct corio__slice *corio__net_slice_get(struct corio__net *n)
+{
+	struct corio__slice *q = n->slice_free;
+
+	if (CORIO__UNLIKELY(!q)) {
+		if (slices_grow(n))
+			return NULL;
+		q = n->slice_free;
+	}
+	n->slice_free = q->next;
+	return q;
+}
+
+void corio__net_bufs_stat(struct corio__net *n)
+{
+	uint64_t out = n->bufs.nbufs - n->bufs.in_ring + n->dbufs.nbufs - n->dbufs.in_ring;
+
+	CORIO__STAT_SET(n->stats.bufs_out, out);
+}
+
+void corio__net_buf_put(struct corio__net *n, uint32_t id)
+{
+	corio__bufring_put(corio__net_ring(n, id), id & 0xffffu);
+	corio__net_bufs_stat(n);
+}
+
+static int ring_init(struct corio__net *n, struct corio__bufring *b, uint16_t bgid, bool inc)
 {
 	unsigned nbufs = DEFAULT_NBUFS, size = DEFAULT_BUFSZ;
 	const char *env = getenv("CORIO_NET_BUFS"); /* "count:size", for tests */
 	int ret;
 
-	if (CORIO__LIKELY(n->bufs_ready))
-		return 0;
 	if (env && sscanf(env, "%u:%u", &nbufs, &size) != 2) {
 		nbufs = DEFAULT_NBUFS;
 		size = DEFAULT_BUFSZ;
 	}
-	ret = corio__bufring_init(&n->bufs, &n->shard->ring, 0, nbufs, size,
-				  !net_disabled("bufring"));
+	ret = corio__bufring_init(b, &n->shard->ring, bgid, nbufs, size, !net_disabled("bufring"),
+				  inc && !net_disabled("pbuf_inc"));
 	if (ret)
 		return corio__error(ret, "net: cannot set up %u receive buffers of %u bytes: %s",
 				    nbufs, size, strerror(-ret));
-	n->qnext = calloc(nbufs, sizeof(*n->qnext));
-	n->qlen = calloc(nbufs, sizeof(*n->qlen));
-	if (!n->qnext || !n->qlen) {
-		free(n->qnext);
-		free(n->qlen);
-		n->qnext = NULL;
-		n->qlen = NULL;
-		corio__bufring_fini(&n->bufs, &n->shard->ring);
-		return -ENOMEM;
-	}
+	return 0;
+}
+
+int corio__net_bufs(struct corio__net *n)
+{
+	int ret;
+
+	if (CORIO__LIKELY(n->bufs_ready))
+		return 0;
+	ret = ring_init(n, &n->bufs, 0, true);
+	if (ret)
+		return ret;
 	if (!corio__bufring_kernel(&n->bufs))
-		n->multishot_recv = n->multishot_recvmsg = false; /* user mode is single-shot */
+		n->multishot_recv = false; /* user mode is single-shot */
 	n->bufs_ready = true;
 	return 0;
+}
+
+int corio__net_dbufs(struct corio__net *n)
+{
+	int ret;
+
+	if (n->bufs_ready && !n->bufs.inc)
+		return 0; /* share the stream ring: it holds whole buffers */
+	if (!n->dbufs_ready) {
+		/* A datagram is cut to the room left in an incremental buffer:
+		 * datagrams get whole buffers of their own (bgid 1). */
+		ret = ring_init(n, &n->dbufs, 1, false);
+		if (ret)
+			return ret;
+		n->dbufs_ready = true;
+	}
+	return CORIO__NET_DRING;
 }
 
 /* Re-arm receives that an empty ring stopped, once buffers came back. A
@@ -121,12 +193,13 @@ static unsigned net_poll(struct corio__shard *sh)
 
 	if (!n || n->starved.next == &n->starved || n->stopping)
 		return 0;
-	slack = n->bufs.nbufs / 8 ? n->bufs.nbufs / 8 : 1;
-	for (l = n->starved.next; l != &n->starved && n->bufs.in_ring; l = next) {
+	for (l = n->starved.next; l != &n->starved; l = next) {
 		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
+		const struct corio__bufring *b = corio__net_ring(n, s->rtag);
 
 		next = l->next;
-		if (!s->rwq.head && n->bufs.in_ring < slack)
+		slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
+		if (!b->in_ring || (!s->rwq.head && b->in_ring < slack))
 			continue;
 		corio__list_del(l);
 		s->starved = false;
@@ -185,12 +258,19 @@ static void net_fini(struct corio__shard *sh)
 		n->srec_free = r->next;
 		free(r);
 	}
+	/* for the leak census, which runs after the rings are gone */
+	n->lent_at_fini = corio__bufring_lent(&n->bufs) + corio__bufring_lent(&n->dbufs);
 	if (n->bufs_ready)
 		corio__bufring_fini(&n->bufs, &sh->ring);
-	free(n->qnext);
-	free(n->qlen);
-	n->qnext = NULL;
-	n->qlen = NULL;
+	if (n->dbufs_ready)
+		corio__bufring_fini(&n->dbufs, &sh->ring);
+	while (n->slice_chunks) {
+		struct corio__slice *c = n->slice_chunks;
+
+		n->slice_chunks = c->next;
+		free(c);
+	}
+	n->slice_free = NULL;
 }
 
 /* The stats (and the live count least-loaded dispatch reads) stay readable
@@ -206,11 +286,13 @@ static void net_release(struct corio__shard *sh)
 static unsigned net_census(struct corio__shard *sh, char *buf, size_t len)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
-	uint64_t out = n->stats.bufs_out;
+	unsigned long out = n->lent_at_fini;
 
+	/* Incremental buffers the kernel still fills are in no one's hands but
+	 * its own; what counts is a slice the application was given and never
+	 * gave back (a corio_buf not released). */
 	if (out)
-		snprintf(buf, len, "%llu provided buffers out of the ring",
-			 (unsigned long long)out);
+		snprintf(buf, len, "%lu received buffer slices never released", out);
 	return out ? (unsigned)out : 0;
 }
 

@@ -28,7 +28,7 @@ static bool recv_poll(struct corio_sel *it)
 		it->res = corio__error(-EINVAL, "corio_sel_recv: not a stream socket");
 		return true;
 	}
-	if (s->qhead == CORIO__NET_NOBUF && !s->has_term)
+	if (!s->qhead && !s->has_term)
 		return false;
 	it->res = corio__sock_take(s, it->buf, it->len);
 	return true;

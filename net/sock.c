@@ -6,12 +6,14 @@
  *
  * The buffered receive path. A socket that has used corio_recv_buf() keeps
  * one multishot recv (s->r) in the kernel while its reader wants data. Each
- * CQE with IORING_CQE_F_BUFFER hands us a buffer id, which is appended to
- * the socket's queue (linked through net->qnext[], so queuing allocates
- * nothing); the reader pops from the queue. A buffer goes back to the ring
- * only from corio_buf_release() or when a queued buffer is dropped at close
- * - never on a CQE without IORING_CQE_F_BUFFER (an EOF or error CQE carries
- * no buffer).
+ * CQE with data hands us a slice of a provided buffer - a whole buffer, or
+ * with incremental consumption the next bytes of one that many receives
+ * share (uring/bufring.c) - which is appended to the socket's queue (slice
+ * records come from the part's pool); the reader pops from the queue. Each
+ * slice holds a reference to its buffer; a buffer goes back to the ring only
+ * when the kernel is done with it and the last slice of it is released
+ * (corio_buf_release(), a queued slice dropped at close, a copy that used it
+ * up) - never on a CQE that hands over no bytes (an EOF or error CQE).
  *
  * The multishot ends (a CQE without IORING_CQE_F_MORE) on end of stream,
  * an error, our cancel, or -ENOBUFS when the ring is empty. ENOBUFS loses
@@ -21,7 +23,7 @@
  * after the queued data is consumed.
  *
  * Flow control: a socket holds at most net->recv_cap queued, unread
- * buffers; the rest stays in the socket, so the peer's window closes and
+ * slices (each within one buffer); the rest stays in the socket, so the peer's window closes and
  * one unread connection cannot take the whole ring. The multishot is armed
  * with a byte limit of the room left (mshot_limit) and ends there; on
  * kernels without the limit it is cancelled when a CQE fills the queue,
@@ -72,7 +74,6 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 	s->fd = fd;
 	s->family = family;
 	s->type = type;
-	s->qhead = s->qtail = CORIO__NET_NOBUF;
 	s->r.op.cb = rop_cb;
 	s->r.op.data = s;
 	s->h.op.cb = hup_cb;
@@ -137,36 +138,42 @@ int corio_sock_from_fd(int fd, struct corio_sock **out)
 
 /* ---- the receive queue ------------------------------------------------------- */
 
-static void q_push(struct corio_sock *s, unsigned bid, uint32_t len)
+/* Queue the slice [off, off + len) of buffer id; it brings the reference
+ * the caller took. False when out of slice records. */
+static bool q_push(struct corio_sock *s, uint32_t id, uint32_t off, uint32_t len)
 {
-	struct corio__net *n = s->net;
+	struct corio__slice *q = corio__net_slice_get(s->net);
 
-	n->qnext[bid] = CORIO__NET_NOBUF;
-	n->qlen[bid] = len;
-	if (s->qtail == CORIO__NET_NOBUF)
-		s->qhead = (uint16_t)bid;
+	if (!q)
+		return false;
+	q->next = NULL;
+	q->id = id;
+	q->off = off;
+	q->len = len;
+	if (!s->qtail)
+		s->qhead = q;
 	else
-		n->qnext[s->qtail] = (uint16_t)bid;
-	s->qtail = (uint16_t)bid;
+		s->qtail->next = q;
+	s->qtail = q;
 	s->qcount++;
+	return true;
 }
 
-static unsigned q_pop(struct corio_sock *s)
+void corio__sock_q_pop(struct corio_sock *s)
 {
-	unsigned bid = s->qhead;
+	struct corio__slice *q = s->qhead;
 
-	s->qhead = s->net->qnext[bid];
-	if (s->qhead == CORIO__NET_NOBUF)
-		s->qtail = CORIO__NET_NOBUF;
+	s->qhead = q->next;
+	if (!s->qhead)
+		s->qtail = NULL;
 	s->qoff = 0;
 	s->qcount--;
-	return bid;
+	corio__net_slice_put(s->net, q);
 }
 
-static void buf_put(struct corio__net *n, unsigned bid)
+static void buf_put(struct corio__net *n, uint32_t id)
 {
-	corio__bufring_put(&n->bufs, bid);
-	CORIO__STAT_ADD(n->stats.bufs_out, -1);
+	corio__net_buf_put(n, id);
 }
 
 static void starve(struct corio_sock *s)
@@ -183,23 +190,32 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	struct corio__net *n = s->net;
 	bool more = flags & IORING_CQE_F_MORE;
 	bool enobufs = false;
+	struct corio__bufring *ring = corio__net_ring(n, s->rtag);
 
-	if (flags & IORING_CQE_F_BUFFER) {
-		unsigned bid = corio__bufring_cqe_bid(&n->bufs, flags);
+	if (corio__bufring_kernel(ring)) {
+		uint32_t off;
+		int bid = corio__bufring_cqe(ring, res, flags, &off);
 
-		CORIO__STAT_ADD(n->stats.bufs_out, 1);
-		if (res > 0)
-			q_push(s, bid, (uint32_t)res);
-		else
-			buf_put(n, bid);
-	} else if (!corio__bufring_kernel(&n->bufs)) {
+		/* After -ENOMEM lost bytes, later ones must not follow them. */
+		if (bid >= 0 && (s->has_term || !q_push(s, (uint32_t)bid | s->rtag, off,
+							(uint32_t)res))) {
+			buf_put(n, (uint32_t)bid | s->rtag);
+			res = -ENOMEM; /* the bytes are lost: end the stream */
+			if (more) {
+				corio__ring_cancel(&n->shard->ring, &s->r.op);
+				s->r.state = NET_CANCELING;
+			}
+		}
+	} else if (res > 0) {
 		/* user mode: the buffer we took in corio__sock_arm() */
-		CORIO__STAT_ADD(n->stats.bufs_out, 1);
-		if (res > 0)
-			q_push(s, s->ubid, (uint32_t)res);
-		else
-			buf_put(n, s->ubid);
+		if (!q_push(s, s->ubid | s->rtag, 0, (uint32_t)res)) {
+			buf_put(n, s->ubid | s->rtag);
+			res = -ENOMEM;
+		}
+	} else {
+		buf_put(n, s->ubid | s->rtag);
 	}
+	corio__net_bufs_stat(n);
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
 		if (!more && s->r.state == NET_ARMED) {
@@ -292,7 +308,7 @@ static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 	uint32_t room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
-	uint64_t bytes = (uint64_t)room * n->bufs.size;
+	uint64_t bytes = (uint64_t)room * n->bufs.size; /* a slice is at most a buffer */
 	uint32_t lim = bytes > INT32_MAX ? INT32_MAX : (uint32_t)bytes;
 
 	memcpy(&sqe->addr_len, &lim, sizeof(lim));
@@ -301,16 +317,19 @@ static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s)
 int corio__sock_arm(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
+	struct corio__bufring *ring;
 	struct io_uring_sqe *sqe;
 	int ret;
 
 	if (n->stopping)
 		return -ECANCELED;
 	s->r_limited = false;
-	ret = corio__net_bufs(n);
-	if (ret)
+	ret = s->type == SOCK_DGRAM ? corio__net_dbufs(n) : corio__net_bufs(n);
+	if (ret < 0)
 		return ret;
-	if (!n->bufs.in_ring) {
+	s->rtag = (uint32_t)ret;
+	ring = corio__net_ring(n, s->rtag);
+	if (!ring->in_ring) {
 		/* Nothing to receive into: arm when a buffer comes back. */
 		starve(s);
 		return 0;
@@ -318,8 +337,8 @@ int corio__sock_arm(struct corio_sock *s)
 	sqe = corio__ring_sqe(&n->shard->ring);
 	if (s->type == SOCK_DGRAM) {
 		io_uring_prep_recvmsg_multishot(sqe, s->fd, &s->rmsg, 0);
-		corio__bufring_select(sqe, &n->bufs);
-	} else if (corio__bufring_kernel(&n->bufs)) {
+		corio__bufring_select(sqe, ring);
+	} else if (corio__bufring_kernel(ring)) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
 		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit)) {
 			sqe->ioprio |= IORING_RECV_MULTISHOT;
@@ -327,11 +346,11 @@ int corio__sock_arm(struct corio_sock *s)
 			if (n->recv_limit)
 				mshot_limit(sqe, s);
 		}
-		corio__bufring_select(sqe, &n->bufs);
+		corio__bufring_select(sqe, ring);
 	} else {
-		s->ubid = (unsigned)corio__bufring_take(&n->bufs);
-		io_uring_prep_recv(sqe, s->fd, corio__bufring_addr(&n->bufs, s->ubid), n->bufs.size,
-				   0);
+		s->ubid = (unsigned)corio__bufring_take(ring);
+		io_uring_prep_recv(sqe, s->fd, corio__bufring_addr(ring, s->ubid), ring->size, 0);
+		corio__net_bufs_stat(n);
 	}
 	corio__sqe_set_op(sqe, &s->r.op);
 	if (s->buffered)
@@ -363,7 +382,7 @@ int corio__sock_wait_data(struct corio_sock *s)
 
 	if (s->rwq.head)
 		return -EBUSY;
-	while (s->qhead == CORIO__NET_NOBUF && !s->has_term) {
+	while (!s->qhead && !s->has_term) {
 		if (s->r.state == NET_IDLE && !s->starved) {
 			ret = corio__sock_arm(s);
 			if (ret)
@@ -379,7 +398,7 @@ int corio__sock_wait_data(struct corio_sock *s)
 ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 {
 	struct corio__net *n = owner(s);
-	unsigned bid;
+	struct corio__slice *q;
 	int ret;
 
 	if (!b)
@@ -393,19 +412,20 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
 					     "(use corio_recvfrom_buf)");
 	/* A send error ends the stream, but what already arrived comes first. */
-	if (s->serr && s->qhead == CORIO__NET_NOBUF)
+	if (s->serr && !s->qhead)
 		return s->serr;
 	ret = corio__sock_wait_data(s);
 	if (ret)
 		return ret;
-	if (s->qhead == CORIO__NET_NOBUF)
+	q = s->qhead;
+	if (!q)
 		return s->rterm;
-	bid = s->qhead;
-	b->data = (char *)corio__bufring_addr(&n->bufs, bid) + s->qoff;
-	b->len = n->qlen[bid] - s->qoff;
+	/* the slice's reference goes to b */
+	b->data = (char *)corio__net_slice_data(n, q) + s->qoff;
+	b->len = q->len - s->qoff;
 	b->_owner = n;
-	b->_id = bid;
-	q_pop(s);
+	b->_id = q->id;
+	corio__sock_q_pop(s);
 	CORIO__STAT_ADD(n->stats.bytes_in, b->len);
 	uncap(s);
 	return (ssize_t)b->len;
@@ -424,15 +444,15 @@ int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
 		return (int)r;
 	n = s->net;
 	/* More already queued? Take them without waiting. */
-	while (count < max && s->qhead != CORIO__NET_NOBUF) {
-		unsigned bid = s->qhead;
+	while (count < max && s->qhead) {
+		struct corio__slice *q = s->qhead;
 		struct corio_buf *x = &b[count++];
 
-		x->data = corio__bufring_addr(&n->bufs, bid);
-		x->len = n->qlen[bid];
+		x->data = corio__net_slice_data(n, q);
+		x->len = q->len;
 		x->_owner = n;
-		x->_id = bid;
-		q_pop(s);
+		x->_id = q->id;
+		corio__sock_q_pop(s);
 		CORIO__STAT_ADD(n->stats.bytes_in, x->len);
 	}
 	uncap(s);
@@ -461,21 +481,22 @@ void corio_buf_release(struct corio_buf *b)
 ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len)
 {
 	struct corio__net *n = s->net;
-	unsigned bid;
+	struct corio__slice *q = s->qhead;
 	size_t avail;
 
-	if (s->qhead == CORIO__NET_NOBUF)
+	if (!q)
 		return s->rterm;
 	if (len > INT32_MAX)
 		len = INT32_MAX;
-	bid = s->qhead;
-	avail = n->qlen[bid] - s->qoff;
+	avail = q->len - s->qoff;
 	if (len > avail)
 		len = avail;
-	memcpy(buf, (char *)corio__bufring_addr(&n->bufs, bid) + s->qoff, len);
+	memcpy(buf, (char *)corio__net_slice_data(n, q) + s->qoff, len);
 	s->qoff += (uint32_t)len;
-	if (s->qoff == n->qlen[bid])
-		buf_put(n, q_pop(s));
+	if (s->qoff == q->len) {
+		buf_put(n, q->id);
+		corio__sock_q_pop(s);
+	}
 	CORIO__STAT_ADD(n->stats.bytes_in, len);
 	uncap(s);
 	return (ssize_t)len;
@@ -498,7 +519,7 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 	 * the next datagram's payload, as recv(2) would. */
 	if (s->type == SOCK_DGRAM && s->buffered)
 		return corio_recvfrom(s, buf, len, NULL, NULL);
-	if (s->serr && s->qhead == CORIO__NET_NOBUF)
+	if (s->serr && !s->qhead)
 		return s->serr;
 	if (s->buffered) {
 		/* Keep the byte order: copy out of the buffered stream. */
@@ -1024,8 +1045,10 @@ static void quiesce(struct corio_sock *s)
 
 static void drop_queue(struct corio_sock *s)
 {
-	while (s->qhead != CORIO__NET_NOBUF)
-		buf_put(s->net, q_pop(s));
+	while (s->qhead) {
+		buf_put(s->net, s->qhead->id);
+		corio__sock_q_pop(s);
+	}
 }
 
 int corio_close(struct corio_sock *s)
@@ -1059,7 +1082,7 @@ int corio_sock_release_fd(struct corio_sock *s)
 		return -EPERM;
 	drain_sends(s);
 	quiesce(s);
-	if (s->qhead != CORIO__NET_NOBUF)
+	if (s->qhead)
 		return -EBUSY;
 	fd = s->fd;
 	set_live(s, false);

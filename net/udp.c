@@ -5,6 +5,13 @@
  * through multishot recvmsg into the shard's provided-buffer ring, where
  * each buffer holds a struct io_uring_recvmsg_out, the sender's address
  * and the payload.
+ *
+ * Datagrams keep whole buffers: in an incrementally consumed ring
+ * (IOU_PBUF_RING_INC) a datagram would be cut to the room left in the
+ * current buffer, and the header at the start of each receive would lose
+ * its alignment. So when the stream ring is incremental, buffered UDP
+ * sockets receive into a whole-buffer ring of their own (net->dbufs,
+ * corio__net_dbufs()); otherwise they share the stream ring as before.
  */
 #include "net/internal.h"
 
@@ -93,18 +100,17 @@ static void copy_addr(const void *name, socklen_t namelen, struct sockaddr *addr
 }
 
 /* The head buffer of a buffered UDP socket: payload and sender. */
-static void *dgram_parse(struct corio_sock *s, unsigned bid, size_t *plen, void **name,
-			 socklen_t *namelen)
+static void *dgram_parse(struct corio_sock *s, const struct corio__slice *q, size_t *plen,
+			 void **name, socklen_t *namelen)
 {
-	struct corio__net *n = s->net;
-	void *b = corio__bufring_addr(&n->bufs, bid);
-	struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(b, (int)n->qlen[bid], &s->rmsg);
+	void *b = corio__net_slice_data(s->net, q);
+	struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(b, (int)q->len, &s->rmsg);
 
 	if (!o)
 		return NULL;
 	*name = io_uring_recvmsg_name(o);
 	*namelen = o->namelen < s->rmsg.msg_namelen ? o->namelen : s->rmsg.msg_namelen;
-	*plen = io_uring_recvmsg_payload_length(o, (int)n->qlen[bid], &s->rmsg);
+	*plen = io_uring_recvmsg_payload_length(o, (int)q->len, &s->rmsg);
 	return io_uring_recvmsg_payload(o, &s->rmsg);
 }
 
@@ -115,10 +121,10 @@ static int buffered_setup(struct corio_sock *s)
 
 	if (s->buffered)
 		return 0;
-	ret = corio__net_bufs(n);
-	if (ret)
+	ret = corio__net_dbufs(n);
+	if (ret < 0)
 		return ret;
-	if (!n->multishot_recvmsg || !corio__bufring_kernel(&n->bufs))
+	if (!n->multishot_recvmsg || !corio__bufring_kernel(corio__net_ring(n, (uint32_t)ret)))
 		return corio__error(-EOPNOTSUPP,
 				    "corio_recvfrom_buf needs multishot recvmsg and a provided-"
 				    "buffer ring (Linux 6.0)");
@@ -149,12 +155,14 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 		void *name, *p;
 		socklen_t namelen;
 		size_t plen;
-		unsigned bid;
+		struct corio__slice *q;
+		uint32_t id;
 
 		ret = corio__sock_wait_data(s);
 		if (ret)
 			return ret;
-		if (s->qhead == CORIO__NET_NOBUF) {
+		q = s->qhead;
+		if (!q) {
 			/* An error (an ICMP one such as ECONNREFUSED on a connected
 			 * socket) is this receive's result, not the socket's end:
 			 * report it once and receive again on the next call, as
@@ -167,14 +175,11 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 			}
 			return ret;
 		}
-		bid = s->qhead;
-		s->qhead = n->qnext[bid];
-		if (s->qhead == CORIO__NET_NOBUF)
-			s->qtail = CORIO__NET_NOBUF;
-		p = dgram_parse(s, bid, &plen, &name, &namelen);
+		p = dgram_parse(s, q, &plen, &name, &namelen);
+		id = q->id;
+		corio__sock_q_pop(s); /* its reference is ours now */
 		if (!p) { /* cannot happen with a sane kernel: skip it */
-			corio__bufring_put(&n->bufs, bid);
-			CORIO__STAT_ADD(n->stats.bufs_out, -1);
+			corio__net_buf_put(n, id);
 			continue;
 		}
 		copy_addr(name, namelen, addr, addrlen);
@@ -182,14 +187,13 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 			/* An empty datagram: 0 and no buffer to release (a caller
 			 * that treats 0 as "nothing to release" must not leak one
 			 * ring buffer per empty datagram a peer sends). */
-			corio__bufring_put(&n->bufs, bid);
-			CORIO__STAT_ADD(n->stats.bufs_out, -1);
+			corio__net_buf_put(n, id);
 			return 0;
 		}
 		b->data = p;
 		b->len = plen;
 		b->_owner = n;
-		b->_id = bid;
+		b->_id = id;
 		CORIO__STAT_ADD(n->stats.bytes_in, plen);
 		return (ssize_t)plen;
 	}

@@ -7,6 +7,49 @@
  * over with io_uring_register_buf_ring(). Buffers are returned one at a time
  * with a release store of the tail: the kernel may pick a buffer the moment
  * the tail covers it.
+ *
+ * Whole-buffer mode (5.19+). The kernel takes the buffer at the ring's head
+ * for one receive and advances the head: the CQE (IORING_CQE_F_BUFFER, the
+ * id in the upper 16 bits) hands the whole buffer to us, even for one byte.
+ * A CQE that names a buffer with res <= 0 hands it over empty; we put it
+ * straight back.
+ *
+ * Incremental mode (IOU_PBUF_RING_INC in io_uring_buf_reg.flags, 6.12;
+ * liburing 2.3 calls that field .pad). What the kernel does (io_uring/kbuf.c,
+ * io_kbuf_inc_commit, and io_uring_register_buf_ring(3)):
+ *  - a receive selects the head buffer with the room left in it; the data
+ *    goes where the previous receive into that buffer stopped. At commit the
+ *    kernel adds the bytes received to the ring entry's addr and takes them
+ *    off its len, and advances the head only when len reaches 0 (or, for a
+ *    receive that had to commit at selection - io-wq - it consumes the whole
+ *    rest at once).
+ *  - the CQE names the buffer (IORING_CQE_F_BUFFER) and, while the kernel
+ *    keeps it at the head for more, carries IORING_CQE_F_BUF_MORE. The
+ *    first CQE for the buffer without BUF_MORE is its last one: the kernel
+ *    has let go of it. The bytes of each CQE start where the bytes of the
+ *    previous CQE for the same id ended (no offset is reported: we count,
+ *    b->fill[]). Without bundles a receive never spans two buffers.
+ *  - a CQE with res <= 0 commits nothing, so its buffer stays at the head
+ *    and stays the kernel's, whatever the flags say: a zero-length commit
+ *    returned "consumed" (no BUF_MORE) until a 2025 fix (liburing issue
+ *    #1553), and res < 0 commits nothing either. We ignore such CQEs'
+ *    buffers; recycling one would hand the kernel a buffer it still holds.
+ *    (The one case where such a CQE ends a buffer: a receive run from io-wq
+ *    consumes the rest at selection. corio never sends socket receives
+ *    there - no IOSQE_ASYNC, and sockets poll - and were it to happen the
+ *    buffer would be lost to the ring, never handed out twice.)
+ *  - datagrams do not fit: a datagram is cut to the room left in the
+ *    buffer, so UDP keeps a whole-buffer ring of its own (net/udp.c).
+ * So a buffer is lent out as slices, one per CQE, and carries a reference
+ * count (b->refs[]): one per slice the caller holds (queued on a socket or
+ * borrowed through corio_buf) plus KERNEL_REF while the kernel keeps it for
+ * more. It returns to the ring when the kernel is done AND the last slice
+ * is put, in whatever order the slices are put; until then no byte of it is
+ * reused. A ring entry the kernel moved along (addr/len) is rewritten in
+ * full when the buffer goes back.
+ *
+ * User mode: the caller takes a buffer from a free stack before it submits
+ * a plain recv into it (one reference), and puts it like any other.
  */
 #include "uring/internal.h"
 
@@ -15,6 +58,9 @@
 #include <string.h>
 #include <sys/mman.h>
 
+/* refs[] bit: the kernel keeps the buffer at its ring's head for more. */
+#define KERNEL_REF (1u << 31)
+
 static void *map(size_t bytes)
 {
 	void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -22,14 +68,25 @@ static void *map(size_t bytes)
 	return p == MAP_FAILED ? NULL : p;
 }
 
-int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_t bgid,
-			unsigned nbufs, unsigned size, bool kernel)
+static int register_ring(struct corio__bufring *b, struct corio__ring *r, uint16_t flags)
 {
 	struct io_uring_buf_reg reg;
-	int ret;
+
+	memset(&reg, 0, sizeof(reg));
+	reg.ring_addr = (uint64_t)(uintptr_t)b->br;
+	reg.ring_entries = b->nbufs;
+	reg.bgid = b->bgid;
+	reg.pad = flags; /* .flags in newer headers */
+	return io_uring_register_buf_ring(&r->ring, &reg, 0);
+}
+
+int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_t bgid,
+			unsigned nbufs, unsigned size, bool kernel, bool inc)
+{
+	int ret = -EINVAL;
 
 	memset(b, 0, sizeof(*b));
-	if (!nbufs || (nbufs & (nbufs - 1)) || nbufs > 32768 || !size)
+	if (!nbufs || (nbufs & (nbufs - 1)) || nbufs > 32768 || !size || size > INT32_MAX)
 		return -EINVAL;
 	b->nbufs = nbufs;
 	b->size = size;
@@ -37,8 +94,12 @@ int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_
 	b->bgid = bgid;
 	b->mem_bytes = (size_t)nbufs * size;
 	b->mem = map(b->mem_bytes);
-	if (!b->mem)
+	b->refs = calloc(nbufs, sizeof(*b->refs));
+	b->fill = calloc(nbufs, sizeof(*b->fill));
+	if (!b->mem || !b->refs || !b->fill) {
+		corio__bufring_fini(b, r);
 		return -ENOMEM;
+	}
 	if (kernel) {
 		b->br_bytes = (size_t)nbufs * sizeof(struct io_uring_buf);
 		b->br = map(b->br_bytes);
@@ -46,11 +107,13 @@ int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_
 			corio__bufring_fini(b, r);
 			return -ENOMEM;
 		}
-		memset(&reg, 0, sizeof(reg));
-		reg.ring_addr = (uint64_t)(uintptr_t)b->br;
-		reg.ring_entries = nbufs;
-		reg.bgid = bgid;
-		ret = io_uring_register_buf_ring(&r->ring, &reg, 0);
+		/* -EINVAL for IOU_PBUF_RING_INC: before 6.12, whole buffers. */
+		if (inc) {
+			ret = register_ring(b, r, IOU_PBUF_RING_INC);
+			b->inc = ret == 0;
+		}
+		if (ret == -EINVAL)
+			ret = register_ring(b, r, 0);
 		if (ret < 0) {
 			munmap(b->br, b->br_bytes);
 			b->br = NULL;
@@ -90,11 +153,61 @@ void corio__bufring_fini(struct corio__bufring *b, struct corio__ring *r)
 	if (b->mem)
 		munmap(b->mem, b->mem_bytes);
 	free(b->free);
+	free(b->refs);
+	free(b->fill);
 	memset(b, 0, sizeof(*b));
+}
+
+int corio__bufring_cqe(struct corio__bufring *b, int32_t res, uint32_t cqe_flags, uint32_t *off)
+{
+	unsigned bid;
+
+	if (!(cqe_flags & IORING_CQE_F_BUFFER))
+		return -1;
+	bid = cqe_flags >> IORING_CQE_BUFFER_SHIFT;
+	if (bid >= b->nbufs)
+		return -1; /* not one of ours: cannot happen with a sane kernel */
+	if (!b->inc) {
+		b->in_ring--;
+		b->refs[bid] = 1;
+		if (res <= 0) {
+			corio__bufring_put(b, bid);
+			return -1;
+		}
+		*off = 0;
+		return (int)bid;
+	}
+	if (res <= 0)
+		return -1; /* nothing committed: still the kernel's (see above) */
+	*off = b->fill[bid];
+	b->fill[bid] += (uint32_t)res;
+	b->refs[bid]++;
+	if (cqe_flags & IORING_CQE_F_BUF_MORE) {
+		b->refs[bid] |= KERNEL_REF;
+	} else {
+		b->refs[bid] &= ~KERNEL_REF;
+		b->in_ring--; /* the kernel is done with it */
+	}
+	return (int)bid;
+}
+
+unsigned long corio__bufring_lent(const struct corio__bufring *b)
+{
+	unsigned long n = 0;
+
+	if (!b->refs)
+		return 0; /* never set up */
+	/* a buffer in the ring (or the free stack) has no reference left */
+	for (unsigned i = 0; i < b->nbufs; i++)
+		n += b->refs[i] & ~KERNEL_REF;
+	return n;
 }
 
 void corio__bufring_put(struct corio__bufring *b, unsigned bid)
 {
+	if (--b->refs[bid])
+		return; /* more slices out, or the kernel still fills it */
+	b->fill[bid] = 0;
 	if (b->br) {
 		io_uring_buf_ring_add(b->br, corio__bufring_addr(b, bid), b->size, (uint16_t)bid,
 				      (int)b->mask, 0);
@@ -107,8 +220,12 @@ void corio__bufring_put(struct corio__bufring *b, unsigned bid)
 
 int corio__bufring_take(struct corio__bufring *b)
 {
+	unsigned bid;
+
 	if (!b->nfree)
 		return -ENOBUFS;
 	b->in_ring--;
-	return b->free[--b->nfree];
+	bid = b->free[--b->nfree];
+	b->refs[bid] = 1;
+	return (int)bid;
 }

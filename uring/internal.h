@@ -206,18 +206,33 @@ int corio__ring_check(struct corio__ring *r, int ret, const char *what);
  * a pool of equal-sized receive buffers, handed to the
  * kernel as a provided-buffer ring (IORING_REGISTER_PBUF_RING, Linux 5.19).
  *
- * Two modes:
+ * Three modes:
+ *  - incremental kernel mode (IOU_PBUF_RING_INC, 6.12; asked for with
+ *    inc=true, probed by trying the registration): the kernel fills a
+ *    buffer bit by bit, one receive after another, and says with
+ *    IORING_CQE_F_BUF_MORE that it keeps the buffer for more. Many small
+ *    receives share one buffer (bufring.c explains the rules).
  *  - kernel mode: the buffers sit in a registered ring; an SQE with
  *    IOSQE_BUFFER_SELECT lets the kernel pick one when data arrives, and the
- *    CQE names it (IORING_CQE_F_BUFFER, id in the upper 16 bits). A buffer is
- *    out of the ring from that CQE until corio__bufring_put().
+ *    CQE names it (IORING_CQE_F_BUFFER, id in the upper 16 bits).
  *  - user mode (no PBUF_RING, or forced off for tests): the same memory, a
  *    free stack in user space; the caller takes a buffer before it submits.
+ * In every mode a buffer carries a count of references (the slices of it
+ * the caller holds) and goes back to the ring (or the free stack) only when
+ * the kernel is done with it and the last reference is put.
  * Knows nothing of fibers or sockets. Owner-thread only.
  */
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+
+/* liburing 2.3 predates incremental consumption (uapi values of 6.12). */
+#ifndef IOU_PBUF_RING_INC
+#define IOU_PBUF_RING_INC 2 /* io_uring_buf_reg.flags (liburing 2.3: .pad) */
+#endif
+#ifndef IORING_CQE_F_BUF_MORE
+#define IORING_CQE_F_BUF_MORE (1U << 4)
+#endif
 
 struct corio__bufring {
 	struct io_uring_buf_ring *br; /* kernel mode: the registered ring; NULL in user mode */
@@ -226,17 +241,26 @@ struct corio__bufring {
 	size_t mem_bytes;
 	uint16_t *free;               /* user mode: free stack of buffer ids */
 	unsigned nfree;
+	uint32_t *refs;               /* per buffer: references (see bufring.c) */
+	uint32_t *fill;               /* per buffer, incremental mode: bytes filled */
 	unsigned nbufs, size, mask;
 	unsigned in_ring;             /* buffers the kernel (or the free stack) holds */
+	bool inc;                     /* incremental consumption is on */
 	uint16_t bgid;
 };
 
 /* Set up nbufs (power of two, <= 32768) buffers of size bytes. kernel=false
- * forces user mode. Falls back to user mode by itself when the kernel
- * refuses the ring (-EINVAL: before 5.19). Returns 0 or -errno. */
+ * forces user mode; inc asks for incremental consumption, which is used
+ * when the kernel takes it (b->inc says so). Falls back by itself: to
+ * whole-buffer mode when the kernel refuses IOU_PBUF_RING_INC (before
+ * 6.12), to user mode when it refuses the ring (-EINVAL: before 5.19).
+ * Returns 0 or -errno. */
 int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_t bgid,
-			unsigned nbufs, unsigned size, bool kernel);
+			unsigned nbufs, unsigned size, bool kernel, bool inc);
 void corio__bufring_fini(struct corio__bufring *b, struct corio__ring *r);
+/* References the caller holds (slices queued or lent out), all buffers
+ * together; 0 when every slice came back (the leak census asks). */
+unsigned long corio__bufring_lent(const struct corio__bufring *b);
 
 static inline bool corio__bufring_kernel(const struct corio__bufring *b)
 {
@@ -248,17 +272,20 @@ static inline void *corio__bufring_addr(const struct corio__bufring *b, unsigned
 	return b->mem + (size_t)bid * b->size;
 }
 
-/* The kernel picked a buffer (a CQE had IORING_CQE_F_BUFFER): its id. */
-static inline unsigned corio__bufring_cqe_bid(struct corio__bufring *b, uint32_t cqe_flags)
-{
-	b->in_ring--;
-	return cqe_flags >> IORING_CQE_BUFFER_SHIFT;
-}
+/*
+ * A CQE of a receive that let the kernel select from b (kernel modes).
+ * Returns the id of the buffer its res bytes went to and sets *off to
+ * where they start in it, with one reference taken for the caller (put it
+ * with corio__bufring_put()); or -1 when the CQE hands over no bytes
+ * (res <= 0, no IORING_CQE_F_BUFFER): any buffer it names is dealt with.
+ */
+int corio__bufring_cqe(struct corio__bufring *b, int32_t res, uint32_t cqe_flags, uint32_t *off);
 
-/* Give a buffer back: to the kernel's ring or to the free stack. */
+/* Put one reference to a buffer; the last one (once the kernel is done
+ * with it) gives it back to the kernel's ring or to the free stack. */
 void corio__bufring_put(struct corio__bufring *b, unsigned bid);
 
-/* User mode: take a free buffer id, or -ENOBUFS. */
+/* User mode: take a free buffer id (one reference), or -ENOBUFS. */
 int corio__bufring_take(struct corio__bufring *b);
 
 /* Make sqe (a recv or recvmsg) let the kernel pick a buffer from b. */
