@@ -72,16 +72,6 @@ int corio_config_check(const struct corio_config *cfg)
 				    "config: stack_guard is %u, must be a multiple of the page "
 				    "size (%ld) up to 16 MiB, or 0 for the default",
 				    cfg->stack_guard, sysconf(_SC_PAGESIZE));
-	if (cfg->batch_cqes == 1 || cfg->batch_cqes > 4096)
-		return corio__error(-EINVAL, "config: batch_cqes is %u, must be 0 (off) or 2..4096",
-				    cfg->batch_cqes);
-	if (cfg->batch_cqes && (!cfg->batch_us || cfg->batch_us > 100000))
-		return corio__error(-EINVAL,
-				    "config: batch_us is %u, must be 1..100000 with batch_cqes set",
-				    cfg->batch_us);
-	if (!cfg->batch_cqes && cfg->batch_us)
-		return corio__error(-EINVAL, "config: batch_us is %u but batch_cqes is 0",
-				    cfg->batch_us);
 	if ((unsigned)cfg->idle > CORIO_IDLE_POLL)
 		return corio__error(-EINVAL, "config: idle is %d, not a corio_idle value",
 				    (int)cfg->idle);

@@ -297,10 +297,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
 	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
-		if (cfg->batch_cqes && corio__ring_can_batch(&s->ring))
-			corio__ring_enter_batch(&s->ring, cfg->batch_cqes, cfg->batch_us);
-		else
-			corio__ring_enter(&s->ring, 1);
+		corio__ring_enter(&s->ring, 1);
 		blocked = true;
 	}
 	/* seq_cst: a waker whose exchange won saw us before this store, and

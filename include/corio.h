@@ -79,14 +79,7 @@ struct corio_config {
 	unsigned stack_guard;     /* inaccessible bytes below each fiber stack: a
 	                             page multiple up to 16 MiB; 0: the default
 	                             (64 KiB). See "stack overflow" below.          */
-	/* Batching sleep (opt-in; idle block or spin): when the shard sleeps,
-	 * wake once batch_cqes completions have arrived, or batch_us after the
-	 * first one, whichever comes first, instead of at the first: fewer
-	 * wake-ups under load for at most batch_us of added latency. Needs
-	 * IORING_FEAT_MIN_TIMEOUT (Linux 6.12); ignored without it. 0: off. */
-	unsigned batch_cqes;      /* 0 or 2..4096 (0)                               */
-	unsigned batch_us;        /* 1..100000 when batch_cqes is set (0)           */
-	unsigned reserved[10];    /* must be zero                                   */
+	unsigned reserved[12];    /* must be zero                                   */
 };
 
 /* Set every field of *cfg to its default. Always call it first. */

@@ -45,24 +45,6 @@ BAD(run_budget_zero, run_budget, 0, "run_budget")
 BAD(unknown_flag, flags, 0x80000000u, "flags")
 BAD(too_many_shards, shards, 5000, "shards")
 BAD(empty_control_path, control_path, "", "control_path")
-BAD(batch_of_one, batch_cqes, 1, "batch_cqes")
-BAD(batch_too_big, batch_cqes, 5000, "batch_cqes")
-BAD(batch_us_without_batch, batch_us, 10, "batch_us")
-
-Test(config, batch_needs_its_time_bound)
-{
-	struct corio_config cfg;
-
-	corio_config_init(&cfg);
-	cr_assert_eq(cfg.batch_cqes, 0);
-	cr_assert_eq(cfg.batch_us, 0);
-	cfg.batch_cqes = 8;
-	expect_einval(&cfg, "batch_us");
-	cfg.batch_us = 100001;
-	expect_einval(&cfg, "batch_us");
-	cfg.batch_us = 50;
-	cr_assert_eq(corio_config_check(&cfg), 0);
-}
 
 Test(config, bad_cq_smaller_than_sq)
 {

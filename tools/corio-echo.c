@@ -433,8 +433,6 @@ static void usage(FILE *f)
 		"  -a, --accept MODEL    reuseport | dispatch | dispatch-least (reuseport)\n"
 		"  -i, --idle MODE       block | spin[:US] | poll (busy-poll) (block)\n"
 		"      --busy-poll       same as --idle poll\n"
-		"      --batch CQES:US   sleeping, wake for CQES completions or US us after\n"
-		"                        the first (cfg.batch_cqes/batch_us; Linux 6.12)\n"
 		"      --sqpoll          kernel SQ polling thread per shard (CORIO_F_SQPOLL)\n"
 		"      --recv MODE       bufs (provided-buffer multishot) | copy (bufs)\n"
 		"      --send MODE       buf (corio_send_buf, no wait) | wait (one\n"
@@ -481,7 +479,6 @@ int main(int argc, char **argv)
 		{ "accept", required_argument, NULL, 'a' },
 		{ "idle", required_argument, NULL, 'i' },
 		{ "busy-poll", no_argument, NULL, 'b' },
-		{ "batch", required_argument, NULL, 0x100 },
 		{ "sqpoll", no_argument, NULL, 'Q' },
 		{ "recv", required_argument, NULL, 'R' },
 		{ "send", required_argument, NULL, 'W' },
@@ -556,24 +553,6 @@ int main(int argc, char **argv)
 			cfg.idle = CORIO_IDLE_POLL;
 			idle_name = "poll";
 			break;
-		case 0x100: { /* --batch CQES:US */
-			const char *colon = strchr(optarg, ':');
-			char n[16];
-
-			if (!colon || (size_t)(colon - optarg) >= sizeof(n)) {
-				fprintf(stderr, "corio-echo: --batch: expected CQES:US, e.g. 16:50\n");
-				return 2;
-			}
-			memcpy(n, optarg, (size_t)(colon - optarg));
-			n[colon - optarg] = 0;
-			if (eb_opt_count("--batch CQES", n, 2, 4096, &v))
-				return 2;
-			cfg.batch_cqes = (unsigned)v;
-			if (eb_opt_count("--batch US", colon + 1, 1, 100000, &v))
-				return 2;
-			cfg.batch_us = (unsigned)v;
-			break;
-		}
 		case 'Q':
 			cfg.flags |= CORIO_F_SQPOLL;
 			break;
@@ -666,10 +645,9 @@ int main(int argc, char **argv)
 					else
 						printf("%sauto", i ? "," : "");
 				}
-				printf(" proto=%s accept=%s idle=%s%s batch=%u:%u recv=%s send=%s mode=%s pid=%d\n",
+				printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
 				       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], idle_name,
-				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", cfg.batch_cqes,
-				       cfg.batch_us, recvs[g.recv_copy],
+				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
 				       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
 				fflush(stdout);
 				printed = 1;

@@ -161,24 +161,6 @@ bool corio__ring_needs_enter(const struct corio__ring *r);
  */
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
 
-/* IORING_FEAT_MIN_TIMEOUT (Linux 6.12): io_uring_getevents_arg's former pad
- * word is min_wait_usec. liburing 2.3 has neither name. */
-#ifndef IORING_FEAT_MIN_TIMEOUT
-#define IORING_FEAT_MIN_TIMEOUT (1U << 15)
-#endif
-/* True when corio__ring_enter_batch() can wait for a batch. */
-static inline bool corio__ring_can_batch(const struct corio__ring *r)
-{
-	return (r->features & IORING_FEAT_MIN_TIMEOUT) && !r->under_valgrind;
-}
-/*
- * Like corio__ring_enter(r, wait_nr) for a sleeping shard, but return as
- * soon as wait_nr completions are ready, or min_wait_us after the wait
- * began if at least one is (the kernel's min-wait; without a completion it
- * keeps sleeping until the first). Only when corio__ring_can_batch(r).
- */
-int corio__ring_enter_batch(struct corio__ring *r, unsigned wait_nr, unsigned min_wait_us);
-
 /* Non-blocking: submit what is queued, flush completions the kernel holds
  * back, and return how many CQEs are ready (for spinning idle loops). */
 unsigned corio__ring_poll(struct corio__ring *r);

@@ -22,13 +22,10 @@
 
 #include <errno.h>
 #include <sched.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
 #if defined(__has_include)
 #if __has_include(<valgrind/valgrind.h>)
@@ -457,45 +454,6 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 		r->fault_ebadr = false;
 		ret = -EBADR;
 	}
-	ret = corio__ring_check(r, ret, "io_uring_enter");
-	if (ret > 0)
-		r->cnt.sqes += (unsigned)ret;
-	return ret;
-}
-
-/* The kernel's view of the ring for the raw enter below: publish the SQEs
- * queued since the last submit (what liburing's submit does first). */
-static unsigned flush_sq(struct io_uring *ring)
-{
-	struct io_uring_sq *sq = &ring->sq;
-	unsigned tail = sq->sqe_tail;
-
-	if (sq->sqe_head != tail) {
-		sq->sqe_head = tail;
-		io_uring_smp_store_release(sq->ktail, tail);
-	}
-	return tail - io_uring_smp_load_acquire(sq->khead);
-}
-
-int corio__ring_enter_batch(struct corio__ring *r, unsigned wait_nr, unsigned min_wait_us)
-{
-	struct {
-		uint64_t sigmask;
-		uint32_t sigmask_sz;
-		uint32_t min_wait_usec; /* 6.12: was pad */
-		uint64_t ts;
-	} arg = { .sigmask = 0, .sigmask_sz = _NSIG / 8, .min_wait_usec = min_wait_us, .ts = 0 };
-	unsigned submit = flush_sq(&r->ring);
-	int ret;
-
-	if (r->nstash)
-		wait_nr = 0; /* completions are waiting in the stash already */
-	/* liburing 2.3 cannot pass min_wait_usec: enter by hand. */
-	ret = (int)syscall(__NR_io_uring_enter, r->ring.ring_fd, submit, wait_nr,
-			   IORING_ENTER_GETEVENTS | IORING_ENTER_EXT_ARG, &arg, sizeof(arg));
-	if (ret < 0)
-		ret = -errno;
-	r->cnt.enters++;
 	ret = corio__ring_check(r, ret, "io_uring_enter");
 	if (ret > 0)
 		r->cnt.sqes += (unsigned)ret;
