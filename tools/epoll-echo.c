@@ -19,6 +19,7 @@
  * Binds 127.0.0.1 only. Stops cleanly on SIGINT/SIGTERM (or --timeout).
  */
 #include "lib/eb_opt.h"
+#include "lib/eb_proc.h"
 #include "lib/eb_sockperf.h"
 
 #include <arpa/inet.h>
@@ -368,9 +369,7 @@ int main(int argc, char **argv)
 	unsigned ncpus = 0;
 	double timeout = 0;
 	uint64_t v;
-	sigset_t set;
 	int o, ret = 0;
-	struct timespec ts;
 
 	eb_prog = "epoll-echo";
 	g.threads = 1;
@@ -448,23 +447,9 @@ int main(int argc, char **argv)
 			return 1;
 		}
 	}
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	eb_block_stop_signals();
 	for (unsigned i = 0; i < g.threads; i++) {
-		pthread_attr_t a;
-
-		pthread_attr_init(&a);
-		if (w[i].cpu >= 0) {
-			cpu_set_t cs;
-
-			CPU_ZERO(&cs);
-			CPU_SET(w[i].cpu, &cs);
-			pthread_attr_setaffinity_np(&a, sizeof(cs), &cs);
-		}
-		ret = pthread_create(&w[i].th, &a, worker_main, &w[i]);
-		pthread_attr_destroy(&a);
+		ret = eb_thread_pinned(&w[i].th, w[i].cpu, worker_main, &w[i]);
 		if (ret) {
 			fprintf(stderr, "epoll-echo: pthread_create: %s\n", strerror(ret));
 			return 1;
@@ -477,31 +462,8 @@ int main(int argc, char **argv)
 	       g.sockperf ? "sockperf" : "echo", (int)getpid());
 	fflush(stdout);
 
-	/* wait for SIGINT/SIGTERM or the timeout; EINTR (e.g. a tracer attaching) is not a stop */
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	{
-		double end = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + timeout;
-
-		for (;;) {
-			struct timespec now, left = { .tv_sec = 1 };
-
-			if (timeout > 0) {
-				double d;
-
-				clock_gettime(CLOCK_MONOTONIC, &now);
-				d = end - ((double)now.tv_sec + (double)now.tv_nsec / 1e9);
-				if (d <= 0)
-					break;
-				if (d < 1) {
-					left.tv_sec = 0;
-					left.tv_nsec = (long)(d * 1e9);
-				}
-			}
-			o = sigtimedwait(&set, NULL, &left);
-			if (o == SIGINT || o == SIGTERM)
-				break;
-		}
-	}
+	/* SIGINT/SIGTERM or the timeout; EINTR (a tracer attaching) is not a stop */
+	eb_wait_stop(timeout);
 	atomic_store(&g.stop, 1);
 	v = 1;
 	if (write(g.stopfd, &v, sizeof(v)) != sizeof(v))

@@ -33,6 +33,7 @@
  * counters to stderr.
  */
 #include "lib/eb_opt.h"
+#include "lib/eb_proc.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -590,7 +591,6 @@ int main(int argc, char **argv)
 	unsigned ncpus = 0;
 	double timeout = 0;
 	uint64_t v;
-	sigset_t set;
 	int o, ret;
 
 	eb_prog = "uring-echo";
@@ -689,23 +689,9 @@ int main(int argc, char **argv)
 		w[i].lfd = fd;
 		w[i].cpu = ncpus ? cpus[i % ncpus] : -1;
 	}
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	eb_block_stop_signals();
 	for (unsigned i = 0; i < g.threads; i++) {
-		pthread_attr_t a;
-
-		pthread_attr_init(&a);
-		if (w[i].cpu >= 0) {
-			cpu_set_t cs;
-
-			CPU_ZERO(&cs);
-			CPU_SET(w[i].cpu, &cs);
-			pthread_attr_setaffinity_np(&a, sizeof(cs), &cs);
-		}
-		ret = pthread_create(&w[i].th, &a, worker_main, &w[i]);
-		pthread_attr_destroy(&a);
+		ret = eb_thread_pinned(&w[i].th, w[i].cpu, worker_main, &w[i]);
 		if (ret) {
 			fprintf(stderr, "uring-echo: pthread_create: %s\n", strerror(ret));
 			return 1;
@@ -718,32 +704,8 @@ int main(int argc, char **argv)
 	       g.busy ? "busy-poll" : "block", g.nbufs,
 	       g.buf_size, g.max_held, (int)getpid());
 	fflush(stdout);
-	{
-		struct timespec ts;
-		double end;
-
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		end = (double)ts.tv_sec + (double)ts.tv_nsec / 1e9 + timeout;
-		for (;;) {
-			struct timespec now, left = { .tv_sec = 1 };
-
-			if (timeout > 0) {
-				double d;
-
-				clock_gettime(CLOCK_MONOTONIC, &now);
-				d = end - ((double)now.tv_sec + (double)now.tv_nsec / 1e9);
-				if (d <= 0)
-					break;
-				if (d < 1) {
-					left.tv_sec = 0;
-					left.tv_nsec = (long)(d * 1e9);
-				}
-			}
-			o = sigtimedwait(&set, NULL, &left);
-			if (o == SIGINT || o == SIGTERM)
-				break;
-		}
-	}
+	/* SIGINT/SIGTERM or the timeout; EINTR (a tracer attaching) is not a stop */
+	eb_wait_stop(timeout);
 	/* A semaphore eventfd: each thread's read takes one count, so one
 	 * write per thread wakes every thread. */
 	for (unsigned i = 0; i < g.threads; i++) {
