@@ -11,7 +11,7 @@
  * parked fiber bounded by a deadline (a client that never reads is closed
  * when its answer cannot be sent in time), lines are capped at CORIO__CTL_LINE_MAX
  * bytes, each client gets a few errors before it is closed, and at most
- * MAX_CLIENTS are served at a time. The idle limit is a deadline on a whole
+ * CORIO_CONTROL_CLIENTS (16) are served at a time. The idle limit is a deadline on a whole
  * line, not on each receive, so a client that trickles bytes without a
  * newline loses its slot as surely as a silent one: a slot is held for at
  * most the idle limit per command.
@@ -39,7 +39,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#define MAX_CLIENTS 16
+#define MAX_CLIENTS_DEFAULT 16
 #define MAX_ERRORS 4
 
 struct corio__control {
@@ -50,8 +50,9 @@ struct corio__control {
 	bool started;    /* the server fiber ran (it closes l then) */
 	bool abstract;   /* "@name": no file mode, so check SO_PEERCRED */
 	uid_t owner;     /* the runtime's effective uid at start */
-	unsigned clients;
+	unsigned clients, max_clients;
 	uint64_t timeout_ns;
+	struct corio__ctl_stats st;
 };
 
 static const char help_text[] =
@@ -60,6 +61,18 @@ static const char help_text[] =
 	"  prom   the same in Prometheus text format, ending with '# EOF'\n"
 	"  help   this text\n"
 	"\n";
+
+/* CORIO_CONTROL_CLIENTS: clients served at once (1..1024, default 16). */
+static unsigned max_clients(void)
+{
+	const char *e = getenv("CORIO_CONTROL_CLIENTS");
+	long n = e ? atol(e) : 0;
+
+	if (e && (n < 1 || n > 1024))
+		fprintf(stderr, "corio: CORIO_CONTROL_CLIENTS=%s ignored (expected 1..1024), "
+				"using %d\n", e, MAX_CLIENTS_DEFAULT);
+	return n >= 1 && n <= 1024 ? (unsigned)n : MAX_CLIENTS_DEFAULT;
+}
 
 static uint64_t timeout_ns(void)
 {
@@ -206,6 +219,7 @@ static int client_fiber(void *arg)
 			"error: permission denied (not the runtime's user)\n";
 
 		send_bounded(c, denied, sizeof(denied) - 1, ctl->timeout_ns);
+		CORIO__STAT_ADD(ctl->st.denied, 1);
 		ret = -EACCES;
 	}
 	while (ret >= 0) {
@@ -227,18 +241,23 @@ static int client_fiber(void *arg)
 			r.have += (size_t)n;
 		}
 		corio_deadline_pop(&d);
-		if (cmd == CORIO__CTL_MORE)
+		if (cmd == CORIO__CTL_MORE) {
+			if (n == -ETIMEDOUT)
+				CORIO__STAT_ADD(ctl->st.idle_dropped, 1);
 			break; /* end of stream, an error, or the idle limit */
+		}
 		if (cmd == CORIO__CTL_TOO_LONG) {
 			static const char toolong[] = "error: line too long (max 255 bytes)\n";
 
 			send_bounded(c, toolong, sizeof(toolong) - 1, ctl->timeout_ns);
+			CORIO__STAT_ADD(ctl->st.too_long, 1);
 			break;
 		}
 		ret = command(c, cmd, &errors, ctl->timeout_ns);
 	}
 	corio_close(c);
 	ctl->clients--;
+	CORIO__STAT_SET(ctl->st.clients, ctl->clients);
 	corio__daemon_add(corio__shard(), -1);
 	return 0;
 }
@@ -281,9 +300,10 @@ static int server_fiber(void *arg)
 				ctl->path, strerror(-ret));
 			break;
 		}
-		if (ctl->clients >= MAX_CLIENTS || !(cl = malloc(sizeof(*cl)))) {
+		if (ctl->clients >= ctl->max_clients || !(cl = malloc(sizeof(*cl)))) {
 			static const char busy[] = "error: too many clients\n";
 
+			CORIO__STAT_ADD(ctl->st.refused, 1);
 			send_bounded(c, busy, sizeof(busy) - 1, ctl->timeout_ns / 10);
 			corio_close(c);
 			continue;
@@ -299,6 +319,7 @@ static int server_fiber(void *arg)
 			continue;
 		}
 		ctl->clients++;
+		CORIO__STAT_SET(ctl->st.clients, ctl->clients);
 		corio__daemon_add(s, 1);
 	}
 	close_listener(ctl);
@@ -395,9 +416,10 @@ int corio__control_start(struct corio__shard *s, const char *path)
 		return -ENOMEM;
 	snprintf(ctl->path, sizeof(ctl->path), "%s", path);
 	ctl->timeout_ns = timeout_ns();
+	ctl->max_clients = max_clients();
 	ctl->abstract = path[0] == '@';
 	ctl->owner = geteuid();
-	s->parts[CORIO__PART_CTL] = ctl;
+	__atomic_store_n(&s->parts[CORIO__PART_CTL], ctl, __ATOMIC_RELEASE);
 	if (path[0] == '@') /* abstract namespace: no file, no mode */
 		ret = corio_unix_listen(path, NULL, &ctl->l);
 	else
@@ -426,7 +448,23 @@ void corio__control_fini(struct corio__shard *s)
 	 * fiber never armed an accept, so the listener closes without one. */
 	if (!ctl->started)
 		close_listener(ctl);
-	free(ctl);
+}
+
+void corio__control_release(struct corio__shard *s)
+{
+	free(s->parts[CORIO__PART_CTL]);
 	s->parts[CORIO__PART_CTL] = NULL;
+}
+
+void corio__ctl_stats_get(struct corio_rt *rt, unsigned shard, struct corio__ctl_stats *out)
+{
+	struct corio__control *ctl = NULL;
+
+	memset(out, 0, sizeof(*out));
+	if (rt && shard < rt->nshards && rt->shards[shard])
+		ctl = __atomic_load_n((struct corio__control **)&rt->shards[shard]->parts[CORIO__PART_CTL],
+				      __ATOMIC_ACQUIRE);
+	if (ctl)
+		corio__stats_copy(out, &ctl->st, sizeof(*out));
 }
 

@@ -22,6 +22,7 @@ static const struct corio__part ctl_part = {
 	.name = "ctl",
 	.init = ctl_init,
 	.fini = corio__control_fini,
+	.release = corio__control_release,
 };
 
 _Static_assert(CORIO__PART_NET >= CORIO__PART_FIRST_AREA && CORIO__PART_NET < CORIO__PART_MAX &&

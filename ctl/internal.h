@@ -21,10 +21,23 @@
 
 struct corio__control;
 
+/* The control socket's counters (shard 0; owner-written, read by the stats
+ * renderer from any thread with relaxed loads, like every area's). */
+struct corio__ctl_stats {
+	uint64_t clients;      /* connected now                                  */
+	uint64_t refused;      /* turned away: CORIO_CONTROL_CLIENTS were connected */
+	uint64_t idle_dropped; /* closed at the idle limit (no whole line in time) */
+	uint64_t denied;       /* refused by the peer-credential check (@name)   */
+	uint64_t too_long;     /* closed for a line over 255 bytes               */
+};
+/* Copy shard's control counters (zeros where no control socket runs). */
+void corio__ctl_stats_get(struct corio_rt *rt, unsigned shard, struct corio__ctl_stats *out);
+
 /* Start the control socket on shard s (shard 0) at path: 0, or -errno with
  * the reason in s->err. corio__control_fini() after the loop ended. */
 int corio__control_start(struct corio__shard *s, const char *path);
 void corio__control_fini(struct corio__shard *s);
+void corio__control_release(struct corio__shard *s); /* in corio_wait */
 
 /* The control protocol without I/O: lines of at most CORIO__CTL_LINE_MAX - 1
  * bytes before their LF, each one command. */

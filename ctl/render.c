@@ -26,6 +26,7 @@ struct snap {
 	struct corio_timer_stats timer;
 	struct corio_net_stats net;
 	struct corio_fs_stats fs;
+	struct corio__ctl_stats ctl;
 	uint64_t doorbells_in;  /* eventfd + MSG_RING doorbells from peers */
 	uint64_t lateness_p50, lateness_p99, lateness_p999;
 };
@@ -46,6 +47,7 @@ static int snap_take(struct corio_rt *rt, unsigned i, unsigned n, struct snap *s
 		ret = corio_fs_stats_get(rt, i, &sn->fs);
 	if (ret)
 		return ret;
+	corio__ctl_stats_get(corio__rt_or_own(rt), i, &sn->ctl);
 	sn->doorbells_in = sn->core.doorbells_in;
 	for (unsigned p = 0; p < n; p++) {
 		struct corio_msg_stats m;
@@ -135,6 +137,11 @@ static const struct metric metrics[] = {
 	M("net", "send_full", COUNTER, false, net.send_full, "corio_send_buf calls that waited for a full queue."),
 	M("net", "recv_hup", COUNTER, false, net.recv_hup, "Multishot receives stopped by the error/hang-up poll."),
 	M("net", "conns_refused", COUNTER, false, net.conns_refused, "Accepted connections closed at once: the listener's max_conns was reached."),
+	M("ctl", "clients", GAUGE, false, ctl.clients, "Control-socket clients connected now."),
+	M("ctl", "refused", COUNTER, false, ctl.refused, "Control-socket clients turned away: CORIO_CONTROL_CLIENTS were connected."),
+	M("ctl", "idle_dropped", COUNTER, false, ctl.idle_dropped, "Control-socket clients closed at the idle limit."),
+	M("ctl", "denied", COUNTER, false, ctl.denied, "Control-socket clients refused by the peer-credential check."),
+	M("ctl", "too_long", COUNTER, false, ctl.too_long, "Control-socket clients closed for a line over 255 bytes."),
 	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
 	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
 	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),

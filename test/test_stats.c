@@ -739,6 +739,11 @@ Test(stats, control_socket_trickling_clients_dropped, .init = ctl_setup, .fini =
 	send_all(op, "help\n", 5);
 	read_until(op, buf, sizeof(buf), "\n\n");
 	cr_assert(strstr(buf, "commands"), "%s", buf);
+	/* and the stats say why the 16 left */
+	send_all(op, "stats\n", 6);
+	read_until(op, buf, sizeof(buf), "}\n");
+	cr_assert(strstr(buf, "\"ctl\":{\"clients\":1,\"refused\":0,\"idle_dropped\":16,"),
+		  "control counters: %.300s", strstr(buf, "\"ctl\"") ? strstr(buf, "\"ctl\"") : buf);
 	close(op);
 	corio_stop(rt);
 	cr_assert_eq(corio_wait(rt), 0);
