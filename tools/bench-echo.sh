@@ -192,12 +192,19 @@ sp() {
 	row "$c" "$side" "$mps" "$(p 50.000)" "$(p 99.000)" "$(p 99.900)" "$mx" "-1" "${acct:--}"
 }
 
+# port_used PORT: any TCP socket (listening, connected, closing) holds it.
+port_used() {
+	hex=$(printf '%04X' "$1")
+	awk -v p=":$hex" '$2 ~ p"$" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
+}
+
 # sockperf server cannot pick a port and print it: try a few near a random
-# one, each checked free first and listening after.
+# one below the ephemeral range (where clients' own sockets live), each
+# checked unused first and listening after.
 start_sockperf_server() {
-	PORT=$((20000 + $$ % 20000))
+	PORT=$((10000 + $$ % 20000))
 	for try in 1 2 3 4 5; do
-		while port_listening $PORT || port_bound_udp $PORT; do PORT=$((PORT + 7)); done
+		while port_used $PORT || port_bound_udp $PORT; do PORT=$((PORT + 7)); done
 		# sockperf server speaks UDP unless given --tcp
 		if [ "$PROTO" = udp ]; then tcpflag=; else tcpflag=--tcp; fi
 		taskset -c $SCPU sockperf server $tcpflag -i 127.0.0.1 -p $PORT > "$OUT/server.out" 2>&1 &
