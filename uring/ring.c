@@ -561,19 +561,24 @@ unsigned corio__ring_reap(struct corio__ring *r)
 	/* Fast path for turns with nothing to reap (fibers only yielding). */
 	if (!r->nstash && !io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
 		return 0;
-	/* Stashed CQEs came first. A callback may stash more (it takes SQEs):
-	 * index, do not hold pointers, and empty the stash only at the end. */
-	for (unsigned i = 0; i < r->nstash; i++) {
-		struct corio__stashed c = r->stash[i];
-
-		total++;
-		dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
-	}
-	r->nstash = 0;
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		unsigned kflags;
 
+		/* Stashed CQEs are older than anything now in the CQ: they go
+		 * first, also after an overflow flush below has posted newer
+		 * ones. A callback may stash more (it takes SQEs): index, hold
+		 * no pointer, empty the stash only when it is done. Out of
+		 * order, a socket's final receive CQE could overtake an earlier
+		 * one and its closer free the socket under it
+		 * (net::reset_churn_under_refused_submits). */
+		for (unsigned i = 0; i < r->nstash; i++) {
+			struct corio__stashed c = r->stash[i];
+
+			total++;
+			dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
+		}
+		r->nstash = 0;
 		while ((cqe = peek(r))) {
 			struct corio__op *op = io_uring_cqe_get_data(cqe);
 			int32_t res = cqe->res;
@@ -582,7 +587,14 @@ unsigned corio__ring_reap(struct corio__ring *r)
 			io_uring_cq_advance(&r->ring, 1);
 			total++;
 			dispatch(op, res, flags);
+			/* That callback stashed the CQEs behind this one: they
+			 * come before whatever the kernel posted since (a
+			 * retried submit completes some ops inline). */
+			if (r->nstash)
+				break;
 		}
+		if (r->nstash)
+			continue;
 		kflags = IO_URING_READ_ONCE(*r->ring.sq.kflags);
 		if (r->no_reap_flush)
 			kflags &= ~IORING_SQ_TASKRUN;
