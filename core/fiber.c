@@ -342,9 +342,18 @@ void corio__proxy_put(struct corio__shard *s, struct corio_fiber *p)
 
 /* ---- public fiber API ---------------------------------------------------------- */
 
+/* A fiber that never ran hands arg to its spawn options' release. */
+static void release_unrun(struct corio_fiber *f)
+{
+	((void (*)(void *))f->unrun_ctx[0])(f->arg);
+}
+
 int corio_spawn(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opts,
 		struct corio_fiber **out)
 {
+	if (opts && opts->release)
+		return corio__spawn_unrun(fn, arg, opts, out, release_unrun,
+					  (uintptr_t)opts->release, 0);
 	return corio__spawn_unrun(fn, arg, opts, out, NULL, 0, 0);
 }
 
@@ -366,9 +375,8 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 	if (opts) {
 		if (opts->flags)
 			return corio__error(-EINVAL, "corio_spawn: unknown flags 0x%x", opts->flags);
-		for (unsigned i = 0; i < 3; i++)
-			if (opts->reserved[i])
-				return corio__error(-EINVAL, "corio_spawn: reserved[%u] is not zero", i);
+		if (opts->reserved)
+			return corio__error(-EINVAL, "corio_spawn: reserved is not zero");
 		if (opts->stack_size &&
 		    (opts->stack_size < CORIO__STACK_MIN || opts->stack_size > CORIO__STACK_MAX))
 			return corio__error(-EINVAL,

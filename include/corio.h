@@ -156,7 +156,13 @@ struct corio_spawn_opts {
 	                         rounded up to a page                          */
 	const char *name;     /* for stall and overflow reports; copied (23 ch) */
 	unsigned flags;       /* must be 0                                       */
-	unsigned reserved[3]; /* must be 0                                       */
+	unsigned reserved;    /* must be 0                                       */
+	/* Optional: called once with arg, instead of fn, when the fiber ends
+	 * without ever having run (cancelled before it started, shutdown, no
+	 * stack could be mapped), so whatever arg owns (a socket, a record)
+	 * is not lost. It runs on the shard's loop and must not block. Fills
+	 * what was reserved[1..2] in 0.1.0: zero there means none. */
+	void (*release)(void *arg);
 };
 
 /*
@@ -192,7 +198,8 @@ CORIO_API void corio_exit(int status) __attribute__((noreturn));
 /*
  * Cancel f: its current blocking call (and every later one) returns
  * -ECANCELED, after the kernel has let go of the call's memory. A fiber that
- * has not started yet never runs and ends with status -ECANCELED. Cancelling
+ * has not started yet never runs and ends with status -ECANCELED (its
+ * spawn options' release, if any, gets arg then). Cancelling
  * a finished fiber does nothing. Returns 0. Shard-local.
  */
 CORIO_API int corio_cancel(struct corio_fiber *f);

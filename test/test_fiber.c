@@ -628,3 +628,53 @@ Test(fiber, no_stack_ends_the_fiber_and_wakes_its_joiner, .timeout = 30)
 		cr_skip_test("vm.max_map_count is too large to exhaust");
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
 }
+
+/* ---- spawn options' release: an argument whose fiber never runs --------------- */
+
+static int rel_fn_ran, rel_released;
+
+static int rel_fn(void *arg)
+{
+	(void)arg;
+	rel_fn_ran++;
+	return 0;
+}
+
+static void rel_release(void *arg)
+{
+	CHECK_EQ((intptr_t)arg, 42);
+	rel_released++;
+}
+
+static void release_entry(void *arg)
+{
+	struct corio_spawn_opts o = { .name = "never", .release = rel_release };
+	struct corio_fiber *f;
+	int st = 0;
+
+	(void)arg;
+	/* cancelled before it ever ran: release gets arg, fn never runs */
+	CHECK_EQ(corio_spawn(rel_fn, (void *)(intptr_t)42, &o, &f), 0);
+	CHECK_EQ(corio_cancel(f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, -ECANCELED);
+	CHECK_EQ(rel_released, 1);
+	CHECK_EQ(rel_fn_ran, 0);
+	/* one that runs: fn runs, release never */
+	CHECK_EQ(corio_spawn(rel_fn, (void *)(intptr_t)42, &o, &f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(rel_fn_ran, 1);
+	CHECK_EQ(rel_released, 1);
+	/* detached, and the runtime shuts down before it runs */
+	CHECK_EQ(corio_spawn(rel_fn, (void *)(intptr_t)42, &o, NULL), 0);
+	corio_shutdown();
+}
+
+Test(fiber, spawn_release_gets_the_argument_of_a_fiber_that_never_ran, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, release_entry, NULL);
+	cr_assert_eq(rel_released, 2, "release ran %d times, 2 expected", rel_released);
+	cr_assert_eq(rel_fn_ran, 1);
+}

@@ -1989,9 +1989,21 @@ static int kv_conn_fiber(void *arg)
 	return 0; /* a connection's trouble is not the server's */
 }
 
+/* A connection whose fiber never ran (the runtime stopped first): its
+ * socket and record still have to go. Runs on the loop; the socket has no
+ * receive armed yet, so closing it does not block. */
+static void kv_conn_release(void *arg)
+{
+	struct kv_conn *c = arg;
+
+	corio_close(c->s);
+	kv_conn_free(c);
+}
+
 /* Accept until cancelled; then cancel the connections and wait for them. */
 static int kv_accept_loop(struct kv_listener *kl)
 {
+	struct corio_spawn_opts o = { .name = "kv-conn", .release = kv_conn_release };
 	int ret = corio_group_init(&kl->conns, 0);
 
 	while (!ret) {
@@ -2013,7 +2025,7 @@ static int kv_accept_loop(struct kv_listener *kl)
 		c->sh = kl->sh;
 		c->s = s;
 		c->id = ++kl->sh->next_conn_id * kl->srv->nshards + kl->sh->id;
-		if (corio_group_spawn(&kl->conns, kv_conn_fiber, c, NULL, NULL) < 0) {
+		if (corio_group_spawn(&kl->conns, kv_conn_fiber, c, &o, NULL) < 0) {
 			corio_close(s);
 			kv_conn_free(c);
 		}
