@@ -76,55 +76,6 @@ static struct {
 static char listener_tag; /* epoll data.ptr of the listener */
 static char stop_tag;
 
-static int listen_on(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-
-	if (fd < 0)
-		return -errno;
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
-	    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, SOMAXCONN)) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
-/* A 4 MiB receive buffer, so a few milliseconds' stall at 100k datagrams/s
- * does not overflow it (the default holds ~200 small datagrams): forced
- * when we may (root), else as much as net.core.rmem_max allows. */
-static void big_rcvbuf(int fd)
-{
-	int v = 4 << 20;
-
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
-}
-
-static int udp_on(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0), one = 1;
-
-	if (fd < 0)
-		return -errno;
-	inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	big_rcvbuf(fd);
-	return fd;
-}
 
 /* Send one datagram; a full send buffer is waited out. */
 static void udp_reply(struct worker *w, const void *d, size_t n, const struct sockaddr *to,
@@ -424,19 +375,14 @@ int main(int argc, char **argv)
 	for (unsigned i = 0; i < g.threads; i++) {
 		struct epoll_event le = { .events = EPOLLIN, .data.ptr = &listener_tag };
 		struct epoll_event se = { .events = EPOLLIN, .data.ptr = &stop_tag };
-		int fd = g.udp ? udp_on(g.port) : listen_on(g.port);
+		int fd = eb_listen_loopback(g.udp ? SOCK_DGRAM : SOCK_STREAM, g.port, 1);
 
 		if (fd < 0) {
 			fprintf(stderr, "epoll-echo: listen on 127.0.0.1:%d: %s\n", g.port, strerror(-fd));
 			return 1;
 		}
-		if (!g.port) {
-			struct sockaddr_in sa;
-			socklen_t len = sizeof(sa);
-
-			getsockname(fd, (struct sockaddr *)&sa, &len);
-			g.port = ntohs(sa.sin_port);
-		}
+		if (!g.port)
+			g.port = eb_local_port(fd);
 		w[i].idx = i;
 		w[i].lfd = fd;
 		w[i].cpu = ncpus ? cpus[i % ncpus] : -1;

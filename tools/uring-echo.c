@@ -512,45 +512,6 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-static int listen_on(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int one = 1, fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
-	    setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) || listen(fd, 4096)) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	return fd;
-}
-
-static int udp_on(int port)
-{
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-	int one = 1, v = 4 << 20, fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-
-	if (fd < 0)
-		return -errno;
-	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-	if (setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
-	    bind(fd, (struct sockaddr *)&sa, sizeof(sa))) {
-		int e = -errno;
-
-		close(fd);
-		return e;
-	}
-	/* 4 MiB: a few ms' stall at 100k datagrams/s must not overflow it */
-	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
-		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
-	return fd;
-}
 
 static void usage(FILE *f)
 {
@@ -672,19 +633,14 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	for (unsigned i = 0; i < g.threads; i++) {
-		int fd = g.udp ? udp_on(g.port) : listen_on(g.port);
+		int fd = eb_listen_loopback(g.udp ? SOCK_DGRAM : SOCK_STREAM, g.port, 0);
 
 		if (fd < 0) {
 			fprintf(stderr, "uring-echo: listen on 127.0.0.1:%d: %s\n", g.port, strerror(-fd));
 			return 1;
 		}
-		if (!g.port) {
-			struct sockaddr_in sa;
-			socklen_t len = sizeof(sa);
-
-			getsockname(fd, (struct sockaddr *)&sa, &len);
-			g.port = ntohs(sa.sin_port);
-		}
+		if (!g.port)
+			g.port = eb_local_port(fd);
 		w[i].idx = i;
 		w[i].lfd = fd;
 		w[i].cpu = ncpus ? cpus[i % ncpus] : -1;

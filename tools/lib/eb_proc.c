@@ -1,8 +1,14 @@
 /* SPDX-License-Identifier: MIT */
 #include "eb_proc.h"
 
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sched.h>
+#include <sys/socket.h>
 #include <time.h>
+#include <unistd.h>
 
 static sigset_t stop_set(void)
 {
@@ -70,4 +76,50 @@ void eb_wait_stop(double timeout_s)
 		if (sig == SIGINT || sig == SIGTERM)
 			return;
 	}
+}
+
+void eb_big_rcvbuf(int fd)
+{
+	int v = 4 << 20;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+int eb_listen_loopback(int type, int port, int nonblock)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
+	int one = 1, fd = socket(AF_INET, type | SOCK_CLOEXEC | (nonblock ? SOCK_NONBLOCK : 0), 0);
+	int bad;
+
+	if (fd < 0)
+		return -errno;
+	sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+	bad = setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one));
+	if (!bad && type == SOCK_STREAM)
+		bad = setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+		      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	if (!bad)
+		bad = bind(fd, (struct sockaddr *)&sa, sizeof(sa));
+	if (!bad && type == SOCK_STREAM)
+		bad = listen(fd, SOMAXCONN);
+	if (bad) {
+		int e = -errno;
+
+		close(fd);
+		return e;
+	}
+	if (type == SOCK_DGRAM)
+		eb_big_rcvbuf(fd);
+	return fd;
+}
+
+int eb_local_port(int fd)
+{
+	struct sockaddr_in sa;
+	socklen_t len = sizeof(sa);
+
+	if (getsockname(fd, (struct sockaddr *)&sa, &len))
+		return -errno;
+	return ntohs(sa.sin_port);
 }
