@@ -39,6 +39,7 @@
 # repetition of a few cases, for a smoke test).
 B=${1:-build}
 T=$B/tools
+. "$(dirname "$0")/lib/bench.sh"
 REPS=${BENCH_ECHO_REPS:-3}
 SECS=${BENCH_ECHO_SECS:-1}
 CLIENT=${BENCH_ECHO_CLIENT:-corio}
@@ -59,15 +60,9 @@ if [ "$(nproc)" -ge 2 ]; then SCPU=1; LCPU=0; else SCPU=0; LCPU=0; fi
 need=""
 command -v sockperf >/dev/null 2>&1 || need="$need sockperf"
 command -v gnuplot >/dev/null 2>&1 || need="$need gnuplot-nox"
-if [ -n "$need" ]; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "bench-echo: installing$need with apt-get"
-		DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 &&
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -q $need >/dev/null 2>&1 ||
-			echo "bench-echo: apt-get install$need failed; going on without" >&2
-	else
-		echo "bench-echo: not installed:$need (apt-get install$need); going on without" >&2
-	fi
+# shellcheck disable=SC2086
+if [ -n "$need" ] && ! apt_install bench-echo $need; then
+	echo "bench-echo: not installed:$need (apt-get install$need); going on without" >&2
 fi
 
 OUT=bench-results/echo-$(date +%Y%m%d-%H%M%S)
@@ -80,18 +75,6 @@ SRV_PID=
 PORT=
 PROTO=tcp  # tcp | udp: what the servers started next speak
 trap 'stop_server; exit 130' INT TERM
-
-# port_listening PORT: a socket still listens on PORT (from /proc/net/tcp*).
-port_listening() {
-	hex=$(printf '%04X' "$1")
-	awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
-}
-
-# port_bound_udp PORT: a UDP socket is bound to PORT (/proc/net/udp*).
-port_bound_udp() {
-	hex=$(printf '%04X' "$1")
-	awk -v p=":$hex" '$2 ~ p"$" { f = 1 } END { exit !f }' /proc/net/udp /proc/net/udp6
-}
 
 # port_up PORT: the server's port is there (TCP listening / UDP bound).
 port_up() {
@@ -190,12 +173,6 @@ sp() {
 	acct=-
 	[ "$PROTO" = udp ] && acct=$(printf '%s\n' "$o" | sed -n 's/.*dropped messages = \([0-9]*\); # duplicated messages = \([0-9]*\); # out-of-order messages = \([0-9]*\).*/\1\/\2\/\3/p' | head -1)
 	row "$c" "$side" "$mps" "$(p 50.000)" "$(p 99.000)" "$(p 99.900)" "$mx" "-1" "${acct:--}"
-}
-
-# port_used PORT: any TCP socket (listening, connected, closing) holds it.
-port_used() {
-	hex=$(printf '%04X' "$1")
-	awk -v p=":$hex" '$2 ~ p"$" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
 }
 
 # sockperf server cannot pick a port and print it: try a few near a random

@@ -18,6 +18,7 @@
 # BENCH_KV_KEYS (1000000), BENCH_KV_SHARDS (1), BENCH_KV_QUICK=1 (one
 # repetition, 20000 requests, 100000 keys: a smoke test).
 B=${1:-build}
+. "$(dirname "$0")/lib/bench.sh"
 T=$B/tools
 REPS=${BENCH_KV_REPS:-3}
 N=${BENCH_KV_N:-200000}
@@ -37,12 +38,8 @@ need=""
 command -v redis-benchmark >/dev/null 2>&1 || need="$need redis-tools"
 command -v redis-server >/dev/null 2>&1 || need="$need redis-server"
 if [ -n "$need" ]; then
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "bench-kv: installing$need with apt-get"
-		DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null 2>&1 &&
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $need \
-				>/dev/null 2>&1 || echo "bench-kv: apt-get install$need failed" >&2
-	fi
+	# shellcheck disable=SC2086
+	apt_install bench-kv $need
 	if ! command -v redis-benchmark >/dev/null 2>&1 || ! command -v redis-server >/dev/null 2>&1; then
 		echo "bench-kv: skipped: needs redis-tools and redis-server (apt-get install$need)" >&2
 		exit 0
@@ -60,11 +57,6 @@ SRV_PID=
 PORT=
 trap 'stop_server; exit 130' INT TERM
 
-port_listening() {
-	hex=$(printf '%04X' "$1")
-	awk -v p=":$hex" '$2 ~ p"$" && $4 == "0A" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
-}
-
 wait_port() { # wait_port PORT: 0 once it accepts (5 s at most)
 	i=0
 	while [ $i -lt 50 ]; do
@@ -74,13 +66,6 @@ wait_port() { # wait_port PORT: 0 once it accepts (5 s at most)
 		i=$((i + 1))
 	done
 	return 1
-}
-
-# port_used PORT: any TCP socket (listening, connected, closing) has it as
-# its local port; bind would fail with EADDRINUSE.
-port_used() {
-	hex=$(printf '%04X' "$1")
-	awk -v p=":$hex" '$2 ~ p"$" { f = 1 } END { exit !f }' /proc/net/tcp /proc/net/tcp6
 }
 
 # free_port: a port below the kernel's ephemeral range (where the clients'

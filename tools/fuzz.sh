@@ -9,6 +9,7 @@ set -u
 SECS=${1:-10}
 shift
 B=build/fuzz
+. "$(dirname "$0")/lib/bench.sh"
 TARGETS=${*:-$(for f in test/fuzz/fuzz_*.c; do basename "$f" .c | sed 's/^fuzz_//'; done)}
 case "$SECS" in ''|*[!0-9]*|0) echo "fuzz: SECS must be a positive integer" >&2; exit 2;; esac
 # clang and its libFuzzer runtime (a Recommends of clang on Debian 12, so
@@ -19,11 +20,8 @@ have_fuzzer() {
 }
 if ! command -v clang >/dev/null 2>&1 || ! have_fuzzer; then
 	pk="clang libclang-rt-14-dev"
-	if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
-		echo "fuzz: installing $pk with apt-get"
-		DEBIAN_FRONTEND=noninteractive apt-get update -q >/dev/null &&
-			DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $pk >/dev/null
-	fi
+	# shellcheck disable=SC2086
+	apt_install fuzz $pk
 	if ! have_fuzzer; then
 		echo "fuzz: clang with libFuzzer is needed: apt-get install $pk" >&2
 		exit 1
