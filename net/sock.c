@@ -202,8 +202,8 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 			buf_put(n, (uint32_t)bid | s->rtag);
 			res = -ENOMEM; /* the bytes are lost: end the stream */
 			if (more) {
+				s->r.state = NET_CANCELING; /* before the cancel, as everywhere */
 				corio__ring_cancel(&n->shard->ring, &s->r.op);
-				s->r.state = NET_CANCELING;
 			}
 		}
 	} else if (res > 0) {
