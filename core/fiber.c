@@ -3,8 +3,13 @@
  * core/fiber.c - fibers: spawn, switch, park/wake, yield, join, exit, cancel,
  * wait queues.
  *
- * Switches always go through the shard loop's own context (the scheduler):
- * fiber -> scheduler -> next fiber. The run queue is FIFO. A fiber struct
+ * The loop runs the fibers that are ready when a turn begins (at most
+ * run_budget of them; the run queue is FIFO). While that run lasts, a fiber
+ * that parks or yields hands the CPU straight to the next one: one context
+ * switch, not two through the loop's own context (the scheduler). Control
+ * goes back to the scheduler when the run is over, when the next fiber has
+ * never run (it needs a stack first) and when a fiber ends (its stack is
+ * freed from another). A fiber struct
  * comes from a per-shard free list (allocated in chunks, never freed before
  * the shard ends); its stack is taken from the shard's stack cache when it
  * first runs and returned when it ends, so spawning is cheap and a fiber
@@ -85,16 +90,52 @@ static void all_unlink(struct corio__shard *s, struct corio_fiber *f)
 static void fiber_main(void *arg) __attribute__((noreturn));
 static void fiber_end(struct corio_fiber *f) __attribute__((noreturn));
 
-/* After control arrives in a fiber (first entry or return from a park). */
-static inline void arrived(struct corio__shard *s, struct corio_fiber *f)
+/* After control arrives in a fiber (first entry or return from a park),
+ * from the scheduler or from another fiber. The old stack's bounds are not
+ * kept: the scheduler's were recorded by fiber_main. */
+static inline void arrived(struct corio_fiber *f)
 {
-	CORIO__ASAN_FINISH(f->asan_fake, &s->sched_stack_bottom, &s->sched_stack_size);
-	(void)s;
+	CORIO__ASAN_FINISH(f->asan_fake, NULL, NULL);
 	(void)f;
 }
 
-/* Scheduler side: run f until it parks, yields or ends. */
-void corio__switch_to(struct corio__shard *s, struct corio_fiber *f)
+/* Stall timing, at every switch away from f while the run lasts: one clock
+ * read (the coarse clock when stall_ns allows it). */
+static inline void ran(struct corio__shard *s, const struct corio_fiber *f)
+{
+	uint64_t now, d;
+
+	if (!s->run.timed)
+		return;
+	now = s->run.coarse ? corio__coarse_ns() : corio__tick();
+	d = now - s->run.t;
+	s->run.t = now;
+	if (CORIO__UNLIKELY(d > s->run.limit)) {
+		corio__stall_report(s, f, s->run.coarse ? d : corio__ticks_ns(d));
+		s->run.stalled = true;
+	}
+}
+
+/* Take the next fiber of this turn's run off the queue; NULL when the run is
+ * over (its budget spent, or the fiber queued last when it began has run). */
+static inline struct corio_fiber *run_pop(struct corio__shard *s)
+{
+	struct corio_fiber *f = s->runq_head;
+
+	if (!s->run.last || !f)
+		return NULL;
+	s->runq_head = f->run_next;
+	if (!s->runq_head)
+		s->runq_tail = NULL;
+	f->flags &= ~CORIO__FF_QUEUED;
+	if (f == s->run.last || !--s->run.budget)
+		s->run.last = NULL;
+	return f;
+}
+
+/* Scheduler side: run f until control comes back to the loop, which may be
+ * from another fiber f handed the CPU to. */
+static void switch_to(struct corio__shard *s, struct corio_fiber *f)
 {
 	if (f->state == CORIO__F_NEW) {
 		if (corio__stack_get(s, f)) {
@@ -117,20 +158,68 @@ void corio__switch_to(struct corio__shard *s, struct corio_fiber *f)
 #endif
 	corio__ctx_switch(&s->sched_ctx, &f->ctx);
 	CORIO__ASAN_FINISH(s->sched_asan_fake, NULL, NULL);
+	f = s->current; /* the fiber that gave the CPU back */
 	s->current = NULL;
+	ran(s, f);
 	if (f->state == CORIO__F_DONE)
 		corio__fiber_reap(s, f);
 }
 
-/* Fiber side: give the CPU back to the scheduler. */
-static inline void to_sched(struct corio__shard *s, struct corio_fiber *f)
+bool corio__run_fibers(struct corio__shard *s)
 {
-	CORIO__ASAN_START(&f->asan_fake, s->sched_stack_bottom, s->sched_stack_size);
+	struct corio__loopstat *sp = &s->ls;
+	struct corio_fiber *f;
+
+	if (!s->runq_head)
+		return false;
+	s->run.last = s->runq_tail;
+	s->run.budget = s->rt->cfg.run_budget;
+	s->run.stalled = false;
+	s->run.timed = sp->stall_ticks != UINT64_MAX;
+	s->run.coarse = sp->stall_coarse;
+	if (s->run.timed) {
+		/* The first fiber's time starts at the loop's last ring poll. */
+		s->run.limit = s->run.coarse ? s->rt->cfg.stall_ns : sp->stall_ticks;
+		s->run.t = s->run.coarse ? corio__coarse_ns() : sp->last_poll;
+	}
+	while ((f = run_pop(s))) {
+		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED))
+			corio__fiber_end_unrun(s, f, -ECANCELED);
+		else
+			switch_to(s, f);
+		/* f may be back in the fiber pool: its name and id stay until
+		 * the next spawn reuses it. */
+	}
+	return s->run.stalled;
+}
+
+/* Fiber side: f parks or yields. Hand the CPU to the next fiber of the run
+ * if it has run before; else give it back to the scheduler. */
+static void leave(struct corio__shard *s, struct corio_fiber *f)
+{
+	struct corio_fiber *g = s->runq_head;
+
+	if (s->run.last && g && g->state != CORIO__F_NEW) {
+		ran(s, f);
+		run_pop(s);
+		g->state = CORIO__F_RUNNING;
+		if (g == f)
+			return; /* f yielded and is next: no switch */
+		s->current = g;
+		CORIO__STAT_ADD(s->stats.switches, 1);
+		CORIO__ASAN_START(&f->asan_fake, g->stack_lo, g->stack_size);
 #if CORIO__TSAN
-	__tsan_switch_to_fiber(s->tsan_sched, 0);
+		__tsan_switch_to_fiber(g->tsan_fiber, 0);
 #endif
-	corio__ctx_switch(&f->ctx, &s->sched_ctx);
-	arrived(s, f);
+		corio__ctx_switch(&f->ctx, &g->ctx);
+	} else {
+		CORIO__ASAN_START(&f->asan_fake, s->sched_stack_bottom, s->sched_stack_size);
+#if CORIO__TSAN
+		__tsan_switch_to_fiber(s->tsan_sched, 0);
+#endif
+		corio__ctx_switch(&f->ctx, &s->sched_ctx);
+	}
+	arrived(f);
 }
 
 static void fiber_main(void *arg)
@@ -221,7 +310,7 @@ int corio__park(void)
 	struct corio_fiber *f = s->current;
 
 	f->state = CORIO__F_PARKED;
-	to_sched(s, f);
+	leave(s, f);
 	return f->wake_res;
 }
 
@@ -248,7 +337,7 @@ void corio_yield(void)
 	if (!f)
 		return;
 	corio__ready(f, 0);
-	to_sched(f->shard, f);
+	leave(f->shard, f);
 }
 
 /* ---- wait queues -------------------------------------------------------------- */

@@ -28,6 +28,7 @@
 #include <stdatomic.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <time.h>
 
 #define CORIO__UNUSED __attribute__((unused))
 #define CORIO__LIKELY(x) __builtin_expect(!!(x), 1)
@@ -185,6 +186,15 @@ static inline uint64_t corio__tick(void)
 	return corio_now_ns();
 }
 
+/* CLOCK_MONOTONIC_COARSE in ns: a few ns, a jiffy's resolution. */
+static inline uint64_t corio__coarse_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
 static inline uint64_t corio__ticks_ns(uint64_t ticks)
 {
 	return (uint64_t)(((unsigned __int128)ticks * corio__tick_cal.mult) >> 32);
@@ -237,6 +247,15 @@ struct corio__shard {
 	struct corio__ctx sched_ctx;
 	struct corio_fiber *current;
 	struct corio_fiber *runq_head, *runq_tail;
+	/* This turn's run of the queue (core/fiber.c): while it lasts, a
+	 * fiber that parks or yields hands the CPU straight to the next one. */
+	struct {
+		struct corio_fiber *last; /* queued last when the turn began; NULL: run over */
+		unsigned budget;          /* fibers this run may still start            */
+		bool timed, coarse;       /* stall timing on; with the coarse clock     */
+		bool stalled;             /* a fiber ran past stall_ns (reported)       */
+		uint64_t t, limit;        /* clock at the last switch; stall limit      */
+	} run;
 	struct corio_fiber *all; /* live fibers, for shutdown */
 	uint64_t ops_inflight;   /* kernel ops whose final CQE is pending */
 	uint64_t next_fiber_id;
@@ -556,7 +575,9 @@ int corio__census(struct corio_rt *rt);
 void corio__fiber_pool_free(struct corio__shard *s);
 /* After a fiber ended and the scheduler is back on its own stack. */
 void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f);
-void corio__switch_to(struct corio__shard *s, struct corio_fiber *f);
+/* Run the fibers that are ready as the turn begins (at most run_budget),
+ * on the loop; true when one ran past stall_ns (it has been reported). */
+bool corio__run_fibers(struct corio__shard *s);
 
 /* ---- the loop and the runtime (core/loop.c, core/rt.c, core/stats.c) ------- */
 /* Start a runtime whose shards run the parts of table parts[CORIO__PART_MAX]

@@ -6,7 +6,7 @@
  *
  *   1. run the fibers that were ready when the turn began (at most
  *      run_budget of them), so a fiber that yields in a loop cannot starve
- *      I/O;
+ *      I/O; each hands the CPU straight to the next (core/fiber.c);
  *   2. let each part do its per-turn work (message ring drain, ...);
  *   3. talk to the kernel at most once: if fibers are ready, only submit
  *      queued SQEs (no syscall at all when the SQ is empty and the kernel
@@ -142,62 +142,6 @@ static void begin_stop(struct corio__shard *s)
 		if (parts[i] && parts[i]->stop)
 			parts[i]->stop(s);
 	/* The wake-up read stays armed; io_uring_queue_exit() cancels it. */
-}
-
-static inline uint64_t coarse_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-/* Returns true when a fiber ran past stall_ns (it has been reported). With
- * stall detection on, each fiber run costs one clock read: the coarse clock
- * (~3 ns) when stall_ns is well above its resolution, else a tick (~10 ns
- * in this VM). The first run of a turn starts from the tick the loop took
- * at its last ring poll, so the turn itself reads nothing extra. stall_ns
- * = 0 turns it off. */
-static bool run_fibers(struct corio__shard *s, struct corio__loopstat *sp)
-{
-	struct corio_fiber *last = s->runq_tail;
-	unsigned budget = s->rt->cfg.run_budget;
-	bool stalled = false, timed = sp->stall_ticks != UINT64_MAX;
-	bool coarse = sp->stall_coarse;
-	uint64_t t = 0, now, limit = coarse ? s->rt->cfg.stall_ns : sp->stall_ticks;
-
-	if (!s->runq_head)
-		return false;
-	if (timed)
-		t = coarse ? coarse_ns() : sp->last_poll;
-	while (s->runq_head && budget--) {
-		struct corio_fiber *f = s->runq_head;
-		bool was_last = f == last;
-
-		s->runq_head = f->run_next;
-		if (!s->runq_head)
-			s->runq_tail = NULL;
-		f->flags &= ~CORIO__FF_QUEUED;
-		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED)) {
-			corio__fiber_end_unrun(s, f, -ECANCELED);
-		} else {
-			corio__switch_to(s, f);
-			/* f may be back in the fiber pool: its name and id stay
-			 * until the next spawn reuses it. */
-			if (timed) {
-				now = coarse ? coarse_ns() : corio__tick();
-				if (CORIO__UNLIKELY(now - t > limit)) {
-					corio__stall_report(s, f,
-							    coarse ? now - t : corio__ticks_ns(now - t));
-					stalled = true;
-				}
-				t = now;
-			}
-		}
-		if (was_last)
-			break;
-	}
-	return stalled;
 }
 
 static unsigned parts_poll(struct corio__shard *s)
@@ -337,7 +281,7 @@ void corio__loop(struct corio__shard *s)
 		if (CORIO__UNLIKELY(!s->stopping &&
 				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
 			begin_stop(s);
-		stalled = run_fibers(s, sp);
+		stalled = corio__run_fibers(s);
 		parts_poll(s);
 		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&
 		    !parts_busy(s))

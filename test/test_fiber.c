@@ -53,6 +53,85 @@ Test(fiber, yield_is_round_robin, .timeout = 30)
 	cr_assert_str_eq(o.log, "ABCABCABC");
 }
 
+/* A parking or yielding fiber hands the CPU straight to the next ready one,
+ * but only within the turn's run: the loop still gets its turn after the
+ * fibers that were ready when the turn began, and after run_budget of them. */
+static volatile int stop_spinning;
+
+static int yield_until_stopped(void *arg)
+{
+	long *runs = arg;
+
+	while (!stop_spinning) {
+		(*runs)++;
+		corio_yield();
+	}
+	return 0;
+}
+
+static int sleep_then_stop(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(corio_sleep_ns(2 * 1000000ull), 0); /* needs the loop to reap its CQE */
+	stop_spinning = 1;
+	return 0;
+}
+
+static void spin_entry(void *arg)
+{
+	struct corio_fiber *f[4];
+	long runs = 0;
+
+	(void)arg;
+	stop_spinning = 0;
+	for (int i = 0; i < 3; i++)
+		CHECK_EQ(corio_spawn(yield_until_stopped, &runs, NULL, &f[i]), 0);
+	CHECK_EQ(corio_spawn(sleep_then_stop, NULL, NULL, &f[3]), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	CHECK(runs > 3);
+}
+
+Test(fiber, yielding_fibers_do_not_starve_the_ring, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, spin_entry, NULL); /* hangs if yields never reach the loop */
+}
+
+static int yield_fifty(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < 50; i++)
+		corio_yield();
+	return 0;
+}
+
+static void budget_entry(void *arg)
+{
+	struct corio_stats a, b;
+	struct corio_fiber *f[4];
+
+	(void)arg;
+	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(corio_spawn(yield_fifty, NULL, NULL, &f[i]), 0);
+	for (int i = 0; i < 4; i++)
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+	/* 4 x 51 fiber runs, at most 2 per turn (the entry fiber's own runs
+	 * only add turns) */
+	CHECK(b.loop_turns - a.loop_turns >= 4 * 51 / 2);
+}
+
+Test(fiber, run_budget_bounds_the_fibers_run_per_turn, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	cfg.run_budget = 2;
+	th_run(&cfg, budget_entry, NULL);
+}
+
 /* ---- join results and corio_exit ---------------------------------------- */
 static int returns_42(void *arg)
 {
