@@ -357,6 +357,43 @@ Test(stats, counters_move_after_known_work, .timeout = 30)
 	th_run(&cfg, counters_entry, NULL);
 }
 
+/* The loop's tick clock against CLOCK_MONOTONIC: across a 200 ms sleep the
+ * shard's busy + idle time must come to the wall time (within 20%: the
+ * turns around the sleep). A calibration skewed by a preemption between its
+ * clock reads scaled every figure (idle time once read 3x the wall time). */
+static void tick_entry(void *arg)
+{
+	struct corio_stats a, b;
+	uint64_t t0, w, d;
+
+	(void)arg;
+	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+	t0 = corio_now_ns();
+	CHECK_EQ(corio_sleep_ns(200 * 1000000ull), 0);
+	w = corio_now_ns() - t0;
+	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+	d = (b.busy_ns + b.idle_ns) - (a.busy_ns + a.idle_ns);
+	CHECK(d > w * 8 / 10 && d < w * 12 / 10);
+	if (!(d > w * 8 / 10 && d < w * 12 / 10))
+		fprintf(stderr, "busy+idle %llu ns over %llu ns of wall time\n",
+			(unsigned long long)d, (unsigned long long)w);
+}
+
+Test(stats, tick_clock_matches_the_wall_clock, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, tick_entry, NULL);
+}
+
+Test(stats, tick_calibration_survives_a_preemption, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_CLOCK", "test_preempt", 1); /* 2 ms lost inside a clock read */
+	th_run(&cfg, tick_entry, NULL);
+}
+
 Test(stats, hist_buckets)
 {
 	cr_assert_eq(corio_stats_hist_bucket_ns(0), 256);
