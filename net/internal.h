@@ -63,7 +63,11 @@ struct corio__srec {
 	const char *p;   /* the bytes */
 	uint32_t off, len;
 	unsigned bid;
+	bool gathered;   /* went out in a SENDMSG behind another record */
 };
+
+/* At most this many queued corio_send_buf records go out in one send. */
+#define CORIO__SEND_GATHER 16
 
 struct corio_sock {
 	struct corio__net *net;
@@ -96,8 +100,11 @@ struct corio_sock {
 	struct corio__link starved_link;
 	struct corio_sock *free_next;
 
-	/* asynchronous sends (corio_send_buf): a FIFO, its head in the kernel */
+	/* asynchronous sends (corio_send_buf): a FIFO whose first records are in
+	 * the kernel as one send (several buffers gathered in one SENDMSG) */
 	struct corio__srec *sq_head, *sq_tail;
+	struct iovec siov[CORIO__SEND_GATHER]; /* the in-flight SENDMSG's buffers */
+	struct msghdr smsg;
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
 	bool wr_shut;          /* corio_shutdown_write done */
 	int32_t serr;          /* the first send error, sticky */
@@ -143,6 +150,7 @@ struct corio__net {
 	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
+	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
 	struct corio__slice *slice_free; /* slice pool */
 	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */

@@ -36,7 +36,8 @@
  * either. Datagrams use a whole-buffer ring (net/udp.c), the stream ring
  * itself when that is not incremental, else one of their own, same size.
  */
-/* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit forces fallbacks (tests). */
+/* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather forces
+ * fallbacks (tests, A/B). */
 static bool net_disabled(const char *what)
 {
 	return corio__env_has("CORIO_NET_DISABLE", what);
@@ -85,6 +86,7 @@ static int net_init(struct corio__shard *s)
 	n->recv_cap = env_cap("CORIO_NET_RECV_QUEUE", DEFAULT_RECV_CAP);
 	n->recv_limit = n->multishot_recv && !net_disabled("recv_limit");
 	n->send_cap = env_cap("CORIO_NET_SEND_QUEUE", DEFAULT_SEND_CAP);
+	n->send_gather = !net_disabled("send_gather");
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
 }

@@ -548,10 +548,13 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 
 /*
  * corio_send_buf() queues a send record on the socket's FIFO and returns.
- * Only the head is in the kernel (separate SENDs on one socket could
- * reorder when one goes to poll-retry); its completion callback submits the
- * rest of a short write, or gives the buffer back to the ring and submits
- * the next record. The first error (or a cancel by close or shutdown) drops
+ * One send per socket is in the kernel at a time (separate SENDs on one
+ * socket could reorder when one goes to poll-retry): the head record alone
+ * (a SEND), or the first CORIO__SEND_GATHER records gathered into one
+ * SENDMSG, so a connection whose queue grew while a send was out sends it
+ * all with one SQE and one CQE. The completion callback gives back the
+ * buffers of the records fully sent and submits what is left, from the
+ * first unsent byte. The first error (or a cancel by close or shutdown) drops
  * every queued record, releasing its buffer, and is kept in s->serr for the
  * socket's next call. One op per socket counts in ops_inflight while the
  * queue is not empty, so the shard drains it before it stops.
@@ -586,11 +589,28 @@ static void srec_put(struct corio__net *n, struct corio__srec *r)
 	}
 }
 
+/* Send the queue from its head: one record with a SEND, more gathered. */
 static void srec_submit(struct corio_sock *s, struct corio__srec *r)
 {
 	struct io_uring_sqe *sqe = corio__ring_sqe(&s->net->shard->ring);
+	unsigned k = 0;
 
-	io_uring_prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
+	if (r->next && s->net->send_gather) {
+		for (struct corio__srec *x = r; x && k < CORIO__SEND_GATHER; x = x->next, k++) {
+			s->siov[k].iov_base = (void *)(x->p + x->off);
+			s->siov[k].iov_len = x->len - x->off;
+			if (k && !x->gathered) {
+				x->gathered = true;
+				CORIO__STAT_ADD(s->net->stats.send_gathered, 1);
+			}
+		}
+		memset(&s->smsg, 0, sizeof(s->smsg));
+		s->smsg.msg_iov = s->siov;
+		s->smsg.msg_iovlen = k;
+		io_uring_prep_sendmsg(sqe, s->fd, &s->smsg, MSG_NOSIGNAL);
+	} else {
+		io_uring_prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
+	}
 	corio__sqe_set_op(sqe, &r->op);
 }
 
@@ -608,6 +628,24 @@ static void srec_pop(struct corio_sock *s)
 	corio__wq_wake_all(&s->sroom, 0);
 }
 
+/* res bytes of the queue went out: give back the records fully sent, move
+ * the head's offset past the rest. */
+static void srec_sent(struct corio_sock *s, uint32_t res)
+{
+	while (res && s->sq_head) {
+		struct corio__srec *r = s->sq_head;
+		uint32_t left = r->len - r->off;
+
+		if (res < left) {
+			r->off += res;
+			return;
+		}
+		res -= left;
+		r->off = r->len;
+		srec_pop(s);
+	}
+}
+
 static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 {
 	struct corio__srec *r = op->data;
@@ -618,24 +656,19 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
 		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
-		r->off += (uint32_t)res;
+		srec_sent(s, (uint32_t)res); /* r may be back in the pool */
 	} else if (!s->serr) {
 		s->serr = res ? res : -EPIPE;
 		corio__net_err(n, s->serr);
 	}
 	if (!s->serr && !s->sq_cancel && !n->stopping) {
-		if (r->off < r->len) {
-			srec_submit(s, r); /* short write: the rest */
-			return;
-		}
-		srec_pop(s);
 		if (s->sq_head) {
-			srec_submit(s, s->sq_head);
+			srec_submit(s, s->sq_head); /* a short write's rest, or the next */
 			return;
 		}
 	} else {
 		/* An error, close or shutdown: what is left is not sent. */
-		if (!s->serr && (r->off < r->len || r->next))
+		if (!s->serr && s->sq_head)
 			s->serr = -ECANCELED;
 		while (s->sq_head)
 			srec_pop(s);
@@ -712,6 +745,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 	r->off = 0;
 	r->len = (uint32_t)b->len;
 	r->bid = b->_id;
+	r->gathered = false;
 	b->_owner = NULL;
 	b->data = NULL;
 	b->len = 0;

@@ -458,7 +458,8 @@ static void print_stats(struct corio_rt *rt)
 		fprintf(stderr,
 			"corio-echo: shard %u cpu %llu: turns %llu enters %llu sqes %llu cqes %llu "
 			"switches %llu busy %.0f ms idle %.0f ms | accepts %llu recv ops %llu send ops "
-			"%llu bytes in %llu enobufs %llu rearms %llu recv_capped %llu send_full %llu\n",
+			"%llu bytes in %llu enobufs %llu rearms %llu recv_capped %llu send_full %llu "
+			"send_gathered %llu\n",
 			i, (unsigned long long)st.cpu, (unsigned long long)st.loop_turns,
 			(unsigned long long)st.enters, (unsigned long long)st.sqes,
 			(unsigned long long)st.cqes, (unsigned long long)st.switches,
@@ -466,7 +467,8 @@ static void print_stats(struct corio_rt *rt)
 			(unsigned long long)ns.accepts, (unsigned long long)ns.ops_in,
 			(unsigned long long)ns.ops_out, (unsigned long long)ns.bytes_in,
 			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms,
-			(unsigned long long)ns.recv_capped, (unsigned long long)ns.send_full);
+			(unsigned long long)ns.recv_capped, (unsigned long long)ns.send_full,
+			(unsigned long long)ns.send_gathered);
 	}
 }
 

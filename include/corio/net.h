@@ -217,7 +217,9 @@ CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int
  * send of all its bytes and returns. A completion handler resubmits short
  * writes and gives the buffer back to the ring once all of it is sent or
  * the send failed. Sends leave in the order queued, one in the kernel per
- * socket. The queue is bounded: with CORIO_NET_SEND_QUEUE (default 16)
+ * socket: the queue's head alone, or up to 16 queued buffers gathered into
+ * one SENDMSG when more were queued while a send was out (counted in
+ * send_gathered; CORIO_NET_DISABLE=send_gather turns it off). The queue is bounded: with CORIO_NET_SEND_QUEUE (default 16)
  * sends queued, corio_send_buf waits until one is done (like a blocking
  * send: a peer that does not read slows its writer down, and with it the
  * writer's reads; counted in send_full), within the fiber's deadline scope
@@ -314,6 +316,8 @@ struct corio_net_stats {
 	                          error/hang-up poll                            */
 	uint64_t conns_refused; /* accepted connections closed at once: the
 	                          listener's max_conns was reached             */
+	uint64_t send_gathered; /* corio_send_buf records that went out in one
+	                          send together with the one before them        */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
