@@ -2219,6 +2219,77 @@ Test(net, udp_icmp_error_reported_once, .timeout = 30)
 	th_run(&cfg, udp_icmp_entry, &borrow);
 }
 
+/*
+ * corio_sendto on UDP tries sendmsg(2) on the spot and goes through the
+ * ring only when the socket refuses the datagram at once (EAGAIN). Loopback
+ * never fills a UDP send buffer, so CORIO_NET_UDP_EAGAIN makes the first 3
+ * direct tries fail that way: those datagrams must still arrive, in order,
+ * through the ring, and be counted. An expired deadline or a cancelled
+ * fiber sends nothing, on either path.
+ */
+#define UDP_DIRECT_N 10
+
+static void udp_direct_entry(void *arg)
+{
+	unsigned expect_again = (unsigned)(uintptr_t)arg;
+	struct sockaddr_storage aa, pa;
+	socklen_t alen, plen;
+	struct corio_sock *a = udp_at("127.0.0.1:0", &aa, &alen);
+	struct corio_sock *p = udp_at("127.0.0.1:0", &pa, &plen);
+	struct corio_net_stats st0, st1;
+	struct corio_deadline d;
+	char buf[16];
+
+	if (!a || !p)
+		return;
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st0), 0);
+	for (int i = 0; i < UDP_DIRECT_N; i++) {
+		buf[0] = (char)('a' + i);
+		CHECK_EQ(corio_sendto(a, buf, 1, (struct sockaddr *)&pa, plen), 1);
+	}
+	/* past its deadline: -ETIMEDOUT, and nothing leaves */
+	CHECK_EQ(corio_deadline_push(&d, 1), 0);
+	CHECK_EQ(corio_sendto(a, "X", 1, (struct sockaddr *)&pa, plen), -ETIMEDOUT);
+	corio_deadline_pop(&d);
+	CHECK_EQ(corio_sendto(a, "!", 1, (struct sockaddr *)&pa, plen), 1);
+	for (int i = 0; i < UDP_DIRECT_N; i++) {
+		CHECK_EQ(udp_rx(p, false, buf, sizeof(buf)), 1);
+		CHECK_EQ(buf[0], (char)('a' + i));
+	}
+	CHECK_EQ(udp_rx(p, false, buf, sizeof(buf)), 1);
+	CHECK_EQ(buf[0], '!'); /* not 'X' */
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st1), 0);
+	CHECK_EQ(st1.udp_send_again - st0.udp_send_again, expect_again);
+	CHECK_EQ(st1.ops_out - st0.ops_out, UDP_DIRECT_N + 1);
+	CHECK_EQ(corio_close(p), 0);
+	CHECK_EQ(corio_close(a), 0);
+}
+
+Test(net, udp_sendto_direct_in_order, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, udp_direct_entry, (void *)0);
+}
+
+Test(net, udp_sendto_full_buffer_goes_through_the_ring, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_UDP_EAGAIN", "3", 1);
+	th_run(&cfg, udp_direct_entry, (void *)3);
+}
+
+/* The ring path alone, as before the direct try (and the boundaries test). */
+Test(net, udp_sendto_ring_only, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "udp_direct", 1);
+	th_run(&cfg, udp_direct_entry, (void *)0);
+	th_run(&cfg, udp_entry, "127.0.0.1:0");
+}
+
 /* corio_recv on a UDP socket, copying or buffered: one datagram's payload
  * (truncated to the buffer, the rest dropped, as recv(2)), never the ring's
  * headers. */

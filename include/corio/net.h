@@ -251,7 +251,11 @@ CORIO_API int corio_close(struct corio_sock *s);
 
 /* A UDP socket bound to host_port ("127.0.0.1:0" for a client). */
 CORIO_API int corio_udp_bind(const char *host_port, struct corio_sock **out);
-/* Send one datagram to addr (NULL: the connected peer): len or -errno. */
+/* Send one datagram to addr (NULL: the connected peer): len or -errno.
+ * Tries a non-blocking sendmsg(2) first and returns at once when the socket
+ * takes it (no park); only a full send buffer makes it send through the
+ * ring and wait (net stat udp_send_again). Cancellation and the deadline
+ * scope are checked first, as for every blocking call. */
 CORIO_API ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
 			       const struct sockaddr *addr, socklen_t addrlen);
 /* Receive one datagram into buf; a longer one is truncated (the rest is
@@ -318,6 +322,8 @@ struct corio_net_stats {
 	                          listener's max_conns was reached             */
 	uint64_t send_gathered; /* corio_send_buf records that went out in one
 	                          send together with the one before them        */
+	uint64_t udp_send_again; /* corio_sendto datagrams the socket's full send
+	                          buffer refused at once: sent through the ring  */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
