@@ -152,6 +152,7 @@ struct corio__net {
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
 	bool udp_direct;       /* corio_sendto tries sendmsg(2) first (net/udp.c) */
+	bool send_direct;      /* corio_send/sendv try sendmsg(2) first (net/sock.c) */
 	unsigned udp_eagain_test; /* CORIO_NET_UDP_EAGAIN: direct tries to refuse */
 	struct corio__slice *slice_free; /* slice pool */
 	void *slice_chunks;              /* its chunks, freed at fini */

@@ -36,8 +36,8 @@
  * either. Datagrams use a whole-buffer ring (net/udp.c), the stream ring
  * itself when that is not incremental, else one of their own, same size.
  */
-/* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather,udp_direct
- * forces fallbacks (tests, A/B). */
+/* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather,udp_direct,
+ * tcp_direct forces fallbacks (tests, A/B). */
 static bool net_disabled(const char *what)
 {
 	return corio__env_has("CORIO_NET_DISABLE", what);
@@ -88,6 +88,7 @@ static int net_init(struct corio__shard *s)
 	n->send_cap = env_cap("CORIO_NET_SEND_QUEUE", DEFAULT_SEND_CAP);
 	n->send_gather = !net_disabled("send_gather");
 	n->udp_direct = !net_disabled("udp_direct");
+	n->send_direct = !net_disabled("tcp_direct") && !getenv("CORIO_FAULTS");
 	n->udp_eagain_test = getenv("CORIO_NET_UDP_EAGAIN")
 				     ? env_cap("CORIO_NET_UDP_EAGAIN", 0)
 				     : 0;

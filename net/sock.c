@@ -907,6 +907,33 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
 	return ret;
 }
 
+/*
+ * corio_send/corio_sendv first try a non-blocking sendmsg(2) on the spot:
+ * what the socket's send buffer takes returns without an SQE, a park or a
+ * loop turn; only the rest (the buffer is full: EAGAIN or a short write)
+ * goes through the ring and waits. Deadline and cancellation are checked
+ * first, as for every blocking call. Returns the bytes sent (0: none, use
+ * the ring) or -errno. CORIO_NET_DISABLE=tcp_direct turns it off, and so
+ * does CORIO_FAULTS, so that fault-injection runs meet every send in the
+ * ring (where the faults are injected).
+ */
+static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+{
+	ssize_t r = corio__op_may_start();
+
+	if (r)
+		return r;
+	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	if (r > 0) {
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
+		return r;
+	}
+	if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return -errno;
+}
+
 ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigned flags,
 		      size_t *sent)
 {
@@ -930,6 +957,17 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 			return ret;
 	}
 	zc = (flags & CORIO_SEND_ZC) && n->send_zc;
+	if (!zc && n->send_direct && len) {
+		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
+		ssize_t r = send_direct(n, s, &mh);
+
+		if (r < 0)
+			return corio__net_err(n, (int)r);
+		done = (size_t)r;
+		if (sent)
+			*sent = done;
+	}
 	while (done < len) {
 		size_t chunk = len - done > INT32_MAX ? INT32_MAX : len - done;
 		int ret = send_once(s, (const char *)buf + done, chunk, &zc);
@@ -959,6 +997,7 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 	struct corio__net *n = owner(s);
 	struct iovec v[SENDV_BATCH];
 	size_t total = 0, done = 0;
+	bool direct;
 	int i = 0;
 
 	if (sent)
@@ -975,6 +1014,7 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 	}
 	for (int k = 0; k < iovcnt; k++)
 		total += iov[k].iov_len;
+	direct = n->send_direct && total; /* the first send only (see send_direct) */
 	/* Take up to SENDV_BATCH entries at a time (copies: iov is the
 	 * caller's, and a short write advances our copy). */
 	while (i < iovcnt) {
@@ -991,17 +1031,25 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 			struct msghdr mh = { .msg_iov = v + first, .msg_iovlen = (size_t)(cnt - first) };
 			struct io_uring_sqe *sqe;
 			struct corio__op op;
-			int ret = corio__op_begin(&op, &sqe);
+			ssize_t ret;
 			size_t r;
 
-			if (ret)
-				return corio__net_err(n, ret);
-			io_uring_prep_sendmsg(sqe, s->fd, &mh, MSG_NOSIGNAL);
-			ret = corio__op_wait(&op);
+			if (direct) {
+				direct = false;
+				ret = send_direct(n, s, &mh);
+			} else {
+				ret = corio__op_begin(&op, &sqe);
+				if (!ret) {
+					io_uring_prep_sendmsg(sqe, s->fd, &mh, MSG_NOSIGNAL);
+					ret = corio__op_wait(&op);
+					if (ret >= 0) {
+						CORIO__STAT_ADD(n->stats.ops_out, 1);
+						CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+					}
+				}
+			}
 			if (ret < 0)
-				return corio__net_err(n, ret);
-			CORIO__STAT_ADD(n->stats.ops_out, 1);
-			CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+				return corio__net_err(n, (int)ret);
 			r = (size_t)ret;
 			done += r;
 			batch -= r;

@@ -199,7 +199,11 @@ CORIO_API void corio_buf_release(struct corio_buf *b);
 /*
  * Send all len bytes: len, or -errno (-EPIPE, -ECONNRESET, -ETIMEDOUT,
  * -ECANCELED, ...) with nothing said about how much went out. Short writes
- * are retried. Never raises SIGPIPE. Blocking.
+ * are retried. Never raises SIGPIPE. Blocking. It first tries a
+ * non-blocking sendmsg(2) on the spot: when the socket buffer takes all of
+ * it, it returns without parking; only the rest goes through the ring
+ * (corio_sendv alike; not with CORIO_SEND_ZC; CORIO_NET_DISABLE=tcp_direct
+ * turns it off).
  */
 CORIO_API ssize_t corio_send(struct corio_sock *s, const void *buf, size_t len);
 /* corio_send with flags; *sent (may be NULL) is how many bytes reached the
