@@ -911,8 +911,10 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
  * corio_send/corio_sendv first try a non-blocking sendmsg(2) on the spot:
  * what the socket's send buffer takes returns without an SQE, a park or a
  * loop turn; only the rest (the buffer is full: EAGAIN or a short write)
- * goes through the ring and waits. Deadline and cancellation are checked
- * first, as for every blocking call. Returns the bytes sent (0: none, use
+ * goes through the ring and waits, as does every send made while other
+ * fibers are ready or SQEs are queued (it then shares the loop's next
+ * enter with them).
+ * Deadline and cancellation are checked first, as for every blocking call. Returns the bytes sent (0: none, use
  * the ring) or -errno. CORIO_NET_DISABLE=tcp_direct turns it off, and so
  * does CORIO_FAULTS, so that fault-injection runs meet every send in the
  * ring (where the faults are injected).
@@ -923,6 +925,11 @@ static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct ms
 
 	if (r)
 		return r;
+	/* Other fibers ready, or SQEs already queued: the loop's next enter
+	 * will carry this send with the rest, one syscall for all, where a
+	 * direct try would be one more. */
+	if (n->shard->runq_head || corio__ring_pending(&n->shard->ring))
+		return 0;
 	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (r > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
