@@ -199,9 +199,10 @@ CORIO_API void corio_buf_release(struct corio_buf *b);
 /*
  * Send all len bytes: len, or -errno (-EPIPE, -ECONNRESET, -ETIMEDOUT,
  * -ECANCELED, ...) with nothing said about how much went out. Short writes
- * are retried. Never raises SIGPIPE. Blocking. It first tries a
- * non-blocking sendmsg(2) on the spot: when the socket buffer takes all of
- * it, it returns without parking; only the rest goes through the ring
+ * are retried. Never raises SIGPIPE. Blocking. When no other fiber is ready
+ * and no SQE is queued it first tries a non-blocking sendmsg(2) on the
+ * spot: when the socket buffer takes all of it, it returns without parking;
+ * only the rest goes through the ring
  * (corio_sendv alike; not with CORIO_SEND_ZC; CORIO_NET_DISABLE=tcp_direct
  * turns it off).
  */
