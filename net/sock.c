@@ -921,15 +921,16 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
  */
 static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
 {
-	ssize_t r = corio__op_may_start();
+	ssize_t r;
 
-	if (r)
-		return r;
 	/* Other fibers ready, or SQEs already queued: the loop's next enter
 	 * will carry this send with the rest, one syscall for all, where a
-	 * direct try would be one more. */
+	 * direct try would be one more. (The ring path makes the checks.) */
 	if (n->shard->runq_head || corio__ring_pending(&n->shard->ring))
 		return 0;
+	r = corio__op_may_start();
+	if (r)
+		return r;
 	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 	if (r > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);

@@ -178,6 +178,30 @@ static int corio_receiver(void *arg)
  * cancel the receiver and wait again outside the scope: it uses k.
  * Returns 0, or -1 when it could not be waited for (the caller must then
  * leave k->s open). */
+/* Open loop (corio engine): sleep until messages of c are due, count a late
+ * start, and return how many are due now; 0 once the measured window ends
+ * or the connection failed. TCP and UDP senders pace alike. */
+static unsigned paced_due(struct eb_conn *c, uint64_t meas_end)
+{
+	for (;;) {
+		uint64_t now = eb_now_ns();
+		unsigned n;
+
+		if (now >= meas_end || c->failed)
+			return 0;
+		n = eb_conn_due_count(c, now, meas_end);
+		if (n) {
+			if (now - eb_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
+				atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+			return n;
+		}
+		if (!eb_conn_room(c))
+			corio_sleep_ns(20000);
+		else
+			corio_sleep_until(eb_conn_due(c, c->tx));
+	}
+}
+
 static int join_receiver(struct corio_fiber *rf)
 {
 	struct corio_deadline sh;
@@ -222,6 +246,7 @@ static int corio_conn_fiber(void *arg)
 			ret = corio_receive(k, 1);
 	} else {
 		struct corio_fiber *rf;
+		unsigned n;
 
 		ret = corio_spawn(corio_receiver, k, NULL, &rf);
 		if (ret) {
@@ -229,22 +254,7 @@ static int corio_conn_fiber(void *arg)
 			corio_deadline_pop(&dl);
 			goto out;
 		}
-		for (;;) {
-			uint64_t now = eb_now_ns();
-			unsigned n;
-
-			if (now >= meas_end || c->failed)
-				break;
-			n = eb_conn_due_count(c, now, meas_end);
-			if (!n) {
-				if (!eb_conn_room(c))
-					corio_sleep_ns(20000);
-				else
-					corio_sleep_until(eb_conn_due(c, c->tx));
-				continue;
-			}
-			if (now - eb_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
-				atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+		while ((n = paced_due(c, meas_end)) != 0) {
 			eb_conn_fill(c, n, k->tx, 0);
 			ret = (int)corio_send(k->s, k->tx, (size_t)n * c->size);
 			if (ret < 0)
@@ -400,6 +410,7 @@ static int cu_conn_fiber(void *arg)
 	} else {
 		uint64_t meas_end = eb_meas_end(&g.p);
 		struct corio_fiber *rf;
+		unsigned n;
 
 		ret = corio_spawn(cu_receiver, k, NULL, &rf);
 		if (ret) {
@@ -407,22 +418,7 @@ static int cu_conn_fiber(void *arg)
 			corio_deadline_pop(&dl);
 			goto out;
 		}
-		for (;;) {
-			uint64_t now = eb_now_ns();
-			unsigned n;
-
-			if (now >= meas_end || c->failed)
-				break;
-			n = eb_conn_due_count(c, now, meas_end);
-			if (!n) {
-				if (!eb_conn_room(c))
-					corio_sleep_ns(20000);
-				else
-					corio_sleep_until(eb_conn_due(c, c->tx));
-				continue;
-			}
-			if (now - eb_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
-				atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+		while ((n = paced_due(c, meas_end)) != 0) {
 			while (n-- && (ret = cu_send(k, 0)) == 0)
 				;
 			if (ret < 0)
