@@ -139,6 +139,7 @@ static const struct metric metrics[] = {
 	M("net", "conns_refused", COUNTER, false, net.conns_refused, "Accepted connections closed at once: the listener's max_conns was reached."),
 	M("net", "send_gathered", COUNTER, false, net.send_gathered, "corio_send_buf records sent in one SENDMSG with the record before them."),
 	M("net", "udp_send_again", COUNTER, false, net.udp_send_again, "corio_sendto datagrams a full send buffer refused at once, sent through the ring."),
+	M("net", "send_direct", COUNTER, false, net.send_direct, "TCP sends the socket took (all or part) in a direct sendmsg(2), without the ring."),
 	M("ctl", "clients", GAUGE, false, ctl.clients, "Control-socket clients connected now."),
 	M("ctl", "refused", COUNTER, false, ctl.refused, "Control-socket clients turned away: CORIO_CONTROL_CLIENTS were connected."),
 	M("ctl", "idle_dropped", COUNTER, false, ctl.idle_dropped, "Control-socket clients closed at the idle limit."),

@@ -154,6 +154,8 @@ struct corio__net {
 	bool udp_direct;       /* corio_sendto tries sendmsg(2) first (net/udp.c) */
 	bool send_direct;      /* corio_send/sendv try sendmsg(2) first (net/sock.c) */
 	unsigned udp_eagain_test; /* CORIO_NET_UDP_EAGAIN: direct tries to refuse */
+	unsigned tcp_short_test;  /* CORIO_NET_TCP_SHORT: bytes a direct TCP send
+	                             may take at most (forces short writes) */
 	struct corio__slice *slice_free; /* slice pool */
 	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */

@@ -92,6 +92,7 @@ static int net_init(struct corio__shard *s)
 	n->udp_eagain_test = getenv("CORIO_NET_UDP_EAGAIN")
 				     ? env_cap("CORIO_NET_UDP_EAGAIN", 0)
 				     : 0;
+	n->tcp_short_test = getenv("CORIO_NET_TCP_SHORT") ? env_cap("CORIO_NET_TCP_SHORT", 0) : 0;
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
 }

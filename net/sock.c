@@ -544,6 +544,67 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 	return ret;
 }
 
+/* ---- direct sends ------------------------------------------------------------- */
+
+/*
+ * corio_send, corio_sendv and corio_send_buf first try a non-blocking
+ * sendmsg(2) on the spot: what the socket's send buffer takes returns
+ * without an SQE, a CQE, a park or a loop turn; only the rest (the buffer is
+ * full: EAGAIN or a short write) goes through the ring, as does every send
+ * made while other fibers are ready or SQEs are queued (it then shares the
+ * loop's next enter with them: one syscall for all, where a direct try
+ * would be one more). CORIO_NET_DISABLE=tcp_direct turns it off, and so
+ * does CORIO_FAULTS, so that fault-injection runs meet every send in the
+ * ring (where the faults are injected).
+ */
+static bool direct_ok(struct corio__net *n)
+{
+	return n->send_direct && !n->shard->runq_head &&
+	       !corio__ring_pending(&n->shard->ring);
+}
+
+/* The bytes the socket took (0: none, use the ring) or -errno.
+ * CORIO_NET_TCP_SHORT=N (tests) takes at most N bytes of the first iovec,
+ * as a nearly full send buffer would: the callers' short-write paths. */
+static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+{
+	struct iovec cut;
+	struct msghdr one;
+	ssize_t r;
+
+	if (CORIO__UNLIKELY(n->tcp_short_test) && mh->msg_iovlen &&
+	    (mh->msg_iovlen > 1 || mh->msg_iov[0].iov_len > n->tcp_short_test)) {
+		cut = mh->msg_iov[0];
+		if (cut.iov_len > n->tcp_short_test)
+			cut.iov_len = n->tcp_short_test;
+		one = (struct msghdr){ .msg_iov = &cut, .msg_iovlen = 1 };
+		mh = &one;
+	}
+	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (r > 0) {
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
+		CORIO__STAT_ADD(n->stats.send_direct, 1);
+		return r;
+	}
+	if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return -errno;
+}
+
+/* For the blocking sends: deadline and cancellation are checked first, as
+ * for every blocking call (the ring path makes the same checks). */
+static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+{
+	ssize_t r;
+
+	if (!direct_ok(n))
+		return 0;
+	r = corio__op_may_start();
+	return r ? r : send_now(n, s, mh);
+}
+
 /* ---- asynchronous sends of borrowed buffers ----------------------------------- */
 
 /*
@@ -711,6 +772,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 {
 	struct corio__net *n = owner(s);
 	struct corio__srec *r = NULL;
+	ssize_t sent = 0;
 	int ret = 0;
 
 	if (!b || !b->_owner)
@@ -731,8 +793,25 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		ret = -ECANCELED;
 	else if (b->len && s->sq_count >= n->send_cap)
 		ret = wait_room(s);
-	if (!ret && b->len && !(r = srec_get(n)))
+	if (!ret && b->len && !s->sq_tail && direct_ok(n)) {
+		/* Nothing queued on s: try it now. The buffer is back at once
+		 * when the socket took it all; a short write queues the rest. */
+		struct iovec v = { .iov_base = b->data, .iov_len = b->len };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
+
+		sent = send_now(n, s, &mh);
+		if (sent < 0) {
+			s->serr = (int)sent;
+			ret = corio__net_err(n, (int)sent);
+		} else if ((size_t)sent == b->len) {
+			b->len = 0; /* all sent: released below */
+		}
+	}
+	if (!ret && b->len && !(r = srec_get(n))) {
 		ret = -ENOMEM;
+		if (sent)
+			s->serr = ret; /* the byte stream has a hole */
+	}
 	if (ret || !b->len) {
 		corio_buf_release(b);
 		return ret;
@@ -742,7 +821,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 	r->next = NULL;
 	r->s = s;
 	r->p = b->data;
-	r->off = 0;
+	r->off = (uint32_t)sent;
 	r->len = (uint32_t)b->len;
 	r->bid = b->_id;
 	r->gathered = false;
@@ -905,41 +984,6 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
 		return -EAGAIN;
 	}
 	return ret;
-}
-
-/*
- * corio_send/corio_sendv first try a non-blocking sendmsg(2) on the spot:
- * what the socket's send buffer takes returns without an SQE, a park or a
- * loop turn; only the rest (the buffer is full: EAGAIN or a short write)
- * goes through the ring and waits, as does every send made while other
- * fibers are ready or SQEs are queued (it then shares the loop's next
- * enter with them).
- * Deadline and cancellation are checked first, as for every blocking call. Returns the bytes sent (0: none, use
- * the ring) or -errno. CORIO_NET_DISABLE=tcp_direct turns it off, and so
- * does CORIO_FAULTS, so that fault-injection runs meet every send in the
- * ring (where the faults are injected).
- */
-static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
-{
-	ssize_t r;
-
-	/* Other fibers ready, or SQEs already queued: the loop's next enter
-	 * will carry this send with the rest, one syscall for all, where a
-	 * direct try would be one more. (The ring path makes the checks.) */
-	if (n->shard->runq_head || corio__ring_pending(&n->shard->ring))
-		return 0;
-	r = corio__op_may_start();
-	if (r)
-		return r;
-	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
-	if (r > 0) {
-		CORIO__STAT_ADD(n->stats.ops_out, 1);
-		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
-		return r;
-	}
-	if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
-		return 0;
-	return -errno;
 }
 
 ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigned flags,

@@ -10,6 +10,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -1337,6 +1338,122 @@ Test(net, send_buf_order_under_backpressure_no_gather, .timeout = 60)
 	th_run(&cfg, sb_order_entry, NULL);
 }
 
+/*
+ * A corio_send_buf made while the socket's queue is out must queue behind
+ * it even when the direct-send gate is open (no fiber ready, no SQE
+ * queued). The moment is made on purpose: the peer is a plain socket whose
+ * writer is a thread; the fiber lets the queue back up, keeps one received
+ * buffer in hand, lets the loop submit everything (a yield), then drains the
+ * peer with read(2) on the spot - the window opens, the server's send
+ * buffer empties, but the queued send's retry waits for the next enter - and
+ * only then sends the buffer in hand. A direct send there would put its
+ * bytes before the queue's. Every byte is checked, in order.
+ */
+struct sb_peer {
+	int fd;
+	size_t n;
+};
+
+static void *sb_peer_writer(void *arg)
+{
+	struct sb_peer *pe = arg;
+	uint8_t buf[4096];
+	size_t off = 0;
+
+	while (off < pe->n) {
+		size_t k = pe->n - off < sizeof(buf) ? pe->n - off : sizeof(buf);
+		ssize_t w;
+
+		for (size_t i = 0; i < k; i++)
+			buf[i] = pat(off + i, 5);
+		w = write(pe->fd, buf, k);
+		if (w <= 0)
+			return NULL;
+		off += (size_t)w;
+	}
+	shutdown(pe->fd, SHUT_WR);
+	return NULL;
+}
+
+/* Read what the peer has, without waiting; false on a wrong byte. */
+static bool sb_peer_drain(int fd, size_t *got)
+{
+	uint8_t buf[4096];
+	ssize_t r;
+
+	while ((r = recv(fd, buf, sizeof(buf), MSG_DONTWAIT)) > 0) {
+		for (ssize_t i = 0; i < r; i++)
+			if (buf[i] != pat(*got + (size_t)i, 5))
+				return false;
+		*got += (size_t)r;
+	}
+	return true;
+}
+
+static void sb_gate_entry(void *arg)
+{
+	struct sb_peer pe = { .n = 4 * SB_BYTES };
+	struct sockaddr_storage ss;
+	struct corio_listener *l;
+	struct corio_sock *s;
+	struct corio_net_stats st;
+	pthread_t w;
+	socklen_t len;
+	int small = 16384;
+	size_t got = 0, back = 0;
+	bool ok = true;
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	pe.fd = socket(AF_INET, SOCK_STREAM, 0);
+	CHECK(pe.fd >= 0);
+	CHECK_EQ(setsockopt(pe.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	CHECK_EQ(connect(pe.fd, (struct sockaddr *)&ss, len), 0); /* the backlog takes it */
+	CHECK_EQ(corio_accept(l, &s), 0);
+	CHECK_EQ(corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	CHECK_EQ(pthread_create(&w, NULL, sb_peer_writer, &pe), 0);
+	for (unsigned round = 0; ok; round++) {
+		struct corio_buf b[8];
+		int k = corio_recv_bufs(s, b, 8);
+
+		CHECK(k >= 0);
+		if (k <= 0)
+			break;
+		got += b[k - 1].len;
+		for (int i = 0; i < k - 1; i++) {
+			got += b[i].len;
+			CHECK_EQ(corio_send_buf(s, &b[i]), 0);
+		}
+		if (round % 4 == 3) { /* the queue backed up meanwhile */
+			corio_yield();
+			ok = sb_peer_drain(pe.fd, &back);
+		}
+		CHECK_EQ(corio_send_buf(s, &b[k - 1]), 0);
+	}
+	CHECK_EQ(got, pe.n);
+	while (ok && back < pe.n) {
+		corio_sleep_ns(100000); /* the queue goes out meanwhile */
+		ok = sb_peer_drain(pe.fd, &back);
+	}
+	CHECK(ok);
+	CHECK_EQ(back, pe.n);
+	pthread_join(w, NULL);
+	close(pe.fd);
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.bufs_out, 0);
+}
+
+Test(net, send_buf_queues_behind_an_open_gate, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_SEND_QUEUE", "4096", 1); /* never waits for room */
+	th_run(&cfg, sb_gate_entry, NULL);
+}
+
 static void sb_reset_entry(void *arg)
 {
 	struct sb_pair p;
@@ -1426,6 +1543,115 @@ Test(net, send_ring_only, .timeout = 60)
 
 	setenv("CORIO_NET_DISABLE", "tcp_direct", 1);
 	th_run(&cfg, send_direct_entry, NULL);
+}
+
+/*
+ * corio_send_buf on a socket with nothing queued tries sendmsg(2) on the
+ * spot: the buffer is back in the ring (bufs_out 0) when the call returns.
+ * With tcp_direct off (and under CORIO_FAULTS) it stays out until its send
+ * completes. Whole buffers (pbuf_inc off): a 6-byte slice of an incremental
+ * buffer does not take the buffer out of the ring, so bufs_out would not
+ * see it.
+ */
+static void send_buf_direct_entry(void *arg)
+{
+	bool direct = arg != NULL && !getenv("CORIO_FAULTS");
+	struct corio_net_stats a, b;
+	struct corio_buf buf;
+	struct sb_pair p;
+	uint8_t got[6];
+
+	sb_open(&p);
+	CHECK_EQ(corio_send(p.c, "hello!", 6), 6);
+	CHECK_EQ(corio_recv_buf(p.s, &buf), 6);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(a.bufs_out, 1);
+	CHECK_EQ(corio_send_buf(p.s, &buf), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &b), 0);
+	CHECK_EQ(b.bufs_out, direct ? 0 : 1);
+	CHECK_EQ(b.send_direct - a.send_direct, direct ? 1 : 0);
+	CHECK_EQ(recv_all(p.c, got, 6), 6);
+	CHECK(!memcmp(got, "hello!", 6));
+	sb_close(&p); /* every buffer back: bufs_out 0 */
+}
+
+Test(net, send_buf_direct_returns_the_buffer_at_once, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "pbuf_inc", 1);
+	th_run(&cfg, send_buf_direct_entry, (void *)1);
+}
+
+Test(net, send_buf_ring_only, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "pbuf_inc,tcp_direct", 1);
+	th_run(&cfg, send_buf_direct_entry, NULL);
+}
+
+/*
+ * Short direct writes: CORIO_NET_TCP_SHORT=100 lets each direct sendmsg(2)
+ * take at most 100 bytes, as a nearly full send buffer would. The rest of a
+ * corio_send_buf buffer is queued from its first unsent byte, and buffers
+ * sent while it is out queue behind it; the rest of a corio_send goes
+ * through the ring. 64 rounds of 1-5000 bytes, client to server and back,
+ * every byte checked in order.
+ */
+static void send_short_entry(void *arg)
+{
+	bool direct = !getenv("CORIO_FAULTS");
+	struct corio_net_stats a, b;
+	uint8_t *out = malloc(5000), *back = malloc(5000);
+	struct corio_deadline d;
+	struct sb_pair p;
+
+	(void)arg;
+	sb_open(&p);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &a), 0);
+	for (unsigned round = 0; round < 64; round++) {
+		size_t n = 1 + (round * 2654435761u) % 5000, got = 0;
+
+		fill(out, n, round);
+		CHECK_EQ(corio_send(p.c, out, n), (ssize_t)n);
+		while (got < n) {
+			struct corio_buf bufs[4];
+			int k = corio_recv_bufs(p.s, bufs, 4);
+
+			CHECK(k > 0);
+			if (k <= 0)
+				break;
+			for (int i = 0; i < k; i++) {
+				got += bufs[i].len;
+				CHECK_EQ(corio_send_buf(p.s, &bufs[i]), 0);
+			}
+		}
+		/* a lost byte must fail here, not hang the test */
+		CHECK_EQ(corio_timeout_push(&d, 10ull * 1000000000), 0);
+		CHECK_EQ(recv_all(p.c, back, n), (ssize_t)n);
+		corio_deadline_pop(&d);
+		CHECK(!memcmp(back, out, n));
+		if (memcmp(back, out, n))
+			break;
+	}
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &b), 0);
+	/* both sides' first tries went direct, each cut at 100 bytes */
+	if (direct)
+		CHECK(b.send_direct - a.send_direct >= 64);
+	else
+		CHECK_EQ(b.send_direct, a.send_direct);
+	sb_close(&p);
+	free(out);
+	free(back);
+}
+
+Test(net, send_short_direct_writes_keep_order, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_TCP_SHORT", "100", 1);
+	th_run(&cfg, send_short_entry, NULL);
 }
 
 Test(net, send_buf_peer_reset, .timeout = 60)
@@ -1898,9 +2124,13 @@ static void queued_then_error_entry(void *arg)
 	CHECK_EQ(corio_setsockopt(p.c, SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)), 0);
 	CHECK_EQ(corio_close(p.c), 0); /* reset */
 	p.c = NULL;
-	CHECK_EQ(corio_send_buf(p.s, &b), 0); /* fails in the kernel */
-	e = corio_send(p.s, "x", 1);          /* waits for it: the error */
-	CHECK(e == -ECONNRESET || e == -EPIPE);
+	/* fails at once (the direct try) or in the kernel (the ring) */
+	e = corio_send_buf(p.s, &b);
+	CHECK(e == 0 || e == -ECONNRESET || e == -EPIPE);
+	r = corio_send(p.s, "x", 1); /* waits for it: the error, kept */
+	CHECK(r == -ECONNRESET || r == -EPIPE);
+	CHECK(e == 0 || r == e);
+	e = r;
 	/* what arrived before the reset comes first, then the error */
 	for (;;) {
 		if (copy) {

@@ -224,12 +224,18 @@ CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int
  * the send failed. Sends leave in the order queued, one in the kernel per
  * socket: the queue's head alone, or up to 16 queued buffers gathered into
  * one SENDMSG when more were queued while a send was out (counted in
- * send_gathered; CORIO_NET_DISABLE=send_gather turns it off). The queue is bounded: with CORIO_NET_SEND_QUEUE (default 16)
+ * send_gathered; CORIO_NET_DISABLE=send_gather turns it off). When
+ * nothing is queued on s, no other fiber is ready and no SQE is queued, it
+ * first tries a non-blocking sendmsg(2): what the socket takes is sent on
+ * the spot, the buffer back in the ring before the call returns when all
+ * of it went (net stat send_direct; CORIO_NET_DISABLE=tcp_direct turns it
+ * off), and only the rest is queued. The queue is bounded: with CORIO_NET_SEND_QUEUE (default 16)
  * sends queued, corio_send_buf waits until one is done (like a blocking
  * send: a peer that does not read slows its writer down, and with it the
  * writer's reads; counted in send_full), within the fiber's deadline scope
  * and cancellation; outside a fiber it returns -EAGAIN. Returns 0, or
- * -errno when the socket already has a send error, was shut down for
+ * -errno when the direct try failed (-ECONNRESET, -EPIPE: kept as the
+ * socket's send error), the socket already has a send error, was shut down for
  * writing, the shard stops, or the wait for room failed (-ETIMEDOUT,
  * -ECANCELED); the buffer is taken (released) on every error too. The
  * first error is kept - a failed wait for room included, since the byte
@@ -329,6 +335,9 @@ struct corio_net_stats {
 	                          send together with the one before them        */
 	uint64_t udp_send_again; /* corio_sendto datagrams the socket's full send
 	                          buffer refused at once: sent through the ring  */
+	uint64_t send_direct;  /* TCP sends (corio_send, corio_sendv,
+	                          corio_send_buf) the socket took, all or part,
+	                          in a direct sendmsg(2): no SQE, no park       */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
