@@ -1256,28 +1256,34 @@ static void sb_fill(struct sb_pair *p)
 	CHECK(st.bufs_out > 8); /* many sends still queued: the peer does not read */
 }
 
-/* Read n bytes slowly and check they are the pattern, in order. */
+/* Read n bytes (slowly) and check they are the pattern, in order. A byte
+ * the server lost must fail the test, not hang it: the reads run under a
+ * 20 s deadline scope. */
 static void sb_read_check(struct corio_sock *c, size_t n, bool slow)
 {
+	struct corio_deadline d;
 	uint8_t buf[4096];
 	size_t got = 0;
 	unsigned reads = 0;
 
+	CHECK_EQ(corio_timeout_push(&d, 20ull * 1000000000), 0);
 	while (got < n) {
 		ssize_t r = corio_recv(c, buf, sizeof(buf) < n - got ? sizeof(buf) : n - got);
 
 		CHECK(r > 0);
 		if (r <= 0)
-			return;
+			break;
 		for (ssize_t i = 0; i < r; i++)
 			if (buf[i] != pat(got + (size_t)i, 5)) {
 				CHECK_EQ(buf[i], pat(got + (size_t)i, 5));
+				corio_deadline_pop(&d);
 				return;
 			}
 		got += (size_t)r;
 		if (slow && ++reads % 16 == 0)
 			corio_sleep_ns(200000);
 	}
+	corio_deadline_pop(&d);
 }
 
 static void sb_close(struct sb_pair *p)
@@ -1297,10 +1303,15 @@ static void sb_close(struct sb_pair *p)
 static void sb_order_entry(void *arg)
 {
 	bool gather = arg != NULL;
+	struct corio_deadline d;
 	struct sb_pair p;
 	struct corio_net_stats st;
 	char z;
 
+	/* A lost or doubled byte stops the reads early, and then the queue
+	 * never drains: the waits below (the send, the close) must fail the
+	 * test, not hang it. */
+	CHECK_EQ(corio_timeout_push(&d, 30ull * 1000000000), 0);
 	sb_open(&p);
 	sb_fill(&p);
 	sb_read_check(p.c, p.n, true);
@@ -1318,6 +1329,7 @@ static void sb_order_entry(void *arg)
 	else
 		CHECK_EQ(st.send_gathered, 0);
 	sb_close(&p);
+	corio_deadline_pop(&d);
 }
 
 Test(net, send_buf_order_under_backpressure, .timeout = 60)
