@@ -599,6 +599,8 @@ void corio__shard_busy(struct corio__shard *s);
  * stderr, rate-limited to one line per shard per second, and count it. */
 void corio__loopstat_init(struct corio__shard *s);
 void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns);
+/* As the shard ends: keep its thread's CPU time for corio_stats_get. */
+void corio__stats_cpu_final(struct corio__shard *s);
 /* A daemon fiber (the control server) counts in fibers_live but does not
  * keep the runtime running: call right after spawning it, and once more
  * (delta -1) when it is about to end. */

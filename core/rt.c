@@ -237,6 +237,7 @@ static void *shard_main(void *arg)
 			corio__loop(s);
 	}
 	shard_teardown(s);
+	corio__stats_cpu_final(s);
 	corio__tl_shard = NULL;
 	return (void *)(intptr_t)ret;
 }

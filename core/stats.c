@@ -173,13 +173,45 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
 	return 1ull << (b + 8);
 }
 
+/* The CPU time of a thread, 0 when the clock cannot be read. */
+static uint64_t thread_cpu_ns(clockid_t cid)
+{
+	struct timespec ts;
+
+	if (clock_gettime(cid, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* A shard stores its thread's CPU time once, as it ends; until then the
+ * readers ask the kernel for the thread's clock. */
+void corio__stats_cpu_final(struct corio__shard *s)
+{
+	__atomic_store_n(&s->stats.cpu_ns, thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID),
+			 __ATOMIC_RELEASE);
+}
+
 int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out)
 {
+	struct corio__shard *s;
+	clockid_t cid;
+
 	rt = corio__rt_or_own(rt);
 	if (!rt)
 		return -EPERM;
 	if (!out || shard >= rt->nshards)
 		return -EINVAL;
-	corio__stats_copy(out, &rt->shards[shard]->stats, sizeof(*out));
+	s = rt->shards[shard];
+	corio__stats_copy(out, &s->stats, sizeof(*out));
+	if (!out->cpu_ns) {
+		/* Still running: its thread's clock. Once it has ended, that
+		 * read fails and the final value it stored is there. */
+		if (s == corio__tl_shard)
+			out->cpu_ns = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+		else if (!pthread_getcpuclockid(s->thread, &cid))
+			out->cpu_ns = thread_cpu_ns(cid);
+		if (!out->cpu_ns)
+			out->cpu_ns = __atomic_load_n(&s->stats.cpu_ns, __ATOMIC_ACQUIRE);
+	}
 	return 0;
 }

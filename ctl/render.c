@@ -80,6 +80,7 @@ static const struct metric metrics[] = {
 	M("loop", "turns", COUNTER, false, core.loop_turns, "Shard loop iterations."),
 	M("loop", "busy", COUNTER, true, core.busy_ns, "Time not idle (sum of loop-turn durations)."),
 	M("loop", "idle", COUNTER, true, core.idle_ns, "Time blocked or spinning with nothing to do."),
+	M("loop", "cpu", COUNTER, true, core.cpu_ns, "CPU time of the shard's thread, user and kernel (kernel work inside a blocking enter included)."),
 	M("loop", "poll_gap", COUNTER, true, core.gap_ns, "Sum of the gaps between ring polls."),
 	M("loop", "stalls", COUNTER, false, core.stalls, "Fibers or loop turns that ran past stall_ns."),
 	M("loop", "turn_max", MAXGAUGE, true, core.turn_max_ns, "Longest loop turn."),

@@ -320,6 +320,13 @@ struct corio_stats {
 	uint64_t gap_hist[CORIO_STATS_HIST_BUCKETS];  /* gaps between ring polls */
 	uint64_t cqe_dropped;    /* io_uring_enter said EBADR: the kernel dropped
 	                            completions (out of memory); should stay 0   */
+	uint64_t cpu_ns;         /* CPU time the shard's thread has used, user
+	                            and kernel, read when the snapshot is taken.
+	                            The kernel's work for the shard inside a
+	                            blocking io_uring_enter (receiving, task
+	                            work) is here, while idle_ns counts that
+	                            enter as idle: under load busy_ns + idle_ns
+	                            is wall time, cpu_ns what the shard cost   */
 };
 
 /* Copy a snapshot of shard's counters. Any thread while the runtime runs

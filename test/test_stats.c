@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -392,6 +393,72 @@ Test(stats, tick_calibration_survives_a_preemption, .timeout = 30)
 
 	setenv("CORIO_CLOCK", "test_preempt", 1); /* 2 ms lost inside a clock read */
 	th_run(&cfg, tick_entry, NULL);
+}
+
+/*
+ * cpu_ns is the shard thread's CPU time. A fiber spins until its thread's
+ * CPU clock has advanced 30 ms: read from another thread, the counter moved
+ * at least that much, and never past the process's CPU time. Once the shard
+ * has ended (its thread gone from /proc/self/task, so its clock can no
+ * longer be read), the value it stored as it ended is still reported.
+ */
+static _Atomic pid_t cpu_tid;
+static _Atomic int cpu_go, cpu_done;
+
+static uint64_t cpu_clock_ns(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void cpu_entry(void *arg)
+{
+	uint64_t t0;
+
+	(void)arg;
+	atomic_store(&cpu_tid, (pid_t)syscall(SYS_gettid));
+	while (!atomic_load(&cpu_go))
+		corio_sleep_ns(1000000);
+	t0 = cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID);
+	while (cpu_clock_ns(CLOCK_THREAD_CPUTIME_ID) - t0 < 30000000)
+		;
+	atomic_store(&cpu_done, 1);
+	/* stay alive until corio_stop: the next reads are of a live thread */
+	while (corio_sleep_ns(1000000) == 0)
+		;
+}
+
+Test(stats, cpu_time_is_the_shard_threads, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_stats a, b, c;
+	struct corio_rt *rt;
+	char task[64];
+	int i;
+
+	cfg.stall_ns = 0; /* the spin is on purpose */
+	cr_assert_eq(corio_start(&cfg, cpu_entry, NULL, &rt), 0, "%s", corio_last_error());
+	while (!atomic_load(&cpu_tid))
+		usleep(1000);
+	cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
+	atomic_store(&cpu_go, 1);
+	while (!atomic_load(&cpu_done))
+		usleep(1000);
+	cr_assert_eq(corio_stats_get(rt, 0, &b), 0);
+	cr_assert_geq(b.cpu_ns, a.cpu_ns + 30000000ull, "cpu_ns %llu, then %llu over a 30 ms spin",
+		      (unsigned long long)a.cpu_ns, (unsigned long long)b.cpu_ns);
+	cr_assert_leq(b.cpu_ns, cpu_clock_ns(CLOCK_PROCESS_CPUTIME_ID));
+	corio_stop(rt);
+	snprintf(task, sizeof(task), "/proc/self/task/%d", (int)atomic_load(&cpu_tid));
+	for (i = 0; i < 10000 && access(task, F_OK) == 0; i++)
+		usleep(1000); /* bounded: the shard ends once stopped */
+	cr_assert_neq(access(task, F_OK), 0, "the shard's thread did not end");
+	cr_assert_eq(corio_stats_get(rt, 0, &c), 0);
+	cr_assert_geq(c.cpu_ns, b.cpu_ns, "after the shard ended: %llu ns, before: %llu ns",
+		      (unsigned long long)c.cpu_ns, (unsigned long long)b.cpu_ns);
+	cr_assert_eq(corio_wait(rt), 0);
 }
 
 Test(stats, hist_buckets)

@@ -457,13 +457,13 @@ static void print_stats(struct corio_rt *rt)
 			continue;
 		fprintf(stderr,
 			"corio-echo: shard %u cpu %llu: turns %llu enters %llu sqes %llu cqes %llu "
-			"switches %llu busy %.0f ms idle %.0f ms | accepts %llu recv ops %llu send ops "
+			"switches %llu busy %.0f ms idle %.0f ms cpu %.0f ms | accepts %llu recv ops %llu send ops "
 			"%llu bytes in %llu enobufs %llu rearms %llu recv_capped %llu send_full %llu "
 			"send_gathered %llu send_direct %llu\n",
 			i, (unsigned long long)st.cpu, (unsigned long long)st.loop_turns,
 			(unsigned long long)st.enters, (unsigned long long)st.sqes,
 			(unsigned long long)st.cqes, (unsigned long long)st.switches,
-			(double)st.busy_ns / 1e6, (double)st.idle_ns / 1e6,
+			(double)st.busy_ns / 1e6, (double)st.idle_ns / 1e6, (double)st.cpu_ns / 1e6,
 			(unsigned long long)ns.accepts, (unsigned long long)ns.ops_in,
 			(unsigned long long)ns.ops_out, (unsigned long long)ns.bytes_in,
 			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms,

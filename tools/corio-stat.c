@@ -250,8 +250,8 @@ static double rate(const struct flat *a, const struct flat *b, unsigned s, const
 
 static void table(const struct flat *a, const struct flat *b, unsigned shards, double secs)
 {
-	printf("%5s %4s %9s %6s %9s %9s %6s %9s %6s %7s %9s %8s %8s %8s %8s %6s %6s %9s\n", "shard",
-	       "cpu", "turns/s", "busy%", "enters/s", "sqes/s", "sq/ent", "cqes/s", "cq/wk",
+	printf("%5s %4s %9s %6s %6s %9s %9s %6s %9s %6s %7s %9s %8s %8s %8s %8s %6s %6s %9s\n",
+	       "shard", "cpu", "turns/s", "busy%", "cpu%", "enters/s", "sqes/s", "sq/ent", "cqes/s", "cq/wk",
 	       "fibers", "switch/s", "msgin/s", "msgout/s", "netinMB", "netoutMB", "conns",
 	       "stalls", "turnmax");
 	for (unsigned s = 0; s < shards; s++) {
@@ -262,10 +262,11 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 		double wakes = rate(a, b, s, "ring.wakes", secs);
 		double wcq = rate(a, b, s, "ring.wake_cqes", secs);
 
-		printf("%5u %4.0f %9.0f %6.1f %9.0f %9.0f %6.2f %9.0f %6.2f %7.0f %9.0f %8.0f %8.0f "
+		printf("%5u %4.0f %9.0f %6.1f %6.1f %9.0f %9.0f %6.2f %9.0f %6.2f %7.0f %9.0f %8.0f %8.0f "
 		       "%8.2f %8.2f %6.0f %6.0f %7.2fms\n",
 		       s, get(b, s, "cpu"), rate(a, b, s, "loop.turns", secs),
-		       busy + idle > 0 ? 100.0 * busy / (busy + idle) : 0, enters, sqes,
+		       busy + idle > 0 ? 100.0 * busy / (busy + idle) : 0,
+		       rate(a, b, s, "loop.cpu_ns", secs) / 1e7, enters, sqes,
 		       enters > 0 ? sqes / enters : 0, rate(a, b, s, "ring.cqes", secs),
 		       wakes > 0 ? wcq / wakes : 0, get(b, s, "fibers.live"),
 		       rate(a, b, s, "fibers.switches", secs), rate(a, b, s, "msg.received", secs),
