@@ -229,6 +229,10 @@ struct corio__loopstat {
 	uint64_t warn_after;  /* ns: no warning before this (rate limit)          */
 	uint64_t suppressed;  /* warnings not printed since the last one          */
 	uint64_t daemons;     /* live fibers that do not keep the runtime running */
+	/* tick at which the idle period in progress began, 0 outside one: a
+	 * reader on another thread adds it to idle_ns (corio_stats_get), so a
+	 * shard blocked for a long time does not look like it has no time */
+	uint64_t idle_from;
 };
 
 /* ---- the shard ----------------------------------------------------------- */

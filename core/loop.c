@@ -214,6 +214,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	bool blocked = false;
 
 	account(s, sp, t0 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
+	__atomic_store_n(&sp->idle_from, t0 ? t0 : 1, __ATOMIC_RELEASE);
 	if (cfg->idle != CORIO_IDLE_BLOCK) {
 		spin_end = cfg->idle == CORIO_IDLE_POLL
 				   ? UINT64_MAX
@@ -249,7 +250,11 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	atomic_store(&s->sleeping, 0);
 out:
 	sp->last_poll = corio__tick();
-	CORIO__STAT_ADD(s->stats.idle_ns, corio__ticks_ns(sp->last_poll - t0));
+	/* Clear the mark before adding: a reader that sees the new idle_ns
+	 * (acquire) then sees no mark, so it never counts this period twice. */
+	__atomic_store_n(&sp->idle_from, 0, __ATOMIC_RELEASE);
+	__atomic_store_n(&s->stats.idle_ns,
+			 s->stats.idle_ns + corio__ticks_ns(sp->last_poll - t0), __ATOMIC_RELEASE);
 	return blocked;
 }
 

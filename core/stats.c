@@ -203,6 +203,17 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 		return -EINVAL;
 	s = rt->shards[shard];
 	corio__stats_copy(out, &s->stats, sizeof(*out));
+	if (s != corio__tl_shard) {
+		/* An idle period in progress (the shard may be blocked for
+		 * hours): count it up to now. Read after idle_ns, see loop.c. */
+		uint64_t idle = __atomic_load_n(&s->stats.idle_ns, __ATOMIC_ACQUIRE);
+		uint64_t from = __atomic_load_n(&s->ls.idle_from, __ATOMIC_ACQUIRE);
+		uint64_t now = corio__tick();
+
+		out->idle_ns = idle;
+		if (from && now > from)
+			out->idle_ns += corio__ticks_ns(now - from);
+	}
 	if (!out->cpu_ns) {
 		/* Still running: its thread's clock. Once it has ended, that
 		 * read fails and the final value it stored is there. */

@@ -461,6 +461,43 @@ Test(stats, cpu_time_is_the_shard_threads, .timeout = 30)
 	cr_assert_eq(corio_wait(rt), 0);
 }
 
+/*
+ * An idle period counts while it lasts: read from another thread, idle_ns
+ * of a shard blocked in a long sleep grows with the wall clock (it used to
+ * grow only when the wait ended, so a quiet shard showed no time at all).
+ */
+static _Atomic int idle_asleep;
+
+static void idle_sleep_entry(void *arg)
+{
+	(void)arg;
+	atomic_store(&idle_asleep, 1);
+	corio_sleep_ns(60ull * 1000000000ull); /* until corio_stop() */
+}
+
+Test(stats, idle_time_counts_while_the_shard_sleeps, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_stats a, b;
+	struct corio_rt *rt;
+	uint64_t t0, w;
+
+	cr_assert_eq(corio_start(&cfg, idle_sleep_entry, NULL, &rt), 0, "%s", corio_last_error());
+	while (!atomic_load(&idle_asleep))
+		usleep(1000);
+	usleep(10000); /* let it reach its blocking wait */
+	cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
+	t0 = cpu_clock_ns(CLOCK_MONOTONIC);
+	usleep(100000);
+	w = cpu_clock_ns(CLOCK_MONOTONIC) - t0;
+	cr_assert_eq(corio_stats_get(rt, 0, &b), 0);
+	cr_assert_geq(b.idle_ns - a.idle_ns, w / 2, "idle grew %llu ns in %llu ns of wall time",
+		      (unsigned long long)(b.idle_ns - a.idle_ns), (unsigned long long)w);
+	cr_assert_leq(b.idle_ns - a.idle_ns, w * 2);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+}
+
 Test(stats, hist_buckets)
 {
 	cr_assert_eq(corio_stats_hist_bucket_ns(0), 256);
