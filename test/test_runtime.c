@@ -2,6 +2,7 @@
 /* Runtime start/stop, shard identity and pinning, shutdown, stats. */
 #include "helpers.h"
 
+#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
@@ -255,4 +256,48 @@ Test(runtime, census_names_a_buffer_never_released, .timeout = 30)
 	cr_assert_eq(ret, -EBUSY, "corio_run returned %d for a leaked buffer", ret);
 	cr_assert(strstr(corio_last_error(), "shard 0") && strstr(corio_last_error(), "buffer"),
 		  "message: %s", corio_last_error());
+}
+
+/*
+ * libcorio.so reads its thread-local shard pointer with the initial-exec
+ * TLS model (one %fs-relative load instead of a __tls_get_addr call per
+ * corio call). The price is that a dlopen() of the library takes static
+ * TLS: a program that loads it at run time must still get a working shard
+ * through it. The entry calls the loaded library's corio_stats_get(NULL,
+ * ...), which needs that library's thread-local shard (-EPERM without it).
+ * make test names the library in CORIO_TEST_SO (tools/run-tests.sh).
+ */
+static int (*so_stats_get)(struct corio_rt *, unsigned, struct corio_stats *);
+static _Atomic int so_ret = 1;
+
+static void so_entry(void *arg)
+{
+	struct corio_stats st;
+
+	(void)arg;
+	atomic_store(&so_ret, so_stats_get(NULL, 0, &st));
+}
+
+Test(runtime, shared_library_runs_a_shard_when_dlopened, .timeout = 30)
+{
+	const char *so = getenv("CORIO_TEST_SO");
+	void (*init)(struct corio_config *);
+	int (*run)(const struct corio_config *, void (*)(void *), void *);
+	struct corio_config cfg;
+	void *h;
+
+	if (!so || !*so)
+		cr_skip_test("CORIO_TEST_SO is not set (make test sets it)");
+	h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+	cr_assert(h, "dlopen(%s): %s", so, dlerror());
+	*(void **)&init = dlsym(h, "corio_config_init");
+	*(void **)&run = dlsym(h, "corio_run");
+	*(void **)&so_stats_get = dlsym(h, "corio_stats_get");
+	cr_assert(init && run && so_stats_get, "%s: missing symbols", so);
+	init(&cfg);
+	cfg.shards = 1;
+	cr_assert_eq(run(&cfg, so_entry, NULL), 0);
+	cr_assert_eq(atomic_load(&so_ret), 0, "the loaded library's corio_stats_get on its shard: %d",
+		     atomic_load(&so_ret));
+	dlclose(h);
 }

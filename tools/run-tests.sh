@@ -5,6 +5,8 @@ B=$1 CC=$2 CFLAGS=$3 LIBS=$4
 passed=0 failed=0 skipped=0 status=0
 export LSAN_OPTIONS="suppressions=$(pwd)/test/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
+# runtime::shared_library_runs_a_shard_when_dlopened loads this one
+export CORIO_TEST_SO="$(pwd)/$B/libcorio.so"
 export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1${TSAN_OPTIONS:+:$TSAN_OPTIONS}"
 
 for t in "$B"/test/test_*; do
