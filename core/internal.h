@@ -186,13 +186,18 @@ static inline uint64_t corio__tick(void)
 	return corio_now_ns();
 }
 
+static inline uint64_t corio__ts_ns(const struct timespec *ts)
+{
+	return (uint64_t)ts->tv_sec * 1000000000ull + (uint64_t)ts->tv_nsec;
+}
+
 /* CLOCK_MONOTONIC_COARSE in ns: a few ns, a jiffy's resolution. */
 static inline uint64_t corio__coarse_ns(void)
 {
 	struct timespec ts;
 
 	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return corio__ts_ns(&ts);
 }
 
 static inline uint64_t corio__ticks_ns(uint64_t ticks)

@@ -117,8 +117,7 @@ void corio__loopstat_init(struct corio__shard *s)
 
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
-			   stall_ns >= 4 * ((uint64_t)res.tv_sec * 1000000000ull +
-					    (uint64_t)res.tv_nsec);
+			   stall_ns >= 4 * corio__ts_ns(&res);
 }
 
 void corio__daemon_add(struct corio__shard *s, int delta)
@@ -178,9 +177,7 @@ static uint64_t thread_cpu_ns(clockid_t cid)
 {
 	struct timespec ts;
 
-	if (clock_gettime(cid, &ts))
-		return 0;
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	return clock_gettime(cid, &ts) ? 0 : corio__ts_ns(&ts);
 }
 
 /* A shard stores its thread's CPU time once, as it ends; until then the
