@@ -238,6 +238,14 @@ struct corio__loopstat {
 	 * reader on another thread adds it to idle_ns (corio_stats_get), so a
 	 * shard blocked for a long time does not look like it has no time */
 	uint64_t idle_from;
+	/* the largest idle_ns any reader was given: a reader that loads
+	 * idle_ns just before a period ends and idle_from just after sees
+	 * neither the period nor its mark; clamping to this keeps every
+	 * reading at or above the ones before it (written by readers only) */
+	uint64_t idle_shown;
+	/* CORIO_STATS_TEST=read_gap: readers pause between loading idle_ns
+	 * and idle_from, so the race above happens on every read (a test hook) */
+	bool read_gap;
 };
 
 /* ---- the shard ----------------------------------------------------------- */

@@ -115,6 +115,9 @@ void corio__loopstat_init(struct corio__shard *s)
 	uint64_t stall_ns = s->rt->cfg.stall_ns;
 	struct timespec res;
 
+	const char *env = getenv("CORIO_STATS_TEST");
+
+	sp->read_gap = env && !strcmp(env, "read_gap");
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
 			   stall_ns >= 4 * corio__ts_ns(&res);
@@ -188,6 +191,20 @@ void corio__stats_cpu_final(struct corio__shard *s)
 			 __ATOMIC_RELEASE);
 }
 
+/* Never hand out less idle time than a reader was given before: raise
+ * *idle to the largest value shown, or record it as the new largest. */
+static void idle_monotonic(uint64_t *shown, uint64_t *idle)
+{
+	uint64_t seen = __atomic_load_n(shown, __ATOMIC_RELAXED);
+
+	while (seen < *idle &&
+	       !__atomic_compare_exchange_n(shown, &seen, *idle, true, __ATOMIC_RELAXED,
+					    __ATOMIC_RELAXED))
+		;
+	if (seen > *idle)
+		*idle = seen;
+}
+
 int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out)
 {
 	struct corio__shard *s;
@@ -204,13 +221,17 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 		/* An idle period in progress (the shard may be blocked for
 		 * hours): count it up to now. Read after idle_ns, see loop.c. */
 		uint64_t idle = __atomic_load_n(&s->stats.idle_ns, __ATOMIC_ACQUIRE);
-		uint64_t from = __atomic_load_n(&s->ls.idle_from, __ATOMIC_ACQUIRE);
-		uint64_t now = corio__tick();
+		uint64_t from, now;
 
+		if (s->ls.read_gap)
+			usleep(50);
+		from = __atomic_load_n(&s->ls.idle_from, __ATOMIC_ACQUIRE);
+		now = corio__tick();
 		out->idle_ns = idle;
 		if (from && now > from)
 			out->idle_ns += corio__ticks_ns(now - from);
 	}
+	idle_monotonic(&s->ls.idle_shown, &out->idle_ns);
 	if (!out->cpu_ns) {
 		/* Still running: its thread's clock. Once it has ended, that
 		 * read fails and the final value it stored is there. */

@@ -303,7 +303,8 @@ struct corio_stats {
 	uint64_t idle_ns;        /* time with nothing to run: blocked in
 	                            io_uring_enter, or spinning (idle=spin/poll);
 	                            read from another thread it includes the
-	                            idle period in progress                      */
+	                            idle period in progress; no reading is ever
+	                            below an earlier one                         */
 	uint64_t busy_ns;        /* time not blocked                              */
 	uint64_t ring_flags;     /* IORING_SETUP_* flags the ring runs with       */
 	uint64_t ring_features;  /* IORING_FEAT_* the kernel reported             */

@@ -481,11 +481,22 @@ Test(stats, idle_time_counts_while_the_shard_sleeps, .timeout = 30)
 	struct corio_stats a, b;
 	struct corio_rt *rt;
 	uint64_t t0, w;
+	int i;
 
 	cr_assert_eq(corio_start(&cfg, idle_sleep_entry, NULL, &rt), 0, "%s", corio_last_error());
 	while (!atomic_load(&idle_asleep))
 		usleep(1000);
-	usleep(10000); /* let it reach its blocking wait */
+	/* Until it is in its long wait: idle grows between two readings
+	 * (bounded: 10 s; without the in-progress count it never does). */
+	for (i = 0; i < 10000; i++) {
+		cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
+		usleep(1000);
+		cr_assert_eq(corio_stats_get(rt, 0, &b), 0);
+		if (b.idle_ns > a.idle_ns)
+			break;
+	}
+	cr_assert_lt(i, 10000, "idle_ns stayed at %llu while the shard slept",
+		     (unsigned long long)b.idle_ns);
 	cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
 	t0 = corio_now_ns();
 	usleep(100000);
@@ -496,6 +507,49 @@ Test(stats, idle_time_counts_while_the_shard_sleeps, .timeout = 30)
 	cr_assert_leq(b.idle_ns - a.idle_ns, w * 2);
 	corio_stop(rt);
 	cr_assert_eq(corio_wait(rt), 0);
+}
+
+/*
+ * idle_ns never goes backwards for a reader: the shard ends and begins idle
+ * periods (100 us sleeps) while this thread reads idle_ns without pause. A
+ * reading that loads idle_ns just before a period ends and its mark just
+ * after sees neither; the reading before it, taken during that period,
+ * showed part of it, so without a clamp a snapshot delta (corio-stat's
+ * idle column) could come out negative. That window is a few instructions
+ * wide; CORIO_STATS_TEST=read_gap widens it to 50 us, so that most readings
+ * straddle a period's end (without the clamp, ~45% of them went backwards).
+ */
+static _Atomic int flip_stop;
+
+static void idle_flip_entry(void *arg)
+{
+	(void)arg;
+	while (!atomic_load(&flip_stop))
+		corio_sleep_ns(100000);
+}
+
+Test(stats, idle_time_never_goes_backwards, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_stats st;
+	struct corio_rt *rt;
+	uint64_t last = 0;
+	int back = 0, i;
+
+	setenv("CORIO_STATS_TEST", "read_gap", 1);
+	cr_assert_eq(corio_start(&cfg, idle_flip_entry, NULL, &rt), 0, "%s", corio_last_error());
+	for (i = 0; i < 2000; i++) {
+		cr_assert_eq(corio_stats_get(rt, 0, &st), 0);
+		if (st.idle_ns < last && !back++)
+			cr_log_error("idle_ns %llu after %llu (reading %d)",
+				     (unsigned long long)st.idle_ns, (unsigned long long)last, i);
+		if (st.idle_ns > last)
+			last = st.idle_ns;
+	}
+	atomic_store(&flip_stop, 1);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(back, 0, "%d of %d readings went backwards", back, i);
 }
 
 Test(stats, hist_buckets)

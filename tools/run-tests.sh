@@ -3,6 +3,7 @@
 # programs; print one summary line at the end. Exit 1 on any failure.
 B=$1 CC=$2 CFLAGS=$3 LIBS=$4
 passed=0 failed=0 skipped=0 status=0
+fails=$(mktemp) # the failing tests' names, repeated under the summary
 export LSAN_OPTIONS="suppressions=$(pwd)/test/lsan.supp:print_suppressions=0${LSAN_OPTIONS:+:$LSAN_OPTIONS}"
 export UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=1${UBSAN_OPTIONS:+:$UBSAN_OPTIONS}"
 # runtime::shared_library_runs_a_shard_when_dlopened loads this one
@@ -19,11 +20,16 @@ for t in "$B"/test/test_*; do
 	timeout 900 "$t" --jobs 2 >"$out" 2>&1
 	rc=$?
 	cat "$out"
+	# each [FAIL] with the (up to 4) "[----]" lines before it: its messages
+	awk -v t="$(basename "$t")" '/^\[----\]/ { m[n++ % 4] = $0 }
+		/^\[FAIL\]/ { print t ": " $0; for (i = n > 4 ? n - 4 : 0; i < n; i++) print "    " m[i % 4]; n = 0 }' \
+		"$out" >>"$fails"
 	# "[====] Synthesis: Tested: N | Passing: N | Failing: N | Crashing: N"
 	line=$(grep 'Synthesis:' "$out" | tail -n 1)
 	rm -f "$out"
 	if [ -z "$line" ]; then
 		echo "!! $(basename "$t") printed no summary"
+		echo "$(basename "$t"): printed no summary (exit $rc)" >>"$fails"
 		failed=$((failed + 1)); status=1; continue
 	fi
 	p=$(echo "$line" | sed -n 's/.*Passing: \([0-9]*\).*/\1/p')
@@ -32,6 +38,9 @@ for t in "$B"/test/test_*; do
 	s=$(echo "$line" | sed -n 's/.*Skipped: \([0-9]*\).*/\1/p')
 	passed=$((passed + p)); failed=$((failed + f + ${c:-0})); skipped=$((skipped + ${s:-0}))
 	[ "$f" = 0 ] && [ "${c:-0}" = 0 ] || status=1
+	if [ "$rc" != 0 ] && [ "$f" = 0 ] && [ "${c:-0}" = 0 ]; then
+		echo "$(basename "$t"): exit $rc with every test passing" >>"$fails"
+	fi
 	[ "$rc" = 0 ] || status=1
 done
 
@@ -53,11 +62,17 @@ if [ -f README.md ]; then
 			passed=$((passed + 1))
 		else
 			echo "[FAIL] README example $name (compile or run failed)"
+			echo "[FAIL] README example $name" >>"$fails"
 			failed=$((failed + 1)); status=1
 		fi
 	done
 fi
 
 echo
+if [ -s "$fails" ]; then
+	echo "failed:"
+	sed 's/^/  /' "$fails"
+fi
+rm -f "$fails"
 echo "$passed passed, $failed failed, $skipped skipped"
 exit $status
