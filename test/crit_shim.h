@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 struct shim_extra {
@@ -112,16 +113,21 @@ int main(int argc, char **argv)
 {
 	const char *filter = NULL;
 	int pass = 0, fail = 0, crash = 0, skip = 0;
+	bool verbose = false;
 
 	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--filter") && i + 1 < argc)
+		if (!strncmp(argv[i], "--verbose", 9))
+			verbose = true; /* a [PASS] line, with its time, for every test */
+		else if (!strcmp(argv[i], "--filter") && i + 1 < argc)
 			filter = argv[++i];
 		else if (!strncmp(argv[i], "--filter=", 9))
 			filter = argv[i] + 9;
 	}
 	for (int i = 0; i < shim_ntests; i++) {
 		struct shim_test *t = &shim_tests[i];
+		struct timespec t0, t1;
 		char full[256];
+		double secs;
 		int status;
 		pid_t pid;
 
@@ -133,6 +139,7 @@ int main(int argc, char **argv)
 			continue;
 		}
 		fflush(NULL);
+		clock_gettime(CLOCK_MONOTONIC, &t0);
 		pid = fork();
 		if (pid == 0) {
 			alarm(t->ex->timeout > 0 ? (unsigned)t->ex->timeout + 1 : 600);
@@ -145,18 +152,24 @@ int main(int argc, char **argv)
 			_exit(0);
 		}
 		waitpid(pid, &status, 0);
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		secs = (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9;
 		if (WIFEXITED(status) && WEXITSTATUS(status) == 0) {
 			pass++;
+			if (verbose)
+				printf("[PASS] %s::%s: (%.2fs)\n", t->suite, t->name, secs);
 		} else if (WIFEXITED(status) && WEXITSTATUS(status) == 77) {
 			skip++;
 			printf("[SKIP] %s::%s\n", t->suite, t->name);
 		} else if (WIFEXITED(status)) {
 			fail++;
-			printf("[FAIL] %s::%s\n", t->suite, t->name);
+			printf("[FAIL] %s::%s: exit %d (%.2fs)\n", t->suite, t->name,
+			       WEXITSTATUS(status), secs);
 		} else {
 			crash++;
-			printf("[FAIL] %s::%s: CRASH (signal %d)\n", t->suite, t->name,
-			       WTERMSIG(status));
+			printf("[FAIL] %s::%s: CRASH (signal %d%s) (%.2fs)\n", t->suite, t->name,
+			       WTERMSIG(status),
+			       WTERMSIG(status) == SIGALRM ? ": timed out" : "", secs);
 		}
 	}
 	printf("[====] Synthesis: Tested: %d | Passing: %d | Failing: %d | Crashing: %d | Skipped: %d\n",

@@ -361,23 +361,29 @@ Test(stats, counters_move_after_known_work, .timeout = 30)
 /* The loop's tick clock against CLOCK_MONOTONIC: across a 200 ms sleep the
  * shard's busy + idle time must come to the wall time (within 20%: the
  * turns around the sleep). A calibration skewed by a preemption between its
- * clock reads scaled every figure (idle time once read 3x the wall time). */
+ * clock reads scaled every figure (idle time once read 3x the wall time).
+ * A skew is in every try; a preemption of this thread between a reading and
+ * its clock read (hundreds of ms on a loaded CI machine) is in one: the
+ * test passes on the first of 5 tries that lands within 20%. */
 static void tick_entry(void *arg)
 {
 	struct corio_stats a, b;
-	uint64_t t0, w, d;
+	uint64_t t0, w = 0, d = 0;
 
 	(void)arg;
-	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
-	t0 = corio_now_ns();
-	CHECK_EQ(corio_sleep_ns(200 * 1000000ull), 0);
-	w = corio_now_ns() - t0;
-	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
-	d = (b.busy_ns + b.idle_ns) - (a.busy_ns + a.idle_ns);
-	CHECK(d > w * 8 / 10 && d < w * 12 / 10);
-	if (!(d > w * 8 / 10 && d < w * 12 / 10))
-		fprintf(stderr, "busy+idle %llu ns over %llu ns of wall time\n",
+	for (int i = 0; i < 5; i++) {
+		CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+		t0 = corio_now_ns();
+		CHECK_EQ(corio_sleep_ns(200 * 1000000ull), 0);
+		w = corio_now_ns() - t0;
+		CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+		d = (b.busy_ns + b.idle_ns) - (a.busy_ns + a.idle_ns);
+		if (d > w * 8 / 10 && d < w * 12 / 10)
+			return;
+		fprintf(stderr, "try %d: busy+idle %llu ns over %llu ns of wall time\n", i,
 			(unsigned long long)d, (unsigned long long)w);
+	}
+	CHECK(d > w * 8 / 10 && d < w * 12 / 10);
 }
 
 Test(stats, tick_clock_matches_the_wall_clock, .timeout = 30)
