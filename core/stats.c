@@ -176,6 +176,15 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
 }
 
 /* The CPU time of a thread, 0 when the clock cannot be read. */
+/*
+ * The CPU clock of thread tid, as the kernel encodes it (the encoding glibc's
+ * pthread_getcpuclockid returns: per-thread, the scheduler's clock). From the
+ * TID, not the pthread_t: corio_wait may join (and free the descriptor of) an
+ * ended shard while another shard still reads its stats. A thread that has
+ * ended makes the read fail (EINVAL), and the reader takes the final value.
+ */
+#define TID_CPU_CLOCK(tid) ((clockid_t)((~(unsigned)(tid) << 3) | 4 | 2))
+
 static uint64_t thread_cpu_ns(clockid_t cid)
 {
 	struct timespec ts;
@@ -208,7 +217,6 @@ static void idle_monotonic(uint64_t *shown, uint64_t *idle)
 int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out)
 {
 	struct corio__shard *s;
-	clockid_t cid;
 
 	rt = corio__rt_or_own(rt);
 	if (!rt)
@@ -237,8 +245,8 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 		 * read fails and the final value it stored is there. */
 		if (s == corio__tl_shard)
 			out->cpu_ns = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
-		else if (!pthread_getcpuclockid(s->thread, &cid))
-			out->cpu_ns = thread_cpu_ns(cid);
+		else if (s->tid > 0)
+			out->cpu_ns = thread_cpu_ns(TID_CPU_CLOCK(s->tid));
 		if (!out->cpu_ns)
 			out->cpu_ns = __atomic_load_n(&s->stats.cpu_ns, __ATOMIC_ACQUIRE);
 	}
