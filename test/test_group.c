@@ -199,6 +199,8 @@ static void left_behind_entry(void *arg)
 	CHECK_EQ(corio_group_init(&g, 0), 0);
 	for (int i = 0; i < 3; i++)
 		CHECK(corio_group_spawn(&g, sleeps_forever, &cancelled, NULL, NULL) >= 0);
+	corio_yield(); /* they are asleep before the scope begins (else a late
+			  wait could find it passed before they ever ran) */
 	CHECK_EQ(corio_timeout_push(&d, 2000000), 0);
 	CHECK_EQ(corio_group_wait(&g), -ETIMEDOUT);
 	CHECK_EQ(corio_deadline_pop(&d), 0);

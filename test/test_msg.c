@@ -689,7 +689,7 @@ static void fill_ring(unsigned to)
 
 #define MS 1000000ull
 
-/* One target whose loop is held: post_wait in a 100 ms scope returns
+/* One target whose loop is held: post_wait in a 500 ms scope returns
  * -ETIMEDOUT, and the shard ran its timers meanwhile (no spinning). */
 static _Atomic int dl_held, dl_release, dl_timer_fired, dl_returned, dl_timer_saw_return;
 static _Atomic int *dl_hold[2] = { &dl_held, &dl_release };
@@ -716,11 +716,14 @@ static void dl_entry(void *arg)
 		corio_yield();
 	fill_ring(1);
 	CHECK_EQ(corio_spawn(dl_timer_fiber, NULL, NULL, NULL), 0);
+	corio_yield(); /* its 50 ms sleep is armed before the scope begins */
 	t0 = corio_now_ns();
-	CHECK_EQ(corio_timeout_push(&d, 100 * MS), 0);
+	/* 500 ms: the timer is due 450 ms before the scope ends, so even a
+	 * shard held off its CPU for hundreds of ms wakes it first */
+	CHECK_EQ(corio_timeout_push(&d, 500 * MS), 0);
 	CHECK_EQ(corio_post_wait(1, nop_fn, NULL), -ETIMEDOUT);
 	atomic_store(&dl_returned, 1);
-	CHECK(corio_now_ns() - t0 >= 100 * MS);
+	CHECK(corio_now_ns() - t0 >= 500 * MS);
 	CHECK(atomic_load(&dl_timer_fired));
 	CHECK(!atomic_load(&dl_timer_saw_return));
 	/* The scope has expired: every call that would wait for room returns
@@ -981,10 +984,15 @@ static void cd_entry(void *arg)
 	(void)arg;
 	if (corio_shard_id() != 0)
 		return;
-	CHECK_EQ(corio_timeout_push(&d, 30 * MS), 0);
-	CHECK_EQ(corio_call(1, cd_slow, NULL, &r), -ETIMEDOUT);
-	CHECK_EQ(corio_deadline_pop(&d), 0);
-	CHECK_EQ(r, -1);
+	/* The call must start before its deadline passes; a shard 1 held
+	 * off the CPU for longer than the scope (a loaded machine) drops it
+	 * unstarted, which is the second case below: try a longer scope. */
+	for (uint64_t ms = 30; ms <= 3000 && !atomic_load(&cd_started); ms *= 10) {
+		CHECK_EQ(corio_timeout_push(&d, ms * MS), 0);
+		CHECK_EQ(corio_call(1, cd_slow, NULL, &r), -ETIMEDOUT);
+		CHECK_EQ(corio_deadline_pop(&d), 0);
+		CHECK_EQ(r, -1);
+	}
 	CHECK_EQ(atomic_load(&cd_started), 1);
 	CHECK(atomic_load(&cd_saw_deadline));
 	CHECK_EQ(atomic_load(&cd_finished), 0);

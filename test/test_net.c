@@ -1859,9 +1859,12 @@ static int churn_child(void *arg)
 		pthread_create(&t[i], NULL, churn_client, NULL);
 	for (int i = 0; i < CHURN_THREADS; i++)
 		pthread_join(t[i], NULL);
+	/* A connection's fiber counts itself closed just before it ends:
+	 * wait for the fiber count too, not only the counters (bounded). */
 	for (int ms = 0; ms < 5000; ms++) {
 		if (atomic_load(&churn.accepted) == atomic_load(&churn.connected) &&
-		    atomic_load(&churn.closed) == atomic_load(&churn.accepted))
+		    atomic_load(&churn.closed) == atomic_load(&churn.accepted) &&
+		    !corio_stats_get(rt, 0, &st) && st.fibers_live == 1)
 			break;
 		usleep(1000);
 	}
@@ -2290,8 +2293,9 @@ static void send_cap_entry(void *arg)
 	(void)arg;
 	pair_open(&p, 16384, 16384);
 	CHECK_EQ(corio_spawn(slow_writer, p.c, NULL, &f), 0);
-	/* echo everything back into a client that never reads */
-	corio_timeout_push(&d, 500 * 1000000ull);
+	/* echo everything back into a client that never reads (1.5 s: the
+	 * queue must fill before the scope ends, on a loaded machine too) */
+	corio_timeout_push(&d, 1500 * 1000000ull);
 	while ((r = corio_recv_buf(p.s, &b)) > 0 && (ret = corio_send_buf(p.s, &b)) == 0)
 		queued++;
 	corio_deadline_pop(&d);

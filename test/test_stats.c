@@ -486,7 +486,7 @@ Test(stats, idle_time_counts_while_the_shard_sleeps, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 	struct corio_stats a, b;
 	struct corio_rt *rt;
-	uint64_t t0, w;
+	uint64_t t0, t1, w;
 	int i;
 
 	cr_assert_eq(corio_start(&cfg, idle_sleep_entry, NULL, &rt), 0, "%s", corio_last_error());
@@ -503,14 +503,20 @@ Test(stats, idle_time_counts_while_the_shard_sleeps, .timeout = 30)
 	}
 	cr_assert_lt(i, 10000, "idle_ns stayed at %llu while the shard slept",
 		     (unsigned long long)b.idle_ns);
-	cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
+	/* the readings bracketed by clock reads: at least half the inner
+	 * time, at most twice the outer (a preemption between a reading and
+	 * its clock read moves only the outer) */
 	t0 = corio_now_ns();
+	cr_assert_eq(corio_stats_get(rt, 0, &a), 0);
+	t1 = corio_now_ns();
 	usleep(100000);
-	w = corio_now_ns() - t0;
+	w = corio_now_ns() - t1;
 	cr_assert_eq(corio_stats_get(rt, 0, &b), 0);
+	t1 = corio_now_ns() - t0;
 	cr_assert_geq(b.idle_ns - a.idle_ns, w / 2, "idle grew %llu ns in %llu ns of wall time",
 		      (unsigned long long)(b.idle_ns - a.idle_ns), (unsigned long long)w);
-	cr_assert_leq(b.idle_ns - a.idle_ns, w * 2);
+	cr_assert_leq(b.idle_ns - a.idle_ns, t1 * 2, "idle grew %llu ns in %llu ns of wall time",
+		      (unsigned long long)(b.idle_ns - a.idle_ns), (unsigned long long)t1);
 	corio_stop(rt);
 	cr_assert_eq(corio_wait(rt), 0);
 }
@@ -1042,7 +1048,7 @@ static void stall_entry(void *arg)
 
 /* Run entry in a child with stall_ns 50 ms, stderr captured into buf; the
  * child exits 0 when its own checks passed. Returns the number of stall
- * lines. */
+ * lines, or -1 when the child's checks failed. */
 static int stall_child(void (*entry)(void *), char *buf, size_t size)
 {
 	int errpipe[2], status;
@@ -1070,16 +1076,43 @@ static int stall_child(void (*entry)(void *), char *buf, size_t size)
 	waitpid(pid, &status, 0);
 	for (p = buf; (p = strstr(p, "corio: stall:")); p++)
 		count++;
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status %d: %s", status, buf);
+	if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+		cr_log_info("stall child: status 0x%x: %s", status, buf);
+		return -1;
+	}
 	return count;
+}
+
+/*
+ * The detector counts a preemption of the shard thread as running time, so
+ * on a loaded machine a fiber or loop turn held off the CPU for 50 ms is a
+ * stall too, and may be the one reported. A wrong report is in every try;
+ * such a preemption in one: up to 3 tries, the first that is exactly right
+ * passes. ok() says whether the one warning names the right fiber.
+ */
+static void stall_tries(void (*entry)(void *), bool (*ok)(const char *buf))
+{
+	char buf[4096];
+	int n = -1;
+
+	for (int i = 0; i < 3; i++) {
+		n = stall_child(entry, buf, sizeof(buf));
+		if (n == 1 && ok(buf))
+			return;
+		cr_log_info("try %d: %d stall warnings: %s", i, n, buf);
+	}
+	cr_assert_eq(n, 1, "stall warnings: %s", buf);
+	cr_assert(ok(buf), "%s", buf);
+}
+
+static bool names_planted(const char *buf)
+{
+	return strstr(buf, "shard 0") && strstr(buf, "'planted'");
 }
 
 Test(stats, planted_long_fiber_one_stall_warning, .timeout = 30)
 {
-	char buf[4096];
-
-	cr_assert_eq(stall_child(stall_entry, buf, sizeof(buf)), 1, "stall warnings: %s", buf);
-	cr_assert(strstr(buf, "shard 0") && strstr(buf, "'planted'"), "%s", buf);
+	stall_tries(stall_entry, names_planted);
 }
 
 /* The fiber that hogs the shard is reached by a hand-off from another fiber
@@ -1116,10 +1149,12 @@ static void handoff_entry(void *arg)
 	_exit(st.stalls == 1 ? 0 : 10 + (int)st.stalls);
 }
 
+static bool names_hog(const char *buf)
+{
+	return strstr(buf, "'hog'") && !strstr(buf, "'giver'");
+}
+
 Test(stats, stall_names_the_fiber_reached_by_a_hand_off, .timeout = 30)
 {
-	char buf[4096];
-
-	cr_assert_eq(stall_child(handoff_entry, buf, sizeof(buf)), 1, "stall warnings: %s", buf);
-	cr_assert(strstr(buf, "'hog'") && !strstr(buf, "'giver'"), "%s", buf);
+	stall_tries(handoff_entry, names_hog);
 }
