@@ -113,9 +113,8 @@ void corio__loopstat_init(struct corio__shard *s)
 {
 	struct corio__loopstat *sp = &s->ls;
 	uint64_t stall_ns = s->rt->cfg.stall_ns;
-	struct timespec res;
-
 	const char *env = getenv("CORIO_STATS_TEST");
+	struct timespec res;
 
 	sp->read_gap = env && !strcmp(env, "read_gap");
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
@@ -175,7 +174,6 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
 	return 1ull << (b + 8);
 }
 
-/* The CPU time of a thread, 0 when the clock cannot be read. */
 /*
  * The CPU clock of thread tid, as the kernel encodes it (the encoding glibc's
  * pthread_getcpuclockid returns: per-thread, the scheduler's clock). From the
@@ -185,6 +183,7 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
  */
 #define TID_CPU_CLOCK(tid) ((clockid_t)((~(unsigned)(tid) << 3) | 4 | 2))
 
+/* The CPU time of a thread, 0 when the clock cannot be read. */
 static uint64_t thread_cpu_ns(clockid_t cid)
 {
 	struct timespec ts;
