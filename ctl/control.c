@@ -403,23 +403,36 @@ static int listen_private(struct corio__shard *s, struct corio__control *ctl, co
 	return 0;
 }
 
+int corio__control_init(struct corio__shard *s)
+{
+	struct corio__control *ctl = calloc(1, sizeof(*ctl));
+
+	if (!ctl)
+		return -ENOMEM;
+	ctl->timeout_ns = timeout_ns();
+	ctl->max_clients = max_clients();
+	__atomic_store_n(&s->parts[CORIO__PART_CTL], ctl, __ATOMIC_RELEASE);
+	return 0;
+}
+
+struct corio__ctl_stats *corio__ctl_stats_own(void)
+{
+	struct corio__control *ctl = corio__shard()->parts[CORIO__PART_CTL];
+
+	return &ctl->st;
+}
+
 int corio__control_start(struct corio__shard *s, const char *path)
 {
 	struct corio_spawn_opts o = { .name = "corio-control" };
-	struct corio__control *ctl;
+	struct corio__control *ctl = s->parts[CORIO__PART_CTL];
 	int ret;
 
 	if (strlen(path) >= sizeof(ctl->path))
 		return fail(s, -ENAMETOOLONG, "%s: path too long for a Unix socket", path);
-	ctl = calloc(1, sizeof(*ctl));
-	if (!ctl)
-		return -ENOMEM;
 	snprintf(ctl->path, sizeof(ctl->path), "%s", path);
-	ctl->timeout_ns = timeout_ns();
-	ctl->max_clients = max_clients();
 	ctl->abstract = path[0] == '@';
 	ctl->owner = geteuid();
-	__atomic_store_n(&s->parts[CORIO__PART_CTL], ctl, __ATOMIC_RELEASE);
 	if (path[0] == '@') /* abstract namespace: no file, no mode */
 		ret = corio_unix_listen(path, NULL, &ctl->l);
 	else

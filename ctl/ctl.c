@@ -9,10 +9,15 @@
 
 #include <stdio.h>
 
-/* The control part: shard 0 serves the control socket when the config
- * names a path. Its state is freed in fini (no other thread reads it). */
+/* The control part: every shard keeps ctl's counters (/metrics may be
+ * served on any); shard 0 serves the control socket when the config names
+ * a path. Its state is freed in corio_wait (release). */
 static int ctl_init(struct corio__shard *s)
 {
+	int ret = corio__control_init(s);
+
+	if (ret)
+		return ret;
 	if (s->id == 0 && s->rt->cfg.control_path)
 		return corio__control_start(s, s->rt->cfg.control_path);
 	return 0;

@@ -29,12 +29,21 @@ struct corio__ctl_stats {
 	uint64_t idle_dropped; /* closed at the idle limit (no whole line in time) */
 	uint64_t denied;       /* refused by the peer-credential check (@name)   */
 	uint64_t too_long;     /* closed for a line over 255 bytes               */
+	/* HTTP /metrics servers on this shard (ctl/metrics.c) */
+	uint64_t metrics_evicted; /* slot given to a newer connection: no request yet */
+	uint64_t metrics_refused; /* closed at accept: every slot was answering    */
 };
 /* Copy shard's control counters (zeros where no control socket runs). */
 void corio__ctl_stats_get(struct corio_rt *rt, unsigned shard, struct corio__ctl_stats *out);
 
-/* Start the control socket on shard s (shard 0) at path: 0, or -errno with
- * the reason in s->err. corio__control_fini() after the loop ended. */
+/* ctl's state on shard s (every shard: it holds the /metrics counters too):
+ * 0, or -errno with the reason in s->err. */
+int corio__control_init(struct corio__shard *s);
+/* This shard's ctl counters, for the /metrics server (a shard's fiber). */
+struct corio__ctl_stats *corio__ctl_stats_own(void);
+/* Start the control socket on shard s (shard 0) at path, after
+ * corio__control_init: 0, or -errno with the reason in s->err.
+ * corio__control_fini() after the loop ended. */
 int corio__control_start(struct corio__shard *s, const char *path);
 void corio__control_fini(struct corio__shard *s);
 void corio__control_release(struct corio__shard *s); /* in corio_wait */

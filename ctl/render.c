@@ -146,6 +146,8 @@ static const struct metric metrics[] = {
 	M("ctl", "idle_dropped", COUNTER, false, ctl.idle_dropped, "Control-socket clients closed at the idle limit."),
 	M("ctl", "denied", COUNTER, false, ctl.denied, "Control-socket clients refused by the peer-credential check."),
 	M("ctl", "too_long", COUNTER, false, ctl.too_long, "Control-socket clients closed for a line over 255 bytes."),
+	M("ctl", "metrics_evicted", COUNTER, false, ctl.metrics_evicted, "HTTP /metrics connections closed to give their slot to a newer one: no complete request yet."),
+	M("ctl", "metrics_refused", COUNTER, false, ctl.metrics_refused, "HTTP /metrics connections closed at accept: every slot was answering a request."),
 	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
 	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
 	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),

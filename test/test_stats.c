@@ -6,12 +6,14 @@
 #include "helpers.h"
 
 #include <ctype.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <netinet/in.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -955,6 +957,113 @@ Test(stats, control_socket_trickling_clients_dropped, .init = ctl_setup, .fini =
 	corio_stop(rt);
 	cr_assert_eq(corio_wait(rt), 0);
 	unsetenv("CORIO_CONTROL_TIMEOUT_MS");
+	cr_assert_eq(th_fd_count(), before);
+}
+
+/* ---- HTTP /metrics --------------------------------------------------------------- */
+
+static char metrics_addr[32];
+static _Atomic int metrics_ret;
+
+static void metrics_entry(void *arg)
+{
+	(void)arg;
+	if (corio_shard_id() == 0)
+		atomic_store(&metrics_ret, corio_metrics_serve(metrics_addr));
+}
+
+/* A TCP connection to the /metrics server, retried (bounded) until it
+ * listens; SO_LINGER 0 is not set, so the server sees a plain close. */
+static int metrics_connect(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+
+	sa.sin_port = htons((uint16_t)atoi(strchr(metrics_addr, ':') + 1));
+	for (int tries = 0; tries < 1000; tries++) {
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+		cr_assert_geq(fd, 0);
+		if (connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+			return fd;
+		cr_assert_eq(errno, ECONNREFUSED, "connect: %s", strerror(errno));
+		close(fd);
+		cr_assert_eq(atomic_load(&metrics_ret), 0, "corio_metrics_serve: %d",
+			     atomic_load(&metrics_ret));
+		usleep(10 * 1000); /* not listening yet */
+	}
+	cr_assert_fail("the /metrics server never listened on %s", metrics_addr);
+	return -1;
+}
+
+/* A free loopback port for the server (bound once here, then released). */
+static void metrics_pick_addr(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	cr_assert_eq(bind(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+	cr_assert_eq(getsockname(fd, (struct sockaddr *)&sa, &len), 0);
+	snprintf(metrics_addr, sizeof(metrics_addr), "127.0.0.1:%u", ntohs(sa.sin_port));
+	close(fd);
+}
+
+/*
+ * Every /metrics slot held by connections that send nothing: a new scraper
+ * still gets its answer at once, by taking the slot of the connection that
+ * waited longest (the first), and the eviction is counted. It used to be
+ * closed at accept, for as long as silent connections kept coming (5 s each).
+ * A request sent in pieces, slowly but whole within the limit, is answered.
+ */
+Test(stats, metrics_silent_connections_cannot_lock_out_a_scraper, .timeout = 60)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	char buf[65536];
+	int silent[16], sc, before = th_fd_count();
+
+	metrics_pick_addr();
+	atomic_store(&metrics_ret, 0);
+	cfg.flags |= CORIO_F_NO_PIN;
+	cr_assert_eq(corio_start(&cfg, metrics_entry, NULL, &rt), 0, "%s", corio_last_error());
+	for (int i = 0; i < 16; i++)
+		silent[i] = metrics_connect();
+	/* accepted in order, after the 16: every slot is taken by then */
+	sc = metrics_connect();
+	send_all(sc, req, sizeof(req) - 1);
+	read_until(sc, buf, sizeof(buf), NULL);
+	cr_assert(!strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), "scraper refused: '%.200s'", buf);
+	cr_assert(strstr(buf, "\ncorio_ctl_metrics_evicted_total{shard=\"0\"} 1\n"),
+		  "eviction not counted: %.200s",
+		  strstr(buf, "corio_ctl_metrics") ? strstr(buf, "corio_ctl_metrics") : buf);
+	close(sc);
+	/* the one evicted is the oldest; the others still hold their slots */
+	cr_assert_eq(read_until(silent[0], buf, sizeof(buf), NULL), 0, "evicted got bytes");
+	for (int i = 1; i < 16; i++) {
+		struct pollfd pfd = { .fd = silent[i], .events = POLLIN };
+
+		cr_assert_eq(poll(&pfd, 1, 0), 0, "silent connection %d closed too", i);
+	}
+	close(silent[0]);
+	/* 15 silent + one slow request: it fits, and pieces are fine */
+	sc = metrics_connect();
+	for (size_t off = 0; off < sizeof(req) - 1; off += 8) {
+		size_t n = sizeof(req) - 1 - off < 8 ? sizeof(req) - 1 - off : 8;
+
+		send_all(sc, req + off, n);
+		usleep(20 * 1000);
+	}
+	read_until(sc, buf, sizeof(buf), NULL);
+	cr_assert(!strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), "slow request: '%.200s'", buf);
+	cr_assert(strstr(buf, "\ncorio_ctl_metrics_evicted_total{shard=\"0\"} 1\n"),
+		  "a slot was taken from a request in progress");
+	close(sc);
+	for (int i = 1; i < 16; i++)
+		close(silent[i]);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&metrics_ret), -ECANCELED);
 	cr_assert_eq(th_fd_count(), before);
 }
 

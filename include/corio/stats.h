@@ -56,9 +56,14 @@ CORIO_API int corio_stats_render(struct corio_rt *rt, unsigned format, char **ou
 
 /*
  * Serve the "prom" output over HTTP on host_port ("127.0.0.1:9100"):
- * GET /metrics answers it, anything else a 404 (or 400 / 405 / 431). One
+ * GET /metrics answers it, anything else a 404 (or 405 / 431). One
  * request per connection, each in its own fiber on this shard, at most 16 at
- * a time, 5 s to send a request and read the answer. Runs until the calling
+ * a time: 5 s to send the whole request, then 5 s to read the answer. When
+ * all 16 slots are taken, a new connection takes the slot of the one that
+ * has waited longest without sending a complete request (that one is closed;
+ * counted in ctl.metrics_evicted), so silent or trickling clients cannot
+ * keep a scraper out; only when all 16 are answering is it closed at once
+ * (ctl.metrics_refused). Runs until the calling
  * fiber is cancelled (returns -ECANCELED) or the listener fails (-errno);
  * off unless a program calls it. Blocking.
  */
