@@ -235,12 +235,15 @@ int corio__deadline_op_done(struct corio__dl_op *d, struct corio_fiber *f, int r
 	return res;
 }
 
-void corio__deadline_init(struct corio__shard *s)
+int corio__deadline_init(struct corio__shard *s)
 {
-	const char *v = getenv("CORIO_TIMER_NO_LINK");
+	bool no_link = false;
 
 	/* Linked timeouts are 5.5+; a one-entry SQ cannot hold a link.
 	 * CORIO_TIMER_NO_LINK=1 forces the heap-timer fallback for tests. */
+	if (corio__env_flag("CORIO_TIMER_NO_LINK", &no_link, s->err, sizeof(s->err)) < 0)
+		return -EINVAL;
 	s->dl_no_link = !corio__ring_has_op(&s->ring, IORING_OP_LINK_TIMEOUT) ||
-			s->ring.sq_entries < 2 || (v && *v && strcmp(v, "0") != 0);
+			s->ring.sq_entries < 2 || no_link;
+	return 0;
 }

@@ -168,7 +168,8 @@ struct corio__tick_cal {
 	uint64_t mult; /* ns = ticks * mult >> 32 */
 };
 extern struct corio__tick_cal corio__tick_cal;
-void corio__tick_calibrate(void); /* idempotent, thread-safe */
+/* Idempotent, thread-safe: 0, or -EINVAL (corio__error) for a bad CORIO_CLOCK. */
+int corio__tick_calibrate(void);
 
 static inline uint64_t corio__tick(void)
 {
@@ -504,7 +505,8 @@ static inline void corio__nocancel_pop(struct corio_fiber *f)
 
 /* ---- deadlines (core/deadline.c) ------------------------------------------- */
 /* At shard start: can kernel ops carry linked timeouts (s->dl_no_link)? */
-void corio__deadline_init(struct corio__shard *s);
+/* 0, or -EINVAL with the reason in s->err (a bad CORIO_TIMER_NO_LINK). */
+int corio__deadline_init(struct corio__shard *s);
 /* The one check every wait makes: true (and counted as a timeout) when f's
  * deadline scope has passed. */
 bool corio__deadline_passed(struct corio_fiber *f);
@@ -623,7 +625,8 @@ void corio__shard_busy(struct corio__shard *s);
 /* Stall reporting: set up from the config at shard start; report that f
  * (NULL: the loop's own callbacks) ran ns without giving the CPU back, on
  * stderr, rate-limited to one line per shard per second, and count it. */
-void corio__loopstat_init(struct corio__shard *s);
+/* 0, or -EINVAL with the reason in s->err (a bad CORIO_STATS_TEST). */
+int corio__loopstat_init(struct corio__shard *s);
 void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns);
 /* As the shard ends: keep its thread's CPU time for corio_stats_get. */
 void corio__stats_cpu_final(struct corio__shard *s);

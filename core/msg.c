@@ -962,11 +962,14 @@ static void msg_free(struct msg *m)
 
 static int msg_init(struct corio__shard *s)
 {
+	static const char *const doorbells[] = { "eventfd", "badfd", NULL };
 	struct corio_rt *rt = s->rt;
-	const char *env = getenv("CORIO_MSG_DOORBELL");
+	unsigned db = UINT32_MAX; /* unset: MSG_RING where the ring can */
 	struct msg *m;
 	size_t cap = rt->cfg.msg_slots;
 
+	if (corio__env_choice("CORIO_MSG_DOORBELL", doorbells, &db, s->err, sizeof(s->err)) < 0)
+		return -EINVAL;
 	m = aligned_alloc(64, (sizeof(*m) + 63) & ~(size_t)63);
 	if (!m)
 		return -ENOMEM;
@@ -998,11 +1001,11 @@ static int msg_init(struct corio__shard *s)
 	atomic_init(&m->done, NULL);
 	/* MSG_RING doorbells unless the ring cannot send them or the
 	 * environment asks for the eventfd (tests, the benchmark). */
-	m->use_msg_ring = corio__ring_can_msg(&s->ring) && !(env && !strcmp(env, "eventfd"));
+	m->use_msg_ring = corio__ring_can_msg(&s->ring) && db != 0;
 	/* CORIO_MSG_DOORBELL=badfd (tests): send each MSG_RING to fd -1, so
 	 * the kernel takes the SQE and fails it afterwards, as it may with
 	 * -EOVERFLOW or -ENOMEM */
-	m->db_badfd = m->use_msg_ring && env && !strcmp(env, "badfd");
+	m->db_badfd = m->use_msg_ring && db == 1;
 	s->parts[CORIO__PART_MSG] = m;
 	return 0;
 }

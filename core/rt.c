@@ -146,12 +146,14 @@ static int shard_setup(struct corio__shard *s)
 		snprintf(s->err, sizeof(s->err), "shard %u: eventfd: %s", s->id, strerror(errno));
 		return ret;
 	}
-	s->efd_nowait_test = corio__env_has("CORIO_RING_DISABLE", "efd_wait");
+	s->efd_nowait_test = s->ring.disabled & CORIO__RING_NO_EFD_WAIT;
 	ret = corio__stack_init(s, &rt->cfg);
 	if (ret)
 		return ret;
 	corio__altstack_init(s); /* without it an overflow report is lost, nothing else */
-	corio__loopstat_init(s);
+	ret = corio__loopstat_init(s);
+	if (ret)
+		return ret;
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
 		const struct corio__part *p = rt->parts[i];
 
@@ -314,6 +316,8 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 		cfg = &defcfg;
 	}
 	ret = corio_config_check(cfg);
+	if (!ret)
+		ret = corio__tick_calibrate(); /* a bad CORIO_CLOCK fails here */
 	if (ret)
 		return ret;
 	if (sched_getaffinity(0, sizeof(mask), &mask))
@@ -351,7 +355,6 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 			rt->cpus[i] = cfg->cpus ? cfg->cpus[i] : list[i % k];
 	}
 	corio__overflow_handler_install();
-	corio__tick_calibrate();
 
 	for (unsigned i = 0; i < n; i++) {
 		struct corio__shard *s = shard_alloc(rt->cpus[i]);

@@ -66,18 +66,30 @@ static void cal_pair(uint64_t *ns, uint64_t *tsc, bool preempt)
 }
 #endif
 
+/* CORIO_CLOCK: the default (unset) calibrates the TSC where usable. */
+enum { CLOCK_MONOTONIC_ONLY, CLOCK_TEST_PREEMPT, CLOCK_TSC };
+static const char *const clock_words[] = { "monotonic", "test_preempt", NULL };
+
+static unsigned clock_choice(char *err, size_t len)
+{
+	unsigned c = CLOCK_TSC;
+
+	return corio__env_choice("CORIO_CLOCK", clock_words, &c, err, len) < 0 ? UINT32_MAX : c;
+}
+
 static void calibrate(void)
 {
-	const char *env = getenv("CORIO_CLOCK");
+	char why[8];
+	unsigned env = clock_choice(why, sizeof(why)); /* checked by corio__tick_calibrate */
 
-	if (env && !strcmp(env, "monotonic"))
+	if (env == CLOCK_MONOTONIC_ONLY)
 		return;
 #if defined(__x86_64__)
 	if (tsc_usable()) {
 		/* Count ticks over 200 us of CLOCK_MONOTONIC between two tight
 		 * pairs: their jitter (~50 ns) makes the rate good to ~0.03%, and
 		 * a preemption between the pairs moves both clocks alike. */
-		bool preempt = env && !strcmp(env, "test_preempt");
+		bool preempt = env == CLOCK_TEST_PREEMPT;
 		uint64_t t0, c0, t1, c1;
 
 		cal_pair(&t0, &c0, preempt);
@@ -102,24 +114,33 @@ static void calibrate(void)
 #endif
 }
 
-void corio__tick_calibrate(void)
+int corio__tick_calibrate(void)
 {
+	char why[200];
+
+	if (clock_choice(why, sizeof(why)) == UINT32_MAX)
+		return corio__error(-EINVAL, "corio_start: %s", why);
 	pthread_once(&cal_once, calibrate);
+	return 0;
 }
 
 /* ---- stalls and daemons ------------------------------------------------------- */
 
-void corio__loopstat_init(struct corio__shard *s)
+int corio__loopstat_init(struct corio__shard *s)
 {
+	static const char *const test_words[] = { "read_gap", NULL };
 	struct corio__loopstat *sp = &s->ls;
 	uint64_t stall_ns = s->rt->cfg.stall_ns;
-	const char *env = getenv("CORIO_STATS_TEST");
+	unsigned test = UINT32_MAX;
 	struct timespec res;
 
-	sp->read_gap = env && !strcmp(env, "read_gap");
+	if (corio__env_choice("CORIO_STATS_TEST", test_words, &test, s->err, sizeof(s->err)) < 0)
+		return -EINVAL;
+	sp->read_gap = test == 0;
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
 			   stall_ns >= 4 * corio__ts_ns(&res);
+	return 0;
 }
 
 void corio__daemon_add(struct corio__shard *s, int delta)

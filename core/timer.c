@@ -48,12 +48,13 @@ static int timers_init(struct corio__shard *s)
 
 	if (!T)
 		return -ENOMEM;
-	ret = corio__timers_init(T, &s->ring, s, deliver_wait);
+	ret = corio__deadline_init(s);
+	if (!ret)
+		ret = corio__timers_init(T, &s->ring, s, deliver_wait, s->err, sizeof(s->err));
 	if (ret) {
 		free(T);
 		return ret;
 	}
-	corio__deadline_init(s);
 	__atomic_store_n(&s->parts[CORIO__PART_TIMER], T, __ATOMIC_RELEASE);
 	return 0;
 }

@@ -62,24 +62,23 @@ static const char help_text[] =
 	"  help   this text\n"
 	"\n";
 
-/* CORIO_CONTROL_CLIENTS: clients served at once (1..1024, default 16). */
-static unsigned max_clients(void)
+/*
+ * CORIO_CONTROL_CLIENTS: clients served at once (1..1024, default 16).
+ * CORIO_CONTROL_TIMEOUT_MS: the bound on each answer, and 12 times it on
+ * each line (1..3600000 ms, default 5000: an idle limit of 60 s; at most
+ * 12 h, far from any wrap). Read on every shard, whether or not it serves
+ * the socket, so a bad value fails every start alike.
+ */
+static int control_env(struct corio__control *ctl, char *err, size_t len)
 {
-	const char *e = getenv("CORIO_CONTROL_CLIENTS");
-	long n = e ? atol(e) : 0;
+	uint64_t clients = MAX_CLIENTS_DEFAULT, ms = 5000;
+	int ret = corio__env_uint("CORIO_CONTROL_CLIENTS", 1, 1024, &clients, err, len);
 
-	if (e && (n < 1 || n > 1024))
-		fprintf(stderr, "corio: CORIO_CONTROL_CLIENTS=%s ignored (expected 1..1024), "
-				"using %d\n", e, MAX_CLIENTS_DEFAULT);
-	return n >= 1 && n <= 1024 ? (unsigned)n : MAX_CLIENTS_DEFAULT;
-}
-
-static uint64_t timeout_ns(void)
-{
-	const char *e = getenv("CORIO_CONTROL_TIMEOUT_MS"); /* tests shorten it */
-	long ms = e ? atol(e) : 0;
-
-	return (uint64_t)(ms > 0 ? ms : 5000) * 1000000ull;
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_CONTROL_TIMEOUT_MS", 1, 3600000, &ms, err, len);
+	ctl->max_clients = (unsigned)clients;
+	ctl->timeout_ns = ms * 1000000ull;
+	return ret < 0 ? ret : 0;
 }
 
 /* Send all of buf within the control timeout: 0 or -errno. */
@@ -409,8 +408,10 @@ int corio__control_init(struct corio__shard *s)
 
 	if (!ctl)
 		return -ENOMEM;
-	ctl->timeout_ns = timeout_ns();
-	ctl->max_clients = max_clients();
+	if (control_env(ctl, s->err, sizeof(s->err)) < 0) {
+		free(ctl);
+		return -EINVAL;
+	}
 	__atomic_store_n(&s->parts[CORIO__PART_CTL], ctl, __ATOMIC_RELEASE);
 	return 0;
 }

@@ -29,14 +29,20 @@ static const struct {
 
 static int fs_init(struct corio__shard *s)
 {
-	struct corio__fs *fs = calloc(1, sizeof(*fs));
+	const char *words[CORIO_FS_NKINDS + 1] = { NULL };
+	struct corio__fs *fs;
+	uint32_t sync = 0; /* CORIO_FS_SYNC: kinds forced to the blocking fallback */
 
+	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
+		words[k] = kinds[k].name;
+	if (corio__env_words("CORIO_FS_SYNC", words, &sync, s->err, sizeof(s->err)) < 0)
+		return -EINVAL;
+	fs = calloc(1, sizeof(*fs));
 	if (!fs)
 		return -ENOMEM;
 	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
 		fs->sync[k] = !corio__ring_has_op(&s->ring, kinds[k].op[0]) ||
-			      !corio__ring_has_op(&s->ring, kinds[k].op[1]) ||
-			      corio__env_has("CORIO_FS_SYNC", kinds[k].name);
+			      !corio__ring_has_op(&s->ring, kinds[k].op[1]) || (sync >> k & 1);
 	s->parts[CORIO__PART_FS] = fs;
 	return 0;
 }

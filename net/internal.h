@@ -156,6 +156,10 @@ struct corio__net {
 	unsigned udp_eagain_test; /* CORIO_NET_UDP_EAGAIN: direct tries to refuse */
 	unsigned tcp_short_test;  /* CORIO_NET_TCP_SHORT: bytes a direct TCP send
 	                             may take at most (forces short writes) */
+	uint32_t disabled;        /* CORIO_NET_DISABLE, bits of net/part.c's words */
+	unsigned nbufs, bufsz;    /* receive rings (CORIO_NET_BUFS=count:size) */
+	int accept_fault_err;     /* CORIO_NET_ACCEPT_FAULT=errno:count, copied */
+	unsigned accept_fault_n;  /* into each new listener                     */
 	struct corio__slice *slice_free; /* slice pool */
 	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */

@@ -149,7 +149,6 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	struct corio_listener *l;
 	int fd, one = 1, zero = 0;
 	unsigned flags = o ? o->flags : 0;
-	const char *fault;
 
 	if (!n)
 		return -EPERM;
@@ -187,10 +186,8 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	l->family = family;
 	l->backoff_ms = 1;
 	l->max_conns = o ? o->max_conns : 0;
-	fault = getenv("CORIO_NET_ACCEPT_FAULT"); /* "errno:count", for tests */
-	if (fault && (sscanf(fault, "%d:%u", &l->fault_err, &l->fault_n) != 2 ||
-		      l->fault_err <= 0))
-		l->fault_n = 0;
+	l->fault_err = n->accept_fault_err; /* test hook, parsed at shard start */
+	l->fault_n = n->accept_fault_n;
 	l->a.op.cb = aop_cb;
 	l->a.op.data = l;
 	*out = l;

@@ -37,29 +37,65 @@
  * itself when that is not incremental, else one of their own, same size.
  */
 /* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather,udp_direct,
- * tcp_direct forces fallbacks (tests, A/B). */
-static bool net_disabled(const char *what)
+ * tcp_direct forces fallbacks (tests, A/B): the words, in the order of
+ * net->disabled's bits. */
+enum { NO_BUFRING, NO_PBUF_INC, NO_MULTISHOT, NO_SEND_ZC, NO_RECV_LIMIT, NO_SEND_GATHER,
+       NO_UDP_DIRECT, NO_TCP_DIRECT };
+static const char *const disable_words[] = {
+	"bufring", "pbuf_inc", "multishot", "send_zc", "recv_limit", "send_gather", "udp_direct",
+	"tcp_direct", NULL,
+};
+
+static bool net_disabled(const struct corio__net *n, unsigned what)
 {
-	return corio__env_has("CORIO_NET_DISABLE", what);
+	return n->disabled >> what & 1;
 }
 
-/* A per-socket buffer limit from the environment: 1..65535, else def. */
-static unsigned env_cap(const char *name, unsigned def)
+/* CORIO_NET_BUFS=count:size: count a power of two (the ring's mask). */
+static int env_bufs(struct corio__net *n, char *err, size_t len)
 {
-	const char *e = getenv(name);
-	char *end;
-	unsigned long v;
+	static const uint64_t lim[4] = { 1, 32768, 1, INT32_MAX };
+	uint64_t v[2] = { DEFAULT_NBUFS, DEFAULT_BUFSZ };
+	const char *val;
+	int ret = corio__env_pair("CORIO_NET_BUFS", "COUNT:SIZE", lim, v, err, len);
 
-	if (!e || !*e)
-		return def;
-	errno = 0;
-	v = strtoul(e, &end, 10);
-	if (errno || *end || v < 1 || v > 65535 || e[0] < '0' || e[0] > '9') {
-		fprintf(stderr, "corio: %s=%s ignored (expected 1..65535), using %u\n", name, e,
-			def);
-		return def;
-	}
-	return (unsigned)v;
+	if (ret > 0 && (v[0] & (v[0] - 1)) && corio__env_str("CORIO_NET_BUFS", &val, err, len) > 0)
+		ret = corio__env_fail(err, len, "CORIO_NET_BUFS", val, "COUNT must be a power of two");
+	n->nbufs = (unsigned)v[0];
+	n->bufsz = (unsigned)v[1];
+	return ret;
+}
+
+/* Every CORIO_NET_* setting, read once per shard: 0, or -EINVAL with the
+ * variable named in err. Per-socket limits are 1..65535; the test hooks'
+ * 0 means off, as unset does. */
+static int net_env(struct corio__net *n, char *err, size_t len)
+{
+	static const uint64_t fault_lim[4] = { 1, 4095, 0, UINT32_MAX };
+	uint64_t recv = DEFAULT_RECV_CAP, send = DEFAULT_SEND_CAP, eagain = 0, shrt = 0;
+	uint64_t fault[2] = { 0, 0 };
+	int ret = corio__env_words("CORIO_NET_DISABLE", disable_words, &n->disabled, err, len);
+
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_NET_RECV_QUEUE", 1, 65535, &recv, err, len);
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_NET_SEND_QUEUE", 1, 65535, &send, err, len);
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_NET_UDP_EAGAIN", 0, 65535, &eagain, err, len);
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_NET_TCP_SHORT", 0, 65535, &shrt, err, len);
+	if (ret >= 0)
+		ret = corio__env_pair("CORIO_NET_ACCEPT_FAULT", "ERRNO:COUNT", fault_lim, fault,
+				      err, len);
+	if (ret >= 0)
+		ret = env_bufs(n, err, len);
+	n->recv_cap = (unsigned)recv;
+	n->send_cap = (unsigned)send;
+	n->udp_eagain_test = (unsigned)eagain;
+	n->tcp_short_test = (unsigned)shrt;
+	n->accept_fault_err = (int)fault[0];
+	n->accept_fault_n = (unsigned)fault[1];
+	return ret < 0 ? ret : 0;
 }
 
 static int net_init(struct corio__shard *s)
@@ -70,6 +106,10 @@ static int net_init(struct corio__shard *s)
 	if (!n)
 		return -ENOMEM;
 	n->shard = s;
+	if (net_env(n, s->err, sizeof(s->err)) < 0) {
+		free(n);
+		return -EINVAL;
+	}
 	corio__list_init(&n->starved);
 	corio__list_init(&n->armed);
 	corio__list_init(&n->sending);
@@ -79,20 +119,17 @@ static int net_init(struct corio__shard *s)
 	 * IORING_OP_SOCKET (5.19), multishot recv/recvmsg with
 	 * IORING_OP_SEND_ZC (6.0).
 	 */
-	n->multishot_accept = corio__ring_has_op(r, IORING_OP_SOCKET) && !net_disabled("multishot");
-	n->multishot_recv = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("multishot");
+	n->multishot_accept = corio__ring_has_op(r, IORING_OP_SOCKET) &&
+			      !net_disabled(n, NO_MULTISHOT);
+	n->multishot_recv = corio__ring_has_op(r, IORING_OP_SEND_ZC) &&
+			    !net_disabled(n, NO_MULTISHOT);
 	n->multishot_recvmsg = n->multishot_recv;
-	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("send_zc");
-	n->recv_cap = env_cap("CORIO_NET_RECV_QUEUE", DEFAULT_RECV_CAP);
-	n->recv_limit = n->multishot_recv && !net_disabled("recv_limit");
-	n->send_cap = env_cap("CORIO_NET_SEND_QUEUE", DEFAULT_SEND_CAP);
-	n->send_gather = !net_disabled("send_gather");
-	n->udp_direct = !net_disabled("udp_direct");
-	n->send_direct = !net_disabled("tcp_direct") && !getenv("CORIO_FAULTS");
-	n->udp_eagain_test = getenv("CORIO_NET_UDP_EAGAIN")
-				     ? env_cap("CORIO_NET_UDP_EAGAIN", 0)
-				     : 0;
-	n->tcp_short_test = getenv("CORIO_NET_TCP_SHORT") ? env_cap("CORIO_NET_TCP_SHORT", 0) : 0;
+	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled(n, NO_SEND_ZC);
+	n->recv_limit = n->multishot_recv && !net_disabled(n, NO_RECV_LIMIT);
+	n->send_gather = !net_disabled(n, NO_SEND_GATHER);
+	n->udp_direct = !net_disabled(n, NO_UDP_DIRECT);
+	/* fault injection runs keep every send in the ring, where faults are */
+	n->send_direct = !net_disabled(n, NO_TCP_DIRECT) && !r->faults_env;
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
 }
@@ -141,16 +178,11 @@ void corio__net_buf_put(struct corio__net *n, uint32_t id)
 
 static int ring_init(struct corio__net *n, struct corio__bufring *b, uint16_t bgid, bool inc)
 {
-	unsigned nbufs = DEFAULT_NBUFS, size = DEFAULT_BUFSZ;
-	const char *env = getenv("CORIO_NET_BUFS"); /* "count:size", for tests */
+	unsigned nbufs = n->nbufs, size = n->bufsz;
 	int ret;
 
-	if (env && sscanf(env, "%u:%u", &nbufs, &size) != 2) {
-		nbufs = DEFAULT_NBUFS;
-		size = DEFAULT_BUFSZ;
-	}
-	ret = corio__bufring_init(b, &n->shard->ring, bgid, nbufs, size, !net_disabled("bufring"),
-				  inc && !net_disabled("pbuf_inc"));
+	ret = corio__bufring_init(b, &n->shard->ring, bgid, nbufs, size, !net_disabled(n, NO_BUFRING),
+				  inc && !net_disabled(n, NO_PBUF_INC));
 	if (ret)
 		return corio__error(ret, "net: cannot set up %u receive buffers of %u bytes: %s",
 				    nbufs, size, strerror(-ret));

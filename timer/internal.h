@@ -52,9 +52,10 @@ struct corio__timers {
 #define CORIO__TSTAT_ADD(field, n) \
 	__atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
 
-/* Set up T on ring r (the heap's first block is allocated): 0 or -ENOMEM. */
+/* Set up T on ring r (the heap's first block is allocated): 0, -ENOMEM, or
+ * -EINVAL with the reason in err (a bad CORIO_TIMER_NO_UPDATE). */
 int corio__timers_init(struct corio__timers *T, struct corio__ring *r, void *owner,
-		       void (*deliver)(struct corio_timer *t, int res));
+		       void (*deliver)(struct corio_timer *t, int res), char *err, size_t errlen);
 /*
  * Once per loop turn, before the loop submits: fire what is due (at most a
  * budget of timers; the rest next turn) and, when may_block, make the

@@ -311,17 +311,14 @@ static void update_done(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 
 /* ---- the heap's life ------------------------------------------------------------- */
 
-static bool env_set(const char *name)
-{
-	const char *v = getenv(name);
-
-	return v && *v && strcmp(v, "0") != 0;
-}
-
 int corio__timers_init(struct corio__timers *T, struct corio__ring *r, void *owner,
-		       void (*deliver_fn)(struct corio_timer *t, int res))
+		       void (*deliver_fn)(struct corio_timer *t, int res), char *err, size_t errlen)
 {
+	bool no_update = false;
+
 	memset(T, 0, sizeof(*T));
+	if (corio__env_flag("CORIO_TIMER_NO_UPDATE", &no_update, err, errlen) < 0)
+		return -EINVAL;
 	if (heap_grow(T))
 		return -ENOMEM;
 	T->ring = r;
@@ -331,7 +328,7 @@ int corio__timers_init(struct corio__timers *T, struct corio__ring *r, void *own
 	T->op.data = T;
 	T->upd_op.cb = update_done;
 	T->upd_op.data = T;
-	T->no_update = env_set("CORIO_TIMER_NO_UPDATE");
+	T->no_update = no_update;
 	return 0;
 }
 

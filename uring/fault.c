@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * uring/fault.c - fault injection (see fault.h). Compiled to nothing
- * unless -DCORIO_FAULTS.
+ * uring/fault.c - fault injection (see fault.h). Compiled to the parser of
+ * CORIO_FAULTS alone unless -DCORIO_FAULTS.
  *
  * Where, and why there. A CQE the kernel already produced cannot be
  * rewritten safely: turning a successful recv into an error loses the bytes
@@ -31,7 +31,6 @@
  * harness's tally across every shard and runtime of the process, read by
  * test_faults and printed at exit.
  */
-#ifdef CORIO_FAULTS
 #include "uring/internal.h"
 
 #include <errno.h>
@@ -44,12 +43,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-/* include/uapi/linux/io_uring.h, Linux 6.10+; liburing 2.3 lacks it */
-#ifndef IORING_NOP_INJECT_RESULT
-#define IORING_NOP_INJECT_RESULT (1U << 0)
-#endif
+/* ---- CORIO_FAULTS, parsed in every build ------------------------------------------ */
+/*
+ * A build without fault injection still parses the spec, so a bad one is
+ * refused the same way everywhere; it then injects nothing, and the
+ * variable being set only keeps corio_send in the ring (net/part.c).
+ */
 
-static const char *const names[CORIO__FK_MAX] = {
+static const char *const names[CORIO__FK_MAX + 3] = {
 	[CORIO__FK_SHORT] = "short",   [CORIO__FK_MSHOT] = "mshot",
 	[CORIO__FK_ENOBUFS] = "enobufs", [CORIO__FK_RETRY] = "retry",
 	[CORIO__FK_SQFULL] = "sqfull", [CORIO__FK_BUSY] = "busy",
@@ -57,6 +58,7 @@ static const char *const names[CORIO__FK_MAX] = {
 	[CORIO__FK_RESET] = "reset",   [CORIO__FK_PIPE] = "pipe",
 	[CORIO__FK_EIO] = "eio",       [CORIO__FK_ENOMEM] = "enomem",
 	[CORIO__FK_CANCEL] = "cancel",
+	[CORIO__FK_MAX] = "transparent", [CORIO__FK_MAX + 1] = "surfacing", /* aliases */
 };
 
 #define TRANSPARENT                                                                   \
@@ -67,11 +69,70 @@ static const char *const names[CORIO__FK_MAX] = {
 	((1u << CORIO__FK_RESET) | (1u << CORIO__FK_PIPE) | (1u << CORIO__FK_EIO) |     \
 	 (1u << CORIO__FK_ENOMEM) | (1u << CORIO__FK_CANCEL))
 
+struct spec {
+	uint64_t seed;
+	double rate;
+	uint32_t kinds;
+};
+
+/* "K1+K2...", '+', ':' or '|' between kinds: 0 or -EINVAL */
+static int parse_kinds(const char *p, size_t len, uint32_t *kinds)
+{
+	size_t bad, badlen;
+	uint32_t m;
+
+	if (corio__env_mask(p, len, "+:|", names, &m, &bad, &badlen))
+		return -EINVAL;
+	if (m & (1u << CORIO__FK_MAX))
+		m |= TRANSPARENT;
+	if (m & (1u << (CORIO__FK_MAX + 1)))
+		m |= SURFACING;
+	*kinds |= m & (TRANSPARENT | SURFACING);
+	return 0;
+}
+
+/* "seed=N,rate=R,kinds=K1+K2..." (a bare kind counts as kinds=): 0 or -EINVAL */
+static int parse_spec(const char *env, struct spec *sp, char *err, size_t errlen)
+{
+	sp->seed = 1;
+	sp->rate = 0.02;
+	sp->kinds = 0;
+	for (const char *p = env;;) {
+		const char *end = strchr(p, ',');
+		size_t len = end ? (size_t)(end - p) : strlen(p);
+		int bad;
+
+		if (len > 5 && !strncmp(p, "seed=", 5))
+			bad = corio__env_num(p + 5, len - 5, 0, UINT64_MAX, &sp->seed);
+		else if (len > 5 && !strncmp(p, "rate=", 5))
+			bad = corio__env_real(p + 5, len - 5, 0, 1, &sp->rate);
+		else if (len > 6 && !strncmp(p, "kinds=", 6))
+			bad = parse_kinds(p + 6, len - 6, &sp->kinds);
+		else
+			bad = parse_kinds(p, len, &sp->kinds);
+		if (bad)
+			return corio__env_fail(err, errlen, "CORIO_FAULTS", env,
+					       "bad item '%.*s' (expected seed=N, rate=0..1, "
+					       "kinds=K+K..., K a kind, transparent, surfacing or all)",
+					       (int)len, p);
+		if (!end)
+			return 0;
+		p = end + 1;
+	}
+}
+
+#ifdef CORIO_FAULTS
+/* include/uapi/linux/io_uring.h, Linux 6.10+; liburing 2.3 lacks it */
+#ifndef IORING_NOP_INJECT_RESULT
+#define IORING_NOP_INJECT_RESULT (1U << 0)
+#endif
+
 static _Atomic uint64_t counts[CORIO__FK_MAX];
 static _Atomic uint64_t ring_seq;
 static _Atomic int nop_probe; /* 0 unknown, 1 works, -1 not */
 static _Atomic int exit_hooked;
 static char summary_hdr[128];
+static char log_path[4096]; /* CORIO_FAULTS_LOG when the summary was hooked */
 
 const char *corio__fault_name(enum corio__fault_kind k)
 {
@@ -92,7 +153,7 @@ static void print_summary(void)
 {
 	char line[512];
 	size_t n = (size_t)snprintf(line, sizeof(line), "corio faults (%s):", summary_hdr);
-	const char *log = getenv("CORIO_FAULTS_LOG");
+	const char *log = log_path;
 
 	for (unsigned k = 0; k < CORIO__FK_MAX && n < sizeof(line); k++)
 		n += (size_t)snprintf(line + n, sizeof(line) - n, " %s=%llu", names[k],
@@ -130,35 +191,6 @@ static bool roll(struct corio__fault_ring *f)
 	return f->threshold && (uint32_t)next(f) < f->threshold;
 }
 
-static uint32_t parse_kinds(const char *p, size_t len)
-{
-	uint32_t m = 0;
-
-	while (len) {
-		size_t w = 0;
-
-		while (w < len && p[w] != '+' && p[w] != ':' && p[w] != '|')
-			w++;
-		if (w == 11 && !strncmp(p, "transparent", w))
-			m |= TRANSPARENT;
-		else if (w == 9 && !strncmp(p, "surfacing", w))
-			m |= SURFACING;
-		else if (w == 3 && !strncmp(p, "all", w))
-			m |= TRANSPARENT | SURFACING;
-		else
-			for (unsigned k = 0; k < CORIO__FK_MAX; k++)
-				if (strlen(names[k]) == w && !strncmp(p, names[k], w))
-					m |= 1u << k;
-		p += w;
-		len -= w;
-		if (len) {
-			p++;
-			len--;
-		}
-	}
-	return m;
-}
-
 static bool probe_nop_inject(struct corio__ring *r)
 {
 	struct io_uring_sqe *sqe;
@@ -184,45 +216,25 @@ static bool probe_nop_inject(struct corio__ring *r)
 	return got == -EBADMSG;
 }
 
+/* At ring setup, after the ring works: the probe and the exit summary. */
 void corio__fault_init(struct corio__ring *r)
 {
 	struct corio__fault_ring *f = &r->fault;
-	const char *env = getenv("CORIO_FAULTS");
-	uint64_t seed = 1;
-	double rate = 0.02;
+	const char *log = NULL;
+	char why[8];
 
-	memset(f, 0, sizeof(*f));
-	if (!env || !*env)
-		return;
-	for (const char *p = env; *p;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-
-		if (len > 5 && !strncmp(p, "seed=", 5))
-			seed = strtoull(p + 5, NULL, 0);
-		else if (len > 5 && !strncmp(p, "rate=", 5))
-			rate = strtod(p + 5, NULL);
-		else if (len > 6 && !strncmp(p, "kinds=", 6))
-			f->kinds |= parse_kinds(p + 6, len - 6);
-		else
-			f->kinds |= parse_kinds(p, len);
-		p = end ? end + 1 : p + len;
-	}
 	if (!f->kinds)
-		f->kinds = TRANSPARENT;
-	if (rate < 0)
-		rate = 0;
-	if (rate > 1)
-		rate = 1;
-	f->threshold = (uint32_t)(rate * 4294967295.0);
-	f->rng = seed * 0x2545f4914f6cdd1dull + atomic_fetch_add(&ring_seq, 1);
+		return;
 	if (f->kinds & ((1u << CORIO__FK_ENOBUFS) | (1u << CORIO__FK_RETRY) | SURFACING))
 		f->nop_inject = probe_nop_inject(r);
 	if (!atomic_exchange(&exit_hooked, 1)) {
 		snprintf(summary_hdr, sizeof(summary_hdr), "seed=%llu rate=%g%s",
-			 (unsigned long long)seed, rate,
+			 (unsigned long long)f->seed, f->rate,
 			 f->nop_inject || !(f->kinds & SURFACING) ? ""
 								   : " no NOP_INJECT_RESULT");
+		/* validated by corio__fault_env already */
+		if (corio__env_str("CORIO_FAULTS_LOG", &log, why, sizeof(why)) > 0)
+			snprintf(log_path, sizeof(log_path), "%s", log);
 		atexit(print_summary);
 	}
 }
@@ -426,4 +438,33 @@ int corio__fault_enter(struct corio__ring *r, bool sq_full)
 	count(k);
 	return (next(f) & 1) ? -EBUSY : -EAGAIN;
 }
+#endif /* CORIO_FAULTS */
+
+int corio__fault_env(struct corio__ring *r, char *err, size_t errlen)
+{
+	const char *env = NULL, *log = NULL;
+	struct spec sp;
+	int ret = corio__env_str("CORIO_FAULTS", &env, err, errlen);
+
+	if (ret >= 0)
+		ret = corio__env_str("CORIO_FAULTS_LOG", &log, err, errlen);
+	if (ret < 0 || !env)
+		return ret < 0 ? ret : 0;
+	ret = parse_spec(env, &sp, err, errlen);
+	if (ret < 0)
+		return ret;
+	r->faults_env = true;
+#ifdef CORIO_FAULTS
+	{
+		struct corio__fault_ring *f = &r->fault;
+
+		f->kinds = sp.kinds ? sp.kinds : TRANSPARENT;
+		f->seed = sp.seed;
+		f->rate = sp.rate;
+		f->threshold = (uint32_t)(sp.rate * 4294967295.0);
+		f->rng = sp.seed * 0x2545f4914f6cdd1dull + atomic_fetch_add(&ring_seq, 1);
+	}
 #endif
+	return 0;
+}
+

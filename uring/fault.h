@@ -38,6 +38,7 @@
 #define CORIO_URING_FAULT_H
 
 #include <stdbool.h>
+#include <stddef.h>
 #include <stdint.h>
 
 struct corio__ring;
@@ -58,6 +59,11 @@ enum corio__fault_kind {
 	CORIO__FK_MAX
 };
 
+/* Parse CORIO_FAULTS and CORIO_FAULTS_LOG (every build; a build without
+ * FAULTS=1 injects nothing) into r, before the ring is set up: 0, or
+ * -EINVAL with the variable named in err. */
+int corio__fault_env(struct corio__ring *r, char *err, size_t errlen);
+
 #ifdef CORIO_FAULTS
 /* Per-ring state, embedded in struct corio__ring. */
 struct corio__fault_ring {
@@ -65,8 +71,11 @@ struct corio__fault_ring {
 	uint32_t kinds;     /* 1u << CORIO__FK_* */
 	uint32_t threshold; /* a fault when the next 32 random bits are below it */
 	bool nop_inject;    /* IORING_NOP_INJECT_RESULT works */
+	uint64_t seed;      /* the spec's, for the exit summary */
+	double rate;
 };
 
+/* After the ring is set up: probe what injection needs, hook the summary. */
 void corio__fault_init(struct corio__ring *r);
 /* Rewrite the SQEs queued since the last flush; call before every submit. */
 void corio__fault_sq(struct corio__ring *r);

@@ -66,6 +66,8 @@ struct corio__ring {
 	bool under_valgrind;    /* blocking waits are sliced (see ring.c) */
 	bool no_reap_flush;     /* test: CORIO_RING_DISABLE=reap_flush */
 	bool fault_ebadr;       /* test: CORIO_RING_FAULT=ebadr, once */
+	bool faults_env;        /* CORIO_FAULTS is set (fault injection asked for) */
+	unsigned disabled;      /* CORIO_RING_DISABLE: CORIO__RING_NO_* */
 	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
 	unsigned sq_entries, cq_entries;
 	struct corio__ring_counters cnt;
@@ -82,17 +84,63 @@ struct corio__ring {
 #endif
 };
 
-/* True if the environment variable var holds word (or "all") in its comma
- * list: how tests force fallbacks (CORIO_RING_DISABLE, CORIO_NET_DISABLE,
- * CORIO_FS_SYNC). It lives in the lowest layer so every area can use it. */
-bool corio__env_has(const char *var, const char *word);
+/* ==== CORIO_* environment settings (uring/env.c) ========================= */
+/*
+ * The one parser of every CORIO_* variable, here so every area can use it
+ * (uring/env.c states the rule). Each corio__env_<kind>(var, ...) call
+ * returns 0 when var is unset (*out keeps the caller's default), 1 when it
+ * holds a valid value (stored in *out), or -EINVAL with "VAR=value: what
+ * was expected" in err. Areas read their variables once, while a shard
+ * starts, and fail its start with that message.
+ */
+int corio__env_uint(const char *var, uint64_t min, uint64_t max, uint64_t *out, char *err,
+		    size_t len);
+int corio__env_flag(const char *var, bool *out, char *err, size_t len); /* 0 or 1 */
+/* One of words (NULL-terminated): *out is its index. */
+int corio__env_choice(const char *var, const char *const *words, unsigned *out, char *err,
+		      size_t len);
+/* A comma list of words (NULL-terminated, at most 32) or "all": *mask has
+ * bit i for words[i]. */
+int corio__env_words(const char *var, const char *const *words, uint32_t *mask, char *err,
+		     size_t len);
+/* "A:B" (syntax names it for the message): A in lim[0]..lim[1], B in
+ * lim[2]..lim[3]. */
+int corio__env_pair(const char *var, const char *syntax, const uint64_t lim[4],
+		    uint64_t out[2], char *err, size_t len);
+int corio__env_str(const char *var, const char **out, char *err, size_t len); /* non-empty */
+
+/* Primitives for structured values (CORIO_FAULTS), on s[0..n): */
+/* decimal digits only, in min..max: 0, -EINVAL (syntax) or -ERANGE */
+int corio__env_num(const char *s, size_t n, uint64_t min, uint64_t max, uint64_t *out);
+/* an unsigned decimal fraction (no sign, inf or nan) in min..max: 0, -EINVAL, -ERANGE */
+int corio__env_real(const char *s, size_t n, double min, double max, double *out);
+/* the index of s in words (NULL-terminated), or -1 */
+int corio__env_word(const char *s, size_t n, const char *const *words);
+/* items separated by any of seps, each one of words or "all": 0, or
+ * -EINVAL with the bad item at s[*bad], *badlen long */
+int corio__env_mask(const char *s, size_t n, const char *seps, const char *const *words,
+		    uint32_t *mask, size_t *bad, size_t *badlen);
+/* Write "VAR=value: " and fmt into err; returns -EINVAL. */
+int corio__env_fail(char *err, size_t len, const char *var, const char *val, const char *fmt,
+		    ...) __attribute__((format(printf, 5, 6)));
+
+/* CORIO_RING_DISABLE's words, as bits of struct corio__ring.disabled. */
+enum {
+	CORIO__RING_NO_SINGLE_ISSUER = 1u << 0,
+	CORIO__RING_NO_DEFER_TASKRUN = 1u << 1,
+	CORIO__RING_NO_COOP_TASKRUN = 1u << 2,
+	CORIO__RING_NO_SQPOLL = 1u << 3,
+	CORIO__RING_NO_REAP_FLUSH = 1u << 4, /* test: liburing's reap flush */
+	CORIO__RING_NO_EFD_WAIT = 1u << 5,   /* test: core's eventfd wait (core/loop.c) */
+};
 
 /*
  * Create a ring, trying the best flag set first and falling back for older
  * kernels (see ring.c for the ladder). The environment variable
  * CORIO_RING_DISABLE (comma list of single_issuer, defer_taskrun,
- * coop_taskrun, sqpoll) forces fallbacks for tests. On failure returns
- * -errno and writes a human-readable cause into err.
+ * coop_taskrun, sqpoll, and the test hooks reap_flush and efd_wait) forces
+ * fallbacks for tests; it, CORIO_RING_FAULT and CORIO_FAULTS are parsed
+ * here. On failure returns -errno and writes a human-readable cause into err.
  */
 int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, char *err,
 		     size_t errlen);

@@ -36,25 +36,26 @@
 #define RUNNING_ON_VALGRIND 0
 #endif
 
-bool corio__env_has(const char *var, const char *word)
+/* CORIO_RING_DISABLE's words, in the order of the CORIO__RING_NO_* bits */
+static const char *const disable_words[] = {
+	"single_issuer", "defer_taskrun", "coop_taskrun", "sqpoll", "reap_flush", "efd_wait", NULL,
+};
+static const char *const fault_words[] = { "ebadr", NULL };
+
+/* The ring's environment: 0, or -EINVAL with the variable named in err. */
+static int ring_env(struct corio__ring *r, char *err, size_t errlen)
 {
-	const char *env = getenv(var);
-	size_t n = strlen(word);
+	uint32_t dis = 0, fault = 0;
+	int ret = corio__env_words("CORIO_RING_DISABLE", disable_words, &dis, err, errlen);
 
-	for (const char *p = env; p && *p;) {
-		const char *end = strchr(p, ',');
-		size_t len = end ? (size_t)(end - p) : strlen(p);
-
-		if ((len == n && !strncmp(p, word, n)) || (len == 3 && !strncmp(p, "all", 3)))
-			return true;
-		p = end ? end + 1 : NULL;
-	}
-	return false;
-}
-
-static bool disabled_by_env(const char *what)
-{
-	return corio__env_has("CORIO_RING_DISABLE", what);
+	if (ret >= 0)
+		ret = corio__env_words("CORIO_RING_FAULT", fault_words, &fault, err, errlen);
+	if (ret < 0)
+		return ret;
+	r->disabled = dis;
+	r->no_reap_flush = dis & CORIO__RING_NO_REAP_FLUSH;
+	r->fault_ebadr = fault & 1;
+	return corio__fault_env(r, err, errlen);
 }
 
 static void explain_failure(int err, unsigned sq, char *buf, size_t len)
@@ -129,13 +130,16 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 	int ret = -EINVAL;
 
 	memset(r, 0, sizeof(*r));
-	if (disabled_by_env("single_issuer"))
+	ret = ring_env(r, err, errlen);
+	if (ret < 0)
+		return ret;
+	if (r->disabled & CORIO__RING_NO_SINGLE_ISSUER)
 		drop |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
-	if (disabled_by_env("defer_taskrun"))
+	if (r->disabled & CORIO__RING_NO_DEFER_TASKRUN)
 		drop |= IORING_SETUP_DEFER_TASKRUN;
-	if (disabled_by_env("coop_taskrun"))
+	if (r->disabled & CORIO__RING_NO_COOP_TASKRUN)
 		drop |= IORING_SETUP_COOP_TASKRUN;
-	if (p->sqpoll && !disabled_by_env("sqpoll")) {
+	if (p->sqpoll && !(r->disabled & CORIO__RING_NO_SQPOLL)) {
 		for (unsigned i = 0; i < 2; i++)
 			candidates[n++] = sqpoll_ladder[i];
 	}
@@ -173,8 +177,6 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 		return ret;
 	}
 	r->under_valgrind = RUNNING_ON_VALGRIND != 0;
-	r->no_reap_flush = disabled_by_env("reap_flush");
-	r->fault_ebadr = corio__env_has("CORIO_RING_FAULT", "ebadr");
 	r->setup_flags = ip.flags;
 	r->features = ip.features;
 	r->sq_entries = ip.sq_entries;
