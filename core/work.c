@@ -464,7 +464,8 @@ static int work_init(struct corio__shard *s)
 	if (!w)
 		return -ENOMEM;
 	atomic_init(&w->done, NULL);
-	s->parts[CORIO__PART_WORK] = w;
+	/* release: corio_work_stats_get() may read it from another thread */
+	__atomic_store_n(&s->parts[CORIO__PART_WORK], w, __ATOMIC_RELEASE);
 	return 0;
 }
 
