@@ -81,6 +81,12 @@ int corio_config_check(const struct corio_config *cfg)
 		return corio__error(-EINVAL,
 				    "config: msg_slots is %u, must be a power of two in 2..16M",
 				    cfg->msg_slots);
+	if (cfg->work_threads > 1024)
+		return corio__error(-EINVAL, "config: work_threads is %u, at most 1024 (0: 4)",
+				    cfg->work_threads);
+	if (cfg->work_queue > (1u << 24))
+		return corio__error(-EINVAL, "config: work_queue is %u, at most 16M (0: 1024)",
+				    cfg->work_queue);
 	if (!cfg->run_budget)
 		return corio__error(-EINVAL, "config: run_budget is 0, must be >= 1");
 	if (cfg->control_path && !cfg->control_path[0])

@@ -122,6 +122,7 @@ struct corio_fiber {
 enum corio__part_id {
 	CORIO__PART_TIMER,
 	CORIO__PART_MSG,
+	CORIO__PART_WORK,
 	CORIO__PART_FIRST_AREA,
 	CORIO__PART_MAX = CORIO__PART_FIRST_AREA + 4,
 };
@@ -148,6 +149,7 @@ struct corio__part {
 };
 extern const struct corio__part corio__timer_part; /* core/timer.c */
 extern const struct corio__part corio__msg_part;   /* core/msg.c   */
+extern const struct corio__part corio__work_part;  /* core/work.c  */
 
 /* ---- loop timing (core/stats.c) --------------------------------------------- */
 /*
@@ -321,6 +323,7 @@ struct corio_rt {
 	unsigned nshards;
 	int *cpus;
 	struct corio__shard **shards;
+	struct corio__pool *pool; /* the blocking-work pool (core/work.c) */
 	void (*entry)(void *);
 	void *entry_arg;
 	_Atomic int stopping;
@@ -634,5 +637,20 @@ void corio__stats_cpu_final(struct corio__shard *s);
  * keep the runtime running: call right after spawning it, and once more
  * (delta -1) when it is about to end. */
 void corio__daemon_add(struct corio__shard *s, int delta);
+
+/* ---- the blocking-work pool (core/work.c) ---------------------------------- */
+struct corio__pool;
+/* In corio_start(), on the starting thread: the pool's queue, no thread yet;
+ * mask is the affinity its threads get. 0 or -ENOMEM. */
+int corio__pool_new(struct corio_rt *rt, const cpu_set_t *mask);
+/* In corio_wait(), after every shard thread ended: wait for running jobs,
+ * release abandoned ones. Then corio__pool_free(). */
+void corio__pool_stop(struct corio_rt *rt);
+void corio__pool_free(struct corio_rt *rt);
+/* corio_work(); with wait_for_fn the fiber waits for fn however it is
+ * cancelled or its deadline passes (fn may use the caller's memory until it
+ * returns: the file calls' blocking fallback). */
+int corio__work_run(intptr_t (*fn)(void *), void *arg, void (*release)(void *),
+		    intptr_t *result, bool wait_for_fn);
 
 #endif

@@ -290,6 +290,7 @@ static void rt_free(struct corio_rt *rt)
 		shard_free(rt->shards[i]);
 	free(rt->shards);
 	free(rt->cpus);
+	corio__pool_free(rt);
 	pthread_mutex_destroy(&rt->lock);
 	pthread_cond_destroy(&rt->cond);
 	free(rt);
@@ -339,7 +340,7 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 	pthread_cond_init(&rt->cond, NULL);
 	rt->cpus = calloc(n, sizeof(int));
 	rt->shards = calloc(n, sizeof(*rt->shards));
-	if (!rt->cpus || !rt->shards) {
+	if (!rt->cpus || !rt->shards || corio__pool_new(rt, &mask)) {
 		rt_free(rt);
 		return -ENOMEM;
 	}
@@ -414,6 +415,7 @@ int corio_wait(struct corio_rt *rt)
 		if (!first && res)
 			first = (int)(intptr_t)res;
 	}
+	corio__pool_stop(rt); /* running jobs end, abandoned ones are released */
 	if (!first)
 		first = corio__census(rt); /* nothing leaked: core/census.c */
 	rt_free(rt);

@@ -40,6 +40,7 @@ _Static_assert(CORIO__PART_NET >= CORIO__PART_FIRST_AREA && CORIO__PART_NET < CO
 static const struct corio__part *const parts[CORIO__PART_MAX] = {
 	[CORIO__PART_TIMER] = &corio__timer_part,
 	[CORIO__PART_MSG] = &corio__msg_part,
+	[CORIO__PART_WORK] = &corio__work_part,
 	[CORIO__PART_NET] = &corio__net_part,
 	[CORIO__PART_FS] = &corio__fs_part,
 	[CORIO__PART_CTL] = &ctl_part,

@@ -26,6 +26,7 @@ struct snap {
 	struct corio_timer_stats timer;
 	struct corio_net_stats net;
 	struct corio_fs_stats fs;
+	struct corio_work_stats work;
 	struct corio__ctl_stats ctl;
 	uint64_t doorbells_in;  /* eventfd + MSG_RING doorbells from peers */
 	uint64_t lateness_p50, lateness_p99, lateness_p999;
@@ -45,6 +46,8 @@ static int snap_take(struct corio_rt *rt, unsigned i, unsigned n, struct snap *s
 		ret = corio_net_stats_get(rt, i, &sn->net);
 	if (!ret)
 		ret = corio_fs_stats_get(rt, i, &sn->fs);
+	if (!ret)
+		ret = corio_work_stats_get(rt, i, &sn->work);
 	if (ret)
 		return ret;
 	corio__ctl_stats_get(corio__rt_or_own(rt), i, &sn->ctl);
@@ -149,6 +152,15 @@ static const struct metric metrics[] = {
 	M("ctl", "metrics_evicted", COUNTER, false, ctl.metrics_evicted, "HTTP /metrics connections closed to give their slot to a newer one: no complete request yet."),
 	M("ctl", "metrics_refused", COUNTER, false, ctl.metrics_refused, "HTTP /metrics connections closed at accept: every slot was answering a request."),
 	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
+	M("work", "submitted", COUNTER, false, work.submitted, "Blocking-work jobs this shard queued (corio_work)."),
+	M("work", "done", COUNTER, false, work.done, "Jobs whose function returned to a waiting fiber."),
+	M("work", "abandoned", COUNTER, false, work.abandoned, "Jobs the caller left (cancel, deadline, shutdown); their release ran or runs when they end."),
+	M("work", "refused", COUNTER, false, work.refused, "corio_work calls refused because the queue was full."),
+	M("work", "wait", COUNTER, true, work.wait_ns, "Time jobs waited in the queue for a pool thread."),
+	M("work", "run", COUNTER, true, work.run_ns, "Time job functions ran on pool threads."),
+	M("work", "pool_queued", INFO, false, work.queued, "Jobs waiting for a pool thread now (whole pool)."),
+	M("work", "pool_running", INFO, false, work.running, "Jobs running now (whole pool)."),
+	M("work", "pool_threads", INFO, false, work.threads, "Pool threads started (whole pool)."),
 	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
 	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),
 	M("fs", "dma_cached", GAUGE, false, fs.dma_cached, "Bytes held in the DMA buffer cache."),

@@ -127,6 +127,29 @@ static int64_t run_sync(const struct req *q)
 	return r < 0 ? -errno : r;
 }
 
+static intptr_t sync_job(void *arg)
+{
+	return (intptr_t)run_sync(arg);
+}
+
+/* The blocking fallback, on a thread of the blocking-work pool (core/work.c)
+ * so the shard keeps serving; the fiber waits for the syscall however it is
+ * cancelled meanwhile, since the syscall uses the caller's buffers. With the
+ * pool's queue full (or no thread to be had) the syscall runs here on the
+ * shard, as it did before the pool existed. */
+static int64_t run_blocking(struct corio__fs *fs, const struct req *q)
+{
+	intptr_t r;
+	int ret = corio__work_run(sync_job, (void *)q, NULL, &r, true);
+
+	if (ret == -EAGAIN || ret == -ENOMEM)
+		r = (intptr_t)run_sync(q);
+	else if (ret)
+		return ret; /* cancelled or past the deadline before it started */
+	CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
+	return (int64_t)r;
+}
+
 static int64_t run(const struct req *q)
 {
 	struct corio__fs *fs = corio__fs_of(corio__shard());
@@ -141,10 +164,8 @@ static int64_t run(const struct req *q)
 		res = corio__op_may_start();
 		if (res == -EPERM)
 			return res;
-		if (!res) {
-			res = run_sync(q);
-			CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
-		}
+		if (!res)
+			res = run_blocking(fs, q);
 	} else {
 		int ret = corio__op_begin(&op, &sqe);
 
@@ -296,10 +317,10 @@ int corio_close_fd(int fd)
 	 * another shard has just been given. So: already cancelled, close(2)
 	 * here (cheap on local filesystems); otherwise a cancel arriving
 	 * while the close is in flight is noted but does not interrupt it.
-	 * The blocking fallback closes whatever the fiber's deadline or
-	 * cancel state, like the ring path below.
+	 * The blocking fallback (run on the pool, below) closes whatever the
+	 * fiber's deadline or cancel state, like the ring path.
 	 */
-	if (fs->sync[q.kind] || (f->flags & CORIO__FF_CANCELLED)) {
+	if (f->flags & CORIO__FF_CANCELLED) {
 		ret = (int)run_sync(&q);
 		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
 		corio__fs_account(fs, q.kind, ret);

@@ -79,7 +79,11 @@ struct corio_config {
 	unsigned stack_guard;     /* inaccessible bytes below each fiber stack: a
 	                             page multiple up to 16 MiB; 0: the default
 	                             (64 KiB). See "stack overflow" below.          */
-	unsigned reserved[12];    /* must be zero                                   */
+	unsigned work_threads;    /* blocking-work pool threads, 1..1024; 0: the
+	                             default (4). See corio/work.h               */
+	unsigned work_queue;      /* jobs that may wait for a pool thread before
+	                             corio_work() says -EAGAIN; 0: 1024          */
+	unsigned reserved[10];    /* must be zero                                   */
 };
 
 /* Set every field of *cfg to its default. Always call it first. */
@@ -347,5 +351,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/fs.h"    /* file I/O                                    */
 #include "corio/stats.h" /* stats rendering, control socket, /metrics   */
 #include "corio/select.h" /* wait for the first of many; fiber groups */
+#include "corio/work.h"   /* the blocking-work pool                      */
 
 #endif /* CORIO_H */

@@ -880,3 +880,56 @@ static void epipe_test(void *sync)
 
 FS_TEST(write_to_broken_pipe_is_epipe_ring) { epipe_test(NULL); }
 FS_TEST(write_to_broken_pipe_is_epipe_fallback) { epipe_test((void *)1); }
+
+/* ---- the blocking fallback runs off the shard ---------------------------------- */
+
+struct pipe_pair {
+	int p[2];
+	int rc;
+};
+
+static int pipe_writer(void *arg)
+{
+	struct pipe_pair *pp = arg;
+
+	/* Runs only if the shard is free while the reader's read(2) blocks. */
+	if (corio_write_at(pp->p[1], "z", 1, CORIO_OFF_CUR) != 1)
+		pp->rc = 2;
+	return 0;
+}
+
+static void fallback_read_entry(void *arg)
+{
+	struct pipe_pair *pp = arg;
+	struct corio_work_stats ws;
+	char c = 0;
+
+	if (corio_spawn(pipe_writer, pp, NULL, NULL))
+		pp->rc = 3;
+	/* read(2) blocks until the writer fiber, on this same shard, writes */
+	if (corio_read_at(pp->p[0], &c, 1, CORIO_OFF_CUR) != 1 || c != 'z')
+		pp->rc = 4;
+	if (corio_work_stats_get(NULL, 0, &ws) || ws.done < 1)
+		pp->rc = 5;
+}
+
+static int fallback_read_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct pipe_pair pp = { .rc = 0 };
+
+	(void)arg;
+	setenv("CORIO_FS_SYNC", "read", 1);
+	if (pipe2(pp.p, O_CLOEXEC))
+		return 10;
+	if (corio_run(&cfg, fallback_read_entry, &pp))
+		return 20;
+	return pp.rc;
+}
+
+/* Before the blocking-work pool, the fallback's read(2) ran on the shard
+ * thread and the writer fiber never ran: the child hung. */
+FS_TEST(blocking_fallback_runs_on_the_pool_and_the_shard_keeps_serving)
+{
+	th_child_ok(fallback_read_child, NULL, 10000, "fallback read of a pipe");
+}

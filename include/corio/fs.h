@@ -12,8 +12,10 @@
  * Each call is one io_uring op (IORING_OP_READ, _WRITE, _READV, _WRITEV,
  * _FSYNC, _OPENAT, _CLOSE, _STATX, _FALLOCATE, _RENAMEAT, _UNLINKAT,
  * _MKDIRAT). Where the running kernel lacks an op (probed when the shard
- * starts) the call falls back to the blocking syscall on the shard thread,
- * counted in corio_fs_stats.sync_fallbacks. A fallback call checks first, as
+ * starts) the call falls back to the blocking syscall, run on a thread of
+ * the blocking-work pool (corio/work.h) while the fiber parks and the shard
+ * serves the rest (on the shard thread itself only when the pool's queue is
+ * full), counted in corio_fs_stats.sync_fallbacks. A fallback call checks first, as
  * the ring path does: a cancelled fiber gets -ECANCELED and a passed deadline
  * -ETIMEDOUT, and the syscall does not run (corio_close_fd() excepted: it
  * always closes); but once the syscall runs it cannot be cancelled or timed
