@@ -2270,7 +2270,7 @@ Test(net, unread_connection_cannot_starve_the_shard, .timeout = 60)
 }
 
 /* corio_send_buf on a full queue waits for room: bounded by the deadline,
- * after which the socket keeps the error (its byte stream has a hole). */
+ * which fails that call alone (the next one waits for room on its own). */
 static int slow_writer(void *arg)
 {
 	struct corio_sock *c = arg;
@@ -2288,6 +2288,7 @@ static void send_cap_entry(void *arg)
 	struct corio_buf b;
 	struct pair p;
 	int queued = 0, ret = 0;
+	uint64_t full;
 	ssize_t r;
 
 	(void)arg;
@@ -2305,14 +2306,20 @@ static void send_cap_entry(void *arg)
 	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
 	CHECK(st.send_full >= 1);
 	CHECK(st.bufs_out < 64);
-	/* sticky: the stream lost that buffer's bytes */
+	/* not sticky: the next call waits for room again (counted), and its own
+	 * scope ends it */
+	full = st.send_full;
 	corio_timeout_push(&d, 1000 * 1000000ull);
 	r = corio_recv_buf(p.s, &b);
 	corio_deadline_pop(&d);
 	CHECK(r > 0);
+	corio_timeout_push(&d, 100 * 1000000ull);
 	if (r > 0)
 		CHECK_EQ(corio_send_buf(p.s, &b), -ETIMEDOUT);
+	corio_deadline_pop(&d);
 	CHECK(b._owner == NULL); /* taken (released) even then */
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.send_full, full + 1);
 	corio_cancel(f);
 	CHECK_EQ(corio_join(f, NULL), 0);
 	CHECK_EQ(corio_close(p.c), 0); /* first: the server's queued sends fail */
@@ -2328,6 +2335,90 @@ Test(net, send_buf_queue_bound_waits_then_times_out, .timeout = 60)
 	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
 	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
 	th_run(&cfg, send_cap_entry, NULL);
+}
+
+/* A corio_send_buf whose wait for room times out fails alone: every buffer
+ * accepted before it (the call returned 0) reaches the peer, in order. The
+ * peer reads nothing until the timeout, then reads the echo to its end. (The
+ * timeout used to become the socket's send error, and the next completion
+ * dropped the whole queue: 41 accepted calls, 41,984 bytes, 26,624 arrived.) */
+#define ST_SEED 9
+
+static int pattern_writer(void *arg)
+{
+	struct corio_sock *c = arg;
+	uint8_t *buf = malloc(FLOOD_BYTES);
+
+	if (!buf)
+		return -ENOMEM;
+	fill(buf, FLOOD_BYTES, ST_SEED);
+	corio_send(c, buf, FLOOD_BYTES); /* ends when the test cancels it */
+	free(buf);
+	return 0;
+}
+
+static int shut_when_sent(void *arg)
+{
+	/* waits until the queue has drained, then the peer reads end of stream */
+	CHECK_EQ(corio_shutdown_write(arg), 0);
+	return 0;
+}
+
+static void send_timeout_alone_entry(void *arg)
+{
+	struct corio_deadline d;
+	struct corio_fiber *w, *f;
+	struct corio_buf b;
+	struct pair p;
+	uint8_t in[4096];
+	size_t accepted = 0, got = 0;
+	int calls = 0, ret = 0;
+	bool bad = false;
+	ssize_t r;
+
+	(void)arg;
+	pair_open(&p, 16384, 16384);
+	CHECK_EQ(corio_spawn(pattern_writer, p.c, NULL, &w), 0);
+	/* echo into a client that does not read yet (1.5 s: the queue fills
+	 * long before the scope ends, on a loaded machine too) */
+	corio_timeout_push(&d, 1500 * 1000000ull);
+	while ((r = corio_recv_buf(p.s, &b)) > 0 && (ret = corio_send_buf(p.s, &b)) == 0) {
+		accepted += (size_t)r;
+		calls++;
+	}
+	corio_deadline_pop(&d);
+	CHECK(r > 0); /* it was the send that waited, not the receive */
+	CHECK_EQ(ret, -ETIMEDOUT);
+	CHECK(calls >= 4);
+	corio_cancel(w);
+	CHECK_EQ(corio_join(w, NULL), 0);
+	CHECK_EQ(corio_spawn(shut_when_sent, p.s, NULL, &f), 0);
+	/* now read all of it: exactly the accepted calls' bytes, in order (5 s
+	 * that must not pass: the bug ends the stream short, without a FIN) */
+	corio_timeout_push(&d, 5000 * 1000000ull);
+	while ((r = corio_recv(p.c, in, sizeof(in))) > 0) {
+		for (ssize_t i = 0; i < r && !bad; i++)
+			if (in[i] != pat(got + (size_t)i, ST_SEED)) {
+				CHECK_EQ(in[i], pat(got + (size_t)i, ST_SEED));
+				bad = true;
+			}
+		got += (size_t)r;
+	}
+	corio_deadline_pop(&d);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(got, accepted);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	pair_close(&p);
+}
+
+Test(net, send_buf_timeout_fails_alone_accepted_buffers_arrive, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "64:4096", 1);
+	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
+	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
+	th_run(&cfg, send_timeout_alone_entry, NULL);
 }
 
 /* ---- corio_recv on a UDP socket that received through the ring ------------------------ */
