@@ -110,7 +110,8 @@ CORIO_API int corio_listener_close(struct corio_listener *l);
 
 /*
  * Accept model 2: accept on this shard and hand every connection to a shard
- * (round robin, or the one with the fewest live connections), where
+ * (round robin, or the one with the fewest live connections, counting the
+ * ones handed to it that it has not taken yet; ties take turns), where
  * handler(sock, arg) runs in a new fiber; the handler owns the socket and
  * must close it. Runs until the calling fiber is cancelled or its deadline
  * passes (returns -ECANCELED / -ETIMEDOUT) or the listener breaks. Needs
