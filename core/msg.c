@@ -88,6 +88,9 @@
  * whose fiber was spawned but never started (stop cancels it before it
  * runs) are answered -ECANCELED at stop. Fibers waiting for room here are
  * woken and get -ECANCELED. So every message is either run or reported.
+ * A stopping shard also waits until its own call records are home
+ * (calls_out == 0): a caller that left at its deadline no longer holds the
+ * shard open, and its record returns only with the late reply.
  * Auto-stop (the runtime ends when no shard has a live fiber): a spawn_on in
  * flight adds one to rt->busy_shards until the target has spawned the
  * fiber, so the runtime cannot end between the post and the spawn. Posts do
@@ -586,17 +589,25 @@ static void call_start(struct msg *m, struct call *c)
 /* Wait until every call of cw has been answered: 0, or -ETIMEDOUT at the
  * caller's deadline scope (some are still out then: call_drop them).
  * Cancellation does not end the wait: the target may still use the
- * caller's memory. */
+ * caller's memory. When the scope's timer cannot be armed - the shard has
+ * begun to stop (its timers refuse with -ECANCELED; a gather's caller can
+ * still queue calls then), or no memory for the heap - the bounded park
+ * returns at once without parking, so asking again would spin and keep
+ * the loop, and with it the replies, from running: wait unbounded instead.
+ * Every queued call is answered (a stopping target answers -ECANCELED). */
 static int calls_wait(struct callwait *cw)
 {
 	struct corio_fiber *f = cw->fiber;
+	bool bounded = true;
 	int ret = 0;
 
 	corio__nocancel_push(f);
 	while (cw->pending) {
-		ret = corio__park_bounded();
+		ret = bounded ? corio__park_bounded() : corio__park();
 		if (ret == -ETIMEDOUT && cw->pending)
 			break;
+		if (ret < 0 && ret != -ETIMEDOUT)
+			bounded = false; /* the timer was not armed: we did not park */
 		ret = 0;
 	}
 	corio__nocancel_pop(f);
@@ -936,11 +947,17 @@ static void msg_stop(struct corio__shard *s)
 	 * released by their unrun hooks when the loop ends them. */
 }
 
+/* A stopping shard goes on while call records of its own are out: a
+ * caller that left at its deadline (call_drop) no longer holds the shard
+ * open, but its record comes back only with the reply, which the target
+ * sends while it stops (every queued call is answered), and only this
+ * loop takes replies. Ending first would leak the record (the census). */
 static bool msg_busy(struct corio__shard *s)
 {
 	struct msg *m = part(s);
 
-	return !m->closed || m->head != m->closed_at || atomic_load(&m->db_inflight);
+	return !m->closed || m->head != m->closed_at || atomic_load(&m->db_inflight) ||
+	       m->calls_out;
 }
 
 /* ---- set-up and teardown ----------------------------------------------------------- */

@@ -14,9 +14,18 @@
  * files for sockets (see the README's net section for why), so a plain fd
  * number is all there is to pass.
  *
- * Least-loaded reads each shard's conns_live counter. Those lag behind the
- * hand-offs still in flight, so each target also carries a bias: the
- * connections sent to it since its counter last changed.
+ * Least-loaded picks the shard holding the fewest connections handed to it
+ * and not yet closed: its conns_live plus the hand-offs still in flight to
+ * it. In flight is counted, not guessed: the dispatching shard counts what
+ * it handed to shard i (net->handed_to[i]), shard i counts what it took
+ * from the dispatching one (net->taken_from[from]: adopted, or released
+ * because the handler will never run), and the difference has not arrived
+ * yet. (It used to be inferred: a hand-off stayed "in flight" until the
+ * target's live count looked different at a later accept, and a short
+ * connection opens and closes between two accepts, so that target's count
+ * only grew and it starved.) A target counts a connection taken once it is
+ * live, so on the target's own thread it is never in neither count; another
+ * shard's counters are read relaxed and may lag by a connection or so.
  */
 #include "net/internal.h"
 #include "corio/msg.h"
@@ -27,16 +36,28 @@
 
 struct handoff {
 	int fd;
+	unsigned from; /* the dispatching shard, told when the hand-off is taken */
 	int (*handler)(struct corio_sock *s, void *arg);
 	void *arg;
 };
 
-/* The handler will never run: close the connection, free the record. */
+/* On the target: one hand-off from shard `from` arrived (or never will). */
+static void taken(unsigned from)
+{
+	struct corio__net *n = corio__net();
+
+	if (n && from < CORIO__NET_TRACK)
+		CORIO__STAT_ADD(n->taken_from[from], 1);
+}
+
+/* The handler will never run: close the connection, free the record. On
+ * the target (corio_spawn_on_ex's release hook). */
 static void handoff_release(void *p)
 {
 	struct handoff *h = p;
 
 	close(h->fd);
+	taken(h->from);
 	free(h);
 }
 
@@ -47,7 +68,8 @@ static int adopt(void *p)
 	int ret;
 
 	free(p);
-	ret = corio_sock_from_fd(h.fd, &s);
+	ret = corio_sock_from_fd(h.fd, &s); /* live from here */
+	taken(h.from);
 	if (ret) {
 		close(h.fd);
 		return ret;
@@ -56,21 +78,46 @@ static int adopt(void *p)
 	return h.handler(s, h.arg);
 }
 
-#define MAX_TRACK 256 /* shards tracked by least-loaded; beyond: round robin */
+/* The shard with the fewest connections handed to it and not closed; ties
+ * go to the first from rr on, so equal shards take turns. */
+static unsigned least_loaded(struct corio__net *n, unsigned nshards, unsigned rr)
+{
+	struct corio__shard *const *shards = n->shard->rt->shards;
+	unsigned me = n->shard->id, target = rr % nshards;
+	uint64_t best = UINT64_MAX;
+
+	for (unsigned k = 0; k < nshards; k++) {
+		unsigned i = (rr + k) % nshards;
+		const struct corio__net *t =
+			__atomic_load_n(&shards[i]->parts[CORIO__PART_NET], __ATOMIC_ACQUIRE);
+		uint64_t load = n->handed_to[i];
+
+		if (t) {
+			uint64_t took = __atomic_load_n(&t->taken_from[me], __ATOMIC_RELAXED);
+
+			load = (load > took ? load - took : 0) +
+			       __atomic_load_n(&t->stats.conns_live, __ATOMIC_RELAXED);
+		}
+		if (load < best) {
+			best = load;
+			target = i;
+		}
+	}
+	return target;
+}
 
 int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 			  int (*handler)(struct corio_sock *s, void *arg), void *arg)
 {
 	struct corio__net *n = l ? corio__net_owner(l->net) : NULL;
 	unsigned nshards = corio_shard_count(), rr = corio_shard_id();
-	uint64_t last_live[MAX_TRACK] = { 0 }, bias[MAX_TRACK] = { 0 };
 
 	if (!n)
 		return l ? -EPERM : -EINVAL;
 	if (!handler || policy > CORIO_DISPATCH_LEAST_LOADED)
 		return corio__error(-EINVAL, "corio_accept_dispatch: %s",
 				    handler ? "unknown policy" : "no handler");
-	if (nshards > MAX_TRACK)
+	if (nshards > CORIO__NET_TRACK)
 		policy = CORIO_DISPATCH_ROUND_ROBIN;
 	for (;;) {
 		struct handoff *h;
@@ -79,29 +126,9 @@ int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 
 		if (fd < 0)
 			return fd;
-		if (policy == CORIO_DISPATCH_LEAST_LOADED) {
-			uint64_t best = UINT64_MAX;
-
-			target = 0;
-			for (unsigned k = 0; k < nshards; k++) {
-				unsigned i = (rr + k) % nshards; /* ties: rotate */
-				struct corio_net_stats st;
-
-				corio_net_stats_get(NULL, i, &st);
-				if (st.conns_live != last_live[i]) {
-					last_live[i] = st.conns_live;
-					bias[i] = 0;
-				}
-				if (st.conns_live + bias[i] < best) {
-					best = st.conns_live + bias[i];
-					target = i;
-				}
-			}
-			bias[target]++;
-			rr++;
-		} else {
-			target = rr++ % nshards;
-		}
+		target = policy == CORIO_DISPATCH_LEAST_LOADED ? least_loaded(n, nshards, rr)
+							       : rr % nshards;
+		rr++;
 		h = malloc(sizeof(*h));
 		if (!h) {
 			close(fd);
@@ -109,12 +136,20 @@ int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 			continue;
 		}
 		h->fd = fd;
+		h->from = corio_shard_id();
 		h->handler = handler;
 		h->arg = arg;
+		/* counted before the post: while it waits for room, another
+		 * dispatcher on this shard sees it on its way */
+		if (target < CORIO__NET_TRACK)
+			n->handed_to[target]++;
 		ret = corio_spawn_on_ex(target, adopt, h, handoff_release, CORIO_SPAWN_ON_WAIT);
 		if (ret) {
-			/* not queued: h and fd are still ours */
-			handoff_release(h);
+			/* not queued: h and fd are still ours, and nothing went */
+			if (target < CORIO__NET_TRACK)
+				n->handed_to[target]--;
+			close(fd);
+			free(h);
 			corio__net_err(n, ret);
 			if (ret == -ECANCELED || ret == -ETIMEDOUT)
 				return ret;

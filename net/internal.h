@@ -66,6 +66,9 @@ struct corio__srec {
 	bool gathered;   /* went out in a SENDMSG behind another record */
 };
 
+/* Shards least-loaded dispatch tracks; beyond: round robin. */
+#define CORIO__NET_TRACK 256
+
 /* At most this many queued corio_send_buf records go out in one send. */
 #define CORIO__SEND_GATHER 16
 
@@ -169,6 +172,12 @@ struct corio__net {
 	struct corio__link sending; /* sockets with queued sends */
 	struct corio__srec *srec_free;
 	unsigned nsrec_free;
+	/* accept-and-dispatch's hand-offs (net/dispatch.c), by shard index
+	 * below CORIO__NET_TRACK: connections this shard handed to shard i,
+	 * and hand-offs from shard i this shard took (written here, read by
+	 * the dispatching shard) */
+	uint64_t handed_to[CORIO__NET_TRACK];
+	uint64_t taken_from[CORIO__NET_TRACK];
 };
 
 

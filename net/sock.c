@@ -745,8 +745,11 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 /*
  * corio_send_buf on a full queue: wait until a queued send is done. 0, or
  * the socket's send error, or -ECANCELED / -ETIMEDOUT (the fiber's), or
- * -EAGAIN outside a fiber. A wait cut short leaves a hole in the byte
- * stream, so its error becomes the socket's send error.
+ * -EAGAIN outside a fiber. A wait cut short fails this call alone: its
+ * buffer was not queued and none of its bytes went, so the stream has no
+ * hole, and the records queued before it (accepted: their calls returned
+ * 0) must still go out. It is not stored in s->serr, which srec_cb reads
+ * as "drop the queue".
  */
 static int wait_room(struct corio_sock *s)
 {
@@ -761,10 +764,8 @@ static int wait_room(struct corio_sock *s)
 		if (!ret)
 			ret = s->serr ? s->serr : s->wr_shut ? -EPIPE : n->stopping ? -ECANCELED : 0;
 	}
-	if (ret && !s->serr) {
-		s->serr = ret;
+	if (ret && ret != s->serr)
 		corio__net_err(n, ret);
-	}
 	return ret;
 }
 

@@ -1162,3 +1162,136 @@ Test(msg, failed_msg_ring_doorbell_falls_back_to_the_eventfd, .timeout = 60)
 {
 	th_child_ok(badfd_child, NULL, 30000, "ping-pong with failing MSG_RING doorbells");
 }
+
+/* ---- a call whose caller left is collected before its shard ends -------------------- */
+
+/* corio_call times out while the callee still runs, then shutdown: the
+ * caller's shard must wait for the late answer, which brings its call record
+ * home, or corio_wait() reports "1 call records not back in the pool". The
+ * callee holds shard 1 and answers once shard 0's thread has ended (the bug:
+ * within milliseconds of the shutdown) or after 2 s (the fix keeps shard 0
+ * running until the answer, so it never ends first). The fixed code passes
+ * whatever the timing; the bound only decides how long the bug is given to
+ * show itself. */
+static _Atomic int la_started, la_timed_out, la_release;
+
+static intptr_t la_slow(void *arg)
+{
+	(void)arg;
+	atomic_store(&la_started, 1);
+	hold_until(&la_release); /* holds shard 1: nothing answers meanwhile */
+	return 7;
+}
+
+static void la_entry(void *arg)
+{
+	struct corio_deadline d;
+	intptr_t r = -1;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	/* the call must start before the scope ends (a longer one if shard 1
+	 * was held off its CPU: the dropped call is answered right away) */
+	for (uint64_t ms = 30; ms <= 3000 && !atomic_load(&la_started); ms *= 10) {
+		CHECK_EQ(corio_timeout_push(&d, ms * MS), 0);
+		CHECK_EQ(corio_call(1, la_slow, NULL, &r), -ETIMEDOUT);
+		CHECK_EQ(corio_deadline_pop(&d), 0);
+	}
+	CHECK_EQ(atomic_load(&la_started), 1);
+	CHECK_EQ(r, -1);
+	atomic_store(&la_timed_out, 1);
+	corio_shutdown();
+}
+
+Test(msg, call_timed_out_then_shutdown_leaks_no_record, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	int running, ret;
+
+	cfg.stall_ns = 0;
+	cr_assert_eq(corio_start(&cfg, la_entry, NULL, &rt), 0, "%s", corio_last_error());
+	running = task_count();
+	while (!atomic_load(&la_timed_out))
+		sched_yield();
+	for (int ms = 0; ms < 2000 && task_count() >= running; ms++)
+		usleep(1000);
+	atomic_store(&la_release, 1);
+	ret = corio_wait(rt);
+	cr_assert_eq(ret, 0, "corio_wait: %s (%s)", strerror(-ret), corio_last_error());
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+}
+
+/* ---- a wait whose deadline timer cannot be armed parks, it does not spin ------------ */
+
+/* A gather in a deadline scope, cancelled by the shutdown while it waits for
+ * room on shard 1, goes on to queue its call on shard 2 (whose held loop has
+ * not seen the stop yet) and waits for the answers. Its own shard's timers
+ * have stopped, so the scope's timer cannot be armed: the wait used to ask
+ * again at once, forever, and the shard never turned its loop again to take
+ * the answers (the child hangs). */
+static _Atomic int sp_held1, sp_held2, sp_release;
+static _Atomic int *sp_hold1[2] = { &sp_held1, &sp_release };
+static _Atomic int *sp_hold2[2] = { &sp_held2, &sp_release };
+
+static void sp_entry(void *arg)
+{
+	struct corio_deadline d;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_post(1, hold_msg, sp_hold1), 0);
+	CHECK_EQ(corio_post(2, hold_msg, sp_hold2), 0);
+	while (!atomic_load(&sp_held1) || !atomic_load(&sp_held2))
+		corio_yield();
+	fill_ring(1);
+	CHECK_EQ(corio_timeout_push(&d, 60000 * MS), 0);
+	/* shard 0: answered; 1: full, waits for room until the stop cancels
+	 * us (-ECANCELED, the first error); 2: queued after the stop */
+	CHECK_EQ(corio_gather(nop_call, NULL, NULL), -ECANCELED);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+static int sp_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(3);
+	struct corio_msg_stats st;
+	struct corio_rt *rt;
+	int ret;
+
+	(void)arg;
+	cfg.msg_slots = 4;
+	cfg.stall_ns = 0;
+	if (corio_start(&cfg, sp_entry, NULL, &rt))
+		return 1;
+	/* the gather waits for room on shard 1 (fill_ring found it full, then
+	 * the gather's own try) */
+	do {
+		usleep(1000);
+		corio_msg_stats_get(rt, 0, 1, &st);
+	} while (st.full < 2);
+	corio_stop(rt);
+	/* cancelled, the gather has queued its call on shard 2 */
+	do {
+		usleep(1000);
+		corio_msg_stats_get(rt, 0, 2, &st);
+	} while (st.calls < 1);
+	atomic_store(&sp_release, 1);
+	ret = corio_wait(rt);
+	if (ret) {
+		fprintf(stderr, "corio_wait: %s (%s)\n", strerror(-ret), corio_last_error());
+		return 2;
+	}
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 3;
+	}
+	return 0;
+}
+
+Test(msg, call_wait_without_a_deadline_timer_parks_instead_of_spinning, .timeout = 30)
+{
+	th_child_ok(sp_child, NULL, 10000, "a gather waiting after its timers stopped");
+}

@@ -11,6 +11,7 @@
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -660,6 +661,125 @@ static void run_many(int model)
 Test(net, conns_1k_two_shards_reuseport, .timeout = 60) { run_many(0); }
 Test(net, conns_1k_two_shards_dispatch_rr, .timeout = 60) { run_many(1); }
 Test(net, conns_1k_two_shards_dispatch_ll, .timeout = 60) { run_many(2); }
+
+/* ---- least-loaded dispatch and short connections ---------------------------------- */
+
+/* 2 shards, shard 0 accepts and dispatches least-loaded. One client thread
+ * runs rounds of two short connections: connect c1 and echo a byte; connect
+ * c2 and echo; shut both down and wait until the server closed them. So at
+ * most 2 are live, and at each hand-off the loads are known: c1 meets two
+ * idle shards, c2 meets c1's shard holding one. Least-loaded must send c2
+ * to the other shard, so each shard serves one connection per round.
+ * It used to count a hand-off as in flight until the target's live count
+ * looked different at a later accept, and a connection that opens and
+ * closes between two accepts is never seen: that shard's count stays up
+ * for ever. Here c2's shard never saw its connections, and from the third
+ * round on it got none (998 to 2); with free-running clients it was the
+ * dispatching shard (27-472 against 3,700-27,000), whose own handlers run
+ * only while it waits to accept.
+ * The bound: each shard serves at least a quarter. The fix counts exactly
+ * the connections handed to a shard and not closed (shard 0's own counts
+ * are read on its own thread; shard 1's were stored before its echo, which
+ * the client waited for, and its close before the end of stream), so every
+ * round splits 1:1; only a counter read a whole round stale could move one
+ * connection. */
+#define SC_ROUNDS 500
+
+static _Atomic int sc_port, sc_served[2];
+
+static int sc_handler(struct corio_sock *s, void *arg)
+{
+	char c, me = (char)('0' + corio_shard_id());
+	ssize_t r;
+
+	(void)arg;
+	atomic_fetch_add(&sc_served[corio_shard_id()], 1);
+	while ((r = corio_recv(s, &c, 1)) == 1)
+		CHECK_EQ(corio_send(s, &me, 1), 1);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+static void sc_entry(void *arg)
+{
+	struct corio_listener *l;
+	char where[64];
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	atomic_store(&sc_port, atoi(strrchr(where, ':') + 1));
+	CHECK_EQ(corio_accept_dispatch(l, CORIO_DISPATCH_LEAST_LOADED, sc_handler, NULL),
+		 -ECANCELED);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+/* Connect and echo one byte: the fd, and in *shard the serving shard's
+ * digit; -1 on any error. */
+static int sc_open(char *shard)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)atomic_load(&sc_port)) };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&a, sizeof(a)) || write(fd, "x", 1) != 1 ||
+	    read(fd, shard, 1) != 1) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* Half-close and wait until the server has closed its end (end of stream). */
+static bool sc_close(int fd)
+{
+	char c;
+	bool ok = shutdown(fd, SHUT_WR) == 0 && read(fd, &c, 1) == 0;
+
+	close(fd);
+	return ok;
+}
+
+Test(net, dispatch_ll_short_connections_fair_share, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	int before = th_fd_count(), errors = 0, same = 0, s0, s1, ret;
+
+	cr_assert_eq(corio_start(&cfg, sc_entry, NULL, &rt), 0, "%s", corio_last_error());
+	while (!atomic_load(&sc_port))
+		sched_yield();
+	for (int i = 0; i < SC_ROUNDS; i++) {
+		char a = 0, b = 0;
+		int c1 = sc_open(&a), c2 = c1 < 0 ? -1 : sc_open(&b);
+
+		errors += c1 < 0 || c2 < 0;
+		same += a == b;
+		if (c1 >= 0)
+			errors += !sc_close(c1);
+		if (c2 >= 0)
+			errors += !sc_close(c2);
+	}
+	corio_stop(rt);
+	ret = corio_wait(rt);
+	cr_assert_eq(ret, 0, "corio_wait: %s (%s)", strerror(-ret), corio_last_error());
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
+	cr_assert_eq(errors, 0);
+	s0 = atomic_load(&sc_served[0]);
+	s1 = atomic_load(&sc_served[1]);
+	cr_assert_eq(s0 + s1, 2 * SC_ROUNDS);
+	cr_assert(s0 >= SC_ROUNDS / 2 && s1 >= SC_ROUNDS / 2,
+		  "least-loaded starved a shard: shard 0 served %d, shard 1 %d (%d rounds "
+		  "of 2 on one shard)", s0, s1, same);
+	/* and c2 went to the shard not holding c1 (the same reasoning) */
+	cr_assert(same <= SC_ROUNDS / 4, "%d of %d rounds put c2 beside c1", same, SC_ROUNDS);
+}
 
 /* ---- accept under EMFILE --------------------------------------------------------- */
 
@@ -2270,7 +2390,7 @@ Test(net, unread_connection_cannot_starve_the_shard, .timeout = 60)
 }
 
 /* corio_send_buf on a full queue waits for room: bounded by the deadline,
- * after which the socket keeps the error (its byte stream has a hole). */
+ * which fails that call alone (the next one waits for room on its own). */
 static int slow_writer(void *arg)
 {
 	struct corio_sock *c = arg;
@@ -2288,6 +2408,7 @@ static void send_cap_entry(void *arg)
 	struct corio_buf b;
 	struct pair p;
 	int queued = 0, ret = 0;
+	uint64_t full;
 	ssize_t r;
 
 	(void)arg;
@@ -2305,14 +2426,20 @@ static void send_cap_entry(void *arg)
 	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
 	CHECK(st.send_full >= 1);
 	CHECK(st.bufs_out < 64);
-	/* sticky: the stream lost that buffer's bytes */
+	/* not sticky: the next call waits for room again (counted), and its own
+	 * scope ends it */
+	full = st.send_full;
 	corio_timeout_push(&d, 1000 * 1000000ull);
 	r = corio_recv_buf(p.s, &b);
 	corio_deadline_pop(&d);
 	CHECK(r > 0);
+	corio_timeout_push(&d, 100 * 1000000ull);
 	if (r > 0)
 		CHECK_EQ(corio_send_buf(p.s, &b), -ETIMEDOUT);
+	corio_deadline_pop(&d);
 	CHECK(b._owner == NULL); /* taken (released) even then */
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.send_full, full + 1);
 	corio_cancel(f);
 	CHECK_EQ(corio_join(f, NULL), 0);
 	CHECK_EQ(corio_close(p.c), 0); /* first: the server's queued sends fail */
@@ -2328,6 +2455,90 @@ Test(net, send_buf_queue_bound_waits_then_times_out, .timeout = 60)
 	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
 	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
 	th_run(&cfg, send_cap_entry, NULL);
+}
+
+/* A corio_send_buf whose wait for room times out fails alone: every buffer
+ * accepted before it (the call returned 0) reaches the peer, in order. The
+ * peer reads nothing until the timeout, then reads the echo to its end. (The
+ * timeout used to become the socket's send error, and the next completion
+ * dropped the whole queue: 41 accepted calls, 41,984 bytes, 26,624 arrived.) */
+#define ST_SEED 9
+
+static int pattern_writer(void *arg)
+{
+	struct corio_sock *c = arg;
+	uint8_t *buf = malloc(FLOOD_BYTES);
+
+	if (!buf)
+		return -ENOMEM;
+	fill(buf, FLOOD_BYTES, ST_SEED);
+	corio_send(c, buf, FLOOD_BYTES); /* ends when the test cancels it */
+	free(buf);
+	return 0;
+}
+
+static int shut_when_sent(void *arg)
+{
+	/* waits until the queue has drained, then the peer reads end of stream */
+	CHECK_EQ(corio_shutdown_write(arg), 0);
+	return 0;
+}
+
+static void send_timeout_alone_entry(void *arg)
+{
+	struct corio_deadline d;
+	struct corio_fiber *w, *f;
+	struct corio_buf b;
+	struct pair p;
+	uint8_t in[4096];
+	size_t accepted = 0, got = 0;
+	int calls = 0, ret = 0;
+	bool bad = false;
+	ssize_t r;
+
+	(void)arg;
+	pair_open(&p, 16384, 16384);
+	CHECK_EQ(corio_spawn(pattern_writer, p.c, NULL, &w), 0);
+	/* echo into a client that does not read yet (1.5 s: the queue fills
+	 * long before the scope ends, on a loaded machine too) */
+	corio_timeout_push(&d, 1500 * 1000000ull);
+	while ((r = corio_recv_buf(p.s, &b)) > 0 && (ret = corio_send_buf(p.s, &b)) == 0) {
+		accepted += (size_t)r;
+		calls++;
+	}
+	corio_deadline_pop(&d);
+	CHECK(r > 0); /* it was the send that waited, not the receive */
+	CHECK_EQ(ret, -ETIMEDOUT);
+	CHECK(calls >= 4);
+	corio_cancel(w);
+	CHECK_EQ(corio_join(w, NULL), 0);
+	CHECK_EQ(corio_spawn(shut_when_sent, p.s, NULL, &f), 0);
+	/* now read all of it: exactly the accepted calls' bytes, in order (5 s
+	 * that must not pass: the bug ends the stream short, without a FIN) */
+	corio_timeout_push(&d, 5000 * 1000000ull);
+	while ((r = corio_recv(p.c, in, sizeof(in))) > 0) {
+		for (ssize_t i = 0; i < r && !bad; i++)
+			if (in[i] != pat(got + (size_t)i, ST_SEED)) {
+				CHECK_EQ(in[i], pat(got + (size_t)i, ST_SEED));
+				bad = true;
+			}
+		got += (size_t)r;
+	}
+	corio_deadline_pop(&d);
+	CHECK_EQ(r, 0);
+	CHECK_EQ(got, accepted);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	pair_close(&p);
+}
+
+Test(net, send_buf_timeout_fails_alone_accepted_buffers_arrive, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "64:4096", 1);
+	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
+	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
+	th_run(&cfg, send_timeout_alone_entry, NULL);
 }
 
 /* ---- corio_recv on a UDP socket that received through the ring ------------------------ */

@@ -21,7 +21,9 @@
  *  - Shutdown: a shard that stops closes its ring and still runs every
  *    message it accepted before the close (corio_post functions run on the
  *    stopping loop; calls that had not started report -ECANCELED to their
- *    caller; see corio_spawn_on for fibers). Nothing vanishes.
+ *    caller; see corio_spawn_on for fibers). Nothing vanishes. A shard
+ *    does not finish stopping while a call it made is unanswered (one whose
+ *    caller left at its deadline included): targets answer as they stop.
  *  - The runtime does not stop by itself (no live fiber anywhere) while a
  *    corio_spawn_on() message is in flight. A corio_post() in flight does
  *    not keep it alive, but it still runs while the target stops.
@@ -81,7 +83,10 @@ CORIO_API int corio_post_wait(unsigned shard, void (*fn)(void *arg), void *arg);
  * be using *arg after a -ETIMEDOUT: inside a deadline scope, arg must not
  * live on the caller's stack (or wrap the call in corio_deadline_shield()
  * to wait for the answer). The call's own record is not on the caller's
- * stack. Blocking.
+ * stack. If the scope's timer cannot be armed (the caller's shard has begun
+ * to stop, as when a cancelled corio_gather() still queues its later calls,
+ * or no memory for the timer) the caller waits for the answer without the
+ * bound; a stopping target answers at once. Blocking.
  */
 CORIO_API int corio_call(unsigned shard, intptr_t (*fn)(void *arg), void *arg, intptr_t *result);
 

@@ -110,7 +110,8 @@ CORIO_API int corio_listener_close(struct corio_listener *l);
 
 /*
  * Accept model 2: accept on this shard and hand every connection to a shard
- * (round robin, or the one with the fewest live connections), where
+ * (round robin, or the one with the fewest live connections, counting the
+ * ones handed to it that it has not taken yet; ties take turns), where
  * handler(sock, arg) runs in a new fiber; the handler owns the socket and
  * must close it. Runs until the calling fiber is cancelled or its deadline
  * passes (returns -ECANCELED / -ETIMEDOUT) or the listener breaks. Needs
@@ -237,11 +238,14 @@ CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int
  * -errno when the direct try failed (-ECONNRESET, -EPIPE: kept as the
  * socket's send error), the socket already has a send error, was shut down for
  * writing, the shard stops, or the wait for room failed (-ETIMEDOUT,
- * -ECANCELED); the buffer is taken (released) on every error too. The
- * first error is kept - a failed wait for room included, since the byte
- * stream then has a hole - and returned by the next corio_send* or
- * corio_shutdown_write() on s, and by corio_recv* once the data already
- * received is consumed.
+ * -ECANCELED); the buffer is taken (released) on every error too. A
+ * failed wait for room fails that call alone: none of its bytes went, the
+ * buffers accepted before it (their calls returned 0) still go out, in
+ * order, and later calls are not refused for it. The socket's send error
+ * (the first failed send, or a partial direct send whose rest could not be
+ * queued) is kept: queued sends not yet out are dropped, and it is
+ * returned by the next corio_send* or corio_shutdown_write() on s, and by
+ * corio_recv* once the data already received is consumed.
  * corio_send(), corio_sendv() and corio_shutdown_write() first wait until
  * the queue has drained; corio_close() waits until it has (or, when the
  * fiber is cancelled or its deadline passes, cancels what is left) so the
