@@ -97,6 +97,11 @@ struct corio_sock {
 	bool hup;              /* the poll fired: receive with single shots */
 	struct corio_waitq rwq;      /* the fiber waiting for data */
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
+	/* corio_close() with receives parked on s: it marks s closing, wakes
+	 * them (-EBADF) and waits until every one has left (readers == 0) */
+	bool closing;
+	uint16_t readers;      /* fibers (or select stand-ins) parked receiving */
+	struct corio__link uops; /* corio__sock_uop: copying receives in the kernel */
 	struct corio__link starved_link;
 	struct corio_sock *free_next;
 
@@ -248,6 +253,21 @@ int corio__sock_arm(struct corio_sock *s);
  * result, arming its receive as needed: 0, or -errno (-EBUSY if another
  * fiber is already receiving on s). */
 int corio__sock_wait_data(struct corio_sock *s);
+
+/* A copying receive's kernel op (into the caller's buffer), on s->uops
+ * while it is in the kernel, so corio_close() can cancel it. On the
+ * receiving fiber's stack. */
+struct corio__sock_uop {
+	struct corio__link link;
+	struct corio__op *op;
+};
+
+/* Wait for a copying receive's op begun on s (corio__op_begin): its result,
+ * or -EBADF when corio_close(s) cancelled it (s is gone: do not touch it). */
+int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op);
+/* A fiber (or select stand-in) parked receiving on s has left: wakes a
+ * closer waiting for the last one. */
+void corio__sock_reader_leave(struct corio_sock *s);
 
 /* Copy up to len queued bytes of s's receive stream into buf: the count,
  * or s's end-of-stream / error result when nothing is queued and the

@@ -78,6 +78,7 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 	s->r.op.data = s;
 	s->h.op.cb = hup_cb;
 	s->h.op.data = s;
+	corio__list_init(&s->uops);
 	return s;
 }
 
@@ -375,11 +376,20 @@ static void uncap(struct corio_sock *s)
 		(void)corio__sock_arm(s); /* on failure the next wait arms it */
 }
 
+void corio__sock_reader_leave(struct corio_sock *s)
+{
+	s->readers--;
+	if (s->closing && !s->readers && s->closer)
+		corio__ready(s->closer, 0);
+}
+
 int corio__sock_wait_data(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 	int ret;
 
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY;
 	while (!s->qhead && !s->has_term) {
@@ -388,11 +398,33 @@ int corio__sock_wait_data(struct corio_sock *s)
 			if (ret)
 				return ret;
 		}
+		s->readers++;
 		ret = corio__net_wait(&s->rwq);
+		corio__sock_reader_leave(s);
+		/* Closed while we waited: the closer runs only once we park
+		 * again, so s is still there to look at, but not after. */
+		if (s->closing)
+			return -EBADF;
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
 	return 0;
+}
+
+int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
+{
+	struct corio__sock_uop u = { .op = op };
+	bool closed;
+	int ret;
+
+	corio__list_add(&s->uops, &u.link);
+	s->readers++;
+	ret = corio__op_wait(op);
+	corio__list_del(&u.link);
+	closed = s->closing;
+	corio__sock_reader_leave(s);
+	/* bytes that arrived before the cancel landed are the caller's */
+	return closed && ret < 0 ? -EBADF : ret;
 }
 
 ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
@@ -528,13 +560,17 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 			return ret;
 		return corio__sock_take(s, buf, len);
 	}
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY;
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)
 		return ret;
 	io_uring_prep_recv(sqe, s->fd, buf, len, 0);
-	ret = corio__op_wait(&op);
+	ret = corio__sock_op_wait(s, &op);
+	if (ret == -EBADF)
+		return ret; /* closed: s is gone */
 	if (ret > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
 		CORIO__STAT_ADD(n->stats.bytes_in, (uint64_t)ret);
@@ -1177,6 +1213,29 @@ static void quiesce(struct corio_sock *s)
 	s->closer = NULL;
 }
 
+static bool no_readers(void *arg)
+{
+	return !((struct corio_sock *)arg)->readers;
+}
+
+/* Close with receives parked on s: wake each with -EBADF (a copying one
+ * through the cancel of its op) and wait until all have left, so none
+ * touches s once it is freed and the kernel holds the fd no more. */
+static void evict_readers(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+
+	if (!s->readers)
+		return;
+	corio__wq_wake_all(&s->rwq, -EBADF);
+	for (struct corio__link *l = s->uops.next; l != &s->uops; l = l->next)
+		corio__ring_cancel(&n->shard->ring,
+				   CORIO__CONTAINER(l, struct corio__sock_uop, link)->op);
+	s->closer = corio__self();
+	corio__net_park_until(no_readers, s);
+	s->closer = NULL;
+}
+
 static void drop_queue(struct corio_sock *s)
 {
 	while (s->qhead) {
@@ -1192,9 +1251,12 @@ int corio_close(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
-	if ((!rop_idle(s) || s->sq_head) && !corio__self())
+	if (s->closing)
+		return -EBADF; /* another fiber is closing it */
+	if ((!rop_idle(s) || s->sq_head || s->readers) && !corio__self())
 		return -EPERM; /* must wait for the kernel: only a fiber can */
-	assert(!s->rwq.head);
+	s->closing = true; /* no receive starts from now on */
+	evict_readers(s);
 	drain_sends(s);
 	quiesce(s);
 	drop_queue(s);
@@ -1212,6 +1274,10 @@ int corio_sock_release_fd(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
+	if (s->closing)
+		return -EBADF;
+	if (s->readers)
+		return -EBUSY; /* a fiber waits to receive on it */
 	if ((!rop_idle(s) || s->sq_head) && !corio__self())
 		return -EPERM;
 	drain_sends(s);

@@ -277,13 +277,17 @@ ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct socka
 		corio_buf_release(&b);
 		return r;
 	}
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY;
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)
 		return ret;
 	io_uring_prep_recvmsg(sqe, s->fd, &mh, 0);
-	ret = corio__op_wait(&op);
+	ret = corio__sock_op_wait(s, &op);
+	if (ret == -EBADF)
+		return ret; /* closed: s is gone */
 	if (ret < 0)
 		return corio__net_err(n, ret);
 	CORIO__STAT_ADD(n->stats.ops_in, 1);

@@ -3232,3 +3232,135 @@ Test(net, many_small_messages_held_do_not_run_the_ring_dry, .timeout = 60)
 	unsetenv("CORIO_NET_BUFS");
 	th_run(&cfg, many_small_entry, NULL);
 }
+
+/* ---- closing a socket another fiber is parked on ---------------------------------- */
+
+/*
+ * corio_close(s) while another fiber of the shard waits in a receive on s:
+ * the waiter returns -EBADF, close completes, and the kernel lets go of the
+ * socket (the TCP peer reads end of stream, the UDP port is free again).
+ * Before: the borrowed forms, select and the copy from a buffered socket
+ * aborted on an assert; the copying forms were never woken, their kernel
+ * receive kept the socket open (and received after the close).
+ */
+enum {
+	CR_RECV_BUF,    /* corio_recv_buf */
+	CR_RECV_COPY,   /* corio_recv, nothing buffered: a recv into the caller's buffer */
+	CR_RECV_COPY_Q, /* corio_recv on a socket that used the ring */
+	CR_SELECT,      /* corio_select on a receive item */
+	CR_UDP_BUF,     /* corio_recvfrom_buf */
+	CR_UDP_COPY,    /* corio_recvfrom, nothing buffered */
+};
+
+struct cr_ctx {
+	int mode;
+	struct corio_sock *s;
+	ssize_t res;
+	bool started;
+};
+
+static int cr_reader(void *arg)
+{
+	struct cr_ctx *x = arg;
+	struct corio_buf b;
+	struct corio_sel w[1];
+	char buf[64];
+	int r;
+
+	x->started = true;
+	switch (x->mode) {
+	case CR_RECV_BUF:
+	case CR_UDP_BUF:
+		x->res = x->mode == CR_RECV_BUF ? corio_recv_buf(x->s, &b)
+						: corio_recvfrom_buf(x->s, &b, NULL, NULL);
+		if (x->res > 0)
+			corio_buf_release(&b);
+		break;
+	case CR_RECV_COPY:
+	case CR_RECV_COPY_Q:
+		x->res = corio_recv(x->s, buf, sizeof(buf));
+		break;
+	case CR_SELECT:
+		corio_sel_recv(&w[0], x->s, buf, sizeof(buf));
+		r = corio_select(w, 1);
+		x->res = r == 0 ? w[0].res : 1000 + r;
+		break;
+	case CR_UDP_COPY:
+		x->res = corio_recvfrom(x->s, buf, sizeof(buf), NULL, NULL);
+		break;
+	}
+	return 0;
+}
+
+static void close_reader_entry(void *arg)
+{
+	struct cr_ctx x = { .mode = (int)(intptr_t)arg };
+	bool udp = x.mode == CR_UDP_BUF || x.mode == CR_UDP_COPY;
+	struct sockaddr_storage ss;
+	struct corio_deadline d;
+	struct corio_fiber *f;
+	struct corio_sock *u2;
+	struct corio_buf b;
+	struct pair p;
+	char where[64], c;
+	socklen_t len;
+
+	if (udp) {
+		CHECK_EQ(corio_udp_bind("127.0.0.1:0", &x.s), 0);
+		CHECK_EQ(corio_sock_local_addr(x.s, &ss, &len), 0);
+		CHECK(corio_addr_format((struct sockaddr *)&ss, len, where, sizeof(where)) > 0);
+	} else {
+		pair_open(&p, 0, 0);
+		x.s = p.s;
+	}
+	if (x.mode == CR_RECV_COPY_Q) {
+		/* put the socket on the ring first */
+		CHECK_EQ(corio_send(p.c, "x", 1), 1);
+		CHECK_EQ(corio_recv_buf(p.s, &b), 1);
+		corio_buf_release(&b);
+	}
+	CHECK_EQ(corio_spawn(cr_reader, &x, NULL, &f), 0);
+	while (!x.started)
+		corio_yield();
+	corio_yield(); /* the reader is parked, its receive submitted */
+	CHECK_EQ(corio_close(x.s), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(x.res, -EBADF);
+	if (udp) {
+		/* the port was let go: it can be bound again */
+		CHECK_EQ(corio_udp_bind(where, &u2), 0);
+		if (u2)
+			CHECK_EQ(corio_close(u2), 0);
+		return;
+	}
+	/* the kernel holds the socket no more: the peer reads end of stream */
+	corio_timeout_push(&d, 2000 * 1000000ull);
+	CHECK_EQ(corio_recv(p.c, &c, 1), 0);
+	corio_deadline_pop(&d);
+	p.s = NULL;
+	pair_close(&p);
+}
+
+static int close_reader_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret = corio_run(&cfg, close_reader_entry, arg);
+
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "corio_run %d; %s\n", ret, th_msg);
+		return 1;
+	}
+	return 0;
+}
+
+#define CLOSE_READER_TEST(name, mode)                                                     \
+	Test(net, close_wakes_parked_##name, .timeout = 30)                               \
+	{                                                                                  \
+		th_child_ok(close_reader_child, (void *)(intptr_t)(mode), 10000, #name);   \
+	}
+CLOSE_READER_TEST(recv_buf, CR_RECV_BUF)
+CLOSE_READER_TEST(recv_copy, CR_RECV_COPY)
+CLOSE_READER_TEST(recv_copy_buffered, CR_RECV_COPY_Q)
+CLOSE_READER_TEST(select, CR_SELECT)
+CLOSE_READER_TEST(udp_recvfrom_buf, CR_UDP_BUF)
+CLOSE_READER_TEST(udp_recvfrom_copy, CR_UDP_COPY)

@@ -133,7 +133,8 @@ CORIO_API int corio_unix_connect(const char *path, struct corio_sock **out);
 /* Wrap a connected stream socket fd (taking ownership), on this shard. */
 CORIO_API int corio_sock_from_fd(int fd, struct corio_sock **out);
 /* Free s but keep its fd open and return it (the caller owns it), or -EBUSY
- * when received data is still queued in s (it would be lost). Blocking
+ * when received data is still queued in s (it would be lost) or another
+ * fiber is parked in a receive on s. Blocking
  * briefly if a multishot receive must be cancelled first. */
 CORIO_API int corio_sock_release_fd(struct corio_sock *s);
 
@@ -255,7 +256,16 @@ CORIO_API int corio_shutdown_write(struct corio_sock *s);
 
 /* Close s and free it. Buffers borrowed from it stay valid until released.
  * Blocking (waits for a pending multishot receive's last CQE); returns 0 or
- * the close error. s must not be in use by another fiber. */
+ * the close error. Data received and not yet handed out is discarded.
+ * Another fiber of the shard parked in a receive on s (corio_recv,
+ * corio_recv_buf(s), corio_recvfrom(_buf), a corio_select() receive item)
+ * is woken with -EBADF - a copying receive whose bytes had already landed
+ * in its buffer returns them instead - and close returns only once every
+ * such fiber has left s and the kernel has let go of the socket (the peer
+ * sees the close, a UDP port is free again). Such a fiber must not use s
+ * after -EBADF: it is freed. A receive or a second close that starts while
+ * the close waits returns -EBADF. Sends another fiber has in progress on s
+ * are not covered: s must not be in a send of another fiber. */
 CORIO_API int corio_close(struct corio_sock *s);
 
 /* ---- UDP -------------------------------------------------------------- */
