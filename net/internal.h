@@ -26,6 +26,11 @@
  * (net->dbufs). */
 #define CORIO__NET_DRING (1u << 16)
 
+/* What a buffered UDP receive keeps in front of the payload in each ring
+ * buffer: the multishot recvmsg header and room for a sockaddr_storage
+ * (net/udp.c). A datagram fits if it is at most the buffer size - this. */
+#define CORIO__NET_DGRAM_HDR (16u + 128u)
+
 /* Bytes received into a provided buffer and not yet handed out: one per
  * receive CQE, queued on its socket; each holds one reference to its buffer
  * (uring/bufring.c). From the net part's pool. */

@@ -279,16 +279,23 @@ CORIO_API int corio_udp_bind(const char *host_port, struct corio_sock **out);
  * scope are checked first, as for every blocking call. */
 CORIO_API ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
 			       const struct sockaddr *addr, socklen_t addrlen);
-/* Receive one datagram into buf; a longer one is truncated (the rest is
- * discarded, as recvfrom(2)). The sender's address goes to addr/addrlen
- * when addr is not NULL (*addrlen in: its size, out: the address length).
- * Returns the bytes stored or -errno. Blocking. */
+/* Receive one datagram into buf; one longer than len is truncated to len
+ * (the rest is discarded, as recvfrom(2)). The sender's address goes to
+ * addr/addrlen when addr is not NULL (*addrlen in: its size, out: the
+ * address length). Returns the bytes stored or -errno. On a socket that
+ * used corio_recvfrom_buf() the datagram comes out of the ring, and one
+ * that did not fit a ring buffer is -EMSGSIZE as there. Blocking. */
 CORIO_API ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len,
 				 struct sockaddr *addr, socklen_t *addrlen);
 /* Zero-copy corio_recvfrom through the provided-buffer ring (multishot
  * recvmsg where available): one datagram per buffer; release it with
- * corio_buf_release(). Datagrams larger than the ring's buffers are
- * truncated. An empty datagram returns 0 and lends no buffer (releasing b
+ * corio_buf_release(). A buffer also holds the recvmsg header and room for
+ * the sender's address, so the payload that fits is the buffer size - 144
+ * bytes (16,240 with the default 16 KiB buffers; CORIO_NET_BUFS sizes
+ * them). A longer datagram is not handed out cut: the call returns
+ * -EMSGSIZE (the sender's address filled in, no buffer lent), the datagram
+ * is dropped and counted in udp_truncated, and the next call receives the
+ * next one. An empty datagram returns 0 and lends no buffer (releasing b
  * is harmless). An error such as -ECONNREFUSED (ICMP, connected socket) is
  * returned once, like corio_recvfrom(); the next call receives again.
  * Once used on a socket, corio_recvfrom() and corio_recv() on it copy the
@@ -348,6 +355,8 @@ struct corio_net_stats {
 	uint64_t send_direct;  /* TCP sends (corio_send, corio_sendv,
 	                          corio_send_buf) the socket took, all or part,
 	                          in a direct sendmsg(2): no SQE, no park       */
+	uint64_t udp_truncated; /* datagrams longer than a ring buffer's payload
+	                          room: dropped, -EMSGSIZE to the receiver      */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
