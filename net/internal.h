@@ -95,6 +95,8 @@ struct corio_sock {
 	bool capped;           /* receive stopped: qcount reached net->recv_cap */
 	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
 	bool slow;             /* capped without a limit: single-shot receives */
+	bool poll_armed;       /* re-armed by the part's poll, no CQE yet */
+	uint16_t promise;      /* buffers r may still take under the budget */
 	/* stream sockets with a multishot recv: a one-shot poll for
 	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
 	 * multishot's final CQE after a reset (see sock.c) */
@@ -158,6 +160,10 @@ struct corio__net {
 	bool send_zc;
 	bool stopping;
 	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
+	unsigned reserve_pct;  /* CORIO_NET_RECV_RESERVE: % of a ring kept for
+	                          stream sockets that hold nothing */
+	unsigned poll_arms;    /* receives net_poll armed that have no CQE yet */
+	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
@@ -204,6 +210,43 @@ static inline struct corio__bufring *corio__net_ring(struct corio__net *n, uint3
 static inline void *corio__net_slice_data(struct corio__net *n, const struct corio__slice *q)
 {
 	return (char *)corio__bufring_addr(corio__net_ring(n, q->id), q->id & 0xffffu) + q->off;
+}
+
+/*
+ * The shard-wide receive budget (net/sock.c corio__sock_arm). A stream
+ * socket holds the buffers queued on it unread and its queued sends. One
+ * that holds none may always take one buffer (its receive is armed for one
+ * buffer's worth: from the reserve, a single shot, once the ring is down to
+ * it). One that holds some is armed only while the ring has more free than
+ * the reserve plus what receives armed before were promised, and for at
+ * most that many buffers (its promise, the multishot's byte limit). So
+ * sockets that already hold data - however many - never take the reserve,
+ * which stays for the ones that do not.
+ */
+static inline unsigned corio__sock_holds(const struct corio_sock *s)
+{
+	return (unsigned)s->qcount + s->sq_count;
+}
+
+static inline unsigned corio__net_reserve(const struct corio__net *n,
+					  const struct corio__bufring *b)
+{
+	return (unsigned)((uint64_t)b->nbufs * n->reserve_pct / 100);
+}
+
+/* Buffers of b a holding socket may be promised now. */
+static inline unsigned corio__net_budget_room(const struct corio__net *n,
+					      const struct corio__bufring *b)
+{
+	uint64_t used = (uint64_t)corio__net_reserve(n, b) + n->promised;
+
+	return b->in_ring > used ? (unsigned)(b->in_ring - used) : 0;
+}
+
+static inline bool corio__net_budget_ok(const struct corio__net *n, const struct corio_sock *s,
+					const struct corio__bufring *b)
+{
+	return s->type != SOCK_STREAM || !corio__sock_holds(s) || corio__net_budget_room(n, b);
 }
 
 /* Put one reference to buffer id (a slice's, a corio_buf's); refresh the

@@ -22,6 +22,7 @@
 #define DEFAULT_BUFSZ (16 * 1024)
 #define DEFAULT_RECV_CAP 16 /* 1/32 of the default ring per socket */
 #define DEFAULT_SEND_CAP 16
+#define DEFAULT_RESERVE_PCT 50 /* of each ring, for sockets that hold nothing */
 
 /*
  * The receive buffers: DEFAULT_NBUFS x DEFAULT_BUFSZ (8 MiB) per ring.
@@ -62,6 +63,24 @@ static unsigned env_cap(const char *name, unsigned def)
 	return (unsigned)v;
 }
 
+/* A percentage from the environment: 0..99, else def. */
+static unsigned env_pct(const char *name, unsigned def)
+{
+	const char *e = getenv(name);
+	char *end;
+	unsigned long v;
+
+	if (!e || !*e)
+		return def;
+	errno = 0;
+	v = strtoul(e, &end, 10);
+	if (errno || *end || v > 99 || e[0] < '0' || e[0] > '9') {
+		fprintf(stderr, "corio: %s=%s ignored (expected 0..99), using %u\n", name, e, def);
+		return def;
+	}
+	return (unsigned)v;
+}
+
 static int net_init(struct corio__shard *s)
 {
 	struct corio__net *n = calloc(1, sizeof(*n));
@@ -84,6 +103,7 @@ static int net_init(struct corio__shard *s)
 	n->multishot_recvmsg = n->multishot_recv;
 	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("send_zc");
 	n->recv_cap = env_cap("CORIO_NET_RECV_QUEUE", DEFAULT_RECV_CAP);
+	n->reserve_pct = env_pct("CORIO_NET_RECV_RESERVE", DEFAULT_RESERVE_PCT);
 	n->recv_limit = n->multishot_recv && !net_disabled("recv_limit");
 	n->send_cap = env_cap("CORIO_NET_SEND_QUEUE", DEFAULT_SEND_CAP);
 	n->send_gather = !net_disabled("send_gather");
@@ -189,10 +209,23 @@ int corio__net_dbufs(struct corio__net *n)
 	return CORIO__NET_DRING;
 }
 
-/* Re-arm receives that an empty ring stopped, once buffers came back. A
- * socket whose reader waits gets the first free buffer; one nobody waits
- * on only when the ring has some slack, so a slow consumer holding buffers
- * does not make the others ping-pong on ENOBUFS. */
+/* Buffers of b the part's poll may still hand to starved receives: the
+ * free ones less those that receives it armed before are about to take. */
+static unsigned poll_room(const struct corio__net *n, const struct corio__bufring *b)
+{
+	return b->in_ring > n->poll_arms ? b->in_ring - n->poll_arms : 0;
+}
+
+/*
+ * Re-arm receives that an empty ring (or the budget) stopped, once buffers
+ * came back, in the order they stopped. A socket whose reader waits gets a
+ * free buffer; one nobody waits on only when the ring has some slack, so a
+ * slow consumer holding buffers does not make the others ping-pong on
+ * ENOBUFS. At most one receive per free buffer is armed, counting those
+ * armed in earlier turns whose first CQE has not come yet (poll_arms):
+ * arming every starved socket at the first buffer back had all but one of
+ * them stop on ENOBUFS again, once per returned buffer.
+ */
 static unsigned net_poll(struct corio__shard *sh)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
@@ -204,17 +237,22 @@ static unsigned net_poll(struct corio__shard *sh)
 	for (l = n->starved.next; l != &n->starved; l = next) {
 		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
 		const struct corio__bufring *b = corio__net_ring(n, s->rtag);
+		unsigned room = poll_room(n, b);
 
 		next = l->next;
 		slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
-		if (!b->in_ring || (!s->rwq.head && b->in_ring < slack))
+		if (!room || (!s->rwq.head && room < slack) || !corio__net_budget_ok(n, s, b))
 			continue;
 		corio__list_del(l);
 		s->starved = false;
-		if (s->qcount >= n->recv_cap)
+		if (s->qcount >= n->recv_cap) {
 			s->capped = true; /* its reader re-arms it */
-		else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0)
+		} else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0 &&
+			   s->r.state == NET_ARMED) {
+			s->poll_armed = true;
+			n->poll_arms++;
 			work++;
+		}
 	}
 	return work;
 }

@@ -54,13 +54,19 @@ static int recv_arm(struct corio_sel *it, struct corio_fiber *p)
 	}
 	corio__wq_push(&s->rwq, p);
 	s->readers++; /* a closer waits for the disarm; the poll after it still sees s */
+	it->_aux = 1; /* counted: the disarm uncounts it */
 	return 0;
 }
 
+/* Also called for an item whose arm failed (select disarms it too): only
+ * an item the arm counted leaves the socket's readers. */
 static void recv_disarm(struct corio_sel *it, struct corio_fiber *p)
 {
 	corio__wq_del(p);
-	corio__sock_reader_leave(it->obj);
+	if (it->_aux) {
+		it->_aux = 0;
+		corio__sock_reader_leave(it->obj);
+	}
 }
 
 static const struct corio__sel_ops recv_sel_ops = {

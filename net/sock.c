@@ -193,6 +193,17 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	bool enobufs = false;
 	struct corio__bufring *ring = corio__net_ring(n, s->rtag);
 
+	if (s->poll_armed) {
+		s->poll_armed = false; /* it has taken its buffer, or not */
+		n->poll_arms--;
+	}
+	if (s->promise && (res > 0 || !more)) {
+		/* one promised buffer taken; the final CQE frees the rest */
+		unsigned k = more ? 1 : s->promise;
+
+		s->promise -= (uint16_t)k;
+		n->promised -= k;
+	}
 	if (corio__bufring_kernel(ring)) {
 		uint32_t off;
 		int bid = corio__bufring_cqe(ring, res, flags, &off);
@@ -258,6 +269,16 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		s->capped = true;
 		s->slow = true;
 		CORIO__STAT_ADD(n->stats.recv_capped, 1);
+	} else if (s->r.state == NET_ARMED && s->type == SOCK_STREAM && corio__sock_holds(s) &&
+		   ring->in_ring <= corio__net_reserve(n, ring)) {
+		/* The ring is down to its reserve and s holds buffers (a
+		 * kernel without the byte limit, or whole buffers filled by
+		 * small receives): stop it; its reader re-arms it and
+		 * corio__sock_arm asks the budget again. */
+		s->r.state = NET_CANCELING;
+		corio__ring_cancel(&n->shard->ring, &s->r.op);
+		s->capped = true;
+		CORIO__STAT_ADD(n->stats.recv_budget, 1);
 	}
 	corio__net_wake(&s->rwq);
 }
@@ -305,10 +326,9 @@ static void arm_hup(struct corio_sock *s)
  * buffers first. Older kernels ignore the field or reject it with -EINVAL
  * (rop_cb then turns the limit off).
  */
-static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s)
+static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s, unsigned room)
 {
 	struct corio__net *n = s->net;
-	uint32_t room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
 	uint64_t bytes = (uint64_t)room * n->bufs.size; /* a slice is at most a buffer */
 	uint32_t lim = bytes > INT32_MAX ? INT32_MAX : (uint32_t)bytes;
 
@@ -320,6 +340,8 @@ int corio__sock_arm(struct corio_sock *s)
 	struct corio__net *n = s->net;
 	struct corio__bufring *ring;
 	struct io_uring_sqe *sqe;
+	unsigned lim = 0, promise = 0;
+	bool reserve = false;
 	int ret;
 
 	if (n->stopping)
@@ -335,17 +357,43 @@ int corio__sock_arm(struct corio_sock *s)
 		starve(s);
 		return 0;
 	}
+	if (s->type == SOCK_STREAM) {
+		/* the budget (net/internal.h): how many buffers s may take */
+		unsigned room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
+		unsigned avail = corio__net_budget_room(n, ring);
+
+		if (!n->reserve_pct) {
+			lim = room; /* CORIO_NET_RECV_RESERVE=0: per-socket caps only */
+		} else if (!corio__sock_holds(s)) {
+			/* One buffer's worth, promised to no one: what s takes
+			 * beyond it is asked for once it holds it. From the
+			 * reserve, a single shot, when the rest is gone. */
+			lim = 1;
+			reserve = ring->in_ring <= corio__net_reserve(n, ring) + n->promised;
+		} else if (!avail) {
+			CORIO__STAT_ADD(n->stats.recv_budget, 1);
+			starve(s); /* net_poll arms it once the budget has room */
+			return 0;
+		} else {
+			lim = room < avail ? room : avail;
+			promise = lim;
+		}
+	}
 	sqe = corio__ring_sqe(&n->shard->ring);
 	if (s->type == SOCK_DGRAM) {
 		io_uring_prep_recvmsg_multishot(sqe, s->fd, &s->rmsg, 0);
 		corio__bufring_select(sqe, ring);
 	} else if (corio__bufring_kernel(ring)) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
-		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit)) {
+		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit) && !reserve) {
 			sqe->ioprio |= IORING_RECV_MULTISHOT;
 			s->r_limited = n->recv_limit;
 			if (n->recv_limit)
-				mshot_limit(sqe, s);
+				mshot_limit(sqe, s, lim);
+			if (n->recv_limit && promise) {
+				s->promise = (uint16_t)promise;
+				n->promised += promise;
+			}
 		}
 		corio__bufring_select(sqe, ring);
 	} else {

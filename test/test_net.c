@@ -857,6 +857,9 @@ Test(net, ring_exhaustion_loses_nothing, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_BUFS", "8:4096", 1);
+	/* per-socket caps only: the shard-wide budget would keep the ring
+	 * from running dry, and this test is about what happens when it does */
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1);
 	th_run(&cfg, slow_entry, NULL);
 }
 
@@ -2173,6 +2176,7 @@ Test(net, recv_buf_hands_out_queued_data_before_send_error, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_BUFS", "64:1024", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1); /* all 8 KiB queued before the reset */
 	th_run(&cfg, queued_then_error_entry, NULL);
 }
 
@@ -2181,6 +2185,7 @@ Test(net, recv_copy_hands_out_queued_data_before_send_error, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_BUFS", "64:1024", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1); /* all 8 KiB queued before the reset */
 	th_run(&cfg, queued_then_error_entry, (void *)1);
 }
 
@@ -3444,4 +3449,302 @@ Test(net, udp_datagram_over_the_buffer_room_is_emsgsize, .timeout = 30)
 
 	setenv("CORIO_NET_BUFS", "8:1024", 1);
 	th_run(&cfg, udp_trunc_entry, NULL);
+}
+
+/* ---- a flood of unread connections cannot stop another client's echo ------------- */
+
+/*
+ * An echo server like corio-echo (corio_recv_bufs of 16, corio_send_buf
+ * each) on shard 0 with a 64-buffer ring; on shard 1, N = 4 x (64 / 16) =
+ * 16 connections that send and never read, then one more client's ping
+ * must come back. The per-socket caps alone let each flood connection pin
+ * 16 queued receives, 16 queued sends and the 16 buffers its handler
+ * holds, so a few of them took the whole ring and the ping was never
+ * echoed. A flood client counts itself stalled once a send of it has
+ * waited 200 ms (the server no longer drains it); the ping goes when all
+ * are, or after 10 s.
+ */
+#define FL_RING  64
+#define FL_CONNS (4 * FL_RING / 16)
+
+static struct {
+	_Atomic int port;
+	_Atomic int stalled;
+	_Atomic int done;
+} fl;
+
+static int fl_echo(void *arg)
+{
+	struct corio_sock *s = arg;
+	struct corio_buf b[16];
+	int sndbuf = 8192, k;
+
+	corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	while ((k = corio_recv_bufs(s, b, 16)) > 0) {
+		int i = 0;
+
+		while (i < k && corio_send_buf(s, &b[i]) == 0)
+			i++;
+		if (i < k) {
+			for (i++; i < k; i++)
+				corio_buf_release(&b[i]);
+			break;
+		}
+	}
+	corio_close(s);
+	return 0;
+}
+
+static int fl_acceptor(void *arg)
+{
+	struct corio_listener *l = arg;
+	struct corio_sock *s;
+
+	while (corio_accept(l, &s) == 0)
+		CHECK_EQ(corio_spawn(fl_echo, s, NULL, NULL), 0);
+	return 0;
+}
+
+static int fl_flooder(void *arg)
+{
+	static uint8_t buf[65536];
+	struct corio_sock *c = NULL;
+	char where[32];
+	int rcvbuf = 4096;
+	bool stalled = false;
+
+	(void)arg;
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&fl.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (!c)
+		return 0;
+	corio_setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	for (;;) {
+		struct corio_deadline d;
+		ssize_t r;
+
+		corio_timeout_push(&d, 200 * MS);
+		r = corio_send(c, buf, sizeof(buf));
+		corio_deadline_pop(&d);
+		if (r == -ETIMEDOUT && !stalled) {
+			stalled = true;
+			atomic_fetch_add(&fl.stalled, 1);
+		} else if (r < 0 && r != -ETIMEDOUT) {
+			break; /* cancelled: the test is over */
+		}
+	}
+	CHECK_EQ(corio_close(c), 0);
+	return 0;
+}
+
+static void fl_clients(void)
+{
+	struct corio_fiber *f[FL_CONNS];
+	struct corio_net_stats st;
+	struct corio_deadline d;
+	struct corio_sock *c = NULL;
+	uint64_t until;
+	char where[32], in[4];
+
+	while (!atomic_load(&fl.port))
+		corio_yield();
+	for (int i = 0; i < FL_CONNS; i++)
+		CHECK_EQ(corio_spawn(fl_flooder, NULL, NULL, &f[i]), 0);
+	until = corio_now_ns() + 10000 * MS;
+	while (atomic_load(&fl.stalled) < FL_CONNS && corio_now_ns() < until)
+		corio_sleep_ns(5 * MS);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	fprintf(stderr, "flood: %d of %d stalled, bufs_out %llu of %d, recv_budget %llu\n",
+		atomic_load(&fl.stalled), FL_CONNS, (unsigned long long)st.bufs_out, FL_RING,
+		(unsigned long long)st.recv_budget);
+	/* another client's ping is echoed */
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&fl.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (c) {
+		CHECK_EQ(corio_send(c, "ping", 4), 4);
+		corio_timeout_push(&d, 2000 * MS);
+		CHECK_EQ(recv_all(c, (uint8_t *)in, 4), 4);
+		corio_deadline_pop(&d);
+		CHECK(!memcmp(in, "ping", 4));
+		CHECK_EQ(corio_close(c), 0);
+	}
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.recv_budget > 0); /* the budget's refusals are counted */
+	CHECK(st.bufs_out < FL_RING);
+	for (int i = 0; i < FL_CONNS; i++) {
+		corio_cancel(f[i]);
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	}
+	atomic_store(&fl.done, 1);
+}
+
+static void fl_entry(void *arg)
+{
+	struct corio_listener *l = NULL;
+	struct corio_fiber *acc = NULL;
+	struct corio_net_stats st;
+	char where[64];
+
+	(void)arg;
+	if (corio_shard_id() == 1) {
+		fl_clients();
+		return;
+	}
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_spawn(fl_acceptor, l, NULL, &acc), 0);
+	atomic_store(&fl.port, atoi(strrchr(where, ':') + 1));
+	while (!atomic_load(&fl.done))
+		corio_sleep_ns(5 * MS);
+	corio_cancel(acc);
+	CHECK_EQ(corio_join(acc, NULL), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	do { /* the handlers see their peers gone and close */
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+		if (st.conns_live)
+			corio_sleep_ns(MS);
+	} while (st.conns_live);
+}
+
+static int fl_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+	int ret;
+
+	(void)arg;
+	setenv("CORIO_NET_BUFS", "64:4096", 1);
+	ret = corio_run(&cfg, fl_entry, NULL);
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "corio_run %d (%s); %s\n", ret, corio_last_error(), th_msg);
+		return 1;
+	}
+	return 0;
+}
+
+Test(net, unread_connections_flood_cannot_stop_another_echo, .timeout = 60)
+{
+	th_child_ok(fl_child, NULL, 40000, "flood of unread connections");
+}
+
+/* ---- many waiting readers on a small ring: no ENOBUFS storm -------------------------- */
+
+/*
+ * WR_CONNS connections each send one 4 KiB message at once to an echo
+ * server whose ring has 8 buffers of 4 KiB (whole buffers: one message
+ * each). The ring runs dry and most receives stop with ENOBUFS; that is
+ * expected once per message or so. It used to be once per message per
+ * returned buffer: every starved socket with a waiting reader was re-armed
+ * as soon as one buffer came back, and all but one stopped again.
+ */
+#define WR_CONNS 400
+#define WR_MSG   4096
+
+static struct {
+	_Atomic int port;
+	_Atomic int echoed;
+	_Atomic int connected;
+} wr;
+
+static int wr_echo(void *arg)
+{
+	struct corio_sock *s = arg;
+	struct corio_buf b;
+	ssize_t r;
+
+	while ((r = corio_recv_buf(s, &b)) > 0) {
+		CHECK_EQ(corio_send(s, b.data, b.len), r);
+		corio_buf_release(&b);
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+static int wr_acceptor(void *arg)
+{
+	struct corio_spawn_opts so = { .stack_size = 64 * 1024 };
+	struct corio_listener *l = arg;
+	struct corio_sock *s;
+
+	while (corio_accept(l, &s) == 0)
+		CHECK_EQ(corio_spawn(wr_echo, s, &so, NULL), 0);
+	return 0;
+}
+
+static int wr_client(void *arg)
+{
+	uint8_t out[WR_MSG], in[WR_MSG];
+	struct corio_sock *c = NULL;
+	char where[32];
+
+	(void)arg;
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&wr.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	atomic_fetch_add(&wr.connected, 1);
+	while (atomic_load(&wr.connected) < WR_CONNS)
+		corio_sleep_ns(MS);
+	if (c) {
+		fill(out, sizeof(out), 9);
+		CHECK_EQ(corio_send(c, out, sizeof(out)), sizeof(out));
+		CHECK_EQ(recv_all(c, in, sizeof(in)), sizeof(in));
+		if (!memcmp(in, out, sizeof(in)))
+			atomic_fetch_add(&wr.echoed, 1);
+		CHECK_EQ(corio_close(c), 0);
+	}
+	return 0;
+}
+
+static void wr_entry(void *arg)
+{
+	struct corio_spawn_opts so = { .stack_size = 64 * 1024 };
+	struct corio_listen_opts o = { .backlog = 1024 };
+	struct corio_fiber *acc, *cl[WR_CONNS];
+	struct corio_listener *l = NULL;
+	struct corio_net_stats st;
+	char where[64];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &l), 0);
+	addr_of(l, where, sizeof(where));
+	atomic_store(&wr.port, atoi(strrchr(where, ':') + 1));
+	CHECK_EQ(corio_spawn(wr_acceptor, l, NULL, &acc), 0);
+	for (int i = 0; i < WR_CONNS; i++)
+		CHECK_EQ(corio_spawn(wr_client, NULL, &so, &cl[i]), 0);
+	for (int i = 0; i < WR_CONNS; i++)
+		CHECK_EQ(corio_join(cl[i], NULL), 0);
+	corio_cancel(acc);
+	CHECK_EQ(corio_join(acc, NULL), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	do {
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+		if (st.conns_live)
+			corio_sleep_ns(MS);
+	} while (st.conns_live);
+	CHECK_EQ(atomic_load(&wr.echoed), WR_CONNS);
+	fprintf(stderr, "%d readers on 8 buffers: enobufs %llu, rearms %llu\n", WR_CONNS,
+		(unsigned long long)st.enobufs, (unsigned long long)st.rearms);
+#ifndef CORIO_FAULTS /* fault builds inject ENOBUFS completions on purpose */
+	CHECK(st.enobufs <= 2 * WR_CONNS);
+	CHECK(st.rearms <= 3 * WR_CONNS);
+#endif
+}
+
+Test(net, many_readers_on_a_small_ring_no_enobufs_storm, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct rlimit rl;
+
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < 2 * WR_CONNS + 100) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4 * WR_CONNS
+				      ? 4 * WR_CONNS
+				      : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < 2 * WR_CONNS + 100)
+		cr_skip_test("RLIMIT_NOFILE %lu is below %d", (unsigned long)rl.rlim_cur,
+			     2 * WR_CONNS + 100);
+	setenv("CORIO_NET_BUFS", "8:4096", 1);
+	setenv("CORIO_NET_DISABLE", "pbuf_inc", 1);
+	th_run(&cfg, wr_entry, NULL);
 }

@@ -170,7 +170,14 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * (the peer's TCP window closes) until the reader has taken half of them,
  * so one connection that is not read cannot take the shard's ring (counted
  * in recv_capped; exact on kernels whose multishot recv takes a byte limit,
- * 6.18 here, approximate before). Release every borrowed buffer
+ * 6.18 here, approximate before). Over the per-socket caps, a shard-wide
+ * budget: CORIO_NET_RECV_RESERVE percent of the ring (default 50, 0: off)
+ * is kept for sockets that hold nothing (no unread buffer, no queued
+ * corio_send_buf), which can always take one buffer; a socket that holds
+ * some receives only into what is free above the reserve, so unread
+ * connections, however many, cannot stop a new one's receive (refusals in
+ * recv_budget). Buffers a caller keeps borrowed count against the ring but
+ * not against their socket. Release every borrowed buffer
  * with corio_buf_release() on this shard; it stays valid after
  * corio_close(s). Once used on a socket, corio_recv() on it copies from the
  * same stream. After a failed corio_send_buf(), data already received is
@@ -357,6 +364,10 @@ struct corio_net_stats {
 	                          in a direct sendmsg(2): no SQE, no park       */
 	uint64_t udp_truncated; /* datagrams longer than a ring buffer's payload
 	                          room: dropped, -EMSGSIZE to the receiver      */
+	uint64_t recv_budget;  /* stream receives refused or stopped by the
+	                          shard-wide budget: the socket held buffers
+	                          and the ring was down to its reserve
+	                          (CORIO_NET_RECV_RESERVE)                      */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
