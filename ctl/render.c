@@ -144,6 +144,8 @@ static const struct metric metrics[] = {
 	M("net", "send_gathered", COUNTER, false, net.send_gathered, "corio_send_buf records sent in one SENDMSG with the record before them."),
 	M("net", "udp_send_again", COUNTER, false, net.udp_send_again, "corio_sendto datagrams a full send buffer refused at once, sent through the ring."),
 	M("net", "send_direct", COUNTER, false, net.send_direct, "TCP sends the socket took (all or part) in a direct sendmsg(2), without the ring."),
+	M("net", "udp_truncated", COUNTER, false, net.udp_truncated, "Datagrams over a receive buffer's payload room: dropped, -EMSGSIZE to the reader."),
+	M("net", "recv_budget", COUNTER, false, net.recv_budget, "Stream receives refused or stopped by the shard-wide buffer budget (CORIO_NET_RECV_RESERVE)."),
 	M("ctl", "clients", GAUGE, false, ctl.clients, "Control-socket clients connected now."),
 	M("ctl", "refused", COUNTER, false, ctl.refused, "Control-socket clients turned away: CORIO_CONTROL_CLIENTS were connected."),
 	M("ctl", "idle_dropped", COUNTER, false, ctl.idle_dropped, "Control-socket clients closed at the idle limit."),

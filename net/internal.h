@@ -26,6 +26,11 @@
  * (net->dbufs). */
 #define CORIO__NET_DRING (1u << 16)
 
+/* What a buffered UDP receive keeps in front of the payload in each ring
+ * buffer: the multishot recvmsg header and room for a sockaddr_storage
+ * (net/udp.c). A datagram fits if it is at most the buffer size - this. */
+#define CORIO__NET_DGRAM_HDR (16u + 128u)
+
 /* Bytes received into a provided buffer and not yet handed out: one per
  * receive CQE, queued on its socket; each holds one reference to its buffer
  * (uring/bufring.c). From the net part's pool. */
@@ -93,6 +98,8 @@ struct corio_sock {
 	bool capped;           /* receive stopped: qcount reached net->recv_cap */
 	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
 	bool slow;             /* capped without a limit: single-shot receives */
+	bool poll_armed;       /* re-armed by the part's poll, no CQE yet */
+	uint16_t promise;      /* buffers r may still take under the budget */
 	/* stream sockets with a multishot recv: a one-shot poll for
 	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
 	 * multishot's final CQE after a reset (see sock.c) */
@@ -100,6 +107,11 @@ struct corio_sock {
 	bool hup;              /* the poll fired: receive with single shots */
 	struct corio_waitq rwq;      /* the fiber waiting for data */
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
+	/* corio_close() with receives parked on s: it marks s closing, wakes
+	 * them (-EBADF) and waits until every one has left (readers == 0) */
+	bool closing;
+	uint16_t readers;      /* fibers (or select stand-ins) parked receiving */
+	struct corio__link uops; /* corio__sock_uop: copying receives in the kernel */
 	struct corio__link starved_link;
 	struct corio_sock *free_next;
 
@@ -151,6 +163,10 @@ struct corio__net {
 	bool send_zc;
 	bool stopping;
 	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
+	unsigned reserve_pct;  /* CORIO_NET_RECV_RESERVE: % of a ring kept for
+	                          stream sockets that hold nothing */
+	unsigned poll_arms;    /* receives net_poll armed that have no CQE yet */
+	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
@@ -209,6 +225,43 @@ static inline void *corio__net_slice_data(struct corio__net *n, const struct cor
 	return (char *)corio__bufring_addr(corio__net_ring(n, q->id), q->id & 0xffffu) + q->off;
 }
 
+/*
+ * The shard-wide receive budget (net/sock.c corio__sock_arm). A stream
+ * socket holds the buffers queued on it unread and its queued sends. One
+ * that holds none may always take one buffer (its receive is armed for one
+ * buffer's worth: from the reserve, a single shot, once the ring is down to
+ * it). One that holds some is armed only while the ring has more free than
+ * the reserve plus what receives armed before were promised, and for at
+ * most that many buffers (its promise, the multishot's byte limit). So
+ * sockets that already hold data - however many - never take the reserve,
+ * which stays for the ones that do not.
+ */
+static inline unsigned corio__sock_holds(const struct corio_sock *s)
+{
+	return (unsigned)s->qcount + s->sq_count;
+}
+
+static inline unsigned corio__net_reserve(const struct corio__net *n,
+					  const struct corio__bufring *b)
+{
+	return (unsigned)((uint64_t)b->nbufs * n->reserve_pct / 100);
+}
+
+/* Buffers of b a holding socket may be promised now. */
+static inline unsigned corio__net_budget_room(const struct corio__net *n,
+					      const struct corio__bufring *b)
+{
+	uint64_t used = (uint64_t)corio__net_reserve(n, b) + n->promised;
+
+	return b->in_ring > used ? (unsigned)(b->in_ring - used) : 0;
+}
+
+static inline bool corio__net_budget_ok(const struct corio__net *n, const struct corio_sock *s,
+					const struct corio__bufring *b)
+{
+	return s->type != SOCK_STREAM || !corio__sock_holds(s) || corio__net_budget_room(n, b);
+}
+
 /* Put one reference to buffer id (a slice's, a corio_buf's); refresh the
  * bufs_out stat. */
 void corio__net_buf_put(struct corio__net *n, uint32_t id);
@@ -261,6 +314,21 @@ int corio__sock_arm(struct corio_sock *s);
  * result, arming its receive as needed: 0, or -errno (-EBUSY if another
  * fiber is already receiving on s). */
 int corio__sock_wait_data(struct corio_sock *s);
+
+/* A copying receive's kernel op (into the caller's buffer), on s->uops
+ * while it is in the kernel, so corio_close() can cancel it. On the
+ * receiving fiber's stack. */
+struct corio__sock_uop {
+	struct corio__link link;
+	struct corio__op *op;
+};
+
+/* Wait for a copying receive's op begun on s (corio__op_begin): its result,
+ * or -EBADF when corio_close(s) cancelled it (s is gone: do not touch it). */
+int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op);
+/* A fiber (or select stand-in) parked receiving on s has left: wakes a
+ * closer waiting for the last one. */
+void corio__sock_reader_leave(struct corio_sock *s);
 
 /* Copy up to len queued bytes of s's receive stream into buf: the count,
  * or s's end-of-stream / error result when nothing is queued and the

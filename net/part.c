@@ -22,6 +22,7 @@
 #define DEFAULT_BUFSZ (16 * 1024)
 #define DEFAULT_RECV_CAP 16 /* 1/32 of the default ring per socket */
 #define DEFAULT_SEND_CAP 16
+#define DEFAULT_RESERVE_PCT 50 /* of each ring, for sockets that hold nothing */
 
 /*
  * The receive buffers: DEFAULT_NBUFS x DEFAULT_BUFSZ (8 MiB) per ring.
@@ -73,11 +74,14 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 {
 	static const uint64_t fault_lim[4] = { 1, 4095, 0, UINT32_MAX };
 	uint64_t recv = DEFAULT_RECV_CAP, send = DEFAULT_SEND_CAP, eagain = 0, shrt = 0;
+	uint64_t reserve = DEFAULT_RESERVE_PCT;
 	uint64_t fault[2] = { 0, 0 };
 	int ret = corio__env_words("CORIO_NET_DISABLE", disable_words, &n->disabled, err, len);
 
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_NET_RECV_QUEUE", 1, 65535, &recv, err, len);
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_NET_RECV_RESERVE", 0, 99, &reserve, err, len);
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_NET_SEND_QUEUE", 1, 65535, &send, err, len);
 	if (ret >= 0)
@@ -90,6 +94,7 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 	if (ret >= 0)
 		ret = env_bufs(n, err, len);
 	n->recv_cap = (unsigned)recv;
+	n->reserve_pct = (unsigned)reserve;
 	n->send_cap = (unsigned)send;
 	n->udp_eagain_test = (unsigned)eagain;
 	n->tcp_short_test = (unsigned)shrt;
@@ -221,10 +226,23 @@ int corio__net_dbufs(struct corio__net *n)
 	return CORIO__NET_DRING;
 }
 
-/* Re-arm receives that an empty ring stopped, once buffers came back. A
- * socket whose reader waits gets the first free buffer; one nobody waits
- * on only when the ring has some slack, so a slow consumer holding buffers
- * does not make the others ping-pong on ENOBUFS. */
+/* Buffers of b the part's poll may still hand to starved receives: the
+ * free ones less those that receives it armed before are about to take. */
+static unsigned poll_room(const struct corio__net *n, const struct corio__bufring *b)
+{
+	return b->in_ring > n->poll_arms ? b->in_ring - n->poll_arms : 0;
+}
+
+/*
+ * Re-arm receives that an empty ring (or the budget) stopped, once buffers
+ * came back, in the order they stopped. A socket whose reader waits gets a
+ * free buffer; one nobody waits on only when the ring has some slack, so a
+ * slow consumer holding buffers does not make the others ping-pong on
+ * ENOBUFS. At most one receive per free buffer is armed, counting those
+ * armed in earlier turns whose first CQE has not come yet (poll_arms):
+ * arming every starved socket at the first buffer back had all but one of
+ * them stop on ENOBUFS again, once per returned buffer.
+ */
 static unsigned net_poll(struct corio__shard *sh)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
@@ -236,17 +254,22 @@ static unsigned net_poll(struct corio__shard *sh)
 	for (l = n->starved.next; l != &n->starved; l = next) {
 		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
 		const struct corio__bufring *b = corio__net_ring(n, s->rtag);
+		unsigned room = poll_room(n, b);
 
 		next = l->next;
 		slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
-		if (!b->in_ring || (!s->rwq.head && b->in_ring < slack))
+		if (!room || (!s->rwq.head && room < slack) || !corio__net_budget_ok(n, s, b))
 			continue;
 		corio__list_del(l);
 		s->starved = false;
-		if (s->qcount >= n->recv_cap)
+		if (s->qcount >= n->recv_cap) {
 			s->capped = true; /* its reader re-arms it */
-		else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0)
+		} else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0 &&
+			   s->r.state == NET_ARMED) {
+			s->poll_armed = true;
+			n->poll_arms++;
 			work++;
+		}
 	}
 	return work;
 }

@@ -28,6 +28,10 @@ static bool recv_poll(struct corio_sel *it)
 		it->res = corio__error(-EINVAL, "corio_sel_recv: not a stream socket");
 		return true;
 	}
+	if (s->closing) {
+		it->res = -EBADF; /* corio_close() woke us; s goes once we return */
+		return true;
+	}
 	if (!s->qhead && !s->has_term)
 		return false;
 	it->res = corio__sock_take(s, it->buf, it->len);
@@ -39,6 +43,8 @@ static int recv_arm(struct corio_sel *it, struct corio_fiber *p)
 	struct corio_sock *s = it->obj;
 	int ret;
 
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY; /* one receiving fiber per socket */
 	if (s->r.state == NET_IDLE && !s->starved) {
@@ -47,13 +53,20 @@ static int recv_arm(struct corio_sel *it, struct corio_fiber *p)
 			return corio__net_err(s->net, ret);
 	}
 	corio__wq_push(&s->rwq, p);
+	s->readers++; /* a closer waits for the disarm; the poll after it still sees s */
+	it->_aux = 1; /* counted: the disarm uncounts it */
 	return 0;
 }
 
+/* Also called for an item whose arm failed (select disarms it too): only
+ * an item the arm counted leaves the socket's readers. */
 static void recv_disarm(struct corio_sel *it, struct corio_fiber *p)
 {
-	(void)it;
 	corio__wq_del(p);
+	if (it->_aux) {
+		it->_aux = 0;
+		corio__sock_reader_leave(it->obj);
+	}
 }
 
 static const struct corio__sel_ops recv_sel_ops = {

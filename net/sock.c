@@ -78,6 +78,7 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 	s->r.op.data = s;
 	s->h.op.cb = hup_cb;
 	s->h.op.data = s;
+	corio__list_init(&s->uops);
 	return s;
 }
 
@@ -192,6 +193,17 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	bool enobufs = false;
 	struct corio__bufring *ring = corio__net_ring(n, s->rtag);
 
+	if (s->poll_armed) {
+		s->poll_armed = false; /* it has taken its buffer, or not */
+		n->poll_arms--;
+	}
+	if (s->promise && (res > 0 || !more)) {
+		/* one promised buffer taken; the final CQE frees the rest */
+		unsigned k = more ? 1 : s->promise;
+
+		s->promise -= (uint16_t)k;
+		n->promised -= k;
+	}
 	if (corio__bufring_kernel(ring)) {
 		uint32_t off;
 		int bid = corio__bufring_cqe(ring, res, flags, &off);
@@ -257,6 +269,16 @@ static void rop_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		s->capped = true;
 		s->slow = true;
 		CORIO__STAT_ADD(n->stats.recv_capped, 1);
+	} else if (s->r.state == NET_ARMED && s->type == SOCK_STREAM && corio__sock_holds(s) &&
+		   ring->in_ring <= corio__net_reserve(n, ring)) {
+		/* The ring is down to its reserve and s holds buffers (a
+		 * kernel without the byte limit, or whole buffers filled by
+		 * small receives): stop it; its reader re-arms it and
+		 * corio__sock_arm asks the budget again. */
+		s->r.state = NET_CANCELING;
+		corio__ring_cancel(&n->shard->ring, &s->r.op);
+		s->capped = true;
+		CORIO__STAT_ADD(n->stats.recv_budget, 1);
 	}
 	corio__net_wake(&s->rwq);
 }
@@ -304,10 +326,9 @@ static void arm_hup(struct corio_sock *s)
  * buffers first. Older kernels ignore the field or reject it with -EINVAL
  * (rop_cb then turns the limit off).
  */
-static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s)
+static void mshot_limit(struct io_uring_sqe *sqe, struct corio_sock *s, unsigned room)
 {
 	struct corio__net *n = s->net;
-	uint32_t room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
 	uint64_t bytes = (uint64_t)room * n->bufs.size; /* a slice is at most a buffer */
 	uint32_t lim = bytes > INT32_MAX ? INT32_MAX : (uint32_t)bytes;
 
@@ -319,6 +340,8 @@ int corio__sock_arm(struct corio_sock *s)
 	struct corio__net *n = s->net;
 	struct corio__bufring *ring;
 	struct io_uring_sqe *sqe;
+	unsigned lim = 0, promise = 0;
+	bool reserve = false;
 	int ret;
 
 	if (n->stopping)
@@ -334,17 +357,43 @@ int corio__sock_arm(struct corio_sock *s)
 		starve(s);
 		return 0;
 	}
+	if (s->type == SOCK_STREAM) {
+		/* the budget (net/internal.h): how many buffers s may take */
+		unsigned room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
+		unsigned avail = corio__net_budget_room(n, ring);
+
+		if (!n->reserve_pct) {
+			lim = room; /* CORIO_NET_RECV_RESERVE=0: per-socket caps only */
+		} else if (!corio__sock_holds(s)) {
+			/* One buffer's worth, promised to no one: what s takes
+			 * beyond it is asked for once it holds it. From the
+			 * reserve, a single shot, when the rest is gone. */
+			lim = 1;
+			reserve = ring->in_ring <= corio__net_reserve(n, ring) + n->promised;
+		} else if (!avail) {
+			CORIO__STAT_ADD(n->stats.recv_budget, 1);
+			starve(s); /* net_poll arms it once the budget has room */
+			return 0;
+		} else {
+			lim = room < avail ? room : avail;
+			promise = lim;
+		}
+	}
 	sqe = corio__ring_sqe(&n->shard->ring);
 	if (s->type == SOCK_DGRAM) {
 		io_uring_prep_recvmsg_multishot(sqe, s->fd, &s->rmsg, 0);
 		corio__bufring_select(sqe, ring);
 	} else if (corio__bufring_kernel(ring)) {
 		io_uring_prep_recv(sqe, s->fd, NULL, 0, 0);
-		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit)) {
+		if (n->multishot_recv && !s->hup && !(s->slow && !n->recv_limit) && !reserve) {
 			sqe->ioprio |= IORING_RECV_MULTISHOT;
 			s->r_limited = n->recv_limit;
 			if (n->recv_limit)
-				mshot_limit(sqe, s);
+				mshot_limit(sqe, s, lim);
+			if (n->recv_limit && promise) {
+				s->promise = (uint16_t)promise;
+				n->promised += promise;
+			}
 		}
 		corio__bufring_select(sqe, ring);
 	} else {
@@ -375,11 +424,20 @@ static void uncap(struct corio_sock *s)
 		(void)corio__sock_arm(s); /* on failure the next wait arms it */
 }
 
+void corio__sock_reader_leave(struct corio_sock *s)
+{
+	s->readers--;
+	if (s->closing && !s->readers && s->closer)
+		corio__ready(s->closer, 0);
+}
+
 int corio__sock_wait_data(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 	int ret;
 
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY;
 	while (!s->qhead && !s->has_term) {
@@ -388,11 +446,33 @@ int corio__sock_wait_data(struct corio_sock *s)
 			if (ret)
 				return ret;
 		}
+		s->readers++;
 		ret = corio__net_wait(&s->rwq);
+		corio__sock_reader_leave(s);
+		/* Closed while we waited: the closer runs only once we park
+		 * again, so s is still there to look at, but not after. */
+		if (s->closing)
+			return -EBADF;
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
 	return 0;
+}
+
+int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
+{
+	struct corio__sock_uop u = { .op = op };
+	bool closed;
+	int ret;
+
+	corio__list_add(&s->uops, &u.link);
+	s->readers++;
+	ret = corio__op_wait(op);
+	corio__list_del(&u.link);
+	closed = s->closing;
+	corio__sock_reader_leave(s);
+	/* bytes that arrived before the cancel landed are the caller's */
+	return closed && ret < 0 ? -EBADF : ret;
 }
 
 ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
@@ -528,13 +608,17 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 			return ret;
 		return corio__sock_take(s, buf, len);
 	}
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY;
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)
 		return ret;
 	io_uring_prep_recv(sqe, s->fd, buf, len, 0);
-	ret = corio__op_wait(&op);
+	ret = corio__sock_op_wait(s, &op);
+	if (ret == -EBADF)
+		return ret; /* closed: s is gone */
 	if (ret > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
 		CORIO__STAT_ADD(n->stats.bytes_in, (uint64_t)ret);
@@ -1178,6 +1262,29 @@ static void quiesce(struct corio_sock *s)
 	s->closer = NULL;
 }
 
+static bool no_readers(void *arg)
+{
+	return !((struct corio_sock *)arg)->readers;
+}
+
+/* Close with receives parked on s: wake each with -EBADF (a copying one
+ * through the cancel of its op) and wait until all have left, so none
+ * touches s once it is freed and the kernel holds the fd no more. */
+static void evict_readers(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+
+	if (!s->readers)
+		return;
+	corio__wq_wake_all(&s->rwq, -EBADF);
+	for (struct corio__link *l = s->uops.next; l != &s->uops; l = l->next)
+		corio__ring_cancel(&n->shard->ring,
+				   CORIO__CONTAINER(l, struct corio__sock_uop, link)->op);
+	s->closer = corio__self();
+	corio__net_park_until(no_readers, s);
+	s->closer = NULL;
+}
+
 static void drop_queue(struct corio_sock *s)
 {
 	while (s->qhead) {
@@ -1193,9 +1300,12 @@ int corio_close(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
-	if ((!rop_idle(s) || s->sq_head) && !corio__self())
+	if (s->closing)
+		return -EBADF; /* another fiber is closing it */
+	if ((!rop_idle(s) || s->sq_head || s->readers) && !corio__self())
 		return -EPERM; /* must wait for the kernel: only a fiber can */
-	assert(!s->rwq.head);
+	s->closing = true; /* no receive starts from now on */
+	evict_readers(s);
 	drain_sends(s);
 	quiesce(s);
 	drop_queue(s);
@@ -1213,6 +1323,10 @@ int corio_sock_release_fd(struct corio_sock *s)
 
 	if (!n)
 		return s ? -EPERM : -EINVAL;
+	if (s->closing)
+		return -EBADF;
+	if (s->readers)
+		return -EBUSY; /* a fiber waits to receive on it */
 	if ((!rop_idle(s) || s->sq_head) && !corio__self())
 		return -EPERM;
 	drain_sends(s);

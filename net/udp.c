@@ -144,9 +144,16 @@ static void copy_addr(const void *name, socklen_t namelen, struct sockaddr *addr
 	*addrlen = namelen;
 }
 
-/* The head buffer of a buffered UDP socket: payload and sender. */
+/*
+ * The head buffer of a buffered UDP socket: payload and sender. *trunc:
+ * the datagram did not fit. A buffer holds the struct io_uring_recvmsg_out
+ * (16 bytes), room for the sender's address (msg_namelen, a
+ * sockaddr_storage: 128) and the payload, so the payload that fits is the
+ * buffer size - 144 (CORIO__NET_DGRAM_HDR); the kernel cuts the rest off
+ * and says so with MSG_TRUNC in the header's flags, as recvmsg(2) does.
+ */
 static void *dgram_parse(struct corio_sock *s, const struct corio__slice *q, size_t *plen,
-			 void **name, socklen_t *namelen)
+			 void **name, socklen_t *namelen, bool *trunc)
 {
 	void *b = corio__net_slice_data(s->net, q);
 	struct io_uring_recvmsg_out *o = io_uring_recvmsg_validate(b, (int)q->len, &s->rmsg);
@@ -156,6 +163,7 @@ static void *dgram_parse(struct corio_sock *s, const struct corio__slice *q, siz
 	*name = io_uring_recvmsg_name(o);
 	*namelen = o->namelen < s->rmsg.msg_namelen ? o->namelen : s->rmsg.msg_namelen;
 	*plen = io_uring_recvmsg_payload_length(o, (int)q->len, &s->rmsg);
+	*trunc = (o->flags & MSG_TRUNC) || o->payloadlen > *plen;
 	return io_uring_recvmsg_payload(o, &s->rmsg);
 }
 
@@ -173,6 +181,9 @@ static int buffered_setup(struct corio_sock *s)
 		return corio__error(-EOPNOTSUPP,
 				    "corio_recvfrom_buf needs multishot recvmsg and a provided-"
 				    "buffer ring (Linux 6.0)");
+	_Static_assert(sizeof(struct io_uring_recvmsg_out) + sizeof(struct sockaddr_storage) ==
+			       CORIO__NET_DGRAM_HDR,
+		       "the payload room net.h promises");
 	memset(&s->rmsg, 0, sizeof(s->rmsg));
 	s->rmsg.msg_namelen = sizeof(struct sockaddr_storage);
 	return 0;
@@ -200,6 +211,7 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 		void *name, *p;
 		socklen_t namelen;
 		size_t plen;
+		bool trunc;
 		struct corio__slice *q;
 		uint32_t id;
 
@@ -220,7 +232,7 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 			}
 			return ret;
 		}
-		p = dgram_parse(s, q, &plen, &name, &namelen);
+		p = dgram_parse(s, q, &plen, &name, &namelen, &trunc);
 		id = q->id;
 		corio__sock_q_pop(s); /* its reference is ours now */
 		if (!p) { /* cannot happen with a sane kernel: skip it */
@@ -228,6 +240,16 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 			continue;
 		}
 		copy_addr(name, namelen, addr, addrlen);
+		if (trunc) {
+			/* Cut by the ring, not by the caller: a part of a datagram
+			 * handed out as if whole would be a lie. Drop it, say so. */
+			corio__net_buf_put(n, id);
+			CORIO__STAT_ADD(n->stats.udp_truncated, 1);
+			return corio__error(-EMSGSIZE,
+					    "corio_recvfrom_buf: a datagram over the %u bytes "
+					    "a receive buffer holds was dropped",
+					    corio__net_ring(n, id)->size - CORIO__NET_DGRAM_HDR);
+		}
 		if (!plen) {
 			/* An empty datagram: 0 and no buffer to release (a caller
 			 * that treats 0 as "nothing to release" must not leak one
@@ -277,13 +299,17 @@ ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct socka
 		corio_buf_release(&b);
 		return r;
 	}
+	if (s->closing)
+		return -EBADF;
 	if (s->rwq.head)
 		return -EBUSY;
 	ret = corio__op_begin(&op, &sqe);
 	if (ret)
 		return ret;
 	io_uring_prep_recvmsg(sqe, s->fd, &mh, 0);
-	ret = corio__op_wait(&op);
+	ret = corio__sock_op_wait(s, &op);
+	if (ret == -EBADF)
+		return ret; /* closed: s is gone */
 	if (ret < 0)
 		return corio__net_err(n, ret);
 	CORIO__STAT_ADD(n->stats.ops_in, 1);

@@ -977,6 +977,9 @@ Test(net, ring_exhaustion_loses_nothing, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_BUFS", "8:4096", 1);
+	/* per-socket caps only: the shard-wide budget would keep the ring
+	 * from running dry, and this test is about what happens when it does */
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1);
 	th_run(&cfg, slow_entry, NULL);
 }
 
@@ -2293,6 +2296,7 @@ Test(net, recv_buf_hands_out_queued_data_before_send_error, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_BUFS", "64:1024", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1); /* all 8 KiB queued before the reset */
 	th_run(&cfg, queued_then_error_entry, NULL);
 }
 
@@ -2301,6 +2305,7 @@ Test(net, recv_copy_hands_out_queued_data_before_send_error, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_BUFS", "64:1024", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1); /* all 8 KiB queued before the reset */
 	th_run(&cfg, queued_then_error_entry, (void *)1);
 }
 
@@ -3442,4 +3447,515 @@ Test(net, many_small_messages_held_do_not_run_the_ring_dry, .timeout = 60)
 		cr_skip_test("the kernel has no IOU_PBUF_RING_INC (Linux 6.12)");
 	unsetenv("CORIO_NET_BUFS");
 	th_run(&cfg, many_small_entry, NULL);
+}
+
+/* ---- closing a socket another fiber is parked on ---------------------------------- */
+
+/*
+ * corio_close(s) while another fiber of the shard waits in a receive on s:
+ * the waiter returns -EBADF, close completes, and the kernel lets go of the
+ * socket (the TCP peer reads end of stream, the UDP port is free again).
+ * Before: the borrowed forms, select and the copy from a buffered socket
+ * aborted on an assert; the copying forms were never woken, their kernel
+ * receive kept the socket open (and received after the close).
+ */
+enum {
+	CR_RECV_BUF,    /* corio_recv_buf */
+	CR_RECV_COPY,   /* corio_recv, nothing buffered: a recv into the caller's buffer */
+	CR_RECV_COPY_Q, /* corio_recv on a socket that used the ring */
+	CR_SELECT,      /* corio_select on a receive item */
+	CR_UDP_BUF,     /* corio_recvfrom_buf */
+	CR_UDP_COPY,    /* corio_recvfrom, nothing buffered */
+};
+
+struct cr_ctx {
+	int mode;
+	struct corio_sock *s;
+	ssize_t res;
+	bool started;
+};
+
+static int cr_reader(void *arg)
+{
+	struct cr_ctx *x = arg;
+	struct corio_buf b;
+	struct corio_sel w[1];
+	char buf[64];
+	int r;
+
+	x->started = true;
+	switch (x->mode) {
+	case CR_RECV_BUF:
+	case CR_UDP_BUF:
+		x->res = x->mode == CR_RECV_BUF ? corio_recv_buf(x->s, &b)
+						: corio_recvfrom_buf(x->s, &b, NULL, NULL);
+		if (x->res > 0)
+			corio_buf_release(&b);
+		break;
+	case CR_RECV_COPY:
+	case CR_RECV_COPY_Q:
+		x->res = corio_recv(x->s, buf, sizeof(buf));
+		break;
+	case CR_SELECT:
+		corio_sel_recv(&w[0], x->s, buf, sizeof(buf));
+		r = corio_select(w, 1);
+		x->res = r == 0 ? w[0].res : 1000 + r;
+		break;
+	case CR_UDP_COPY:
+		x->res = corio_recvfrom(x->s, buf, sizeof(buf), NULL, NULL);
+		break;
+	}
+	return 0;
+}
+
+static void close_reader_entry(void *arg)
+{
+	struct cr_ctx x = { .mode = (int)(intptr_t)arg };
+	bool udp = x.mode == CR_UDP_BUF || x.mode == CR_UDP_COPY;
+	struct sockaddr_storage ss;
+	struct corio_deadline d;
+	struct corio_fiber *f;
+	struct corio_sock *u2;
+	struct corio_buf b;
+	struct pair p;
+	char where[64], c;
+	socklen_t len;
+
+	if (udp) {
+		CHECK_EQ(corio_udp_bind("127.0.0.1:0", &x.s), 0);
+		CHECK_EQ(corio_sock_local_addr(x.s, &ss, &len), 0);
+		CHECK(corio_addr_format((struct sockaddr *)&ss, len, where, sizeof(where)) > 0);
+	} else {
+		pair_open(&p, 0, 0);
+		x.s = p.s;
+	}
+	if (x.mode == CR_RECV_COPY_Q) {
+		/* put the socket on the ring first */
+		CHECK_EQ(corio_send(p.c, "x", 1), 1);
+		CHECK_EQ(corio_recv_buf(p.s, &b), 1);
+		corio_buf_release(&b);
+	}
+	CHECK_EQ(corio_spawn(cr_reader, &x, NULL, &f), 0);
+	while (!x.started)
+		corio_yield();
+	corio_yield(); /* the reader is parked, its receive submitted */
+	CHECK_EQ(corio_close(x.s), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(x.res, -EBADF);
+	if (udp) {
+		/* the port was let go: it can be bound again */
+		CHECK_EQ(corio_udp_bind(where, &u2), 0);
+		if (u2)
+			CHECK_EQ(corio_close(u2), 0);
+		return;
+	}
+	/* the kernel holds the socket no more: the peer reads end of stream */
+	corio_timeout_push(&d, 2000 * 1000000ull);
+	CHECK_EQ(corio_recv(p.c, &c, 1), 0);
+	corio_deadline_pop(&d);
+	p.s = NULL;
+	pair_close(&p);
+}
+
+static int close_reader_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret = corio_run(&cfg, close_reader_entry, arg);
+
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "corio_run %d; %s\n", ret, th_msg);
+		return 1;
+	}
+	return 0;
+}
+
+#define CLOSE_READER_TEST(name, mode)                                                     \
+	Test(net, close_wakes_parked_##name, .timeout = 30)                               \
+	{                                                                                  \
+		th_child_ok(close_reader_child, (void *)(intptr_t)(mode), 10000, #name);   \
+	}
+CLOSE_READER_TEST(recv_buf, CR_RECV_BUF)
+CLOSE_READER_TEST(recv_copy, CR_RECV_COPY)
+CLOSE_READER_TEST(recv_copy_buffered, CR_RECV_COPY_Q)
+CLOSE_READER_TEST(select, CR_SELECT)
+CLOSE_READER_TEST(udp_recvfrom_buf, CR_UDP_BUF)
+CLOSE_READER_TEST(udp_recvfrom_copy, CR_UDP_COPY)
+
+/* ---- a datagram longer than a ring buffer's payload room is reported ------------- */
+
+/*
+ * 1 KiB ring buffers: the multishot recvmsg header (16 bytes) and the room
+ * for the sender's address (a sockaddr_storage, 128) leave 880 bytes of
+ * payload. 880 bytes arrive whole; 881 used to arrive as 880 without a
+ * word, now the call returns -EMSGSIZE (the sender's address filled), the
+ * datagram is dropped and counted, and the next call receives the next one.
+ * Both the borrowed form and the copy from a buffered socket.
+ */
+#define TRUNC_BUF  1024
+#define TRUNC_ROOM (TRUNC_BUF - 144)
+
+static void udp_trunc_entry(void *arg)
+{
+	struct sockaddr_storage sa, ca, from;
+	socklen_t salen, calen, fromlen;
+	struct corio_sock *srv = udp_at("127.0.0.1:0", &sa, &salen);
+	struct corio_sock *cli = udp_at("127.0.0.1:0", &ca, &calen);
+	static uint8_t out[TRUNC_BUF], in[2 * TRUNC_BUF];
+	struct corio_net_stats st;
+	struct corio_deadline d;
+	struct corio_buf b;
+	ssize_t r;
+
+	(void)arg;
+	if (!srv || !cli)
+		return;
+	udp_go_buffered(srv, cli, &sa, salen);
+	fill(out, sizeof(out), 5);
+	corio_timeout_push(&d, 2000 * MS);
+	for (int copy = 0; copy < 2; copy++) {
+		/* fits exactly */
+		CHECK_EQ(corio_sendto(cli, out, TRUNC_ROOM, (struct sockaddr *)&sa, salen),
+			 TRUNC_ROOM);
+		if (copy) {
+			r = corio_recvfrom(srv, in, sizeof(in), NULL, NULL);
+			CHECK_EQ(r, TRUNC_ROOM);
+			CHECK(r != TRUNC_ROOM || !memcmp(in, out, TRUNC_ROOM));
+		} else {
+			r = corio_recvfrom_buf(srv, &b, NULL, NULL);
+			CHECK_EQ(r, TRUNC_ROOM);
+			CHECK(r != TRUNC_ROOM || !memcmp(b.data, out, TRUNC_ROOM));
+			corio_buf_release(&b);
+		}
+		/* one byte over */
+		CHECK_EQ(corio_sendto(cli, out, TRUNC_ROOM + 1, (struct sockaddr *)&sa, salen),
+			 TRUNC_ROOM + 1);
+		fromlen = sizeof(from);
+		memset(&from, 0, sizeof(from));
+		if (copy)
+			r = corio_recvfrom(srv, in, sizeof(in), (struct sockaddr *)&from, &fromlen);
+		else
+			r = corio_recvfrom_buf(srv, &b, (struct sockaddr *)&from, &fromlen);
+		CHECK_EQ(r, -EMSGSIZE);
+		if (!copy && r > 0)
+			corio_buf_release(&b); /* the bug: 880 of 881 bytes */
+		CHECK(copy || b._owner == NULL);
+		CHECK_EQ(fromlen, calen);
+		CHECK(!memcmp(&from, &ca, calen));
+		/* the next datagram comes through */
+		CHECK_EQ(corio_sendto(cli, "next", 4, (struct sockaddr *)&sa, salen), 4);
+		r = corio_recvfrom(srv, in, sizeof(in), NULL, NULL);
+		CHECK_EQ(r, 4);
+	}
+	corio_deadline_pop(&d);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.udp_truncated, 2);
+	CHECK_EQ(st.bufs_out, 0);
+	CHECK_EQ(corio_close(srv), 0);
+	CHECK_EQ(corio_close(cli), 0);
+}
+
+Test(net, udp_datagram_over_the_buffer_room_is_emsgsize, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "8:1024", 1);
+	th_run(&cfg, udp_trunc_entry, NULL);
+}
+
+/* ---- a flood of unread connections cannot stop another client's echo ------------- */
+
+/*
+ * An echo server like corio-echo (corio_recv_bufs of 16, corio_send_buf
+ * each) on shard 0 with a 64-buffer ring; on shard 1, N = 4 x (64 / 16) =
+ * 16 connections that send and never read, then one more client's ping
+ * must come back. The per-socket caps alone let each flood connection pin
+ * 16 queued receives, 16 queued sends and the 16 buffers its handler
+ * holds, so a few of them took the whole ring and the ping was never
+ * echoed. A flood client counts itself stalled once a send of it has
+ * waited 200 ms (the server no longer drains it); the ping goes when all
+ * are, or after 10 s.
+ */
+#define FL_RING  64
+#define FL_CONNS (4 * FL_RING / 16)
+
+static struct {
+	_Atomic int port;
+	_Atomic int stalled;
+	_Atomic int done;
+} fl;
+
+static int fl_echo(void *arg)
+{
+	struct corio_sock *s = arg;
+	struct corio_buf b[16];
+	int sndbuf = 8192, k;
+
+	corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf));
+	while ((k = corio_recv_bufs(s, b, 16)) > 0) {
+		int i = 0;
+
+		while (i < k && corio_send_buf(s, &b[i]) == 0)
+			i++;
+		if (i < k) {
+			for (i++; i < k; i++)
+				corio_buf_release(&b[i]);
+			break;
+		}
+	}
+	corio_close(s);
+	return 0;
+}
+
+static int fl_acceptor(void *arg)
+{
+	struct corio_listener *l = arg;
+	struct corio_sock *s;
+
+	while (corio_accept(l, &s) == 0)
+		CHECK_EQ(corio_spawn(fl_echo, s, NULL, NULL), 0);
+	return 0;
+}
+
+static int fl_flooder(void *arg)
+{
+	static uint8_t buf[65536];
+	struct corio_sock *c = NULL;
+	char where[32];
+	int rcvbuf = 4096;
+	bool stalled = false;
+
+	(void)arg;
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&fl.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (!c)
+		return 0;
+	corio_setsockopt(c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf));
+	for (;;) {
+		struct corio_deadline d;
+		ssize_t r;
+
+		corio_timeout_push(&d, 200 * MS);
+		r = corio_send(c, buf, sizeof(buf));
+		corio_deadline_pop(&d);
+		if (r == -ETIMEDOUT && !stalled) {
+			stalled = true;
+			atomic_fetch_add(&fl.stalled, 1);
+		} else if (r < 0 && r != -ETIMEDOUT) {
+			break; /* cancelled: the test is over */
+		}
+	}
+	CHECK_EQ(corio_close(c), 0);
+	return 0;
+}
+
+static void fl_clients(void)
+{
+	struct corio_fiber *f[FL_CONNS];
+	struct corio_net_stats st;
+	struct corio_deadline d;
+	struct corio_sock *c = NULL;
+	uint64_t until;
+	char where[32], in[4];
+
+	while (!atomic_load(&fl.port))
+		corio_yield();
+	for (int i = 0; i < FL_CONNS; i++)
+		CHECK_EQ(corio_spawn(fl_flooder, NULL, NULL, &f[i]), 0);
+	until = corio_now_ns() + 10000 * MS;
+	while (atomic_load(&fl.stalled) < FL_CONNS && corio_now_ns() < until)
+		corio_sleep_ns(5 * MS);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	fprintf(stderr, "flood: %d of %d stalled, bufs_out %llu of %d, recv_budget %llu\n",
+		atomic_load(&fl.stalled), FL_CONNS, (unsigned long long)st.bufs_out, FL_RING,
+		(unsigned long long)st.recv_budget);
+	/* another client's ping is echoed */
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&fl.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	if (c) {
+		CHECK_EQ(corio_send(c, "ping", 4), 4);
+		corio_timeout_push(&d, 2000 * MS);
+		CHECK_EQ(recv_all(c, (uint8_t *)in, 4), 4);
+		corio_deadline_pop(&d);
+		CHECK(!memcmp(in, "ping", 4));
+		CHECK_EQ(corio_close(c), 0);
+	}
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	CHECK(st.recv_budget > 0); /* the budget's refusals are counted */
+	CHECK(st.bufs_out < FL_RING);
+	for (int i = 0; i < FL_CONNS; i++) {
+		corio_cancel(f[i]);
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	}
+	atomic_store(&fl.done, 1);
+}
+
+static void fl_entry(void *arg)
+{
+	struct corio_listener *l = NULL;
+	struct corio_fiber *acc = NULL;
+	struct corio_net_stats st;
+	char where[64];
+
+	(void)arg;
+	if (corio_shard_id() == 1) {
+		fl_clients();
+		return;
+	}
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_spawn(fl_acceptor, l, NULL, &acc), 0);
+	atomic_store(&fl.port, atoi(strrchr(where, ':') + 1));
+	while (!atomic_load(&fl.done))
+		corio_sleep_ns(5 * MS);
+	corio_cancel(acc);
+	CHECK_EQ(corio_join(acc, NULL), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	do { /* the handlers see their peers gone and close */
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+		if (st.conns_live)
+			corio_sleep_ns(MS);
+	} while (st.conns_live);
+}
+
+static int fl_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+	int ret;
+
+	(void)arg;
+	setenv("CORIO_NET_BUFS", "64:4096", 1);
+	ret = corio_run(&cfg, fl_entry, NULL);
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "corio_run %d (%s); %s\n", ret, corio_last_error(), th_msg);
+		return 1;
+	}
+	return 0;
+}
+
+Test(net, unread_connections_flood_cannot_stop_another_echo, .timeout = 60)
+{
+	th_child_ok(fl_child, NULL, 40000, "flood of unread connections");
+}
+
+/* ---- many waiting readers on a small ring: no ENOBUFS storm -------------------------- */
+
+/*
+ * WR_CONNS connections each send one 4 KiB message at once to an echo
+ * server whose ring has 8 buffers of 4 KiB (whole buffers: one message
+ * each). The ring runs dry and most receives stop with ENOBUFS; that is
+ * expected once per message or so. It used to be once per message per
+ * returned buffer: every starved socket with a waiting reader was re-armed
+ * as soon as one buffer came back, and all but one stopped again.
+ */
+#define WR_CONNS 400
+#define WR_MSG   4096
+
+static struct {
+	_Atomic int port;
+	_Atomic int echoed;
+	_Atomic int connected;
+} wr;
+
+static int wr_echo(void *arg)
+{
+	struct corio_sock *s = arg;
+	struct corio_buf b;
+	ssize_t r;
+
+	while ((r = corio_recv_buf(s, &b)) > 0) {
+		CHECK_EQ(corio_send(s, b.data, b.len), r);
+		corio_buf_release(&b);
+	}
+	CHECK_EQ(r, 0);
+	CHECK_EQ(corio_close(s), 0);
+	return 0;
+}
+
+static int wr_acceptor(void *arg)
+{
+	struct corio_spawn_opts so = { .stack_size = 64 * 1024 };
+	struct corio_listener *l = arg;
+	struct corio_sock *s;
+
+	while (corio_accept(l, &s) == 0)
+		CHECK_EQ(corio_spawn(wr_echo, s, &so, NULL), 0);
+	return 0;
+}
+
+static int wr_client(void *arg)
+{
+	uint8_t out[WR_MSG], in[WR_MSG];
+	struct corio_sock *c = NULL;
+	char where[32];
+
+	(void)arg;
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&wr.port));
+	CHECK_EQ(corio_tcp_connect(where, &c), 0);
+	atomic_fetch_add(&wr.connected, 1);
+	while (atomic_load(&wr.connected) < WR_CONNS)
+		corio_sleep_ns(MS);
+	if (c) {
+		fill(out, sizeof(out), 9);
+		CHECK_EQ(corio_send(c, out, sizeof(out)), sizeof(out));
+		CHECK_EQ(recv_all(c, in, sizeof(in)), sizeof(in));
+		if (!memcmp(in, out, sizeof(in)))
+			atomic_fetch_add(&wr.echoed, 1);
+		CHECK_EQ(corio_close(c), 0);
+	}
+	return 0;
+}
+
+static void wr_entry(void *arg)
+{
+	struct corio_spawn_opts so = { .stack_size = 64 * 1024 };
+	struct corio_listen_opts o = { .backlog = 1024 };
+	struct corio_fiber *acc, *cl[WR_CONNS];
+	struct corio_listener *l = NULL;
+	struct corio_net_stats st;
+	char where[64];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &l), 0);
+	addr_of(l, where, sizeof(where));
+	atomic_store(&wr.port, atoi(strrchr(where, ':') + 1));
+	CHECK_EQ(corio_spawn(wr_acceptor, l, NULL, &acc), 0);
+	for (int i = 0; i < WR_CONNS; i++)
+		CHECK_EQ(corio_spawn(wr_client, NULL, &so, &cl[i]), 0);
+	for (int i = 0; i < WR_CONNS; i++)
+		CHECK_EQ(corio_join(cl[i], NULL), 0);
+	corio_cancel(acc);
+	CHECK_EQ(corio_join(acc, NULL), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	do {
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+		if (st.conns_live)
+			corio_sleep_ns(MS);
+	} while (st.conns_live);
+	CHECK_EQ(atomic_load(&wr.echoed), WR_CONNS);
+	fprintf(stderr, "%d readers on 8 buffers: enobufs %llu, rearms %llu\n", WR_CONNS,
+		(unsigned long long)st.enobufs, (unsigned long long)st.rearms);
+#ifndef CORIO_FAULTS /* fault builds inject ENOBUFS completions on purpose */
+	CHECK(st.enobufs <= 2 * WR_CONNS);
+	CHECK(st.rearms <= 3 * WR_CONNS);
+#endif
+}
+
+Test(net, many_readers_on_a_small_ring_no_enobufs_storm, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct rlimit rl;
+
+	getrlimit(RLIMIT_NOFILE, &rl);
+	if (rl.rlim_cur < 2 * WR_CONNS + 100) {
+		rl.rlim_cur = rl.rlim_max == RLIM_INFINITY || rl.rlim_max > 4 * WR_CONNS
+				      ? 4 * WR_CONNS
+				      : rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	if (rl.rlim_cur < 2 * WR_CONNS + 100)
+		cr_skip_test("RLIMIT_NOFILE %lu is below %d", (unsigned long)rl.rlim_cur,
+			     2 * WR_CONNS + 100);
+	setenv("CORIO_NET_BUFS", "8:4096", 1);
+	setenv("CORIO_NET_DISABLE", "pbuf_inc", 1);
+	th_run(&cfg, wr_entry, NULL);
 }

@@ -134,7 +134,8 @@ CORIO_API int corio_unix_connect(const char *path, struct corio_sock **out);
 /* Wrap a connected stream socket fd (taking ownership), on this shard. */
 CORIO_API int corio_sock_from_fd(int fd, struct corio_sock **out);
 /* Free s but keep its fd open and return it (the caller owns it), or -EBUSY
- * when received data is still queued in s (it would be lost). Blocking
+ * when received data is still queued in s (it would be lost) or another
+ * fiber is parked in a receive on s. Blocking
  * briefly if a multishot receive must be cancelled first. */
 CORIO_API int corio_sock_release_fd(struct corio_sock *s);
 
@@ -170,7 +171,14 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * (the peer's TCP window closes) until the reader has taken half of them,
  * so one connection that is not read cannot take the shard's ring (counted
  * in recv_capped; exact on kernels whose multishot recv takes a byte limit,
- * 6.18 here, approximate before). Release every borrowed buffer
+ * 6.18 here, approximate before). Over the per-socket caps, a shard-wide
+ * budget: CORIO_NET_RECV_RESERVE percent of the ring (default 50, 0: off)
+ * is kept for sockets that hold nothing (no unread buffer, no queued
+ * corio_send_buf), which can always take one buffer; a socket that holds
+ * some receives only into what is free above the reserve, so unread
+ * connections, however many, cannot stop a new one's receive (refusals in
+ * recv_budget). Buffers a caller keeps borrowed count against the ring but
+ * not against their socket. Release every borrowed buffer
  * with corio_buf_release() on this shard; it stays valid after
  * corio_close(s). Once used on a socket, corio_recv() on it copies from the
  * same stream. After a failed corio_send_buf(), data already received is
@@ -259,7 +267,16 @@ CORIO_API int corio_shutdown_write(struct corio_sock *s);
 
 /* Close s and free it. Buffers borrowed from it stay valid until released.
  * Blocking (waits for a pending multishot receive's last CQE); returns 0 or
- * the close error. s must not be in use by another fiber. */
+ * the close error. Data received and not yet handed out is discarded.
+ * Another fiber of the shard parked in a receive on s (corio_recv,
+ * corio_recv_buf(s), corio_recvfrom(_buf), a corio_select() receive item)
+ * is woken with -EBADF - a copying receive whose bytes had already landed
+ * in its buffer returns them instead - and close returns only once every
+ * such fiber has left s and the kernel has let go of the socket (the peer
+ * sees the close, a UDP port is free again). Such a fiber must not use s
+ * after -EBADF: it is freed. A receive or a second close that starts while
+ * the close waits returns -EBADF. Sends another fiber has in progress on s
+ * are not covered: s must not be in a send of another fiber. */
 CORIO_API int corio_close(struct corio_sock *s);
 
 /* ---- UDP -------------------------------------------------------------- */
@@ -273,16 +290,23 @@ CORIO_API int corio_udp_bind(const char *host_port, struct corio_sock **out);
  * scope are checked first, as for every blocking call. */
 CORIO_API ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
 			       const struct sockaddr *addr, socklen_t addrlen);
-/* Receive one datagram into buf; a longer one is truncated (the rest is
- * discarded, as recvfrom(2)). The sender's address goes to addr/addrlen
- * when addr is not NULL (*addrlen in: its size, out: the address length).
- * Returns the bytes stored or -errno. Blocking. */
+/* Receive one datagram into buf; one longer than len is truncated to len
+ * (the rest is discarded, as recvfrom(2)). The sender's address goes to
+ * addr/addrlen when addr is not NULL (*addrlen in: its size, out: the
+ * address length). Returns the bytes stored or -errno. On a socket that
+ * used corio_recvfrom_buf() the datagram comes out of the ring, and one
+ * that did not fit a ring buffer is -EMSGSIZE as there. Blocking. */
 CORIO_API ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len,
 				 struct sockaddr *addr, socklen_t *addrlen);
 /* Zero-copy corio_recvfrom through the provided-buffer ring (multishot
  * recvmsg where available): one datagram per buffer; release it with
- * corio_buf_release(). Datagrams larger than the ring's buffers are
- * truncated. An empty datagram returns 0 and lends no buffer (releasing b
+ * corio_buf_release(). A buffer also holds the recvmsg header and room for
+ * the sender's address, so the payload that fits is the buffer size - 144
+ * bytes (16,240 with the default 16 KiB buffers; CORIO_NET_BUFS sizes
+ * them). A longer datagram is not handed out cut: the call returns
+ * -EMSGSIZE (the sender's address filled in, no buffer lent), the datagram
+ * is dropped and counted in udp_truncated, and the next call receives the
+ * next one. An empty datagram returns 0 and lends no buffer (releasing b
  * is harmless). An error such as -ECONNREFUSED (ICMP, connected socket) is
  * returned once, like corio_recvfrom(); the next call receives again.
  * Once used on a socket, corio_recvfrom() and corio_recv() on it copy the
@@ -342,6 +366,12 @@ struct corio_net_stats {
 	uint64_t send_direct;  /* TCP sends (corio_send, corio_sendv,
 	                          corio_send_buf) the socket took, all or part,
 	                          in a direct sendmsg(2): no SQE, no park       */
+	uint64_t udp_truncated; /* datagrams longer than a ring buffer's payload
+	                          room: dropped, -EMSGSIZE to the receiver      */
+	uint64_t recv_budget;  /* stream receives refused or stopped by the
+	                          shard-wide budget: the socket held buffers
+	                          and the ring was down to its reserve
+	                          (CORIO_NET_RECV_RESERVE)                      */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
