@@ -614,6 +614,115 @@ Test(kv, every_command_2_shards, .timeout = 60)
 	run_kv(2, NULL, all_commands);
 }
 
+/* ---- answers checked against redis-server 7.0.15 ------------------------------------ */
+
+/* FLUSHALL/FLUSHDB take only ASYNC or SYNC (a typo must not wipe the data);
+ * EXPIRE in the past, however far, deletes; SET takes EXAT and PXAT, lets
+ * an option repeat (the last expiry wins) and refuses conflicting ones.
+ * Every expected reply below is what redis-server 7.0.15 answered. */
+static void redis_answers(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[32];
+
+	if (!c)
+		return;
+	key_on(&t->srv, t->srv.nshards - 1, "r", 0, k, sizeof(k));
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "FLUSHALL", "FOO", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "FLUSHDB", "x", "y", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "FLUSHALL", "SYNC", "ASYNC", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "FLUSHALL", "async", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "FLUSHDB", "SYNC", NULL);
+	EXPECT(c, "+OK\r\n");
+
+	/* EXPIRE far in the past deletes; past LLONG_MIN as ms it is refused */
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "-9223372036854775", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "-9223372036854776", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'expire' command\r\n");
+	cl_cmd(c, "PEXPIRE", k, "-9223372036854775808", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "-5", "GT", NULL); /* no TTL counts as forever */
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXPIRE", k, "0", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "9223372036854775", NULL); /* fits as ms, not once now is added */
+	EXPECT(c, "-ERR invalid expire time in 'expire' command\r\n");
+
+	/* SET's options */
+	cl_cmd(c, "SET", k, "v", "EX", "10", "EX", "20", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k, NULL);
+	EXPECT_TTL(c, 20);
+	cl_cmd(c, "SET", k, "v", "EX", "abc", "EX", "30", NULL); /* only the last is read */
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k, NULL);
+	EXPECT_TTL(c, 30);
+	cl_cmd(c, "SET", k, "v", "EX", "10", "PX", "20", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "10", "EX", "5", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "KEEPTTL", "EX", "5", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "EX", "10", "KEEPTTL", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "NX", "NX", "GET", "GET", NULL);
+	EXPECT(c, "$1\r\nv\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "99999999999", NULL); /* year 5138 */
+	EXPECT(c, "+OK\r\n");
+	{
+		const char *r;
+
+		cl_cmd(c, "TTL", k, NULL);
+		r = cl_reply(c);
+		CHECK(r && atoll(r + 1) > 90000000000ll && atoll(r + 1) < 99999999999ll);
+	}
+	cl_cmd(c, "SET", k, "old", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k, "v", "PXAT", "1", "GET", NULL); /* 1970: stored and gone */
+	EXPECT(c, "$3\r\nold\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "0", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "9223372036854776", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_cmd(c, "SET", k, "v", "PXAT", "9223372036854775807", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k, "v", "PX", "9223372036854775807", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_close(c);
+}
+
+Test(kv, flush_expire_set_answer_as_redis, .timeout = 60)
+{
+	run_kv(2, NULL, redis_answers);
+}
+
 /* ---- pipelines whose keys live on both shards --------------------------------------- */
 
 #define PIPE_N 300

@@ -64,6 +64,7 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KV_VERSION "7.0.0" /* the Redis version whose replies we follow */
@@ -469,6 +470,27 @@ struct kv_shard {
 static int64_t kv_now_ms(void)
 {
 	return (int64_t)(corio_now_ns() / 1000000);
+}
+
+/* CLOCK_REALTIME in ms: EXAT and PXAT name Unix times, and Redis bounds
+ * every expiry argument by the Unix time (its "basetime"), so we do too. */
+static int64_t kv_unix_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The CLOCK_MONOTONIC deadline (ms) of an expiry n ms from now, or, when
+ * at_unix, at the Unix time n ms (n >= 0); saturates rather than wraps. */
+static int64_t kv_deadline_ms(long long n, bool at_unix)
+{
+	int64_t d = at_unix ? n - kv_unix_ms() : n, when;
+
+	if (__builtin_add_overflow(kv_now_ms(), d, &when))
+		when = d < 0 ? INT64_MIN : INT64_MAX;
+	return when;
 }
 
 static size_t kv_usable(void *p)
@@ -899,6 +921,7 @@ enum kv_kind {
 #define F_PX 0x40u  /* TTL: milliseconds */
 #define F_EXP 0x80u /* SET: an expiry was given (in n, ms) */
 #define F_NEG 0x100u /* DECRBY: negate the argument */
+#define F_EXAT 0x200u /* SET: n is a Unix time in ms (EXAT, PXAT) */
 
 struct kv_spec {
 	const char *name;
@@ -1057,12 +1080,16 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 			break;
 		}
 		if (cmd->flags & F_EXP)
-			when = kv_now_ms() + cmd->n; /* checked against overflow when parsed */
+			when = kv_deadline_ms(cmd->n, cmd->flags & F_EXAT);
 		if (!(e = kv_store(sh, l, e, op->hash, k, v->p, v->n, cmd->flags & F_KEEPTTL)) ||
-		    (when && !kv_set_expire(sh, e, when))) {
+		    (when > kv_now_ms() && !kv_set_expire(sh, e, when))) {
 			if (!(cmd->flags & F_GET))
 				kv_err(o, "ERR out of memory");
 			break;
+		}
+		if (cmd->flags & F_EXP && when <= kv_now_ms()) {
+			kv_unlink(sh, l); /* EXAT/PXAT in the past: stored and gone (Redis) */
+			KV_INC(sh->st.expired, 1);
 		}
 		if (!(cmd->flags & F_GET))
 			KV_LIT(o, "+OK\r\n");
@@ -1233,42 +1260,59 @@ static void kv_cmd_err(struct kv_cmd *cmd, const char *err)
 	cmd->err = err;
 }
 
-/* SET key value [NX|XX] [GET] [EX s|PX ms|KEEPTTL] */
+/*
+ * SET key value [NX|XX] [GET] [EX s|PX ms|EXAT unix-s|PXAT unix-ms|KEEPTTL],
+ * parsed as Redis 7.0 parses it: an option may repeat (the last expiry of
+ * one unit wins: "EX 10 EX 20" is EX 20), options that conflict (NX with
+ * XX, two units, a unit with KEEPTTL) are a syntax error, and only the
+ * expiry that wins is checked, after the loop.
+ */
 static void kv_plan_set(struct kv_cmd *cmd, const struct kv_arg *a)
 {
+	static const char *const units[] = { "ex", "px", "exat", "pxat" };
+	const struct kv_arg *exp = NULL;
+	int unit = -1; /* units[] index of the expiry given */
+	long long v;
+
 	for (uint32_t i = 3; i < cmd->argc; i++) {
 		const struct kv_arg *o = &a[i];
-		long long v;
+		int u = -1;
 
+		for (int j = 0; j < 4; j++)
+			if (kv_is(o, units[j]))
+				u = j;
 		if (kv_is(o, "nx") && !(cmd->flags & F_XX)) {
 			cmd->flags |= F_NX;
 		} else if (kv_is(o, "xx") && !(cmd->flags & F_NX)) {
 			cmd->flags |= F_XX;
 		} else if (kv_is(o, "get")) {
 			cmd->flags |= F_GET;
-		} else if (kv_is(o, "keepttl") && !(cmd->flags & F_EXP)) {
+		} else if (kv_is(o, "keepttl") && unit < 0) {
 			cmd->flags |= F_KEEPTTL;
-		} else if ((kv_is(o, "ex") || kv_is(o, "px")) && !(cmd->flags & (F_EXP | F_KEEPTTL)) &&
+		} else if (u >= 0 && !(cmd->flags & F_KEEPTTL) && (unit < 0 || unit == u) &&
 			   i + 1 < cmd->argc) {
-			bool ex = kv_is(o, "ex");
-
-			if (!kv_str2ll(a[i + 1].p, a[i + 1].n, &v)) {
-				kv_cmd_err(cmd, "ERR value is not an integer or out of range");
-				return;
-			}
-			if (v <= 0 || (ex && v > LLONG_MAX / 1000) ||
-			    (ex ? v * 1000 : v) > LLONG_MAX - kv_now_ms()) {
-				kv_cmd_err(cmd, "ERR invalid expire time in 'set' command");
-				return;
-			}
-			cmd->n = ex ? v * 1000 : v;
-			cmd->flags |= F_EXP;
-			i++;
+			unit = u;
+			exp = &a[++i];
 		} else {
 			kv_cmd_err(cmd, "ERR syntax error");
 			return;
 		}
 	}
+	if (!exp)
+		return;
+	if (!kv_str2ll(exp->p, exp->n, &v)) {
+		kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		return;
+	}
+	/* seconds (EX, EXAT) become ms; a relative one must not overflow once
+	 * the Unix time is added (Redis's checks, in its order) */
+	if (v <= 0 || (unit % 2 == 0 && v > LLONG_MAX / 1000) ||
+	    (unit < 2 && (unit == 0 ? v * 1000 : v) > LLONG_MAX - kv_unix_ms())) {
+		kv_cmd_err(cmd, "ERR invalid expire time in 'set' command");
+		return;
+	}
+	cmd->n = unit % 2 == 0 ? v * 1000 : v;
+	cmd->flags |= F_EXP | (unit >= 2 ? F_EXAT : 0);
 }
 
 /* EXPIRE / PEXPIRE key n [NX|XX|GT|LT] */
@@ -1302,8 +1346,9 @@ static void kv_plan_expire(struct kv_cmd *cmd, const struct kv_arg *a)
 		kv_cmd_err(cmd, "ERR GT and LT options at the same time are not compatible");
 		return;
 	}
-	if (__builtin_mul_overflow(v, cmd->spec->n, &v) || v > LLONG_MAX - kv_now_ms() ||
-	    v < -kv_now_ms()) {
+	/* Redis's bounds: seconds must fit as ms and the deadline must not pass
+	 * LLONG_MAX; any time in the past, however far, deletes the key */
+	if (__builtin_mul_overflow(v, cmd->spec->n, &v) || v > LLONG_MAX - kv_unix_ms()) {
 		kv_cmd_err(cmd, cmd->spec->n == 1 ? "ERR invalid expire time in 'pexpire' command"
 						  : "ERR invalid expire time in 'expire' command");
 		return;
@@ -1394,8 +1439,13 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 		for (uint32_t i = 1; i < argc && !ret; i += 2)
 			ret = kv_add_op(c, OP_MSET1, arg0 + i, -1);
 		break;
+	case C_FLUSHALL: /* [ASYNC|SYNC]: anything else must not flush (Redis) */
+		if (argc > 2 || (argc == 2 && !kv_is(&a[1], "async") && !kv_is(&a[1], "sync"))) {
+			kv_cmd_err(cmd, "ERR syntax error");
+			break;
+		}
+		/* fall through */
 	case C_DBSIZE:
-	case C_FLUSHALL:
 		for (unsigned i = 0; i < c->srv->nshards && !ret; i++)
 			ret = kv_add_op(c, sp->kind == C_DBSIZE ? OP_DBSIZE : OP_FLUSH, arg0, (int)i);
 		break;
