@@ -149,14 +149,18 @@ static long reply_len(const char *p, size_t n)
 	case '+':
 	case '-':
 	case ':':
+	case '_': /* RESP3 null */
 		return (long)at;
 	case '$':
+	case '=': /* RESP3 verbatim string */
 		v = atoll(p + 1);
 		if (v < 0)
 			return (long)at;
 		return at + (size_t)v + 2 <= n ? (long)(at + (size_t)v + 2) : 0;
 	case '*':
-		v = atoll(p + 1);
+	case '~': /* RESP3 set */
+	case '%': /* RESP3 map: twice as many elements */
+		v = atoll(p + 1) * (p[0] == '%' ? 2 : 1);
 		for (long long i = 0; i < v; i++) {
 			long m = reply_len(p + at, n - at);
 
@@ -555,13 +559,13 @@ static void all_commands(struct kv_test *t)
 	cl_cmd(c, "CONFIG", "SET", "a", "b", NULL);
 	EXPECT_HAS(c, "-ERR CONFIG subcommand not supported");
 	cl_cmd(c, "COMMAND", "COUNT", NULL);
-	EXPECT(c, ":26\r\n");
+	EXPECT(c, ":27\r\n");
 	cl_cmd(c, "COMMAND", "DOCS", NULL);
 	EXPECT(c, "*0\r\n");
 	cl_cmd(c, "COMMAND", "INFO", "get", "nosuch", NULL);
-	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*-1\r\n");
+	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n$-1\r\n");
 	cl_cmd(c, "COMMAND", NULL);
-	EXPECT_HAS(c, "*26\r\n*6\r\n$3\r\nget\r\n");
+	EXPECT_HAS(c, "*27\r\n*6\r\n$3\r\nget\r\n");
 	cl_cmd(c, "CLIENT", "GETNAME", NULL);
 	EXPECT(c, "$-1\r\n");
 	cl_cmd(c, "CLIENT", "SETNAME", "bob", NULL);
@@ -721,6 +725,92 @@ static void redis_answers(struct kv_test *t)
 Test(kv, flush_expire_set_answer_as_redis, .timeout = 60)
 {
 	run_kv(2, NULL, redis_answers);
+}
+
+/* HELLO's facts (the flat array of RESP2, the map of RESP3) for connection id. */
+static void hello_reply(char *out, size_t n, int proto, const char *id)
+{
+	snprintf(out, n,
+		 "%s\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+		 "$5\r\nproto\r\n:%d\r\n$2\r\nid\r\n:%s\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n"
+		 "$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
+		 proto == 3 ? "%7" : "*14", proto, id);
+}
+
+/* HELLO as redis 7.0 answers it; HELLO 3 switches to RESP3 for the
+ * commands after it in the same send, those another shard runs included. */
+static void hello(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char want2[512], want3[512], k[32], id[24] = "";
+	const char *r;
+	int sh;
+
+	if (!c)
+		return;
+	sh = cl_shard(c);
+	key_on(&t->srv, (unsigned)(sh + 1) % t->srv.nshards, "h", 0, k, sizeof(k));
+	cl_cmd(c, "CLIENT", "ID", NULL);
+	r = cl_reply(c);
+	if (r)
+		snprintf(id, sizeof(id), "%.*s", (int)strcspn(r + 1, "\r"), r + 1);
+	hello_reply(want2, sizeof(want2), 2, id);
+	hello_reply(want3, sizeof(want3), 3, id);
+	cl_cmd(c, "HELLO", NULL);
+	EXPECT(c, want2);
+	cl_cmd(c, "HELLO", "2", NULL);
+	EXPECT(c, want2);
+	cl_cmd(c, "HELLO", "4", NULL);
+	EXPECT(c, "-NOPROTO unsupported protocol version\r\n");
+	cl_cmd(c, "HELLO", "1", NULL);
+	EXPECT(c, "-NOPROTO unsupported protocol version\r\n");
+	cl_cmd(c, "HELLO", "x", NULL);
+	EXPECT(c, "-ERR Protocol version is not an integer or out of range\r\n");
+	cl_cmd(c, "HELLO", "3", "FOO", NULL);
+	EXPECT(c, "-ERR Syntax error in HELLO option 'FOO'\r\n");
+	cl_cmd(c, "HELLO", "3", "AUTH", "a", NULL);
+	EXPECT(c, "-ERR Syntax error in HELLO option 'AUTH'\r\n");
+	cl_cmd(c, "HELLO", "3", "AUTH", "bob", "pw", NULL);
+	EXPECT(c, "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+	cl_cmd(c, "GET", k, NULL); /* none of those switched */
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "HELLO", "2", "AUTH", "default", "pw", "SETNAME", "joe", NULL);
+	EXPECT(c, want2);
+	cl_cmd(c, "CLIENT", "GETNAME", NULL);
+	EXPECT(c, "$3\r\njoe\r\n");
+	cl_cmd(c, "HELLO", "3", "SETNAME", "ann", "bad", NULL); /* the name before the error stays */
+	EXPECT(c, "-ERR Syntax error in HELLO option 'bad'\r\n");
+	cl_cmd(c, "CLIENT", "GETNAME", NULL);
+	EXPECT(c, "$3\r\nann\r\n");
+
+	/* one send: HELLO 3, then keys of another shard */
+	cl_cmd(c, "HELLO", "3", NULL);
+	cl_cmd(c, "GET", k, NULL);
+	cl_cmd(c, "MGET", k, k, NULL);
+	cl_cmd(c, "SET", k, "v", "NX", "GET", NULL);
+	cl_cmd(c, "SET", k, "v", "NX", NULL);
+	EXPECT(c, want3);
+	EXPECT(c, "_\r\n");
+	EXPECT(c, "*2\r\n_\r\n_\r\n");
+	EXPECT(c, "_\r\n");
+	EXPECT(c, "_\r\n");
+	cl_cmd(c, "CONFIG", "GET", "save", NULL);
+	EXPECT(c, "%1\r\n$4\r\nsave\r\n$0\r\n\r\n");
+	cl_cmd(c, "COMMAND", "INFO", "nosuch", NULL);
+	EXPECT(c, "*1\r\n_\r\n");
+	cl_cmd(c, "INFO", "keyspace", NULL);
+	EXPECT_HAS(c, "txt:# Keyspace\r\ndb0:keys=1,");
+	CHECK(c->last && c->last[0] == '=');
+	cl_cmd(c, "HELLO", "2", NULL);
+	cl_cmd(c, "GET", "nope", NULL);
+	EXPECT(c, want2);
+	EXPECT(c, "$-1\r\n");
+	cl_close(c);
+}
+
+Test(kv, hello_and_resp3, .timeout = 60)
+{
+	run_kv(2, NULL, hello);
 }
 
 /* ---- pipelines whose keys live on both shards --------------------------------------- */

@@ -76,6 +76,7 @@
 #define KV_SWEEP_BUDGET 200       /* expired keys deleted per loop turn */
 #define KV_TABLE_INIT 1024        /* buckets */
 #define KV_NONE UINT32_MAX
+#define KV_NAME_MAX 64            /* CLIENT SETNAME: bytes, with the NUL */
 
 /* ---- limits and the parser (no I/O) ---------------------------------------- */
 
@@ -398,9 +399,27 @@ static void kv_bulkstr(struct kv_buf *b, const char *s)
 	kv_bulk(b, s, strlen(s));
 }
 
-static void kv_nil(struct kv_buf *b)
+/* Null: RESP2's null bulk string (Redis 7.0 answers it for arrays too, as
+ * COMMAND INFO of an unknown name), RESP3's null. */
+static void kv_null(struct kv_buf *b, bool resp3)
 {
-	KV_LIT(b, "$-1\r\n");
+	if (resp3)
+		KV_LIT(b, "_\r\n");
+	else
+		KV_LIT(b, "$-1\r\n");
+}
+
+/* Text for humans (INFO, CLIENT INFO): RESP3's verbatim string, as Redis. */
+static void kv_verbatim(struct kv_buf *b, const void *p, size_t n, bool resp3)
+{
+	if (!resp3) {
+		kv_bulk(b, p, n);
+		return;
+	}
+	kv_num(b, '=', (long long)n + 4);
+	KV_LIT(b, "txt:");
+	kv_put(b, p, n);
+	KV_LIT(b, "\r\n");
 }
 
 /* "-ERR msg\r\n" (or another error prefix that msg starts with, "-OOM ...") */
@@ -908,7 +927,7 @@ enum kv_kind {
 	C_UNKNOWN, C_ARITY, C_ERR, /* replies made from the command alone */
 	C_PING, C_ECHO, C_GET, C_SET, C_DEL, C_EXISTS, C_INCR, C_MGET, C_MSET, C_EXPIRE,
 	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
-	C_SELECT, C_QUIT,
+	C_SELECT, C_QUIT, C_HELLO,
 };
 
 /* set / expire flags */
@@ -960,6 +979,7 @@ static const struct kv_spec kv_specs[] = {
 	{ "client", -2, C_CLIENT, 0, 0, "loading stale", 0, 0, 0 },
 	{ "select", 2, C_SELECT, 0, 0, "loading stale fast", 0, 0, 0 },
 	{ "quit", -1, C_QUIT, 0, 0, "loading stale fast", 0, 0, 0 },
+	{ "hello", -1, C_HELLO, 0, 0, "noscript loading stale fast no_auth", 0, 0, 0 },
 };
 #define KV_NSPECS (sizeof(kv_specs) / sizeof(kv_specs[0]))
 
@@ -988,6 +1008,7 @@ struct kv_cmd {
 	uint32_t op0, nops;  /* its ops */
 	long long n;         /* INCR step, expiry in ms, ... */
 	const char *err;     /* C_ERR: the reply, without "-" and CRLF */
+	bool resp3;          /* reply in RESP3 (the protocol when it was planned) */
 };
 
 /* An op: the part of a command that one shard runs. */
@@ -1025,7 +1046,8 @@ struct kv_conn {
 	struct kv_op *ops;
 	size_t nops, opcap;
 	struct kv_remote *rem; /* [nshards] */
-	char name[64];
+	char name[KV_NAME_MAX];
+	uint8_t resp;          /* 2 or 3: the protocol of the commands planned next */
 	bool closing;          /* QUIT or a protocol error: send, then close */
 };
 
@@ -1058,7 +1080,7 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 		if (e)
 			kv_bulk(o, e->data + e->klen, e->vlen);
 		else
-			kv_nil(o);
+			kv_null(o, cmd->resp3);
 		break;
 	case OP_SET: {
 		const struct kv_arg *v = &c->av.v[cmd->arg0 + 2];
@@ -1072,11 +1094,11 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 			if (e)
 				kv_bulk(o, e->data + e->klen, e->vlen);
 			else
-				kv_nil(o);
+				kv_null(o, cmd->resp3);
 		}
 		if ((cmd->flags & F_NX && e) || (cmd->flags & F_XX && !e)) {
 			if (!(cmd->flags & F_GET))
-				kv_nil(o);
+				kv_null(o, cmd->resp3);
 			break;
 		}
 		if (cmd->flags & F_EXP)
@@ -1212,6 +1234,8 @@ static intptr_t kv_remote_fn(void *arg)
 }
 
 /* ---- planning: a parsed command becomes ops ------------------------------------ */
+
+static int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n);
 
 static int kv_add_op(struct kv_conn *c, enum kv_op_kind kind, uint32_t key, int shard)
 {
@@ -1378,6 +1402,7 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->arg0 = arg0;
 	cmd->argc = argc;
 	cmd->op0 = (uint32_t)c->nops;
+	cmd->resp3 = c->resp == 3;
 	sp = cmd->spec = kv_find_spec(&a[0]);
 	if (!sp) {
 		cmd->kind = C_UNKNOWN;
@@ -1452,6 +1477,19 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	case C_QUIT:
 		c->closing = true;
 		break;
+	case C_HELLO: {
+		/* the protocol switches here, when planned: the commands after it
+		 * in this batch (remote ones run before the replies are written)
+		 * and HELLO's own reply already speak the new one */
+		char err[200];
+		int ver = kv_hello(c, cmd, false, err, sizeof(err));
+
+		if (ver > 0)
+			c->resp = (uint8_t)ver;
+		cmd->resp3 = c->resp == 3;
+		cmd->n = c->resp;
+		break;
+	}
 	default:
 		break;
 	}
@@ -1618,7 +1656,7 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 	if (b.nomem)
 		kv_err(o, "ERR out of memory");
 	else
-		kv_bulk(o, b.p ? b.p : "", b.len);
+		kv_verbatim(o, b.p ? b.p : "", b.len, cmd->resp3);
 	kv_buf_free(&b);
 }
 
@@ -1654,7 +1692,10 @@ static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 		match[i] = kv_is(&a[2], names[i]) || (a[2].n == 1 && a[2].p[0] == '*');
 		n += match[i];
 	}
-	kv_num(o, '*', 2 * n);
+	if (cmd->resp3)
+		kv_num(o, '%', n);
+	else
+		kv_num(o, '*', 2 * n);
 	for (int i = 0; i < 6; i++) {
 		if (match[i]) {
 			kv_bulkstr(o, names[i]);
@@ -1663,7 +1704,7 @@ static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 	}
 }
 
-static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp)
+static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp, bool resp3)
 {
 	char fl[64];
 	int nf = 0;
@@ -1675,7 +1716,7 @@ static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp)
 	snprintf(fl, sizeof(fl), "%s", sp->cflags);
 	for (const char *q = p; *q; q++)
 		nf += (q == p || q[-1] == ' ') && *q != ' ';
-	kv_num(o, '*', nf);
+	kv_num(o, resp3 ? '~' : '*', nf); /* a set in RESP3 */
 	for (char *w = strtok(fl, " "); w; w = strtok(NULL, " ")) {
 		kv_put(o, "+", 1);
 		kv_put(o, w, strlen(w));
@@ -1695,24 +1736,41 @@ static void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct
 	if (cmd->argc == 1) {
 		kv_num(o, '*', (long long)KV_NSPECS);
 		for (size_t i = 0; i < KV_NSPECS; i++)
-			kv_command_info(o, &kv_specs[i]);
+			kv_command_info(o, &kv_specs[i], cmd->resp3);
 	} else if (kv_is(&a[1], "count")) {
 		kv_num(o, ':', (long long)KV_NSPECS);
 	} else if (kv_is(&a[1], "docs")) {
-		KV_LIT(o, "*0\r\n");
+		kv_num(o, cmd->resp3 ? '%' : '*', 0);
 	} else if (kv_is(&a[1], "info")) {
 		kv_num(o, '*', (long long)cmd->argc - 2);
 		for (uint32_t i = 2; i < cmd->argc; i++) {
 			const struct kv_spec *sp = kv_find_spec(&a[i]);
 
 			if (sp)
-				kv_command_info(o, sp);
+				kv_command_info(o, sp, cmd->resp3);
 			else
-				KV_LIT(o, "*-1\r\n");
+				kv_null(o, cmd->resp3);
 		}
 	} else {
 		kv_err(o, "ERR unknown subcommand or wrong number of arguments for 'command'");
 	}
+}
+
+/* NULL when CLIENT SETNAME takes name, else the error reply. */
+static const char *kv_name_check(const struct kv_arg *name)
+{
+	for (size_t i = 0; i < name->n; i++)
+		if (name->p[i] <= ' ' || name->p[i] > '~')
+			return "ERR Client names cannot contain spaces, newlines or special characters.";
+	if (name->n >= KV_NAME_MAX)
+		return "ERR client name too long for corio-kv (63 bytes)";
+	return NULL;
+}
+
+static void kv_set_name(struct kv_conn *c, const struct kv_arg *name)
+{
+	memcpy(c->name, name->p, name->n);
+	c->name[name->n] = 0;
 }
 
 static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
@@ -1720,37 +1778,106 @@ static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 	const struct kv_arg *a = &c->av.v[cmd->arg0];
 
 	if (kv_is(&a[1], "setname") && cmd->argc == 3) {
-		for (size_t i = 0; i < a[2].n; i++) {
-			if (a[2].p[i] <= ' ' || a[2].p[i] > '~') {
-				kv_err(o, "ERR Client names cannot contain spaces, newlines or special characters.");
-				return;
-			}
-		}
-		if (a[2].n >= sizeof(c->name)) {
-			kv_err(o, "ERR client name too long for corio-kv (63 bytes)");
+		const char *bad = kv_name_check(&a[2]);
+
+		if (bad) {
+			kv_err(o, bad);
 			return;
 		}
-		memcpy(c->name, a[2].p, a[2].n);
-		c->name[a[2].n] = 0;
+		kv_set_name(c, &a[2]);
 		KV_LIT(o, "+OK\r\n");
 	} else if (kv_is(&a[1], "getname") && cmd->argc == 2) {
 		if (c->name[0])
 			kv_bulkstr(o, c->name);
 		else
-			kv_nil(o);
+			kv_null(o, cmd->resp3);
 	} else if (kv_is(&a[1], "id") && cmd->argc == 2) {
 		kv_num(o, ':', (long long)c->id);
 	} else if (kv_is(&a[1], "info") && cmd->argc == 2) {
 		char line[160];
 
-		snprintf(line, sizeof(line), "id=%llu name=%s shard=%u db=0\n", (unsigned long long)c->id,
-			 c->name, c->sh->id);
-		kv_bulkstr(o, line);
+		snprintf(line, sizeof(line), "id=%llu name=%s shard=%u db=0 resp=%u\n",
+			 (unsigned long long)c->id, c->name, c->sh->id, cmd->resp3 ? 3u : 2u);
+		kv_verbatim(o, line, strlen(line), cmd->resp3);
 	} else if (kv_is(&a[1], "setinfo") && cmd->argc == 4) {
 		KV_LIT(o, "+OK\r\n");
 	} else {
 		kv_err(o, "ERR unknown subcommand or wrong number of arguments for 'client'");
 	}
+}
+
+/*
+ * HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 answers it
+ * with no password set: the "default" user takes any password, others are
+ * refused. Options act in order (a SETNAME before a bad option stays, as in
+ * Redis). Returns the protocol asked for (0: none), or -1 with the error
+ * reply (no "-") in err. apply: SETNAME sets the name; false only checks.
+ */
+static int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	long long ver = 0;
+
+	if (cmd->argc >= 2 && !kv_str2ll(a[1].p, a[1].n, &ver)) {
+		snprintf(err, n, "ERR Protocol version is not an integer or out of range");
+		return -1;
+	}
+	if (cmd->argc >= 2 && (ver < 2 || ver > 3)) {
+		snprintf(err, n, "NOPROTO unsupported protocol version");
+		return -1;
+	}
+	for (uint32_t j = 2; j < cmd->argc; j++) {
+		uint32_t more = cmd->argc - 1 - j;
+		const char *bad;
+
+		if (kv_is(&a[j], "auth") && more >= 2) {
+			if (!kv_is(&a[j + 1], "default")) {
+				snprintf(err, n, "WRONGPASS invalid username-password pair or user is disabled.");
+				return -1;
+			}
+			j += 2;
+		} else if (kv_is(&a[j], "setname") && more >= 1) {
+			if ((bad = kv_name_check(&a[j + 1]))) {
+				snprintf(err, n, "%s", bad);
+				return -1;
+			}
+			if (apply)
+				kv_set_name(c, &a[j + 1]);
+			j++;
+		} else {
+			snprintf(err, n, "ERR Syntax error in HELLO option '%.*s'",
+				 (int)(a[j].n > 128 ? 128 : a[j].n), a[j].p);
+			return -1;
+		}
+	}
+	return (int)ver;
+}
+
+/* The server's facts, a map in RESP3 and a flat array in RESP2 (Redis's
+ * fields; "server" says redis because clients read it to pick features). */
+static void kv_reply_hello(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	char err[200];
+
+	if (kv_hello(c, cmd, true, err, sizeof(err)) < 0) {
+		kv_err_sanitized(o, err);
+		return;
+	}
+	kv_num(o, cmd->resp3 ? '%' : '*', cmd->resp3 ? 7 : 14);
+	kv_bulkstr(o, "server");
+	kv_bulkstr(o, "redis");
+	kv_bulkstr(o, "version");
+	kv_bulkstr(o, KV_VERSION);
+	kv_bulkstr(o, "proto");
+	kv_num(o, ':', cmd->n);
+	kv_bulkstr(o, "id");
+	kv_num(o, ':', (long long)c->id);
+	kv_bulkstr(o, "mode");
+	kv_bulkstr(o, "standalone");
+	kv_bulkstr(o, "role");
+	kv_bulkstr(o, "master");
+	kv_bulkstr(o, "modules");
+	KV_LIT(o, "*0\r\n");
 }
 
 /* ---- a batch: run the remote ops, then reply in order ------------------------------ */
@@ -1895,6 +2022,9 @@ static int kv_run_batch(struct kv_conn *c)
 		}
 		case C_QUIT:
 			KV_LIT(o, "+OK\r\n");
+			break;
+		case C_HELLO:
+			kv_reply_hello(c, cmd, o);
 			break;
 		}
 	}
@@ -2074,6 +2204,7 @@ static int kv_accept_loop(struct kv_listener *kl)
 		c->srv = kl->srv;
 		c->sh = kl->sh;
 		c->s = s;
+		c->resp = 2;
 		c->id = ++kl->sh->next_conn_id * kl->srv->nshards + kl->sh->id;
 		if (corio_group_spawn(&kl->conns, kv_conn_fiber, c, &o, NULL) < 0) {
 			corio_close(s);
