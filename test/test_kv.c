@@ -559,13 +559,13 @@ static void all_commands(struct kv_test *t)
 	cl_cmd(c, "CONFIG", "SET", "a", "b", NULL);
 	EXPECT_HAS(c, "-ERR CONFIG subcommand not supported");
 	cl_cmd(c, "COMMAND", "COUNT", NULL);
-	EXPECT(c, ":27\r\n");
+	EXPECT(c, ":30\r\n");
 	cl_cmd(c, "COMMAND", "DOCS", NULL);
 	EXPECT(c, "*0\r\n");
 	cl_cmd(c, "COMMAND", "INFO", "get", "nosuch", NULL);
 	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n$-1\r\n");
 	cl_cmd(c, "COMMAND", NULL);
-	EXPECT_HAS(c, "*27\r\n*6\r\n$3\r\nget\r\n");
+	EXPECT_HAS(c, "*30\r\n*6\r\n$3\r\nget\r\n");
 	cl_cmd(c, "CLIENT", "GETNAME", NULL);
 	EXPECT(c, "$-1\r\n");
 	cl_cmd(c, "CLIENT", "SETNAME", "bob", NULL);
@@ -811,6 +811,128 @@ static void hello(struct kv_test *t)
 Test(kv, hello_and_resp3, .timeout = 60)
 {
 	run_kv(2, NULL, hello);
+}
+
+/* MULTI queues, EXEC runs (keys on both shards), as redis 7.0 answers. */
+static void transactions(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *o = cl_open(t->port);
+	char k0[32], k1[32], want[64];
+
+	if (!c || !o)
+		return;
+	key_on(&t->srv, 0, "t", 0, k0, sizeof(k0));
+	key_on(&t->srv, t->srv.nshards - 1, "u", 0, k1, sizeof(k1));
+	/* queued, not run: another client sees nothing until EXEC */
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k0, "1", NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(c, "INCR", k0, NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(c, "INCR", k1, NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(o, "MGET", k0, k1, NULL);
+	EXPECT(o, "*2\r\n$-1\r\n$-1\r\n");
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "*3\r\n+OK\r\n:2\r\n:1\r\n");
+	cl_cmd(o, "MGET", k0, k1, NULL);
+	EXPECT(o, "*2\r\n$1\r\n2\r\n$1\r\n1\r\n");
+
+	/* as redis-py's pipeline() sends it: one send, commands around it */
+	cl_cmd(c, "SET", "before", "b", NULL);
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "INCR", k0, NULL);
+	cl_cmd(c, "GET", "before", NULL);
+	cl_cmd(c, "INCR", k1, NULL);
+	cl_cmd(c, "EXEC", NULL);
+	cl_cmd(c, "GET", k1, NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 3; i++)
+		EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "*3\r\n:3\r\n$1\r\nb\r\n:2\r\n");
+	EXPECT(c, "$1\r\n2\r\n");
+
+	/* refused when queued: EXEC aborts, nothing is applied */
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "SET", k0, "x", NULL);
+	cl_cmd(c, "NOSUCH", "a", NULL);
+	cl_cmd(c, "GET", NULL);
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "-ERR unknown command 'NOSUCH', with args beginning with: 'a' \r\n");
+	EXPECT(c, "-ERR wrong number of arguments for 'get' command\r\n");
+	EXPECT(c, "-EXECABORT Transaction discarded because of previous errors.\r\n");
+	cl_cmd(c, "GET", k0, NULL);
+	EXPECT(c, "$1\r\n3\r\n");
+	/* failing when run: the error in the array, the others applied */
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "SET", "s", "str", NULL);
+	cl_cmd(c, "INCR", "s", NULL);
+	cl_cmd(c, "SET", k1, "new", "EX", "10", "PX", "5", NULL);
+	cl_cmd(c, "SET", k1, "new", NULL);
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 4; i++)
+		EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "*4\r\n+OK\r\n-ERR value is not an integer or out of range\r\n"
+		  "-ERR syntax error\r\n+OK\r\n");
+	cl_cmd(o, "GET", k1, NULL);
+	EXPECT(o, "$3\r\nnew\r\n");
+
+	/* nesting, EXEC and DISCARD without MULTI, DISCARD drops the queue */
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "-ERR MULTI calls can not be nested\r\n");
+	cl_cmd(c, "SET", "d", "1", NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(c, "DISCARD", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXISTS", "d", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "-ERR EXEC without MULTI\r\n");
+	cl_cmd(c, "DISCARD", NULL);
+	EXPECT(c, "-ERR DISCARD without MULTI\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "*0\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "SET", "d", "1", NULL);
+	cl_cmd(c, "EXEC", "x", NULL); /* aborts at once */
+	cl_cmd(c, "EXEC", NULL);
+	cl_cmd(c, "EXISTS", "d", NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n");
+	EXPECT(c, "-ERR EXEC without MULTI\r\n");
+	EXPECT(c, ":0\r\n");
+
+	/* more commands than one batch holds, in one send */
+	cl_cmd(c, "DEL", k0, k1, NULL);
+	EXPECT(c, ":2\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	for (int i = 0; i < 3 * KV_BATCH_CMDS; i++)
+		cl_cmd(c, "INCR", i % 2 ? k1 : k0, NULL);
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 3 * KV_BATCH_CMDS; i++)
+		EXPECT(c, "+QUEUED\r\n");
+	CHECK(cl_reply(c) && !strncmp(c->last, "*768\r\n:1\r\n:1\r\n:2\r\n:2\r\n", 22));
+	snprintf(want, sizeof(want), ":%d\r\n:%d\r\n", 3 * KV_BATCH_CMDS / 2, 3 * KV_BATCH_CMDS / 2);
+	CHECK(c->last && c->last_len > strlen(want) &&
+	      !strcmp(c->last + c->last_len - strlen(want), want));
+	cl_close(o);
+	cl_close(c);
+}
+
+Test(kv, multi_exec_discard, .timeout = 60)
+{
+	run_kv(2, NULL, transactions);
 }
 
 /* ---- pipelines whose keys live on both shards --------------------------------------- */

@@ -927,7 +927,7 @@ enum kv_kind {
 	C_UNKNOWN, C_ARITY, C_ERR, /* replies made from the command alone */
 	C_PING, C_ECHO, C_GET, C_SET, C_DEL, C_EXISTS, C_INCR, C_MGET, C_MSET, C_EXPIRE,
 	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
-	C_SELECT, C_QUIT, C_HELLO,
+	C_SELECT, C_QUIT, C_HELLO, C_MULTI, C_EXEC, C_DISCARD, C_QUEUED,
 };
 
 /* set / expire flags */
@@ -980,6 +980,9 @@ static const struct kv_spec kv_specs[] = {
 	{ "select", 2, C_SELECT, 0, 0, "loading stale fast", 0, 0, 0 },
 	{ "quit", -1, C_QUIT, 0, 0, "loading stale fast", 0, 0, 0 },
 	{ "hello", -1, C_HELLO, 0, 0, "noscript loading stale fast no_auth", 0, 0, 0 },
+	{ "multi", 1, C_MULTI, 0, 0, "noscript loading stale fast", 0, 0, 0 },
+	{ "exec", 1, C_EXEC, 0, 0, "noscript loading stale skip_slowlog", 0, 0, 0 },
+	{ "discard", 1, C_DISCARD, 0, 0, "noscript loading stale fast", 0, 0, 0 },
 };
 #define KV_NSPECS (sizeof(kv_specs) / sizeof(kv_specs[0]))
 
@@ -1048,6 +1051,11 @@ struct kv_conn {
 	struct kv_remote *rem; /* [nshards] */
 	char name[KV_NAME_MAX];
 	uint8_t resp;          /* 2 or 3: the protocol of the commands planned next */
+	bool in_multi;         /* after MULTI: commands are queued, not run */
+	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
+	bool exec;             /* this batch is an EXEC: one array of replies */
+	struct kv_buf mq;      /* MULTI's queue: (argc, (len, bytes)...) per command */
+	uint32_t mq_cmds;      /* commands queued */
 	bool closing;          /* QUIT or a protocol error: send, then close */
 };
 
@@ -1380,7 +1388,80 @@ static void kv_plan_expire(struct kv_cmd *cmd, const struct kv_arg *a)
 	cmd->n = v;
 }
 
-/* Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops. */
+#define KV_PLAN_EXEC 1 /* kv_plan(): EXEC of a transaction; nothing was planned */
+
+/* Forget the transaction (EXEC ran it, DISCARD, EXECABORT). */
+static void kv_multi_reset(struct kv_conn *c)
+{
+	c->in_multi = c->multi_dirty = false;
+	c->mq.len = 0;
+	c->mq_cmds = 0;
+	if (c->mq.cap > KV_BIG_BUF)
+		kv_buf_free(&c->mq);
+}
+
+/*
+ * Queue a command after MULTI: its arguments are copied (they live in the
+ * query buffer, which the next receive reuses). The queue is bounded by the
+ * query buffer limit; past it the command is refused and EXEC will abort.
+ */
+static int kv_multi_queue(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	size_t need = 4 + 4 * (size_t)argc;
+	uint32_t n;
+
+	for (uint32_t i = 0; i < argc; i++)
+		need += a[i].n;
+	if (c->mq.len + need > c->srv->lim.qbuf_limit) {
+		c->multi_dirty = true;
+		kv_cmd_err(cmd, "ERR corio-kv: the transaction is larger than the query buffer limit");
+		return 0;
+	}
+	if (!kv_reserve(&c->mq, need))
+		return -ENOMEM;
+	kv_put(&c->mq, &argc, 4);
+	for (uint32_t i = 0; i < argc; i++) {
+		n = (uint32_t)a[i].n;
+		kv_put(&c->mq, &n, 4);
+		kv_put(&c->mq, a[i].p, n);
+	}
+	c->mq_cmds++;
+	cmd->kind = C_QUEUED;
+	return 0;
+}
+
+static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);
+
+/* EXEC: the queued commands become this batch, whose replies go out as one
+ * array; their arguments point into the queue until the batch is done. */
+static int kv_plan_exec(struct kv_conn *c)
+{
+	size_t at = 0;
+	int ret = 0;
+
+	c->in_multi = false; /* plan them to run, not to queue again */
+	c->exec = true;
+	for (uint32_t i = 0; i < c->mq_cmds && !ret; i++) {
+		uint32_t argc, n, arg0 = (uint32_t)c->av.n;
+
+		memcpy(&argc, c->mq.p + at, 4);
+		at += 4;
+		for (uint32_t j = 0; j < argc && !ret; j++) {
+			memcpy(&n, c->mq.p + at, 4);
+			ret = argv_push(&c->av, c->mq.p + at + 4, n);
+			at += 4 + (size_t)n;
+		}
+		if (!ret)
+			ret = kv_plan(c, arg0, argc);
+	}
+	return ret;
+}
+
+/*
+ * Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops: 0,
+ * -ENOMEM, or KV_PLAN_EXEC for the EXEC of a transaction without errors,
+ * which must start a batch of its own (kv_plan_exec()).
+ */
 static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 {
 	struct kv_cmd *cmd;
@@ -1404,16 +1485,25 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->op0 = (uint32_t)c->nops;
 	cmd->resp3 = c->resp == 3;
 	sp = cmd->spec = kv_find_spec(&a[0]);
-	if (!sp) {
-		cmd->kind = C_UNKNOWN;
-		goto out;
-	}
-	if ((sp->arity > 0 && argc != (uint32_t)sp->arity) ||
+	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
 	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
 	    (sp->kind == C_MSET && argc % 2 == 0)) {
-		cmd->kind = C_ARITY;
+		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
+		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
+		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
+					"wrong number of arguments for 'exec' command");
+			kv_multi_reset(c);
+		}
 		goto out;
 	}
+	if (c->in_multi && sp->kind != C_MULTI && sp->kind != C_EXEC && sp->kind != C_DISCARD &&
+	    sp->kind != C_QUIT) {
+		ret = kv_multi_queue(c, cmd, a, argc);
+		goto out;
+	}
+	if (sp->kind == C_EXEC && c->in_multi && !c->multi_dirty)
+		return KV_PLAN_EXEC;
 	cmd->kind = sp->kind;
 	cmd->flags = sp->flags;
 	cmd->n = sp->n;
@@ -1476,6 +1566,23 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 		break;
 	case C_QUIT:
 		c->closing = true;
+		break;
+	case C_MULTI:
+		if (c->in_multi)
+			kv_cmd_err(cmd, "ERR MULTI calls can not be nested");
+		c->in_multi = true;
+		break;
+	case C_EXEC: /* the EXEC that runs returned above */
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR EXEC without MULTI");
+		else
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of previous errors.");
+		kv_multi_reset(c);
+		break;
+	case C_DISCARD:
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR DISCARD without MULTI");
+		kv_multi_reset(c);
 		break;
 	case C_HELLO: {
 		/* the protocol switches here, when planned: the commands after it
@@ -1939,6 +2046,8 @@ static int kv_run_batch(struct kv_conn *c)
 	}
 	KV_INC(c->sh->st.cmds, c->ncmds);
 	KV_INC(c->sh->st.batches, 1);
+	if (c->exec)
+		kv_num(o, '*', (long long)c->ncmds);
 	for (size_t i = 0; i < c->ncmds; i++) {
 		struct kv_cmd *cmd = &c->cmds[i];
 		const struct kv_arg *a = &c->av.v[cmd->arg0];
@@ -2026,6 +2135,15 @@ static int kv_run_batch(struct kv_conn *c)
 		case C_HELLO:
 			kv_reply_hello(c, cmd, o);
 			break;
+		case C_MULTI:
+		case C_DISCARD:
+			KV_LIT(o, "+OK\r\n");
+			break;
+		case C_QUEUED:
+			KV_LIT(o, "+QUEUED\r\n");
+			break;
+		case C_EXEC: /* planned as C_ERR or as its commands */
+			break;
 		}
 	}
 	return o->nomem ? -ENOMEM : 0;
@@ -2037,6 +2155,7 @@ static void kv_conn_free(struct kv_conn *c)
 {
 	free(c->q);
 	kv_buf_free(&c->out);
+	kv_buf_free(&c->mq);
 	free(c->av.v);
 	free(c->cmds);
 	free(c->ops);
@@ -2108,11 +2227,26 @@ static void kv_serve_conn(struct kv_conn *c)
 			}
 			if (r == RESP_NOMEM)
 				return;
-			c->qpos += used;
-			if (c->av.n > arg0 && kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0)))
+			if (c->av.n == arg0) { /* an empty command */
+				c->qpos += used;
+				continue;
+			}
+			r = kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0));
+			if (r == KV_PLAN_EXEC) { /* a batch of its own: now, or next */
+				c->av.n = arg0;
+				if (!c->ncmds) {
+					c->qpos += used;
+					r = kv_plan_exec(c);
+				}
+				if (r < 0)
+					return;
+				break;
+			}
+			if (r)
 				return;
+			c->qpos += used;
 		}
-		if (c->ncmds && kv_run_batch(c))
+		if ((c->ncmds || c->exec) && kv_run_batch(c))
 			return;
 		if (perr) {
 			KV_INC(c->sh->st.proto_errors, 1);
@@ -2130,6 +2264,10 @@ static void kv_serve_conn(struct kv_conn *c)
 		if (c->out.len && corio_send(c->s, c->out.p, c->out.len) < 0)
 			return;
 		c->out.len = 0;
+		if (c->exec) { /* the batch no longer points into the queue */
+			c->exec = false;
+			kv_multi_reset(c);
+		}
 		if (c->out.cap > KV_BIG_BUF)
 			kv_buf_free(&c->out);
 		if (c->closing)
