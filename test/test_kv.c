@@ -1230,35 +1230,169 @@ Test(kv, malformed_input_and_protocol_limits, .timeout = 60)
 	run_kv(2, &lim, malformed);
 }
 
-/* A batch whose replies exceed the output limit closes the connection. */
-static void output_limit(struct kv_test *t)
-{
-	struct cl *c = cl_open(t->port);
-	char *v = malloc(40000);
+/* ---- output: bounded per connection, and a client that reads is never closed ---------- */
 
-	memset(v, 'v', 40000);
-	v[39999] = 0;
-	cl_cmd(c, "SET", "big", v, NULL);
-	EXPECT(c, "+OK\r\n");
-	cl_cmd(c, "GET", "big", NULL); /* 40 KB: under the 64 KiB limit */
-	EXPECT_HAS(c, "$39999\r\nvvvv");
-	cl_cmd(c, "GET", "big", NULL); /* two in one batch: over it */
-	cl_cmd(c, "GET", "big", NULL);
-	CHECK(cl_closed(c));
-	cl_close(c);
-	c = cl_open(t->port);
-	CHECK(info_num(c, "stats", "client_output_limit_disconnections:") == 1);
-	cl_close(c);
+#define BIG_LEN (1 << 20) /* a value of 1 MiB */
+#define BIG_N 300         /* replies of it asked for at once */
+
+/*
+ * Read n replies "$len\r\n" + len bytes of fill + "\r\n", after prefix (an
+ * array header, or NULL), through the 64 KiB buffer without keeping them.
+ * Returns how many matched whole: it stops at the first wrong byte, at end
+ * of stream, or when nothing comes for 10 s.
+ */
+static long cl_read_values(struct cl *c, const char *prefix, long n, size_t len, char fill)
+{
+	char hdr[32];
+	size_t hl = (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len), one = hl + len + 2;
+	size_t pl = prefix ? strlen(prefix) : 0;
+	uint64_t total = pl + (uint64_t)n * one, pos = 0;
+
+	cl_flush(c);
+	while (pos < total) {
+		size_t i = 0;
+
+		if (!c->len) {
+			struct corio_deadline d;
+			ssize_t got;
+
+			corio_timeout_push(&d, 10000000000ull);
+			got = corio_recv(c->s, c->in, sizeof(c->in));
+			corio_deadline_pop(&d);
+			if (got <= 0)
+				break;
+			c->len = (size_t)got;
+		}
+		while (i < c->len && pos < total) {
+			uint64_t r = pos >= pl ? (pos - pl) % one : 0;
+			size_t run = 1;
+
+			if (pos >= pl && r >= hl && r < hl + len) { /* a run of the value */
+				run = hl + len - (size_t)r < c->len - i ? hl + len - (size_t)r : c->len - i;
+				for (size_t j = 0; j < run; j++)
+					if (c->in[i + j] != fill)
+						goto out;
+			} else if (c->in[i] != (pos < pl ? prefix[pos] : r < hl ? hdr[r] : "\r\n"[r - hl - len])) {
+				goto out;
+			}
+			i += run;
+			pos += run;
+		}
+		memmove(c->in, c->in + i, c->len - i);
+		c->len -= i;
+	}
+out:
+	return pos < pl ? 0 : (long)((pos - pl) / one);
+}
+
+/* Two keys of BIG_LEN 'v's, one on each shard. */
+static void big_values(struct kv_test *t, struct cl *c, char k[2][32])
+{
+	char *v = malloc(BIG_LEN + 1);
+
+	memset(v, 'v', BIG_LEN);
+	v[BIG_LEN] = 0;
+	for (unsigned i = 0; i < 2; i++) {
+		key_on(&t->srv, i % t->srv.nshards, "big", 0, k[i], sizeof(k[i]));
+		cl_cmd(c, "SET", k[i], v, NULL);
+		EXPECT(c, "+OK\r\n");
+	}
 	free(v);
 }
 
-Test(kv, output_limit_closes, .timeout = 60)
+/* Pipelined GETs whose replies are 75 times the output limit: every reply
+ * comes (before: the connection was closed with none). */
+static void pipelined_big_gets(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[2][32];
+
+	if (!c)
+		return;
+	big_values(t, c, k);
+	for (int i = 0; i < BIG_N; i++)
+		cl_cmd(c, "GET", k[i % 2], NULL);
+	CHECK_EQ(cl_read_values(c, NULL, BIG_N, BIG_LEN, 'v'), BIG_N);
+	cl_cmd(c, "PING", NULL);
+	EXPECT(c, "+PONG\r\n");
+	CHECK(info_num(c, "stats", "client_output_flushes:") > 0);
+	cl_close(c);
+}
+
+Test(kv, pipelined_replies_over_the_output_limit_all_arrive, .timeout = 120)
 {
 	struct kv_limits lim;
 
 	kv_limits_default(&lim);
-	lim.out_limit = 64 * 1024;
-	run_kv(1, &lim, output_limit);
+	lim.out_limit = 4 << 20;
+	run_kv(2, &lim, pipelined_big_gets);
+}
+
+static void send_big_mget(struct cl *c, char k[2][32])
+{
+	kv_num(&c->out, '*', BIG_N + 1);
+	kv_bulk(&c->out, "MGET", 4);
+	for (int i = 0; i < BIG_N; i++)
+		kv_bulk(&c->out, k[i % 2], strlen(k[i % 2]));
+	cl_flush(c);
+}
+
+/* Wait (bounded) until INFO's field reaches want; its last value. */
+static long long info_wait(struct cl *c, const char *section, const char *field, long long want)
+{
+	long long v = -1;
+
+	for (int tries = 0; tries < 1000; tries++) {
+		if ((v = info_num(c, section, field)) == want)
+			break;
+		corio_sleep_ns(10000000);
+	}
+	return v;
+}
+
+/*
+ * One MGET of 300 MiB with a 4 MiB output limit: a client that never reads
+ * leaves its connection waiting (not closed, holding no more), a slow reader
+ * gets all of it, and no connection's reply buffers ever held more than
+ * twice (limit + one value per shard) (before: 300 MiB, then a close).
+ */
+static void big_mget(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *idle = cl_open(t->port), *o = cl_open(t->port);
+	long long bound = 2 * ((long long)t->srv.lim.out_limit + t->srv.nshards * (BIG_LEN + 64));
+	long long peak;
+	char k[2][32], hdr[16];
+
+	if (!c || !idle || !o)
+		return;
+	big_values(t, o, k);
+	send_big_mget(idle, k);
+	CHECK_EQ(info_wait(o, "clients", "clients_waiting_output:", 1), 1);
+	send_big_mget(c, k);
+	corio_sleep_ns(200000000); /* slow: let the server fill what it can first */
+	snprintf(hdr, sizeof(hdr), "*%d\r\n", BIG_N);
+	CHECK_EQ(cl_read_values(c, hdr, BIG_N, BIG_LEN, 'v'), BIG_N);
+	peak = info_num(o, "memory", "client_output_peak:");
+	if (!(peak > BIG_LEN && peak <= bound)) {
+		char m[128];
+
+		snprintf(m, sizeof(m), "client_output_peak %lld, bound %lld", peak, bound);
+		th_fail(__FILE__, __LINE__, m);
+	}
+	cl_close(idle); /* its connection ends: the send fails */
+	CHECK_EQ(info_wait(o, "clients", "clients_waiting_output:", 0), 0);
+	CHECK_EQ(info_wait(o, "clients", "connected_clients:", 2), 2);
+	cl_close(c);
+	cl_close(o);
+}
+
+Test(kv, huge_reply_bounded_per_connection, .timeout = 120)
+{
+	struct kv_limits lim;
+
+	kv_limits_default(&lim);
+	lim.out_limit = 4 << 20;
+	run_kv(2, &lim, big_mget);
 }
 
 static void maxmemory(struct kv_test *t)

@@ -461,7 +461,10 @@ struct kv_counters {
 	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired;
 	_Atomic uint64_t remote_ops;   /* ops this shard ran for other shards' connections */
 	_Atomic uint64_t remote_calls; /* corio_call/gather this shard's connections made */
-	_Atomic uint64_t batches, proto_errors, out_limit_closes, oom_refused;
+	_Atomic uint64_t batches, proto_errors, oom_refused;
+	_Atomic uint64_t out_flushes; /* sends made at half the output limit, mid-batch */
+	_Atomic uint64_t out_waiting; /* connections waiting in such a send now */
+	_Atomic uint64_t out_peak;    /* most bytes one connection's replies held */
 };
 
 #define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
@@ -1020,6 +1023,7 @@ enum kv_op_kind { OP_GET, OP_SET, OP_MSET1, OP_DEL, OP_EXISTS, OP_INCR, OP_EXPIR
 
 struct kv_op {
 	uint8_t kind;
+	uint8_t ran;    /* remote: its shard has run it (reply or v is there) */
 	uint16_t shard;
 	uint32_t cmd;   /* its command */
 	uint32_t key;   /* argv index of its key (MSET: then its value) */
@@ -1031,7 +1035,7 @@ struct kv_op {
 
 /* What the connection keeps per shard for a batch. */
 struct kv_remote {
-	uint32_t head, tail; /* its ops, KV_NONE: none */
+	uint32_t head, tail; /* its ops not run yet, KV_NONE: none */
 	struct kv_buf out;   /* the replies that shard wrote */
 };
 
@@ -1217,26 +1221,32 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 	}
 }
 
-/* Run the ops a connection of another shard queued for this one
- * (corio_call: a fiber here, the caller parked until it returns). */
+static uint64_t kv_remote_budget(const struct kv_server *srv);
+
+/* Run the ops a connection of another shard queued for this one, until
+ * their replies reach the budget (corio_call: a fiber here, the caller
+ * parked until it returns). */
 static intptr_t kv_remote_fn(void *arg)
 {
 	struct kv_conn *c = arg;
 	unsigned me = corio_shard_id();
 	struct kv_shard *sh = &c->srv->sh[me];
 	struct kv_remote *r = &c->rem[me];
-	uint64_t n = 0;
+	uint64_t n = 0, budget = kv_remote_budget(c->srv);
+	uint32_t i;
 
 	if (me == c->sh->id || r->head == KV_NONE)
 		return 0; /* corio_gather calls every shard, the caller's too */
-	r->out.len = 0;
-	for (uint32_t i = r->head; i != KV_NONE; i = c->ops[i].next, n++) {
+	r->out.len = 0; /* the connection has copied every reply made before */
+	for (i = r->head; i != KV_NONE && (!n || r->out.len < budget); i = c->ops[i].next, n++) {
 		struct kv_op *op = &c->ops[i];
 
 		op->roff = r->out.len;
 		kv_run_op(sh, c, op, &r->out);
 		op->rlen = r->out.len - op->roff;
+		op->ran = 1;
 	}
+	r->head = i; /* the rest, if any, when the connection's replies reach them */
 	KV_INC(sh->st.remote_ops, n);
 	return r->out.nomem ? -ENOMEM : 0;
 }
@@ -1264,6 +1274,7 @@ static int kv_add_op(struct kv_conn *c, enum kv_op_kind kind, uint32_t key, int 
 	op->key = key;
 	op->next = KV_NONE;
 	op->v = 0;
+	op->ran = 0;
 	op->roff = op->rlen = 0;
 	if (shard < 0) {
 		const struct kv_arg *k = &c->av.v[key];
@@ -1665,6 +1676,17 @@ static uint64_t kv_rss(void)
 		s_ += KV_GET((srv)->sh[i_].st.field);                 \
 	s_; })
 
+/* The largest output one connection held, over every shard's connections. */
+static uint64_t kv_max_peak(struct kv_server *srv)
+{
+	uint64_t m = 0;
+
+	for (unsigned i = 0; i < srv->nshards; i++)
+		if (KV_GET(srv->sh[i].st.out_peak) > m)
+			m = KV_GET(srv->sh[i].st.out_peak);
+	return m;
+}
+
 static void kv_line(struct kv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void kv_line(struct kv_buf *b, const char *fmt, ...)
 {
@@ -1703,26 +1725,27 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 			(unsigned long long)up, srv->nshards);
 	}
 	if (kv_want(sec, "clients", true))
-		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\n\r\n",
-			(unsigned long long)KV_SUM(srv, conns));
+		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\nclients_waiting_output:%llu\r\n\r\n",
+			(unsigned long long)KV_SUM(srv, conns), (unsigned long long)KV_SUM(srv, out_waiting));
 	if (kv_want(sec, "memory", true)) {
 		uint64_t used = KV_SUM(srv, used_memory), rss = kv_rss();
 
 		kv_line(&b, "# Memory\r\nused_memory:%llu\r\nused_memory_human:%.2fM\r\n"
 			    "used_memory_rss:%llu\r\nmaxmemory:%llu\r\nmaxmemory_policy:noeviction\r\n"
-			    "mem_fragmentation_ratio:%.2f\r\n\r\n",
+			    "mem_fragmentation_ratio:%.2f\r\nclient_output_peak:%llu\r\n\r\n",
 			(unsigned long long)used, (double)used / 1048576.0, (unsigned long long)rss,
-			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0);
+			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0,
+			(unsigned long long)kv_max_peak(srv));
 	}
 	if (kv_want(sec, "stats", true)) {
 		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"
 			    "expired_keys:%llu\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
-			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:%llu\r\n"
-			    "oom_refused:%llu\r\n\r\n",
+			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:0\r\n"
+			    "client_output_flushes:%llu\r\noom_refused:%llu\r\n\r\n",
 			(unsigned long long)KV_SUM(srv, conns_total), (unsigned long long)KV_SUM(srv, cmds),
 			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
 			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)KV_SUM(srv, proto_errors),
-			(unsigned long long)KV_SUM(srv, out_limit_closes),
+			(unsigned long long)KV_SUM(srv, out_flushes),
 			(unsigned long long)KV_SUM(srv, oom_refused));
 	}
 	if (kv_want(sec, "keyspace", true)) {
@@ -1989,9 +2012,78 @@ static void kv_reply_hello(struct kv_conn *c, const struct kv_cmd *cmd, struct k
 
 /* ---- a batch: run the remote ops, then reply in order ------------------------------ */
 
-/* The reply of op into o: run here, or copied from its shard's replies. */
-static void kv_op_reply(struct kv_conn *c, struct kv_op *op, struct kv_buf *o)
+/*
+ * How a connection's output stays bounded (--output-limit, L): its pending
+ * replies are sent once they reach L/2, the connection's fiber waiting
+ * while the client does not read, before more are made; and another shard
+ * runs the connection's ops for it only until its reply buffer holds
+ * L/(2 shards), the rest in later calls, as the replies are walked. So a
+ * connection holds at most about L of replies plus one reply per shard (a
+ * value is copied whole), and allocations round that up to at most twice.
+ * A client that reads is never closed; one that does not is left waiting.
+ */
+static uint64_t kv_remote_budget(const struct kv_server *srv)
 {
+	return srv->lim.out_limit / (2 * srv->nshards);
+}
+
+/* Record the bytes this connection's reply buffers hold (INFO's
+ * client_output_peak). They only grow within a batch, so measuring before
+ * each send and at the batch's end sees the largest. */
+static void kv_out_peak(struct kv_conn *c)
+{
+	uint64_t held = c->out.cap;
+
+	for (unsigned i = 0; i < c->srv->nshards; i++)
+		held += c->rem[i].out.cap;
+	if (held > KV_GET(c->sh->st.out_peak))
+		KV_SET(c->sh->st.out_peak, held);
+}
+
+/* Send the pending replies once they reach half the output limit. */
+static int kv_out_drain(struct kv_conn *c)
+{
+	ssize_t n;
+
+	if (c->out.len < c->srv->lim.out_limit / 2)
+		return 0;
+	kv_out_peak(c);
+	KV_INC(c->sh->st.out_flushes, 1);
+	KV_INC(c->sh->st.out_waiting, 1);
+	n = corio_send(c->s, c->out.p, c->out.len);
+	KV_INC(c->sh->st.out_waiting, (uint64_t)-1);
+	c->out.len = 0;
+	return n < 0 ? (int)n : 0;
+}
+
+/* A remote op has run: when its shard stopped at its budget before it, run
+ * that shard's next part now. The ops are walked in request order, so every
+ * reply that shard made before has been copied and its buffer can be reused. */
+static int kv_op_ready(struct kv_conn *c, struct kv_op *op)
+{
+	intptr_t res = 0;
+	int ret;
+
+	if (op->shard == c->sh->id || op->ran)
+		return 0;
+	KV_INC(c->sh->st.remote_calls, 1);
+	ret = corio_call(op->shard, kv_remote_fn, c, &res);
+	if (!ret)
+		ret = (int)res;
+	if (!ret && c->rem[op->shard].out.nomem)
+		ret = -ENOMEM;
+	return ret;
+}
+
+/* The reply of op into o: run here, or copied from its shard's replies. */
+static int kv_op_reply(struct kv_conn *c, struct kv_op *op, struct kv_buf *o)
+{
+	int ret = kv_out_drain(c);
+
+	if (!ret)
+		ret = kv_op_ready(c, op);
+	if (ret)
+		return ret;
 	if (op->shard == c->sh->id) {
 		kv_run_op(c->sh, c, op, o);
 	} else {
@@ -1999,154 +2091,176 @@ static void kv_op_reply(struct kv_conn *c, struct kv_op *op, struct kv_buf *o)
 
 		kv_put(o, r->out.p + op->roff, op->rlen);
 	}
+	return 0;
 }
 
-/* Sum of the op values of cmd (DEL, EXISTS, DBSIZE, MSET). */
-static long long kv_op_sum(struct kv_conn *c, const struct kv_cmd *cmd)
+/* Sum of the op values of cmd (DEL, EXISTS, DBSIZE, MSET) into *sum. */
+static int kv_op_sum(struct kv_conn *c, const struct kv_cmd *cmd, long long *sum)
 {
-	long long sum = 0;
-
+	*sum = 0;
 	for (uint32_t i = 0; i < cmd->nops; i++) {
 		struct kv_op *op = &c->ops[cmd->op0 + i];
+		int ret = kv_op_ready(c, op);
 
+		if (ret)
+			return ret;
 		if (op->shard == c->sh->id)
 			kv_run_op(c->sh, c, op, NULL);
-		sum += op->v;
+		*sum += op->v;
 	}
-	return sum;
+	return 0;
 }
 
-static int kv_run_batch(struct kv_conn *c)
+/* The first part of every other shard's ops, those shards in parallel. */
+static int kv_run_remote(struct kv_conn *c)
 {
 	struct kv_server *srv = c->srv;
-	struct kv_buf *o = &c->out;
 	unsigned remote = 0, last = 0;
-	int ret = 0;
+	intptr_t res = 0;
+	int ret;
 
 	for (unsigned i = 0; i < srv->nshards; i++)
 		if (c->rem[i].head != KV_NONE) {
 			remote++;
 			last = i;
 		}
-	if (remote) {
-		intptr_t res = 0;
+	if (!remote)
+		return 0;
+	KV_INC(c->sh->st.remote_calls, 1);
+	if (remote == 1)
+		ret = corio_call(last, kv_remote_fn, c, &res);
+	else
+		ret = corio_gather(kv_remote_fn, c, NULL);
+	if (!ret)
+		ret = (int)res;
+	for (unsigned i = 0; i < srv->nshards && !ret; i++)
+		if (c->rem[i].out.nomem)
+			ret = -ENOMEM;
+	return ret;
+}
 
-		KV_INC(c->sh->st.remote_calls, 1);
-		if (remote == 1)
-			ret = corio_call(last, kv_remote_fn, c, &res);
-		else
-			ret = corio_gather(kv_remote_fn, c, NULL);
-		if (!ret)
-			ret = (int)res;
-		for (unsigned i = 0; i < srv->nshards && !ret; i++)
-			if (c->rem[i].out.nomem)
-				ret = -ENOMEM;
-		if (ret)
-			return ret;
+/* The reply to one command of the batch, in order. */
+static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	long long sum;
+	int ret = kv_out_drain(c);
+
+	if (ret)
+		return ret;
+	switch (cmd->kind) {
+	case C_UNKNOWN:
+		kv_reply_unknown(c, cmd, o);
+		break;
+	case C_ARITY: {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s' command",
+			 cmd->spec->name);
+		kv_err(o, msg);
+		break;
 	}
+	case C_ERR:
+		kv_err(o, cmd->err);
+		break;
+	case C_GET:
+	case C_SET:
+	case C_INCR:
+	case C_EXPIRE:
+	case C_TTL:
+	case C_PERSIST:
+		return kv_op_reply(c, &c->ops[cmd->op0], o);
+	case C_MGET: /* element by element: one over the limit is sent in parts */
+		kv_num(o, '*', cmd->nops);
+		for (uint32_t j = 0; j < cmd->nops && !ret; j++)
+			ret = kv_op_reply(c, &c->ops[cmd->op0 + j], o);
+		return ret;
+	case C_DEL:
+	case C_EXISTS:
+	case C_DBSIZE:
+		if (!(ret = kv_op_sum(c, cmd, &sum)))
+			kv_num(o, ':', sum);
+		return ret;
+	case C_MSET:
+		if ((ret = kv_op_sum(c, cmd, &sum)))
+			return ret;
+		if (sum)
+			kv_err(o, kv_oom_msg); /* some shards may have stored theirs */
+		else
+			KV_LIT(o, "+OK\r\n");
+		break;
+	case C_FLUSHALL:
+		if (!(ret = kv_op_sum(c, cmd, &sum)))
+			KV_LIT(o, "+OK\r\n");
+		return ret;
+	case C_PING:
+		if (cmd->argc == 1)
+			KV_LIT(o, "+PONG\r\n");
+		else if (cmd->argc == 2)
+			kv_bulk(o, a[1].p, a[1].n);
+		else
+			kv_err(o, "ERR wrong number of arguments for 'ping' command");
+		break;
+	case C_ECHO:
+		kv_bulk(o, a[1].p, a[1].n);
+		break;
+	case C_INFO:
+		kv_reply_info(c, cmd, o);
+		break;
+	case C_CONFIG:
+		kv_reply_config(c, cmd, o);
+		break;
+	case C_COMMAND:
+		kv_reply_command(c, cmd, o);
+		break;
+	case C_CLIENT:
+		kv_reply_client(c, cmd, o);
+		break;
+	case C_SELECT: {
+		long long db;
+
+		if (!kv_str2ll(a[1].p, a[1].n, &db))
+			kv_err(o, "ERR value is not an integer or out of range");
+		else if (db != 0)
+			kv_err(o, "ERR DB index is out of range");
+		else
+			KV_LIT(o, "+OK\r\n");
+		break;
+	}
+	case C_QUIT:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_HELLO:
+		kv_reply_hello(c, cmd, o);
+		break;
+	case C_MULTI:
+	case C_DISCARD:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_QUEUED:
+		KV_LIT(o, "+QUEUED\r\n");
+		break;
+	case C_EXEC: /* planned as C_ERR or as its commands */
+		break;
+	}
+	return 0;
+}
+
+static int kv_run_batch(struct kv_conn *c)
+{
+	struct kv_buf *o = &c->out;
+	int ret = kv_run_remote(c);
+
+	if (ret)
+		return ret;
 	KV_INC(c->sh->st.cmds, c->ncmds);
 	KV_INC(c->sh->st.batches, 1);
 	if (c->exec)
 		kv_num(o, '*', (long long)c->ncmds);
-	for (size_t i = 0; i < c->ncmds; i++) {
-		struct kv_cmd *cmd = &c->cmds[i];
-		const struct kv_arg *a = &c->av.v[cmd->arg0];
-
-		switch (cmd->kind) {
-		case C_UNKNOWN:
-			kv_reply_unknown(c, cmd, o);
-			break;
-		case C_ARITY: {
-			char msg[128];
-
-			snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s' command",
-				 cmd->spec->name);
-			kv_err(o, msg);
-			break;
-		}
-		case C_ERR:
-			kv_err(o, cmd->err);
-			break;
-		case C_GET:
-		case C_SET:
-		case C_INCR:
-		case C_EXPIRE:
-		case C_TTL:
-		case C_PERSIST:
-			kv_op_reply(c, &c->ops[cmd->op0], o);
-			break;
-		case C_MGET:
-			kv_num(o, '*', cmd->nops);
-			for (uint32_t j = 0; j < cmd->nops; j++)
-				kv_op_reply(c, &c->ops[cmd->op0 + j], o);
-			break;
-		case C_DEL:
-		case C_EXISTS:
-		case C_DBSIZE:
-			kv_num(o, ':', kv_op_sum(c, cmd));
-			break;
-		case C_MSET:
-			if (kv_op_sum(c, cmd))
-				kv_err(o, kv_oom_msg); /* some shards may have stored theirs */
-			else
-				KV_LIT(o, "+OK\r\n");
-			break;
-		case C_FLUSHALL:
-			kv_op_sum(c, cmd);
-			KV_LIT(o, "+OK\r\n");
-			break;
-		case C_PING:
-			if (cmd->argc == 1)
-				KV_LIT(o, "+PONG\r\n");
-			else if (cmd->argc == 2)
-				kv_bulk(o, a[1].p, a[1].n);
-			else
-				kv_err(o, "ERR wrong number of arguments for 'ping' command");
-			break;
-		case C_ECHO:
-			kv_bulk(o, a[1].p, a[1].n);
-			break;
-		case C_INFO:
-			kv_reply_info(c, cmd, o);
-			break;
-		case C_CONFIG:
-			kv_reply_config(c, cmd, o);
-			break;
-		case C_COMMAND:
-			kv_reply_command(c, cmd, o);
-			break;
-		case C_CLIENT:
-			kv_reply_client(c, cmd, o);
-			break;
-		case C_SELECT: {
-			long long db;
-
-			if (!kv_str2ll(a[1].p, a[1].n, &db))
-				kv_err(o, "ERR value is not an integer or out of range");
-			else if (db != 0)
-				kv_err(o, "ERR DB index is out of range");
-			else
-				KV_LIT(o, "+OK\r\n");
-			break;
-		}
-		case C_QUIT:
-			KV_LIT(o, "+OK\r\n");
-			break;
-		case C_HELLO:
-			kv_reply_hello(c, cmd, o);
-			break;
-		case C_MULTI:
-		case C_DISCARD:
-			KV_LIT(o, "+OK\r\n");
-			break;
-		case C_QUEUED:
-			KV_LIT(o, "+QUEUED\r\n");
-			break;
-		case C_EXEC: /* planned as C_ERR or as its commands */
-			break;
-		}
-	}
-	return o->nomem ? -ENOMEM : 0;
+	for (size_t i = 0; i < c->ncmds && !ret; i++)
+		ret = kv_reply_cmd(c, &c->cmds[i], o);
+	kv_out_peak(c);
+	return ret ? ret : o->nomem ? -ENOMEM : 0;
 }
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -2257,10 +2371,6 @@ static void kv_serve_conn(struct kv_conn *c)
 		}
 		if (c->out.nomem)
 			return;
-		if (c->out.len > lim->out_limit) {
-			KV_INC(c->sh->st.out_limit_closes, 1);
-			return; /* Redis closes such a client without a word */
-		}
 		if (c->out.len && corio_send(c->s, c->out.p, c->out.len) < 0)
 			return;
 		c->out.len = 0;
@@ -2268,6 +2378,9 @@ static void kv_serve_conn(struct kv_conn *c)
 			c->exec = false;
 			kv_multi_reset(c);
 		}
+		for (unsigned i = 0; i < c->srv->nshards; i++)
+			if (c->rem[i].out.cap > KV_BIG_BUF)
+				kv_buf_free(&c->rem[i].out);
 		if (c->out.cap > KV_BIG_BUF)
 			kv_buf_free(&c->out);
 		if (c->closing)
