@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * corio-kv - an in-memory key-value server that speaks Redis's protocol
- * (RESP2 and inline commands), sharded thread-per-core on corio's public
- * API. Unmodified redis-cli and redis-benchmark talk to it.
+ * (RESP2, RESP3 after HELLO 3, and inline commands), sharded thread-per-core
+ * on corio's public API. Unmodified redis-cli and redis-benchmark talk to it.
  *
  *	corio-kv [-p port] [-b host] [-n shards] [--maxmemory BYTES] ...
  *	redis-cli -p 6380 set a 1
@@ -25,7 +25,8 @@
  *    running its own shard's ops right there into the output buffer and
  *    copying the remote replies, so replies leave in request order. Each
  *    shard runs a batch's ops in request order, so a pipeline sees its own
- *    writes. The whole output of a batch goes out with one send.
+ *    writes. The output of a batch goes out with one send (or in
+ *    parts of half the output limit, when larger).
  *  - Expiry: an absolute CLOCK_MONOTONIC deadline in ms per key; checked
  *    lazily on every access, and an active sweep: a min-heap of expiring
  *    keys per shard and one corio_timer armed at its earliest deadline. The
@@ -37,15 +38,19 @@
  *  - Limits: a bulk longer than proto-max-bulk-len, a multi-bulk count over
  *    max-multibulk, a command larger than the query-buffer limit, or
  *    malformed RESP get "-ERR Protocol error: ..." and the connection is
- *    closed (replies to the commands before it are sent first). A batch
- *    whose replies exceed the output limit closes the connection (Redis's
- *    client-output-buffer-limit); a client that stops reading holds at most
- *    one batch of output because the connection does not read while its
- *    send waits. With --maxmemory, writes are refused with -OOM once a shard
- *    uses more than its share (maxmemory / shards) - no eviction.
+ *    closed (replies to the commands before it are sent first). The output
+ *    limit bounds the replies a connection holds: they are sent at half of
+ *    it, mid-batch, the fiber waiting while the client does not read (see
+ *    kv_remote_budget()); a client that reads is never closed. With
+ *    --maxmemory, writes are refused with -OOM once a shard uses more than
+ *    its share (maxmemory / shards) - no eviction.
+ *  - MULTI copies the commands after it into a queue; EXEC makes them a
+ *    batch of their own, replied to as one array.
  *
- * Not atomic across shards: MSET and FLUSHALL apply per shard (another
- * client may see part of an MSET); single-key commands are atomic.
+ * Not atomic across shards: MSET, FLUSHALL and EXEC apply per shard
+ * (another client may see part of an MSET); single-key commands are
+ * atomic, and each shard runs its part of an EXEC back to back while the
+ * replies stay under the output budgets.
  *
  * test/test_kv.c includes this file with CORIO_KV_NO_MAIN and drives
  * kv_shard_main() over 127.0.0.1; test/fuzz/fuzz_resp.c fuzzes resp_parse().
@@ -84,7 +89,7 @@ struct kv_limits {
 	uint64_t proto_max_bulk_len; /* longest bulk string (512 MiB)            */
 	uint64_t max_multibulk;      /* most arguments in one command (1 Mi)     */
 	uint64_t qbuf_limit;         /* largest command, all of it (64 MiB)      */
-	uint64_t out_limit;          /* largest output of one batch (256 MiB)    */
+	uint64_t out_limit;          /* replies one connection holds (256 MiB)  */
 	uint64_t maxmemory;          /* 0: unlimited                             */
 };
 
@@ -1468,6 +1473,84 @@ static int kv_plan_exec(struct kv_conn *c)
 	return ret;
 }
 
+/* The commands that change the connection's state take effect when planned,
+ * in request order: QUIT, MULTI, EXEC (refused), DISCARD, HELLO. */
+static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
+{
+	switch (cmd->kind) {
+	case C_QUIT:
+		c->closing = true;
+		break;
+	case C_MULTI:
+		if (c->in_multi)
+			kv_cmd_err(cmd, "ERR MULTI calls can not be nested");
+		c->in_multi = true;
+		break;
+	case C_EXEC: /* one that runs never gets here: kv_plan() returns KV_PLAN_EXEC */
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR EXEC without MULTI");
+		else
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of previous errors.");
+		kv_multi_reset(c);
+		break;
+	case C_DISCARD:
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR DISCARD without MULTI");
+		kv_multi_reset(c);
+		break;
+	case C_HELLO: {
+		/* the protocol switches here, when planned: the commands after it
+		 * in this batch (remote ones run before the replies are written)
+		 * and HELLO's own reply already speak the new one */
+		char err[200];
+		int ver = kv_hello(c, cmd, false, err, sizeof(err));
+	
+		if (ver > 0)
+			c->resp = (uint8_t)ver;
+		cmd->resp3 = c->resp == 3;
+		cmd->n = c->resp;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+#define KV_PLAN_DONE 2 /* kv_plan_gate(): answered without being planned */
+
+/*
+ * What comes before planning cmd (its spec looked up): refused (unknown
+ * name, wrong arity: a transaction then aborts), queued after MULTI, or the
+ * EXEC that runs a transaction. 0: plan it; KV_PLAN_DONE, KV_PLAN_EXEC, or
+ * -ENOMEM.
+ */
+static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	const struct kv_spec *sp = cmd->spec;
+	int ret;
+
+	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
+	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
+	    (sp->kind == C_MSET && argc % 2 == 0)) {
+		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
+		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
+		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
+					"wrong number of arguments for 'exec' command");
+			kv_multi_reset(c);
+		}
+		return KV_PLAN_DONE;
+	}
+	if (c->in_multi && sp->kind != C_MULTI && sp->kind != C_EXEC && sp->kind != C_DISCARD &&
+	    sp->kind != C_QUIT) {
+		ret = kv_multi_queue(c, cmd, a, argc);
+		return ret ? ret : KV_PLAN_DONE;
+	}
+	if (sp->kind == C_EXEC && c->in_multi && !c->multi_dirty)
+		return KV_PLAN_EXEC;
+	return 0;
+}
+
 /*
  * Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops: 0,
  * -ENOMEM, or KV_PLAN_EXEC for the EXEC of a transaction without errors,
@@ -1496,25 +1579,11 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->op0 = (uint32_t)c->nops;
 	cmd->resp3 = c->resp == 3;
 	sp = cmd->spec = kv_find_spec(&a[0]);
-	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
-	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
-	    (sp->kind == C_MSET && argc % 2 == 0)) {
-		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
-		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
-		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
-			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
-					"wrong number of arguments for 'exec' command");
-			kv_multi_reset(c);
-		}
+	ret = kv_plan_gate(c, cmd, a, argc);
+	if (ret == KV_PLAN_EXEC)
+		return ret;
+	if (ret)
 		goto out;
-	}
-	if (c->in_multi && sp->kind != C_MULTI && sp->kind != C_EXEC && sp->kind != C_DISCARD &&
-	    sp->kind != C_QUIT) {
-		ret = kv_multi_queue(c, cmd, a, argc);
-		goto out;
-	}
-	if (sp->kind == C_EXEC && c->in_multi && !c->multi_dirty)
-		return KV_PLAN_EXEC;
 	cmd->kind = sp->kind;
 	cmd->flags = sp->flags;
 	cmd->n = sp->n;
@@ -1576,44 +1645,18 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 			ret = kv_add_op(c, sp->kind == C_DBSIZE ? OP_DBSIZE : OP_FLUSH, arg0, (int)i);
 		break;
 	case C_QUIT:
-		c->closing = true;
-		break;
 	case C_MULTI:
-		if (c->in_multi)
-			kv_cmd_err(cmd, "ERR MULTI calls can not be nested");
-		c->in_multi = true;
-		break;
-	case C_EXEC: /* the EXEC that runs returned above */
-		if (!c->in_multi)
-			kv_cmd_err(cmd, "ERR EXEC without MULTI");
-		else
-			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of previous errors.");
-		kv_multi_reset(c);
-		break;
+	case C_EXEC:
 	case C_DISCARD:
-		if (!c->in_multi)
-			kv_cmd_err(cmd, "ERR DISCARD without MULTI");
-		kv_multi_reset(c);
+	case C_HELLO:
+		kv_plan_session(c, cmd);
 		break;
-	case C_HELLO: {
-		/* the protocol switches here, when planned: the commands after it
-		 * in this batch (remote ones run before the replies are written)
-		 * and HELLO's own reply already speak the new one */
-		char err[200];
-		int ver = kv_hello(c, cmd, false, err, sizeof(err));
-
-		if (ver > 0)
-			c->resp = (uint8_t)ver;
-		cmd->resp3 = c->resp == 3;
-		cmd->n = c->resp;
-		break;
-	}
 	default:
 		break;
 	}
 out:
 	c->ncmds++;
-	return ret;
+	return ret == KV_PLAN_DONE ? 0 : ret;
 }
 
 /* ---- replies made on the connection's shard ------------------------------------- */
@@ -2139,10 +2182,69 @@ static int kv_run_remote(struct kv_conn *c)
 	return ret;
 }
 
+/* The replies that need no op: made from the command and the connection. */
+static void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+
+	switch (cmd->kind) {
+	case C_PING:
+		if (cmd->argc == 1)
+			KV_LIT(o, "+PONG\r\n");
+		else if (cmd->argc == 2)
+			kv_bulk(o, a[1].p, a[1].n);
+		else
+			kv_err(o, "ERR wrong number of arguments for 'ping' command");
+		break;
+	case C_ECHO:
+		kv_bulk(o, a[1].p, a[1].n);
+		break;
+	case C_INFO:
+		kv_reply_info(c, cmd, o);
+		break;
+	case C_CONFIG:
+		kv_reply_config(c, cmd, o);
+		break;
+	case C_COMMAND:
+		kv_reply_command(c, cmd, o);
+		break;
+	case C_CLIENT:
+		kv_reply_client(c, cmd, o);
+		break;
+	case C_SELECT: {
+		long long db;
+
+		if (!kv_str2ll(a[1].p, a[1].n, &db))
+			kv_err(o, "ERR value is not an integer or out of range");
+		else if (db != 0)
+			kv_err(o, "ERR DB index is out of range");
+		else
+			KV_LIT(o, "+OK\r\n");
+		break;
+	}
+	case C_QUIT:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_HELLO:
+		kv_reply_hello(c, cmd, o);
+		break;
+	case C_MULTI:
+	case C_DISCARD:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_QUEUED:
+		KV_LIT(o, "+QUEUED\r\n");
+		break;
+	case C_EXEC: /* planned as C_ERR or as its commands */
+		break;
+	default:
+		break;
+	}
+}
+
 /* The reply to one command of the batch, in order. */
 static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 {
-	const struct kv_arg *a = &c->av.v[cmd->arg0];
 	long long sum;
 	int ret = kv_out_drain(c);
 
@@ -2193,54 +2295,8 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 		if (!(ret = kv_op_sum(c, cmd, &sum)))
 			KV_LIT(o, "+OK\r\n");
 		return ret;
-	case C_PING:
-		if (cmd->argc == 1)
-			KV_LIT(o, "+PONG\r\n");
-		else if (cmd->argc == 2)
-			kv_bulk(o, a[1].p, a[1].n);
-		else
-			kv_err(o, "ERR wrong number of arguments for 'ping' command");
-		break;
-	case C_ECHO:
-		kv_bulk(o, a[1].p, a[1].n);
-		break;
-	case C_INFO:
-		kv_reply_info(c, cmd, o);
-		break;
-	case C_CONFIG:
-		kv_reply_config(c, cmd, o);
-		break;
-	case C_COMMAND:
-		kv_reply_command(c, cmd, o);
-		break;
-	case C_CLIENT:
-		kv_reply_client(c, cmd, o);
-		break;
-	case C_SELECT: {
-		long long db;
-
-		if (!kv_str2ll(a[1].p, a[1].n, &db))
-			kv_err(o, "ERR value is not an integer or out of range");
-		else if (db != 0)
-			kv_err(o, "ERR DB index is out of range");
-		else
-			KV_LIT(o, "+OK\r\n");
-		break;
-	}
-	case C_QUIT:
-		KV_LIT(o, "+OK\r\n");
-		break;
-	case C_HELLO:
-		kv_reply_hello(c, cmd, o);
-		break;
-	case C_MULTI:
-	case C_DISCARD:
-		KV_LIT(o, "+OK\r\n");
-		break;
-	case C_QUEUED:
-		KV_LIT(o, "+QUEUED\r\n");
-		break;
-	case C_EXEC: /* planned as C_ERR or as its commands */
+	default:
+		kv_reply_local(c, cmd, o);
 		break;
 	}
 	return 0;
@@ -2308,58 +2364,61 @@ static int kv_qbuf_room(struct kv_conn *c, size_t need)
 }
 
 /*
+ * Parse and plan the complete commands in the query buffer as one batch.
+ * RESP_MORE: all were taken and *need bytes are worth waiting for; RESP_ERR:
+ * a protocol error (in errbuf) after them; RESP_CMD: the batch is full,
+ * QUIT ended it, or an EXEC that must be a batch of its own ends or makes
+ * it; RESP_NOMEM.
+ */
+static int kv_parse_batch(struct kv_conn *c, size_t *need, char *errbuf, size_t errlen)
+{
+	c->av.n = 0;
+	c->ncmds = c->nops = 0;
+	for (unsigned i = 0; i < c->srv->nshards; i++)
+		c->rem[i].head = KV_NONE;
+	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
+		size_t used = 0, arg0 = c->av.n;
+		int r = resp_parse(c->q + c->qpos, c->qlen - c->qpos, &c->srv->lim, &c->av, &used, need,
+				   errbuf, errlen);
+
+		if (r != RESP_CMD)
+			return r;
+		if (c->av.n == arg0) { /* an empty command */
+			c->qpos += used;
+			continue;
+		}
+		r = kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0));
+		if (r == KV_PLAN_EXEC) { /* a batch of its own: this one, or the next */
+			c->av.n = arg0;
+			if (!c->ncmds) {
+				c->qpos += used;
+				r = kv_plan_exec(c);
+			}
+			return r < 0 ? RESP_NOMEM : RESP_CMD;
+		}
+		if (r)
+			return RESP_NOMEM;
+		c->qpos += used;
+	}
+	return RESP_CMD;
+}
+
+/*
  * Serve one connection: receive, parse every complete command, run them
  * as a batch, send the replies, repeat. Returns when the client leaves,
  * QUITs, breaks the protocol or a limit, or the fiber is cancelled.
  */
 static void kv_serve_conn(struct kv_conn *c)
 {
-	const struct kv_limits *lim = &c->srv->lim;
 	char errbuf[160];
 
 	for (;;) {
 		size_t need = 0;
-		bool perr = false, more = false;
-		int ret = 0;
+		int ret = kv_parse_batch(c, &need, errbuf, sizeof(errbuf));
+		bool perr = ret == RESP_ERR, more = ret == RESP_MORE;
 
-		c->av.n = 0;
-		c->ncmds = c->nops = 0;
-		for (unsigned i = 0; i < c->srv->nshards; i++)
-			c->rem[i].head = KV_NONE;
-		while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
-			size_t used = 0, arg0 = c->av.n;
-			int r = resp_parse(c->q + c->qpos, c->qlen - c->qpos, lim, &c->av, &used, &need,
-					   errbuf, sizeof(errbuf));
-
-			if (r == RESP_MORE) {
-				more = true;
-				break;
-			}
-			if (r == RESP_ERR) {
-				perr = true;
-				break;
-			}
-			if (r == RESP_NOMEM)
-				return;
-			if (c->av.n == arg0) { /* an empty command */
-				c->qpos += used;
-				continue;
-			}
-			r = kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0));
-			if (r == KV_PLAN_EXEC) { /* a batch of its own: now, or next */
-				c->av.n = arg0;
-				if (!c->ncmds) {
-					c->qpos += used;
-					r = kv_plan_exec(c);
-				}
-				if (r < 0)
-					return;
-				break;
-			}
-			if (r)
-				return;
-			c->qpos += used;
-		}
+		if (ret == RESP_NOMEM)
+			return;
 		if ((c->ncmds || c->exec) && kv_run_batch(c))
 			return;
 		if (perr) {
@@ -2580,8 +2639,8 @@ static void usage(FILE *f)
 		"      --maxmemory BYTES     refuse writes with -OOM above this (0: no limit)\n"
 		"      --proto-max-bulk-len BYTES   longest bulk string (512MiB)\n"
 		"      --query-buffer-limit BYTES   largest single command (64MiB)\n"
-		"      --output-limit BYTES  close a client whose replies to one batch exceed\n"
-		"                            this (256MiB)\n"
+		"      --output-limit BYTES  replies one connection holds before they are\n"
+		"                            sent, waiting for the client to read (256MiB)\n"
 		"      --max-multibulk N     most arguments per command (1048576)\n"
 		"      --timeout SECS        exit after SECS (default: until SIGINT/SIGTERM)\n"
 		"  -h, --help\n");
