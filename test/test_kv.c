@@ -149,14 +149,18 @@ static long reply_len(const char *p, size_t n)
 	case '+':
 	case '-':
 	case ':':
+	case '_': /* RESP3 null */
 		return (long)at;
 	case '$':
+	case '=': /* RESP3 verbatim string */
 		v = atoll(p + 1);
 		if (v < 0)
 			return (long)at;
 		return at + (size_t)v + 2 <= n ? (long)(at + (size_t)v + 2) : 0;
 	case '*':
-		v = atoll(p + 1);
+	case '~': /* RESP3 set */
+	case '%': /* RESP3 map: twice as many elements */
+		v = atoll(p + 1) * (p[0] == '%' ? 2 : 1);
 		for (long long i = 0; i < v; i++) {
 			long m = reply_len(p + at, n - at);
 
@@ -555,13 +559,13 @@ static void all_commands(struct kv_test *t)
 	cl_cmd(c, "CONFIG", "SET", "a", "b", NULL);
 	EXPECT_HAS(c, "-ERR CONFIG subcommand not supported");
 	cl_cmd(c, "COMMAND", "COUNT", NULL);
-	EXPECT(c, ":26\r\n");
+	EXPECT(c, ":30\r\n");
 	cl_cmd(c, "COMMAND", "DOCS", NULL);
 	EXPECT(c, "*0\r\n");
 	cl_cmd(c, "COMMAND", "INFO", "get", "nosuch", NULL);
-	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n*-1\r\n");
+	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n$-1\r\n");
 	cl_cmd(c, "COMMAND", NULL);
-	EXPECT_HAS(c, "*26\r\n*6\r\n$3\r\nget\r\n");
+	EXPECT_HAS(c, "*30\r\n*6\r\n$3\r\nget\r\n");
 	cl_cmd(c, "CLIENT", "GETNAME", NULL);
 	EXPECT(c, "$-1\r\n");
 	cl_cmd(c, "CLIENT", "SETNAME", "bob", NULL);
@@ -612,6 +616,323 @@ Test(kv, every_command_1_shard, .timeout = 60)
 Test(kv, every_command_2_shards, .timeout = 60)
 {
 	run_kv(2, NULL, all_commands);
+}
+
+/* ---- answers checked against redis-server 7.0.15 ------------------------------------ */
+
+/* FLUSHALL/FLUSHDB take only ASYNC or SYNC (a typo must not wipe the data);
+ * EXPIRE in the past, however far, deletes; SET takes EXAT and PXAT, lets
+ * an option repeat (the last expiry wins) and refuses conflicting ones.
+ * Every expected reply below is what redis-server 7.0.15 answered. */
+static void redis_answers(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[32];
+
+	if (!c)
+		return;
+	key_on(&t->srv, t->srv.nshards - 1, "r", 0, k, sizeof(k));
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "FLUSHALL", "FOO", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "FLUSHDB", "x", "y", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "FLUSHALL", "SYNC", "ASYNC", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "FLUSHALL", "async", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "FLUSHDB", "SYNC", NULL);
+	EXPECT(c, "+OK\r\n");
+
+	/* EXPIRE far in the past deletes; past LLONG_MIN as ms it is refused */
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "-9223372036854775", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "-9223372036854776", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'expire' command\r\n");
+	cl_cmd(c, "PEXPIRE", k, "-9223372036854775808", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "-5", "GT", NULL); /* no TTL counts as forever */
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXPIRE", k, "0", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", k, "9223372036854775", NULL); /* fits as ms, not once now is added */
+	EXPECT(c, "-ERR invalid expire time in 'expire' command\r\n");
+
+	/* SET's options */
+	cl_cmd(c, "SET", k, "v", "EX", "10", "EX", "20", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k, NULL);
+	EXPECT_TTL(c, 20);
+	cl_cmd(c, "SET", k, "v", "EX", "abc", "EX", "30", NULL); /* only the last is read */
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "TTL", k, NULL);
+	EXPECT_TTL(c, 30);
+	cl_cmd(c, "SET", k, "v", "EX", "10", "PX", "20", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "10", "EX", "5", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "KEEPTTL", "EX", "5", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "EX", "10", "KEEPTTL", NULL);
+	EXPECT(c, "-ERR syntax error\r\n");
+	cl_cmd(c, "SET", k, "v", "NX", "NX", "GET", "GET", NULL);
+	EXPECT(c, "$1\r\nv\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "99999999999", NULL); /* year 5138 */
+	EXPECT(c, "+OK\r\n");
+	{
+		const char *r;
+
+		cl_cmd(c, "TTL", k, NULL);
+		r = cl_reply(c);
+		CHECK(r && atoll(r + 1) > 90000000000ll && atoll(r + 1) < 99999999999ll);
+	}
+	cl_cmd(c, "SET", k, "old", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k, "v", "PXAT", "1", "GET", NULL); /* 1970: stored and gone */
+	EXPECT(c, "$3\r\nold\r\n");
+	cl_cmd(c, "EXISTS", k, NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "0", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_cmd(c, "SET", k, "v", "EXAT", "9223372036854776", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_cmd(c, "SET", k, "v", "PXAT", "9223372036854775807", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k, "v", "PX", "9223372036854775807", NULL);
+	EXPECT(c, "-ERR invalid expire time in 'set' command\r\n");
+	cl_close(c);
+}
+
+Test(kv, flush_expire_set_answer_as_redis, .timeout = 60)
+{
+	run_kv(2, NULL, redis_answers);
+}
+
+/* HELLO's facts (the flat array of RESP2, the map of RESP3) for connection id. */
+static void hello_reply(char *out, size_t n, int proto, const char *id)
+{
+	snprintf(out, n,
+		 "%s\r\n$6\r\nserver\r\n$5\r\nredis\r\n$7\r\nversion\r\n$5\r\n7.0.0\r\n"
+		 "$5\r\nproto\r\n:%d\r\n$2\r\nid\r\n:%s\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n"
+		 "$4\r\nrole\r\n$6\r\nmaster\r\n$7\r\nmodules\r\n*0\r\n",
+		 proto == 3 ? "%7" : "*14", proto, id);
+}
+
+/* HELLO as redis 7.0 answers it; HELLO 3 switches to RESP3 for the
+ * commands after it in the same send, those another shard runs included. */
+static void hello(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char want2[512], want3[512], k[32], id[24] = "";
+	const char *r;
+	int sh;
+
+	if (!c)
+		return;
+	sh = cl_shard(c);
+	key_on(&t->srv, (unsigned)(sh + 1) % t->srv.nshards, "h", 0, k, sizeof(k));
+	cl_cmd(c, "CLIENT", "ID", NULL);
+	r = cl_reply(c);
+	if (r)
+		snprintf(id, sizeof(id), "%.*s", (int)strcspn(r + 1, "\r"), r + 1);
+	hello_reply(want2, sizeof(want2), 2, id);
+	hello_reply(want3, sizeof(want3), 3, id);
+	cl_cmd(c, "HELLO", NULL);
+	EXPECT(c, want2);
+	cl_cmd(c, "HELLO", "2", NULL);
+	EXPECT(c, want2);
+	cl_cmd(c, "HELLO", "4", NULL);
+	EXPECT(c, "-NOPROTO unsupported protocol version\r\n");
+	cl_cmd(c, "HELLO", "1", NULL);
+	EXPECT(c, "-NOPROTO unsupported protocol version\r\n");
+	cl_cmd(c, "HELLO", "x", NULL);
+	EXPECT(c, "-ERR Protocol version is not an integer or out of range\r\n");
+	cl_cmd(c, "HELLO", "3", "FOO", NULL);
+	EXPECT(c, "-ERR Syntax error in HELLO option 'FOO'\r\n");
+	cl_cmd(c, "HELLO", "3", "AUTH", "a", NULL);
+	EXPECT(c, "-ERR Syntax error in HELLO option 'AUTH'\r\n");
+	cl_cmd(c, "HELLO", "3", "AUTH", "bob", "pw", NULL);
+	EXPECT(c, "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+	cl_cmd(c, "GET", k, NULL); /* none of those switched */
+	EXPECT(c, "$-1\r\n");
+	cl_cmd(c, "HELLO", "2", "AUTH", "default", "pw", "SETNAME", "joe", NULL);
+	EXPECT(c, want2);
+	cl_cmd(c, "CLIENT", "GETNAME", NULL);
+	EXPECT(c, "$3\r\njoe\r\n");
+	cl_cmd(c, "HELLO", "3", "SETNAME", "ann", "bad", NULL); /* the name before the error stays */
+	EXPECT(c, "-ERR Syntax error in HELLO option 'bad'\r\n");
+	cl_cmd(c, "CLIENT", "GETNAME", NULL);
+	EXPECT(c, "$3\r\nann\r\n");
+
+	/* one send: HELLO 3, then keys of another shard */
+	cl_cmd(c, "HELLO", "3", NULL);
+	cl_cmd(c, "GET", k, NULL);
+	cl_cmd(c, "MGET", k, k, NULL);
+	cl_cmd(c, "SET", k, "v", "NX", "GET", NULL);
+	cl_cmd(c, "SET", k, "v", "NX", NULL);
+	EXPECT(c, want3);
+	EXPECT(c, "_\r\n");
+	EXPECT(c, "*2\r\n_\r\n_\r\n");
+	EXPECT(c, "_\r\n");
+	EXPECT(c, "_\r\n");
+	cl_cmd(c, "CONFIG", "GET", "save", NULL);
+	EXPECT(c, "%1\r\n$4\r\nsave\r\n$0\r\n\r\n");
+	cl_cmd(c, "COMMAND", "INFO", "nosuch", NULL);
+	EXPECT(c, "*1\r\n_\r\n");
+	cl_cmd(c, "INFO", "keyspace", NULL);
+	EXPECT_HAS(c, "txt:# Keyspace\r\ndb0:keys=1,");
+	CHECK(c->last && c->last[0] == '=');
+	cl_cmd(c, "HELLO", "2", NULL);
+	cl_cmd(c, "GET", "nope", NULL);
+	EXPECT(c, want2);
+	EXPECT(c, "$-1\r\n");
+	cl_close(c);
+}
+
+Test(kv, hello_and_resp3, .timeout = 60)
+{
+	run_kv(2, NULL, hello);
+}
+
+/* MULTI queues, EXEC runs (keys on both shards), as redis 7.0 answers. */
+static void transactions(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *o = cl_open(t->port);
+	char k0[32], k1[32], want[64];
+
+	if (!c || !o)
+		return;
+	key_on(&t->srv, 0, "t", 0, k0, sizeof(k0));
+	key_on(&t->srv, t->srv.nshards - 1, "u", 0, k1, sizeof(k1));
+	/* queued, not run: another client sees nothing until EXEC */
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "SET", k0, "1", NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(c, "INCR", k0, NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(c, "INCR", k1, NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(o, "MGET", k0, k1, NULL);
+	EXPECT(o, "*2\r\n$-1\r\n$-1\r\n");
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "*3\r\n+OK\r\n:2\r\n:1\r\n");
+	cl_cmd(o, "MGET", k0, k1, NULL);
+	EXPECT(o, "*2\r\n$1\r\n2\r\n$1\r\n1\r\n");
+
+	/* as redis-py's pipeline() sends it: one send, commands around it */
+	cl_cmd(c, "SET", "before", "b", NULL);
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "INCR", k0, NULL);
+	cl_cmd(c, "GET", "before", NULL);
+	cl_cmd(c, "INCR", k1, NULL);
+	cl_cmd(c, "EXEC", NULL);
+	cl_cmd(c, "GET", k1, NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 3; i++)
+		EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "*3\r\n:3\r\n$1\r\nb\r\n:2\r\n");
+	EXPECT(c, "$1\r\n2\r\n");
+
+	/* refused when queued: EXEC aborts, nothing is applied */
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "SET", k0, "x", NULL);
+	cl_cmd(c, "NOSUCH", "a", NULL);
+	cl_cmd(c, "GET", NULL);
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "-ERR unknown command 'NOSUCH', with args beginning with: 'a' \r\n");
+	EXPECT(c, "-ERR wrong number of arguments for 'get' command\r\n");
+	EXPECT(c, "-EXECABORT Transaction discarded because of previous errors.\r\n");
+	cl_cmd(c, "GET", k0, NULL);
+	EXPECT(c, "$1\r\n3\r\n");
+	/* failing when run: the error in the array, the others applied */
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "SET", "s", "str", NULL);
+	cl_cmd(c, "INCR", "s", NULL);
+	cl_cmd(c, "SET", k1, "new", "EX", "10", "PX", "5", NULL);
+	cl_cmd(c, "SET", k1, "new", NULL);
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 4; i++)
+		EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "*4\r\n+OK\r\n-ERR value is not an integer or out of range\r\n"
+		  "-ERR syntax error\r\n+OK\r\n");
+	cl_cmd(o, "GET", k1, NULL);
+	EXPECT(o, "$3\r\nnew\r\n");
+
+	/* nesting, EXEC and DISCARD without MULTI, DISCARD drops the queue */
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "-ERR MULTI calls can not be nested\r\n");
+	cl_cmd(c, "SET", "d", "1", NULL);
+	EXPECT(c, "+QUEUED\r\n");
+	cl_cmd(c, "DISCARD", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXISTS", "d", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "-ERR EXEC without MULTI\r\n");
+	cl_cmd(c, "DISCARD", NULL);
+	EXPECT(c, "-ERR DISCARD without MULTI\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "*0\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	cl_cmd(c, "SET", "d", "1", NULL);
+	cl_cmd(c, "EXEC", "x", NULL); /* aborts at once */
+	cl_cmd(c, "EXEC", NULL);
+	cl_cmd(c, "EXISTS", "d", NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "+QUEUED\r\n");
+	EXPECT(c, "-EXECABORT Transaction discarded because of: wrong number of arguments for 'exec' command\r\n");
+	EXPECT(c, "-ERR EXEC without MULTI\r\n");
+	EXPECT(c, ":0\r\n");
+
+	/* more commands than one batch holds, in one send */
+	cl_cmd(c, "DEL", k0, k1, NULL);
+	EXPECT(c, ":2\r\n");
+	cl_cmd(c, "MULTI", NULL);
+	for (int i = 0; i < 3 * KV_BATCH_CMDS; i++)
+		cl_cmd(c, "INCR", i % 2 ? k1 : k0, NULL);
+	cl_cmd(c, "EXEC", NULL);
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 3 * KV_BATCH_CMDS; i++)
+		EXPECT(c, "+QUEUED\r\n");
+	CHECK(cl_reply(c) && !strncmp(c->last, "*768\r\n:1\r\n:1\r\n:2\r\n:2\r\n", 22));
+	snprintf(want, sizeof(want), ":%d\r\n:%d\r\n", 3 * KV_BATCH_CMDS / 2, 3 * KV_BATCH_CMDS / 2);
+	CHECK(c->last && c->last_len > strlen(want) &&
+	      !strcmp(c->last + c->last_len - strlen(want), want));
+	cl_close(o);
+	cl_close(c);
+}
+
+Test(kv, multi_exec_discard, .timeout = 60)
+{
+	run_kv(2, NULL, transactions);
 }
 
 /* ---- pipelines whose keys live on both shards --------------------------------------- */
@@ -909,35 +1230,169 @@ Test(kv, malformed_input_and_protocol_limits, .timeout = 60)
 	run_kv(2, &lim, malformed);
 }
 
-/* A batch whose replies exceed the output limit closes the connection. */
-static void output_limit(struct kv_test *t)
-{
-	struct cl *c = cl_open(t->port);
-	char *v = malloc(40000);
+/* ---- output: bounded per connection, and a client that reads is never closed ---------- */
 
-	memset(v, 'v', 40000);
-	v[39999] = 0;
-	cl_cmd(c, "SET", "big", v, NULL);
-	EXPECT(c, "+OK\r\n");
-	cl_cmd(c, "GET", "big", NULL); /* 40 KB: under the 64 KiB limit */
-	EXPECT_HAS(c, "$39999\r\nvvvv");
-	cl_cmd(c, "GET", "big", NULL); /* two in one batch: over it */
-	cl_cmd(c, "GET", "big", NULL);
-	CHECK(cl_closed(c));
-	cl_close(c);
-	c = cl_open(t->port);
-	CHECK(info_num(c, "stats", "client_output_limit_disconnections:") == 1);
-	cl_close(c);
+#define BIG_LEN (1 << 20) /* a value of 1 MiB */
+#define BIG_N 300         /* replies of it asked for at once */
+
+/*
+ * Read n replies "$len\r\n" + len bytes of fill + "\r\n", after prefix (an
+ * array header, or NULL), through the 64 KiB buffer without keeping them.
+ * Returns how many matched whole: it stops at the first wrong byte, at end
+ * of stream, or when nothing comes for 10 s.
+ */
+static long cl_read_values(struct cl *c, const char *prefix, long n, size_t len, char fill)
+{
+	char hdr[32];
+	size_t hl = (size_t)snprintf(hdr, sizeof(hdr), "$%zu\r\n", len), one = hl + len + 2;
+	size_t pl = prefix ? strlen(prefix) : 0;
+	uint64_t total = pl + (uint64_t)n * one, pos = 0;
+
+	cl_flush(c);
+	while (pos < total) {
+		size_t i = 0;
+
+		if (!c->len) {
+			struct corio_deadline d;
+			ssize_t got;
+
+			corio_timeout_push(&d, 10000000000ull);
+			got = corio_recv(c->s, c->in, sizeof(c->in));
+			corio_deadline_pop(&d);
+			if (got <= 0)
+				break;
+			c->len = (size_t)got;
+		}
+		while (i < c->len && pos < total) {
+			uint64_t r = pos >= pl ? (pos - pl) % one : 0;
+			size_t run = 1;
+
+			if (pos >= pl && r >= hl && r < hl + len) { /* a run of the value */
+				run = hl + len - (size_t)r < c->len - i ? hl + len - (size_t)r : c->len - i;
+				for (size_t j = 0; j < run; j++)
+					if (c->in[i + j] != fill)
+						goto out;
+			} else if (c->in[i] != (pos < pl ? prefix[pos] : r < hl ? hdr[r] : "\r\n"[r - hl - len])) {
+				goto out;
+			}
+			i += run;
+			pos += run;
+		}
+		memmove(c->in, c->in + i, c->len - i);
+		c->len -= i;
+	}
+out:
+	return pos < pl ? 0 : (long)((pos - pl) / one);
+}
+
+/* Two keys of BIG_LEN 'v's, one on each shard. */
+static void big_values(struct kv_test *t, struct cl *c, char k[2][32])
+{
+	char *v = malloc(BIG_LEN + 1);
+
+	memset(v, 'v', BIG_LEN);
+	v[BIG_LEN] = 0;
+	for (unsigned i = 0; i < 2; i++) {
+		key_on(&t->srv, i % t->srv.nshards, "big", 0, k[i], sizeof(k[i]));
+		cl_cmd(c, "SET", k[i], v, NULL);
+		EXPECT(c, "+OK\r\n");
+	}
 	free(v);
 }
 
-Test(kv, output_limit_closes, .timeout = 60)
+/* Pipelined GETs whose replies are 75 times the output limit: every reply
+ * comes (before: the connection was closed with none). */
+static void pipelined_big_gets(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char k[2][32];
+
+	if (!c)
+		return;
+	big_values(t, c, k);
+	for (int i = 0; i < BIG_N; i++)
+		cl_cmd(c, "GET", k[i % 2], NULL);
+	CHECK_EQ(cl_read_values(c, NULL, BIG_N, BIG_LEN, 'v'), BIG_N);
+	cl_cmd(c, "PING", NULL);
+	EXPECT(c, "+PONG\r\n");
+	CHECK(info_num(c, "stats", "client_output_flushes:") > 0);
+	cl_close(c);
+}
+
+Test(kv, pipelined_replies_over_the_output_limit_all_arrive, .timeout = 120)
 {
 	struct kv_limits lim;
 
 	kv_limits_default(&lim);
-	lim.out_limit = 64 * 1024;
-	run_kv(1, &lim, output_limit);
+	lim.out_limit = 4 << 20;
+	run_kv(2, &lim, pipelined_big_gets);
+}
+
+static void send_big_mget(struct cl *c, char k[2][32])
+{
+	kv_num(&c->out, '*', BIG_N + 1);
+	kv_bulk(&c->out, "MGET", 4);
+	for (int i = 0; i < BIG_N; i++)
+		kv_bulk(&c->out, k[i % 2], strlen(k[i % 2]));
+	cl_flush(c);
+}
+
+/* Wait (bounded) until INFO's field reaches want; its last value. */
+static long long info_wait(struct cl *c, const char *section, const char *field, long long want)
+{
+	long long v = -1;
+
+	for (int tries = 0; tries < 1000; tries++) {
+		if ((v = info_num(c, section, field)) == want)
+			break;
+		corio_sleep_ns(10000000);
+	}
+	return v;
+}
+
+/*
+ * One MGET of 300 MiB with a 4 MiB output limit: a client that never reads
+ * leaves its connection waiting (not closed, holding no more), a slow reader
+ * gets all of it, and no connection's reply buffers ever held more than
+ * twice (limit + one value per shard) (before: 300 MiB, then a close).
+ */
+static void big_mget(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *idle = cl_open(t->port), *o = cl_open(t->port);
+	long long bound = 2 * ((long long)t->srv.lim.out_limit + t->srv.nshards * (BIG_LEN + 64));
+	long long peak;
+	char k[2][32], hdr[16];
+
+	if (!c || !idle || !o)
+		return;
+	big_values(t, o, k);
+	send_big_mget(idle, k);
+	CHECK_EQ(info_wait(o, "clients", "clients_waiting_output:", 1), 1);
+	send_big_mget(c, k);
+	corio_sleep_ns(200000000); /* slow: let the server fill what it can first */
+	snprintf(hdr, sizeof(hdr), "*%d\r\n", BIG_N);
+	CHECK_EQ(cl_read_values(c, hdr, BIG_N, BIG_LEN, 'v'), BIG_N);
+	peak = info_num(o, "memory", "client_output_peak:");
+	if (!(peak > BIG_LEN && peak <= bound)) {
+		char m[128];
+
+		snprintf(m, sizeof(m), "client_output_peak %lld, bound %lld", peak, bound);
+		th_fail(__FILE__, __LINE__, m);
+	}
+	cl_close(idle); /* its connection ends: the send fails */
+	CHECK_EQ(info_wait(o, "clients", "clients_waiting_output:", 0), 0);
+	CHECK_EQ(info_wait(o, "clients", "connected_clients:", 2), 2);
+	cl_close(c);
+	cl_close(o);
+}
+
+Test(kv, huge_reply_bounded_per_connection, .timeout = 120)
+{
+	struct kv_limits lim;
+
+	kv_limits_default(&lim);
+	lim.out_limit = 4 << 20;
+	run_kv(2, &lim, big_mget);
 }
 
 static void maxmemory(struct kv_test *t)

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * corio-kv - an in-memory key-value server that speaks Redis's protocol
- * (RESP2 and inline commands), sharded thread-per-core on corio's public
- * API. Unmodified redis-cli and redis-benchmark talk to it.
+ * (RESP2, RESP3 after HELLO 3, and inline commands), sharded thread-per-core
+ * on corio's public API. Unmodified redis-cli and redis-benchmark talk to it.
  *
  *	corio-kv [-p port] [-b host] [-n shards] [--maxmemory BYTES] ...
  *	redis-cli -p 6380 set a 1
@@ -25,7 +25,8 @@
  *    running its own shard's ops right there into the output buffer and
  *    copying the remote replies, so replies leave in request order. Each
  *    shard runs a batch's ops in request order, so a pipeline sees its own
- *    writes. The whole output of a batch goes out with one send.
+ *    writes. The output of a batch goes out with one send (or in
+ *    parts of half the output limit, when larger).
  *  - Expiry: an absolute CLOCK_MONOTONIC deadline in ms per key; checked
  *    lazily on every access, and an active sweep: a min-heap of expiring
  *    keys per shard and one corio_timer armed at its earliest deadline. The
@@ -37,15 +38,19 @@
  *  - Limits: a bulk longer than proto-max-bulk-len, a multi-bulk count over
  *    max-multibulk, a command larger than the query-buffer limit, or
  *    malformed RESP get "-ERR Protocol error: ..." and the connection is
- *    closed (replies to the commands before it are sent first). A batch
- *    whose replies exceed the output limit closes the connection (Redis's
- *    client-output-buffer-limit); a client that stops reading holds at most
- *    one batch of output because the connection does not read while its
- *    send waits. With --maxmemory, writes are refused with -OOM once a shard
- *    uses more than its share (maxmemory / shards) - no eviction.
+ *    closed (replies to the commands before it are sent first). The output
+ *    limit bounds the replies a connection holds: they are sent at half of
+ *    it, mid-batch, the fiber waiting while the client does not read (see
+ *    kv_remote_budget()); a client that reads is never closed. With
+ *    --maxmemory, writes are refused with -OOM once a shard uses more than
+ *    its share (maxmemory / shards) - no eviction.
+ *  - MULTI copies the commands after it into a queue; EXEC makes them a
+ *    batch of their own, replied to as one array.
  *
- * Not atomic across shards: MSET and FLUSHALL apply per shard (another
- * client may see part of an MSET); single-key commands are atomic.
+ * Not atomic across shards: MSET, FLUSHALL and EXEC apply per shard
+ * (another client may see part of an MSET); single-key commands are
+ * atomic, and each shard runs its part of an EXEC back to back while the
+ * replies stay under the output budgets.
  *
  * test/test_kv.c includes this file with CORIO_KV_NO_MAIN and drives
  * kv_shard_main() over 127.0.0.1; test/fuzz/fuzz_resp.c fuzzes resp_parse().
@@ -64,6 +69,7 @@
 #include <string.h>
 #include <strings.h>
 #include <fcntl.h>
+#include <time.h>
 #include <unistd.h>
 
 #define KV_VERSION "7.0.0" /* the Redis version whose replies we follow */
@@ -75,6 +81,7 @@
 #define KV_SWEEP_BUDGET 200       /* expired keys deleted per loop turn */
 #define KV_TABLE_INIT 1024        /* buckets */
 #define KV_NONE UINT32_MAX
+#define KV_NAME_MAX 64            /* CLIENT SETNAME: bytes, with the NUL */
 
 /* ---- limits and the parser (no I/O) ---------------------------------------- */
 
@@ -82,7 +89,7 @@ struct kv_limits {
 	uint64_t proto_max_bulk_len; /* longest bulk string (512 MiB)            */
 	uint64_t max_multibulk;      /* most arguments in one command (1 Mi)     */
 	uint64_t qbuf_limit;         /* largest command, all of it (64 MiB)      */
-	uint64_t out_limit;          /* largest output of one batch (256 MiB)    */
+	uint64_t out_limit;          /* replies one connection holds (256 MiB)  */
 	uint64_t maxmemory;          /* 0: unlimited                             */
 };
 
@@ -397,9 +404,27 @@ static void kv_bulkstr(struct kv_buf *b, const char *s)
 	kv_bulk(b, s, strlen(s));
 }
 
-static void kv_nil(struct kv_buf *b)
+/* Null: RESP2's null bulk string (Redis 7.0 answers it for arrays too, as
+ * COMMAND INFO of an unknown name), RESP3's null. */
+static void kv_null(struct kv_buf *b, bool resp3)
 {
-	KV_LIT(b, "$-1\r\n");
+	if (resp3)
+		KV_LIT(b, "_\r\n");
+	else
+		KV_LIT(b, "$-1\r\n");
+}
+
+/* Text for humans (INFO, CLIENT INFO): RESP3's verbatim string, as Redis. */
+static void kv_verbatim(struct kv_buf *b, const void *p, size_t n, bool resp3)
+{
+	if (!resp3) {
+		kv_bulk(b, p, n);
+		return;
+	}
+	kv_num(b, '=', (long long)n + 4);
+	KV_LIT(b, "txt:");
+	kv_put(b, p, n);
+	KV_LIT(b, "\r\n");
 }
 
 /* "-ERR msg\r\n" (or another error prefix that msg starts with, "-OOM ...") */
@@ -441,7 +466,10 @@ struct kv_counters {
 	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired;
 	_Atomic uint64_t remote_ops;   /* ops this shard ran for other shards' connections */
 	_Atomic uint64_t remote_calls; /* corio_call/gather this shard's connections made */
-	_Atomic uint64_t batches, proto_errors, out_limit_closes, oom_refused;
+	_Atomic uint64_t batches, proto_errors, oom_refused;
+	_Atomic uint64_t out_flushes; /* sends made at half the output limit, mid-batch */
+	_Atomic uint64_t out_waiting; /* connections waiting in such a send now */
+	_Atomic uint64_t out_peak;    /* most bytes one connection's replies held */
 };
 
 #define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
@@ -469,6 +497,27 @@ struct kv_shard {
 static int64_t kv_now_ms(void)
 {
 	return (int64_t)(corio_now_ns() / 1000000);
+}
+
+/* CLOCK_REALTIME in ms: EXAT and PXAT name Unix times, and Redis bounds
+ * every expiry argument by the Unix time (its "basetime"), so we do too. */
+static int64_t kv_unix_ms(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The CLOCK_MONOTONIC deadline (ms) of an expiry n ms from now, or, when
+ * at_unix, at the Unix time n ms (n >= 0); saturates rather than wraps. */
+static int64_t kv_deadline_ms(long long n, bool at_unix)
+{
+	int64_t d = at_unix ? n - kv_unix_ms() : n, when;
+
+	if (__builtin_add_overflow(kv_now_ms(), d, &when))
+		when = d < 0 ? INT64_MIN : INT64_MAX;
+	return when;
 }
 
 static size_t kv_usable(void *p)
@@ -886,7 +935,7 @@ enum kv_kind {
 	C_UNKNOWN, C_ARITY, C_ERR, /* replies made from the command alone */
 	C_PING, C_ECHO, C_GET, C_SET, C_DEL, C_EXISTS, C_INCR, C_MGET, C_MSET, C_EXPIRE,
 	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
-	C_SELECT, C_QUIT,
+	C_SELECT, C_QUIT, C_HELLO, C_MULTI, C_EXEC, C_DISCARD, C_QUEUED,
 };
 
 /* set / expire flags */
@@ -899,6 +948,7 @@ enum kv_kind {
 #define F_PX 0x40u  /* TTL: milliseconds */
 #define F_EXP 0x80u /* SET: an expiry was given (in n, ms) */
 #define F_NEG 0x100u /* DECRBY: negate the argument */
+#define F_EXAT 0x200u /* SET: n is a Unix time in ms (EXAT, PXAT) */
 
 struct kv_spec {
 	const char *name;
@@ -937,6 +987,10 @@ static const struct kv_spec kv_specs[] = {
 	{ "client", -2, C_CLIENT, 0, 0, "loading stale", 0, 0, 0 },
 	{ "select", 2, C_SELECT, 0, 0, "loading stale fast", 0, 0, 0 },
 	{ "quit", -1, C_QUIT, 0, 0, "loading stale fast", 0, 0, 0 },
+	{ "hello", -1, C_HELLO, 0, 0, "noscript loading stale fast no_auth", 0, 0, 0 },
+	{ "multi", 1, C_MULTI, 0, 0, "noscript loading stale fast", 0, 0, 0 },
+	{ "exec", 1, C_EXEC, 0, 0, "noscript loading stale skip_slowlog", 0, 0, 0 },
+	{ "discard", 1, C_DISCARD, 0, 0, "noscript loading stale fast", 0, 0, 0 },
 };
 #define KV_NSPECS (sizeof(kv_specs) / sizeof(kv_specs[0]))
 
@@ -965,6 +1019,7 @@ struct kv_cmd {
 	uint32_t op0, nops;  /* its ops */
 	long long n;         /* INCR step, expiry in ms, ... */
 	const char *err;     /* C_ERR: the reply, without "-" and CRLF */
+	bool resp3;          /* reply in RESP3 (the protocol when it was planned) */
 };
 
 /* An op: the part of a command that one shard runs. */
@@ -973,6 +1028,7 @@ enum kv_op_kind { OP_GET, OP_SET, OP_MSET1, OP_DEL, OP_EXISTS, OP_INCR, OP_EXPIR
 
 struct kv_op {
 	uint8_t kind;
+	uint8_t ran;    /* remote: its shard has run it (reply or v is there) */
 	uint16_t shard;
 	uint32_t cmd;   /* its command */
 	uint32_t key;   /* argv index of its key (MSET: then its value) */
@@ -984,7 +1040,7 @@ struct kv_op {
 
 /* What the connection keeps per shard for a batch. */
 struct kv_remote {
-	uint32_t head, tail; /* its ops, KV_NONE: none */
+	uint32_t head, tail; /* its ops not run yet, KV_NONE: none */
 	struct kv_buf out;   /* the replies that shard wrote */
 };
 
@@ -1002,7 +1058,13 @@ struct kv_conn {
 	struct kv_op *ops;
 	size_t nops, opcap;
 	struct kv_remote *rem; /* [nshards] */
-	char name[64];
+	char name[KV_NAME_MAX];
+	uint8_t resp;          /* 2 or 3: the protocol of the commands planned next */
+	bool in_multi;         /* after MULTI: commands are queued, not run */
+	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
+	bool exec;             /* this batch is an EXEC: one array of replies */
+	struct kv_buf mq;      /* MULTI's queue: (argc, (len, bytes)...) per command */
+	uint32_t mq_cmds;      /* commands queued */
 	bool closing;          /* QUIT or a protocol error: send, then close */
 };
 
@@ -1035,7 +1097,7 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 		if (e)
 			kv_bulk(o, e->data + e->klen, e->vlen);
 		else
-			kv_nil(o);
+			kv_null(o, cmd->resp3);
 		break;
 	case OP_SET: {
 		const struct kv_arg *v = &c->av.v[cmd->arg0 + 2];
@@ -1049,20 +1111,24 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 			if (e)
 				kv_bulk(o, e->data + e->klen, e->vlen);
 			else
-				kv_nil(o);
+				kv_null(o, cmd->resp3);
 		}
 		if ((cmd->flags & F_NX && e) || (cmd->flags & F_XX && !e)) {
 			if (!(cmd->flags & F_GET))
-				kv_nil(o);
+				kv_null(o, cmd->resp3);
 			break;
 		}
 		if (cmd->flags & F_EXP)
-			when = kv_now_ms() + cmd->n; /* checked against overflow when parsed */
+			when = kv_deadline_ms(cmd->n, cmd->flags & F_EXAT);
 		if (!(e = kv_store(sh, l, e, op->hash, k, v->p, v->n, cmd->flags & F_KEEPTTL)) ||
-		    (when && !kv_set_expire(sh, e, when))) {
+		    (when > kv_now_ms() && !kv_set_expire(sh, e, when))) {
 			if (!(cmd->flags & F_GET))
 				kv_err(o, "ERR out of memory");
 			break;
+		}
+		if (cmd->flags & F_EXP && when <= kv_now_ms()) {
+			kv_unlink(sh, l); /* EXAT/PXAT in the past: stored and gone (Redis) */
+			KV_INC(sh->st.expired, 1);
 		}
 		if (!(cmd->flags & F_GET))
 			KV_LIT(o, "+OK\r\n");
@@ -1160,31 +1226,39 @@ static void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, 
 	}
 }
 
-/* Run the ops a connection of another shard queued for this one
- * (corio_call: a fiber here, the caller parked until it returns). */
+static uint64_t kv_remote_budget(const struct kv_server *srv);
+
+/* Run the ops a connection of another shard queued for this one, until
+ * their replies reach the budget (corio_call: a fiber here, the caller
+ * parked until it returns). */
 static intptr_t kv_remote_fn(void *arg)
 {
 	struct kv_conn *c = arg;
 	unsigned me = corio_shard_id();
 	struct kv_shard *sh = &c->srv->sh[me];
 	struct kv_remote *r = &c->rem[me];
-	uint64_t n = 0;
+	uint64_t n = 0, budget = kv_remote_budget(c->srv);
+	uint32_t i;
 
 	if (me == c->sh->id || r->head == KV_NONE)
 		return 0; /* corio_gather calls every shard, the caller's too */
-	r->out.len = 0;
-	for (uint32_t i = r->head; i != KV_NONE; i = c->ops[i].next, n++) {
+	r->out.len = 0; /* the connection has copied every reply made before */
+	for (i = r->head; i != KV_NONE && (!n || r->out.len < budget); i = c->ops[i].next, n++) {
 		struct kv_op *op = &c->ops[i];
 
 		op->roff = r->out.len;
 		kv_run_op(sh, c, op, &r->out);
 		op->rlen = r->out.len - op->roff;
+		op->ran = 1;
 	}
+	r->head = i; /* the rest, if any, when the connection's replies reach them */
 	KV_INC(sh->st.remote_ops, n);
 	return r->out.nomem ? -ENOMEM : 0;
 }
 
 /* ---- planning: a parsed command becomes ops ------------------------------------ */
+
+static int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n);
 
 static int kv_add_op(struct kv_conn *c, enum kv_op_kind kind, uint32_t key, int shard)
 {
@@ -1205,6 +1279,7 @@ static int kv_add_op(struct kv_conn *c, enum kv_op_kind kind, uint32_t key, int 
 	op->key = key;
 	op->next = KV_NONE;
 	op->v = 0;
+	op->ran = 0;
 	op->roff = op->rlen = 0;
 	if (shard < 0) {
 		const struct kv_arg *k = &c->av.v[key];
@@ -1233,42 +1308,59 @@ static void kv_cmd_err(struct kv_cmd *cmd, const char *err)
 	cmd->err = err;
 }
 
-/* SET key value [NX|XX] [GET] [EX s|PX ms|KEEPTTL] */
+/*
+ * SET key value [NX|XX] [GET] [EX s|PX ms|EXAT unix-s|PXAT unix-ms|KEEPTTL],
+ * parsed as Redis 7.0 parses it: an option may repeat (the last expiry of
+ * one unit wins: "EX 10 EX 20" is EX 20), options that conflict (NX with
+ * XX, two units, a unit with KEEPTTL) are a syntax error, and only the
+ * expiry that wins is checked, after the loop.
+ */
 static void kv_plan_set(struct kv_cmd *cmd, const struct kv_arg *a)
 {
+	static const char *const units[] = { "ex", "px", "exat", "pxat" };
+	const struct kv_arg *exp = NULL;
+	int unit = -1; /* units[] index of the expiry given */
+	long long v;
+
 	for (uint32_t i = 3; i < cmd->argc; i++) {
 		const struct kv_arg *o = &a[i];
-		long long v;
+		int u = -1;
 
+		for (int j = 0; j < 4; j++)
+			if (kv_is(o, units[j]))
+				u = j;
 		if (kv_is(o, "nx") && !(cmd->flags & F_XX)) {
 			cmd->flags |= F_NX;
 		} else if (kv_is(o, "xx") && !(cmd->flags & F_NX)) {
 			cmd->flags |= F_XX;
 		} else if (kv_is(o, "get")) {
 			cmd->flags |= F_GET;
-		} else if (kv_is(o, "keepttl") && !(cmd->flags & F_EXP)) {
+		} else if (kv_is(o, "keepttl") && unit < 0) {
 			cmd->flags |= F_KEEPTTL;
-		} else if ((kv_is(o, "ex") || kv_is(o, "px")) && !(cmd->flags & (F_EXP | F_KEEPTTL)) &&
+		} else if (u >= 0 && !(cmd->flags & F_KEEPTTL) && (unit < 0 || unit == u) &&
 			   i + 1 < cmd->argc) {
-			bool ex = kv_is(o, "ex");
-
-			if (!kv_str2ll(a[i + 1].p, a[i + 1].n, &v)) {
-				kv_cmd_err(cmd, "ERR value is not an integer or out of range");
-				return;
-			}
-			if (v <= 0 || (ex && v > LLONG_MAX / 1000) ||
-			    (ex ? v * 1000 : v) > LLONG_MAX - kv_now_ms()) {
-				kv_cmd_err(cmd, "ERR invalid expire time in 'set' command");
-				return;
-			}
-			cmd->n = ex ? v * 1000 : v;
-			cmd->flags |= F_EXP;
-			i++;
+			unit = u;
+			exp = &a[++i];
 		} else {
 			kv_cmd_err(cmd, "ERR syntax error");
 			return;
 		}
 	}
+	if (!exp)
+		return;
+	if (!kv_str2ll(exp->p, exp->n, &v)) {
+		kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		return;
+	}
+	/* seconds (EX, EXAT) become ms; a relative one must not overflow once
+	 * the Unix time is added (Redis's checks, in its order) */
+	if (v <= 0 || (unit % 2 == 0 && v > LLONG_MAX / 1000) ||
+	    (unit < 2 && (unit == 0 ? v * 1000 : v) > LLONG_MAX - kv_unix_ms())) {
+		kv_cmd_err(cmd, "ERR invalid expire time in 'set' command");
+		return;
+	}
+	cmd->n = unit % 2 == 0 ? v * 1000 : v;
+	cmd->flags |= F_EXP | (unit >= 2 ? F_EXAT : 0);
 }
 
 /* EXPIRE / PEXPIRE key n [NX|XX|GT|LT] */
@@ -1302,8 +1394,9 @@ static void kv_plan_expire(struct kv_cmd *cmd, const struct kv_arg *a)
 		kv_cmd_err(cmd, "ERR GT and LT options at the same time are not compatible");
 		return;
 	}
-	if (__builtin_mul_overflow(v, cmd->spec->n, &v) || v > LLONG_MAX - kv_now_ms() ||
-	    v < -kv_now_ms()) {
+	/* Redis's bounds: seconds must fit as ms and the deadline must not pass
+	 * LLONG_MAX; any time in the past, however far, deletes the key */
+	if (__builtin_mul_overflow(v, cmd->spec->n, &v) || v > LLONG_MAX - kv_unix_ms()) {
 		kv_cmd_err(cmd, cmd->spec->n == 1 ? "ERR invalid expire time in 'pexpire' command"
 						  : "ERR invalid expire time in 'expire' command");
 		return;
@@ -1311,7 +1404,158 @@ static void kv_plan_expire(struct kv_cmd *cmd, const struct kv_arg *a)
 	cmd->n = v;
 }
 
-/* Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops. */
+#define KV_PLAN_EXEC 1 /* kv_plan(): EXEC of a transaction; nothing was planned */
+
+/* Forget the transaction (EXEC ran it, DISCARD, EXECABORT). */
+static void kv_multi_reset(struct kv_conn *c)
+{
+	c->in_multi = c->multi_dirty = false;
+	c->mq.len = 0;
+	c->mq_cmds = 0;
+	if (c->mq.cap > KV_BIG_BUF)
+		kv_buf_free(&c->mq);
+}
+
+/*
+ * Queue a command after MULTI: its arguments are copied (they live in the
+ * query buffer, which the next receive reuses). The queue is bounded by the
+ * query buffer limit; past it the command is refused and EXEC will abort.
+ */
+static int kv_multi_queue(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	size_t need = 4 + 4 * (size_t)argc;
+	uint32_t n;
+
+	for (uint32_t i = 0; i < argc; i++)
+		need += a[i].n;
+	if (c->mq.len + need > c->srv->lim.qbuf_limit) {
+		c->multi_dirty = true;
+		kv_cmd_err(cmd, "ERR corio-kv: the transaction is larger than the query buffer limit");
+		return 0;
+	}
+	if (!kv_reserve(&c->mq, need))
+		return -ENOMEM;
+	kv_put(&c->mq, &argc, 4);
+	for (uint32_t i = 0; i < argc; i++) {
+		n = (uint32_t)a[i].n;
+		kv_put(&c->mq, &n, 4);
+		kv_put(&c->mq, a[i].p, n);
+	}
+	c->mq_cmds++;
+	cmd->kind = C_QUEUED;
+	return 0;
+}
+
+static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);
+
+/* EXEC: the queued commands become this batch, whose replies go out as one
+ * array; their arguments point into the queue until the batch is done. */
+static int kv_plan_exec(struct kv_conn *c)
+{
+	size_t at = 0;
+	int ret = 0;
+
+	c->in_multi = false; /* plan them to run, not to queue again */
+	c->exec = true;
+	for (uint32_t i = 0; i < c->mq_cmds && !ret; i++) {
+		uint32_t argc, n, arg0 = (uint32_t)c->av.n;
+
+		memcpy(&argc, c->mq.p + at, 4);
+		at += 4;
+		for (uint32_t j = 0; j < argc && !ret; j++) {
+			memcpy(&n, c->mq.p + at, 4);
+			ret = argv_push(&c->av, c->mq.p + at + 4, n);
+			at += 4 + (size_t)n;
+		}
+		if (!ret)
+			ret = kv_plan(c, arg0, argc);
+	}
+	return ret;
+}
+
+/* The commands that change the connection's state take effect when planned,
+ * in request order: QUIT, MULTI, EXEC (refused), DISCARD, HELLO. */
+static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
+{
+	switch (cmd->kind) {
+	case C_QUIT:
+		c->closing = true;
+		break;
+	case C_MULTI:
+		if (c->in_multi)
+			kv_cmd_err(cmd, "ERR MULTI calls can not be nested");
+		c->in_multi = true;
+		break;
+	case C_EXEC: /* one that runs never gets here: kv_plan() returns KV_PLAN_EXEC */
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR EXEC without MULTI");
+		else
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of previous errors.");
+		kv_multi_reset(c);
+		break;
+	case C_DISCARD:
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR DISCARD without MULTI");
+		kv_multi_reset(c);
+		break;
+	case C_HELLO: {
+		/* the protocol switches here, when planned: the commands after it
+		 * in this batch (remote ones run before the replies are written)
+		 * and HELLO's own reply already speak the new one */
+		char err[200];
+		int ver = kv_hello(c, cmd, false, err, sizeof(err));
+	
+		if (ver > 0)
+			c->resp = (uint8_t)ver;
+		cmd->resp3 = c->resp == 3;
+		cmd->n = c->resp;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+#define KV_PLAN_DONE 2 /* kv_plan_gate(): answered without being planned */
+
+/*
+ * What comes before planning cmd (its spec looked up): refused (unknown
+ * name, wrong arity: a transaction then aborts), queued after MULTI, or the
+ * EXEC that runs a transaction. 0: plan it; KV_PLAN_DONE, KV_PLAN_EXEC, or
+ * -ENOMEM.
+ */
+static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	const struct kv_spec *sp = cmd->spec;
+	int ret;
+
+	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
+	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
+	    (sp->kind == C_MSET && argc % 2 == 0)) {
+		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
+		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
+		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
+					"wrong number of arguments for 'exec' command");
+			kv_multi_reset(c);
+		}
+		return KV_PLAN_DONE;
+	}
+	if (c->in_multi && sp->kind != C_MULTI && sp->kind != C_EXEC && sp->kind != C_DISCARD &&
+	    sp->kind != C_QUIT) {
+		ret = kv_multi_queue(c, cmd, a, argc);
+		return ret ? ret : KV_PLAN_DONE;
+	}
+	if (sp->kind == C_EXEC && c->in_multi && !c->multi_dirty)
+		return KV_PLAN_EXEC;
+	return 0;
+}
+
+/*
+ * Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops: 0,
+ * -ENOMEM, or KV_PLAN_EXEC for the EXEC of a transaction without errors,
+ * which must start a batch of its own (kv_plan_exec()).
+ */
 static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 {
 	struct kv_cmd *cmd;
@@ -1333,17 +1577,13 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->arg0 = arg0;
 	cmd->argc = argc;
 	cmd->op0 = (uint32_t)c->nops;
+	cmd->resp3 = c->resp == 3;
 	sp = cmd->spec = kv_find_spec(&a[0]);
-	if (!sp) {
-		cmd->kind = C_UNKNOWN;
+	ret = kv_plan_gate(c, cmd, a, argc);
+	if (ret == KV_PLAN_EXEC)
+		return ret;
+	if (ret)
 		goto out;
-	}
-	if ((sp->arity > 0 && argc != (uint32_t)sp->arity) ||
-	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
-	    (sp->kind == C_MSET && argc % 2 == 0)) {
-		cmd->kind = C_ARITY;
-		goto out;
-	}
 	cmd->kind = sp->kind;
 	cmd->flags = sp->flags;
 	cmd->n = sp->n;
@@ -1394,20 +1634,29 @@ static int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 		for (uint32_t i = 1; i < argc && !ret; i += 2)
 			ret = kv_add_op(c, OP_MSET1, arg0 + i, -1);
 		break;
+	case C_FLUSHALL: /* [ASYNC|SYNC]: anything else must not flush (Redis) */
+		if (argc > 2 || (argc == 2 && !kv_is(&a[1], "async") && !kv_is(&a[1], "sync"))) {
+			kv_cmd_err(cmd, "ERR syntax error");
+			break;
+		}
+		/* fall through */
 	case C_DBSIZE:
-	case C_FLUSHALL:
 		for (unsigned i = 0; i < c->srv->nshards && !ret; i++)
 			ret = kv_add_op(c, sp->kind == C_DBSIZE ? OP_DBSIZE : OP_FLUSH, arg0, (int)i);
 		break;
 	case C_QUIT:
-		c->closing = true;
+	case C_MULTI:
+	case C_EXEC:
+	case C_DISCARD:
+	case C_HELLO:
+		kv_plan_session(c, cmd);
 		break;
 	default:
 		break;
 	}
 out:
 	c->ncmds++;
-	return ret;
+	return ret == KV_PLAN_DONE ? 0 : ret;
 }
 
 /* ---- replies made on the connection's shard ------------------------------------- */
@@ -1470,6 +1719,17 @@ static uint64_t kv_rss(void)
 		s_ += KV_GET((srv)->sh[i_].st.field);                 \
 	s_; })
 
+/* The largest output one connection held, over every shard's connections. */
+static uint64_t kv_max_peak(struct kv_server *srv)
+{
+	uint64_t m = 0;
+
+	for (unsigned i = 0; i < srv->nshards; i++)
+		if (KV_GET(srv->sh[i].st.out_peak) > m)
+			m = KV_GET(srv->sh[i].st.out_peak);
+	return m;
+}
+
 static void kv_line(struct kv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void kv_line(struct kv_buf *b, const char *fmt, ...)
 {
@@ -1508,26 +1768,27 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 			(unsigned long long)up, srv->nshards);
 	}
 	if (kv_want(sec, "clients", true))
-		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\n\r\n",
-			(unsigned long long)KV_SUM(srv, conns));
+		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\nclients_waiting_output:%llu\r\n\r\n",
+			(unsigned long long)KV_SUM(srv, conns), (unsigned long long)KV_SUM(srv, out_waiting));
 	if (kv_want(sec, "memory", true)) {
 		uint64_t used = KV_SUM(srv, used_memory), rss = kv_rss();
 
 		kv_line(&b, "# Memory\r\nused_memory:%llu\r\nused_memory_human:%.2fM\r\n"
 			    "used_memory_rss:%llu\r\nmaxmemory:%llu\r\nmaxmemory_policy:noeviction\r\n"
-			    "mem_fragmentation_ratio:%.2f\r\n\r\n",
+			    "mem_fragmentation_ratio:%.2f\r\nclient_output_peak:%llu\r\n\r\n",
 			(unsigned long long)used, (double)used / 1048576.0, (unsigned long long)rss,
-			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0);
+			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0,
+			(unsigned long long)kv_max_peak(srv));
 	}
 	if (kv_want(sec, "stats", true)) {
 		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"
 			    "expired_keys:%llu\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
-			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:%llu\r\n"
-			    "oom_refused:%llu\r\n\r\n",
+			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:0\r\n"
+			    "client_output_flushes:%llu\r\noom_refused:%llu\r\n\r\n",
 			(unsigned long long)KV_SUM(srv, conns_total), (unsigned long long)KV_SUM(srv, cmds),
 			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
 			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)KV_SUM(srv, proto_errors),
-			(unsigned long long)KV_SUM(srv, out_limit_closes),
+			(unsigned long long)KV_SUM(srv, out_flushes),
 			(unsigned long long)KV_SUM(srv, oom_refused));
 	}
 	if (kv_want(sec, "keyspace", true)) {
@@ -1568,7 +1829,7 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 	if (b.nomem)
 		kv_err(o, "ERR out of memory");
 	else
-		kv_bulk(o, b.p ? b.p : "", b.len);
+		kv_verbatim(o, b.p ? b.p : "", b.len, cmd->resp3);
 	kv_buf_free(&b);
 }
 
@@ -1604,7 +1865,10 @@ static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 		match[i] = kv_is(&a[2], names[i]) || (a[2].n == 1 && a[2].p[0] == '*');
 		n += match[i];
 	}
-	kv_num(o, '*', 2 * n);
+	if (cmd->resp3)
+		kv_num(o, '%', n);
+	else
+		kv_num(o, '*', 2 * n);
 	for (int i = 0; i < 6; i++) {
 		if (match[i]) {
 			kv_bulkstr(o, names[i]);
@@ -1613,7 +1877,7 @@ static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 	}
 }
 
-static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp)
+static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp, bool resp3)
 {
 	char fl[64];
 	int nf = 0;
@@ -1625,7 +1889,7 @@ static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp)
 	snprintf(fl, sizeof(fl), "%s", sp->cflags);
 	for (const char *q = p; *q; q++)
 		nf += (q == p || q[-1] == ' ') && *q != ' ';
-	kv_num(o, '*', nf);
+	kv_num(o, resp3 ? '~' : '*', nf); /* a set in RESP3 */
 	for (char *w = strtok(fl, " "); w; w = strtok(NULL, " ")) {
 		kv_put(o, "+", 1);
 		kv_put(o, w, strlen(w));
@@ -1645,24 +1909,41 @@ static void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct
 	if (cmd->argc == 1) {
 		kv_num(o, '*', (long long)KV_NSPECS);
 		for (size_t i = 0; i < KV_NSPECS; i++)
-			kv_command_info(o, &kv_specs[i]);
+			kv_command_info(o, &kv_specs[i], cmd->resp3);
 	} else if (kv_is(&a[1], "count")) {
 		kv_num(o, ':', (long long)KV_NSPECS);
 	} else if (kv_is(&a[1], "docs")) {
-		KV_LIT(o, "*0\r\n");
+		kv_num(o, cmd->resp3 ? '%' : '*', 0);
 	} else if (kv_is(&a[1], "info")) {
 		kv_num(o, '*', (long long)cmd->argc - 2);
 		for (uint32_t i = 2; i < cmd->argc; i++) {
 			const struct kv_spec *sp = kv_find_spec(&a[i]);
 
 			if (sp)
-				kv_command_info(o, sp);
+				kv_command_info(o, sp, cmd->resp3);
 			else
-				KV_LIT(o, "*-1\r\n");
+				kv_null(o, cmd->resp3);
 		}
 	} else {
 		kv_err(o, "ERR unknown subcommand or wrong number of arguments for 'command'");
 	}
+}
+
+/* NULL when CLIENT SETNAME takes name, else the error reply. */
+static const char *kv_name_check(const struct kv_arg *name)
+{
+	for (size_t i = 0; i < name->n; i++)
+		if (name->p[i] <= ' ' || name->p[i] > '~')
+			return "ERR Client names cannot contain spaces, newlines or special characters.";
+	if (name->n >= KV_NAME_MAX)
+		return "ERR client name too long for corio-kv (63 bytes)";
+	return NULL;
+}
+
+static void kv_set_name(struct kv_conn *c, const struct kv_arg *name)
+{
+	memcpy(c->name, name->p, name->n);
+	c->name[name->n] = 0;
 }
 
 static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
@@ -1670,32 +1951,27 @@ static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 	const struct kv_arg *a = &c->av.v[cmd->arg0];
 
 	if (kv_is(&a[1], "setname") && cmd->argc == 3) {
-		for (size_t i = 0; i < a[2].n; i++) {
-			if (a[2].p[i] <= ' ' || a[2].p[i] > '~') {
-				kv_err(o, "ERR Client names cannot contain spaces, newlines or special characters.");
-				return;
-			}
-		}
-		if (a[2].n >= sizeof(c->name)) {
-			kv_err(o, "ERR client name too long for corio-kv (63 bytes)");
+		const char *bad = kv_name_check(&a[2]);
+
+		if (bad) {
+			kv_err(o, bad);
 			return;
 		}
-		memcpy(c->name, a[2].p, a[2].n);
-		c->name[a[2].n] = 0;
+		kv_set_name(c, &a[2]);
 		KV_LIT(o, "+OK\r\n");
 	} else if (kv_is(&a[1], "getname") && cmd->argc == 2) {
 		if (c->name[0])
 			kv_bulkstr(o, c->name);
 		else
-			kv_nil(o);
+			kv_null(o, cmd->resp3);
 	} else if (kv_is(&a[1], "id") && cmd->argc == 2) {
 		kv_num(o, ':', (long long)c->id);
 	} else if (kv_is(&a[1], "info") && cmd->argc == 2) {
 		char line[160];
 
-		snprintf(line, sizeof(line), "id=%llu name=%s shard=%u db=0\n", (unsigned long long)c->id,
-			 c->name, c->sh->id);
-		kv_bulkstr(o, line);
+		snprintf(line, sizeof(line), "id=%llu name=%s shard=%u db=0 resp=%u\n",
+			 (unsigned long long)c->id, c->name, c->sh->id, cmd->resp3 ? 3u : 2u);
+		kv_verbatim(o, line, strlen(line), cmd->resp3);
 	} else if (kv_is(&a[1], "setinfo") && cmd->argc == 4) {
 		KV_LIT(o, "+OK\r\n");
 	} else {
@@ -1703,11 +1979,154 @@ static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 	}
 }
 
+/*
+ * HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 answers it
+ * with no password set: the "default" user takes any password, others are
+ * refused. Options act in order (a SETNAME before a bad option stays, as in
+ * Redis). Returns the protocol asked for (0: none), or -1 with the error
+ * reply (no "-") in err. apply: SETNAME sets the name; false only checks.
+ */
+static int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	long long ver = 0;
+
+	if (cmd->argc >= 2 && !kv_str2ll(a[1].p, a[1].n, &ver)) {
+		snprintf(err, n, "ERR Protocol version is not an integer or out of range");
+		return -1;
+	}
+	if (cmd->argc >= 2 && (ver < 2 || ver > 3)) {
+		snprintf(err, n, "NOPROTO unsupported protocol version");
+		return -1;
+	}
+	for (uint32_t j = 2; j < cmd->argc; j++) {
+		uint32_t more = cmd->argc - 1 - j;
+		const char *bad;
+
+		if (kv_is(&a[j], "auth") && more >= 2) {
+			if (!kv_is(&a[j + 1], "default")) {
+				snprintf(err, n, "WRONGPASS invalid username-password pair or user is disabled.");
+				return -1;
+			}
+			j += 2;
+		} else if (kv_is(&a[j], "setname") && more >= 1) {
+			if ((bad = kv_name_check(&a[j + 1]))) {
+				snprintf(err, n, "%s", bad);
+				return -1;
+			}
+			if (apply)
+				kv_set_name(c, &a[j + 1]);
+			j++;
+		} else {
+			snprintf(err, n, "ERR Syntax error in HELLO option '%.*s'",
+				 (int)(a[j].n > 128 ? 128 : a[j].n), a[j].p);
+			return -1;
+		}
+	}
+	return (int)ver;
+}
+
+/* The server's facts, a map in RESP3 and a flat array in RESP2 (Redis's
+ * fields; "server" says redis because clients read it to pick features). */
+static void kv_reply_hello(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	char err[200];
+
+	if (kv_hello(c, cmd, true, err, sizeof(err)) < 0) {
+		kv_err_sanitized(o, err);
+		return;
+	}
+	kv_num(o, cmd->resp3 ? '%' : '*', cmd->resp3 ? 7 : 14);
+	kv_bulkstr(o, "server");
+	kv_bulkstr(o, "redis");
+	kv_bulkstr(o, "version");
+	kv_bulkstr(o, KV_VERSION);
+	kv_bulkstr(o, "proto");
+	kv_num(o, ':', cmd->n);
+	kv_bulkstr(o, "id");
+	kv_num(o, ':', (long long)c->id);
+	kv_bulkstr(o, "mode");
+	kv_bulkstr(o, "standalone");
+	kv_bulkstr(o, "role");
+	kv_bulkstr(o, "master");
+	kv_bulkstr(o, "modules");
+	KV_LIT(o, "*0\r\n");
+}
+
 /* ---- a batch: run the remote ops, then reply in order ------------------------------ */
 
-/* The reply of op into o: run here, or copied from its shard's replies. */
-static void kv_op_reply(struct kv_conn *c, struct kv_op *op, struct kv_buf *o)
+/*
+ * How a connection's output stays bounded (--output-limit, L): its pending
+ * replies are sent once they reach L/2, the connection's fiber waiting
+ * while the client does not read, before more are made; and another shard
+ * runs the connection's ops for it only until its reply buffer holds
+ * L/(2 shards), the rest in later calls, as the replies are walked. So a
+ * connection holds at most about L of replies plus one reply per shard (a
+ * value is copied whole), and allocations round that up to at most twice.
+ * A client that reads is never closed; one that does not is left waiting.
+ */
+static uint64_t kv_remote_budget(const struct kv_server *srv)
 {
+	return srv->lim.out_limit / (2 * srv->nshards);
+}
+
+/* Record the bytes this connection's reply buffers hold (INFO's
+ * client_output_peak). They only grow within a batch, so measuring before
+ * each send and at the batch's end sees the largest. */
+static void kv_out_peak(struct kv_conn *c)
+{
+	uint64_t held = c->out.cap;
+
+	for (unsigned i = 0; i < c->srv->nshards; i++)
+		held += c->rem[i].out.cap;
+	if (held > KV_GET(c->sh->st.out_peak))
+		KV_SET(c->sh->st.out_peak, held);
+}
+
+/* Send the pending replies once they reach half the output limit. */
+static int kv_out_drain(struct kv_conn *c)
+{
+	ssize_t n;
+
+	if (c->out.len < c->srv->lim.out_limit / 2)
+		return 0;
+	kv_out_peak(c);
+	KV_INC(c->sh->st.out_flushes, 1);
+	KV_INC(c->sh->st.out_waiting, 1);
+	n = corio_send(c->s, c->out.p, c->out.len);
+	KV_INC(c->sh->st.out_waiting, (uint64_t)-1);
+	c->out.len = 0;
+	return n < 0 ? (int)n : 0;
+}
+
+/* A remote op has run: when its shard stopped at its budget before it, run
+ * that shard's next part now. The ops are walked in request order, so every
+ * reply that shard made before has been copied and its buffer can be reused. */
+static int kv_op_ready(struct kv_conn *c, struct kv_op *op)
+{
+	intptr_t res = 0;
+	int ret;
+
+	if (op->shard == c->sh->id || op->ran)
+		return 0;
+	KV_INC(c->sh->st.remote_calls, 1);
+	ret = corio_call(op->shard, kv_remote_fn, c, &res);
+	if (!ret)
+		ret = (int)res;
+	if (!ret && c->rem[op->shard].out.nomem)
+		ret = -ENOMEM;
+	return ret;
+}
+
+/* The reply of op into o: run here, or copied from its shard's replies. */
+static int kv_op_reply(struct kv_conn *c, struct kv_op *op, struct kv_buf *o)
+{
+	int ret = kv_out_drain(c);
+
+	if (!ret)
+		ret = kv_op_ready(c, op);
+	if (ret)
+		return ret;
 	if (op->shard == c->sh->id) {
 		kv_run_op(c->sh, c, op, o);
 	} else {
@@ -1715,140 +2134,189 @@ static void kv_op_reply(struct kv_conn *c, struct kv_op *op, struct kv_buf *o)
 
 		kv_put(o, r->out.p + op->roff, op->rlen);
 	}
+	return 0;
 }
 
-/* Sum of the op values of cmd (DEL, EXISTS, DBSIZE, MSET). */
-static long long kv_op_sum(struct kv_conn *c, const struct kv_cmd *cmd)
+/* Sum of the op values of cmd (DEL, EXISTS, DBSIZE, MSET) into *sum. */
+static int kv_op_sum(struct kv_conn *c, const struct kv_cmd *cmd, long long *sum)
 {
-	long long sum = 0;
-
+	*sum = 0;
 	for (uint32_t i = 0; i < cmd->nops; i++) {
 		struct kv_op *op = &c->ops[cmd->op0 + i];
+		int ret = kv_op_ready(c, op);
 
+		if (ret)
+			return ret;
 		if (op->shard == c->sh->id)
 			kv_run_op(c->sh, c, op, NULL);
-		sum += op->v;
+		*sum += op->v;
 	}
-	return sum;
+	return 0;
 }
 
-static int kv_run_batch(struct kv_conn *c)
+/* The first part of every other shard's ops, those shards in parallel. */
+static int kv_run_remote(struct kv_conn *c)
 {
 	struct kv_server *srv = c->srv;
-	struct kv_buf *o = &c->out;
 	unsigned remote = 0, last = 0;
-	int ret = 0;
+	intptr_t res = 0;
+	int ret;
 
 	for (unsigned i = 0; i < srv->nshards; i++)
 		if (c->rem[i].head != KV_NONE) {
 			remote++;
 			last = i;
 		}
-	if (remote) {
-		intptr_t res = 0;
+	if (!remote)
+		return 0;
+	KV_INC(c->sh->st.remote_calls, 1);
+	if (remote == 1)
+		ret = corio_call(last, kv_remote_fn, c, &res);
+	else
+		ret = corio_gather(kv_remote_fn, c, NULL);
+	if (!ret)
+		ret = (int)res;
+	for (unsigned i = 0; i < srv->nshards && !ret; i++)
+		if (c->rem[i].out.nomem)
+			ret = -ENOMEM;
+	return ret;
+}
 
-		KV_INC(c->sh->st.remote_calls, 1);
-		if (remote == 1)
-			ret = corio_call(last, kv_remote_fn, c, &res);
+/* The replies that need no op: made from the command and the connection. */
+static void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+
+	switch (cmd->kind) {
+	case C_PING:
+		if (cmd->argc == 1)
+			KV_LIT(o, "+PONG\r\n");
+		else if (cmd->argc == 2)
+			kv_bulk(o, a[1].p, a[1].n);
 		else
-			ret = corio_gather(kv_remote_fn, c, NULL);
-		if (!ret)
-			ret = (int)res;
-		for (unsigned i = 0; i < srv->nshards && !ret; i++)
-			if (c->rem[i].out.nomem)
-				ret = -ENOMEM;
-		if (ret)
-			return ret;
+			kv_err(o, "ERR wrong number of arguments for 'ping' command");
+		break;
+	case C_ECHO:
+		kv_bulk(o, a[1].p, a[1].n);
+		break;
+	case C_INFO:
+		kv_reply_info(c, cmd, o);
+		break;
+	case C_CONFIG:
+		kv_reply_config(c, cmd, o);
+		break;
+	case C_COMMAND:
+		kv_reply_command(c, cmd, o);
+		break;
+	case C_CLIENT:
+		kv_reply_client(c, cmd, o);
+		break;
+	case C_SELECT: {
+		long long db;
+
+		if (!kv_str2ll(a[1].p, a[1].n, &db))
+			kv_err(o, "ERR value is not an integer or out of range");
+		else if (db != 0)
+			kv_err(o, "ERR DB index is out of range");
+		else
+			KV_LIT(o, "+OK\r\n");
+		break;
 	}
+	case C_QUIT:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_HELLO:
+		kv_reply_hello(c, cmd, o);
+		break;
+	case C_MULTI:
+	case C_DISCARD:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_QUEUED:
+		KV_LIT(o, "+QUEUED\r\n");
+		break;
+	case C_EXEC: /* planned as C_ERR or as its commands */
+		break;
+	default:
+		break;
+	}
+}
+
+/* The reply to one command of the batch, in order. */
+static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
+{
+	long long sum;
+	int ret = kv_out_drain(c);
+
+	if (ret)
+		return ret;
+	switch (cmd->kind) {
+	case C_UNKNOWN:
+		kv_reply_unknown(c, cmd, o);
+		break;
+	case C_ARITY: {
+		char msg[128];
+
+		snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s' command",
+			 cmd->spec->name);
+		kv_err(o, msg);
+		break;
+	}
+	case C_ERR:
+		kv_err(o, cmd->err);
+		break;
+	case C_GET:
+	case C_SET:
+	case C_INCR:
+	case C_EXPIRE:
+	case C_TTL:
+	case C_PERSIST:
+		return kv_op_reply(c, &c->ops[cmd->op0], o);
+	case C_MGET: /* element by element: one over the limit is sent in parts */
+		kv_num(o, '*', cmd->nops);
+		for (uint32_t j = 0; j < cmd->nops && !ret; j++)
+			ret = kv_op_reply(c, &c->ops[cmd->op0 + j], o);
+		return ret;
+	case C_DEL:
+	case C_EXISTS:
+	case C_DBSIZE:
+		if (!(ret = kv_op_sum(c, cmd, &sum)))
+			kv_num(o, ':', sum);
+		return ret;
+	case C_MSET:
+		if ((ret = kv_op_sum(c, cmd, &sum)))
+			return ret;
+		if (sum)
+			kv_err(o, kv_oom_msg); /* some shards may have stored theirs */
+		else
+			KV_LIT(o, "+OK\r\n");
+		break;
+	case C_FLUSHALL:
+		if (!(ret = kv_op_sum(c, cmd, &sum)))
+			KV_LIT(o, "+OK\r\n");
+		return ret;
+	default:
+		kv_reply_local(c, cmd, o);
+		break;
+	}
+	return 0;
+}
+
+static int kv_run_batch(struct kv_conn *c)
+{
+	struct kv_buf *o = &c->out;
+	int ret = kv_run_remote(c);
+
+	if (ret)
+		return ret;
 	KV_INC(c->sh->st.cmds, c->ncmds);
 	KV_INC(c->sh->st.batches, 1);
-	for (size_t i = 0; i < c->ncmds; i++) {
-		struct kv_cmd *cmd = &c->cmds[i];
-		const struct kv_arg *a = &c->av.v[cmd->arg0];
-
-		switch (cmd->kind) {
-		case C_UNKNOWN:
-			kv_reply_unknown(c, cmd, o);
-			break;
-		case C_ARITY: {
-			char msg[128];
-
-			snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s' command",
-				 cmd->spec->name);
-			kv_err(o, msg);
-			break;
-		}
-		case C_ERR:
-			kv_err(o, cmd->err);
-			break;
-		case C_GET:
-		case C_SET:
-		case C_INCR:
-		case C_EXPIRE:
-		case C_TTL:
-		case C_PERSIST:
-			kv_op_reply(c, &c->ops[cmd->op0], o);
-			break;
-		case C_MGET:
-			kv_num(o, '*', cmd->nops);
-			for (uint32_t j = 0; j < cmd->nops; j++)
-				kv_op_reply(c, &c->ops[cmd->op0 + j], o);
-			break;
-		case C_DEL:
-		case C_EXISTS:
-		case C_DBSIZE:
-			kv_num(o, ':', kv_op_sum(c, cmd));
-			break;
-		case C_MSET:
-			if (kv_op_sum(c, cmd))
-				kv_err(o, kv_oom_msg); /* some shards may have stored theirs */
-			else
-				KV_LIT(o, "+OK\r\n");
-			break;
-		case C_FLUSHALL:
-			kv_op_sum(c, cmd);
-			KV_LIT(o, "+OK\r\n");
-			break;
-		case C_PING:
-			if (cmd->argc == 1)
-				KV_LIT(o, "+PONG\r\n");
-			else if (cmd->argc == 2)
-				kv_bulk(o, a[1].p, a[1].n);
-			else
-				kv_err(o, "ERR wrong number of arguments for 'ping' command");
-			break;
-		case C_ECHO:
-			kv_bulk(o, a[1].p, a[1].n);
-			break;
-		case C_INFO:
-			kv_reply_info(c, cmd, o);
-			break;
-		case C_CONFIG:
-			kv_reply_config(c, cmd, o);
-			break;
-		case C_COMMAND:
-			kv_reply_command(c, cmd, o);
-			break;
-		case C_CLIENT:
-			kv_reply_client(c, cmd, o);
-			break;
-		case C_SELECT: {
-			long long db;
-
-			if (!kv_str2ll(a[1].p, a[1].n, &db))
-				kv_err(o, "ERR value is not an integer or out of range");
-			else if (db != 0)
-				kv_err(o, "ERR DB index is out of range");
-			else
-				KV_LIT(o, "+OK\r\n");
-			break;
-		}
-		case C_QUIT:
-			KV_LIT(o, "+OK\r\n");
-			break;
-		}
-	}
-	return o->nomem ? -ENOMEM : 0;
+	if (c->exec)
+		kv_num(o, '*', (long long)c->ncmds);
+	for (size_t i = 0; i < c->ncmds && !ret; i++)
+		ret = kv_reply_cmd(c, &c->cmds[i], o);
+	kv_out_peak(c);
+	return ret ? ret : o->nomem ? -ENOMEM : 0;
 }
 
 /* ---- connections ---------------------------------------------------------------- */
@@ -1857,6 +2325,7 @@ static void kv_conn_free(struct kv_conn *c)
 {
 	free(c->q);
 	kv_buf_free(&c->out);
+	kv_buf_free(&c->mq);
 	free(c->av.v);
 	free(c->cmds);
 	free(c->ops);
@@ -1895,44 +2364,62 @@ static int kv_qbuf_room(struct kv_conn *c, size_t need)
 }
 
 /*
+ * Parse and plan the complete commands in the query buffer as one batch.
+ * RESP_MORE: all were taken and *need bytes are worth waiting for; RESP_ERR:
+ * a protocol error (in errbuf) after them; RESP_CMD: the batch is full,
+ * QUIT ended it, or an EXEC that must be a batch of its own ends or makes
+ * it; RESP_NOMEM.
+ */
+static int kv_parse_batch(struct kv_conn *c, size_t *need, char *errbuf, size_t errlen)
+{
+	c->av.n = 0;
+	c->ncmds = c->nops = 0;
+	for (unsigned i = 0; i < c->srv->nshards; i++)
+		c->rem[i].head = KV_NONE;
+	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
+		size_t used = 0, arg0 = c->av.n;
+		int r = resp_parse(c->q + c->qpos, c->qlen - c->qpos, &c->srv->lim, &c->av, &used, need,
+				   errbuf, errlen);
+
+		if (r != RESP_CMD)
+			return r;
+		if (c->av.n == arg0) { /* an empty command */
+			c->qpos += used;
+			continue;
+		}
+		r = kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0));
+		if (r == KV_PLAN_EXEC) { /* a batch of its own: this one, or the next */
+			c->av.n = arg0;
+			if (!c->ncmds) {
+				c->qpos += used;
+				r = kv_plan_exec(c);
+			}
+			return r < 0 ? RESP_NOMEM : RESP_CMD;
+		}
+		if (r)
+			return RESP_NOMEM;
+		c->qpos += used;
+	}
+	return RESP_CMD;
+}
+
+/*
  * Serve one connection: receive, parse every complete command, run them
  * as a batch, send the replies, repeat. Returns when the client leaves,
  * QUITs, breaks the protocol or a limit, or the fiber is cancelled.
  */
 static void kv_serve_conn(struct kv_conn *c)
 {
-	const struct kv_limits *lim = &c->srv->lim;
 	char errbuf[160];
 
 	for (;;) {
 		size_t need = 0;
-		bool perr = false, more = false;
-		int ret = 0;
+		int ret = kv_parse_batch(c, &need, errbuf, sizeof(errbuf));
+		bool perr = ret == RESP_ERR, more = ret == RESP_MORE;
 
-		c->av.n = 0;
-		c->ncmds = c->nops = 0;
-		for (unsigned i = 0; i < c->srv->nshards; i++)
-			c->rem[i].head = KV_NONE;
-		while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
-			size_t used = 0, arg0 = c->av.n;
-			int r = resp_parse(c->q + c->qpos, c->qlen - c->qpos, lim, &c->av, &used, &need,
-					   errbuf, sizeof(errbuf));
-
-			if (r == RESP_MORE) {
-				more = true;
-				break;
-			}
-			if (r == RESP_ERR) {
-				perr = true;
-				break;
-			}
-			if (r == RESP_NOMEM)
-				return;
-			c->qpos += used;
-			if (c->av.n > arg0 && kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0)))
-				return;
-		}
-		if (c->ncmds && kv_run_batch(c))
+		if (ret == RESP_NOMEM)
+			return;
+		if ((c->ncmds || c->exec) && kv_run_batch(c))
 			return;
 		if (perr) {
 			KV_INC(c->sh->st.proto_errors, 1);
@@ -1943,13 +2430,16 @@ static void kv_serve_conn(struct kv_conn *c)
 		}
 		if (c->out.nomem)
 			return;
-		if (c->out.len > lim->out_limit) {
-			KV_INC(c->sh->st.out_limit_closes, 1);
-			return; /* Redis closes such a client without a word */
-		}
 		if (c->out.len && corio_send(c->s, c->out.p, c->out.len) < 0)
 			return;
 		c->out.len = 0;
+		if (c->exec) { /* the batch no longer points into the queue */
+			c->exec = false;
+			kv_multi_reset(c);
+		}
+		for (unsigned i = 0; i < c->srv->nshards; i++)
+			if (c->rem[i].out.cap > KV_BIG_BUF)
+				kv_buf_free(&c->rem[i].out);
 		if (c->out.cap > KV_BIG_BUF)
 			kv_buf_free(&c->out);
 		if (c->closing)
@@ -2024,6 +2514,7 @@ static int kv_accept_loop(struct kv_listener *kl)
 		c->srv = kl->srv;
 		c->sh = kl->sh;
 		c->s = s;
+		c->resp = 2;
 		c->id = ++kl->sh->next_conn_id * kl->srv->nshards + kl->sh->id;
 		if (corio_group_spawn(&kl->conns, kv_conn_fiber, c, &o, NULL) < 0) {
 			corio_close(s);
@@ -2148,8 +2639,8 @@ static void usage(FILE *f)
 		"      --maxmemory BYTES     refuse writes with -OOM above this (0: no limit)\n"
 		"      --proto-max-bulk-len BYTES   longest bulk string (512MiB)\n"
 		"      --query-buffer-limit BYTES   largest single command (64MiB)\n"
-		"      --output-limit BYTES  close a client whose replies to one batch exceed\n"
-		"                            this (256MiB)\n"
+		"      --output-limit BYTES  replies one connection holds before they are\n"
+		"                            sent, waiting for the client to read (256MiB)\n"
 		"      --max-multibulk N     most arguments per command (1048576)\n"
 		"      --timeout SECS        exit after SECS (default: until SIGINT/SIGTERM)\n"
 		"  -h, --help\n");
