@@ -66,7 +66,7 @@ int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 	uint64_t last_live[MAX_TRACK] = { 0 }, bias[MAX_TRACK] = { 0 };
 
 	if (!n)
-		return l ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_accept_dispatch", l, "listener");
 	if (!handler || policy > CORIO_DISPATCH_LEAST_LOADED)
 		return corio__error(-EINVAL, "corio_accept_dispatch: %s",
 				    handler ? "unknown policy" : "no handler");
