@@ -1192,7 +1192,8 @@ int corio_close(struct corio_sock *s)
 	if (!n)
 		return corio__net_not_mine("corio_close", s, "socket");
 	if ((!rop_idle(s) || s->sq_head) && !corio__self())
-		return -EPERM; /* must wait for the kernel: only a fiber can */
+		return corio__error(-EPERM, "corio_close: the socket has kernel work in "
+				    "flight and %s", corio__not_fiber_why());
 	assert(!s->rwq.head);
 	drain_sends(s);
 	quiesce(s);
@@ -1212,7 +1213,8 @@ int corio_sock_release_fd(struct corio_sock *s)
 	if (!n)
 		return corio__net_not_mine("corio_sock_release_fd", s, "socket");
 	if ((!rop_idle(s) || s->sq_head) && !corio__self())
-		return -EPERM;
+		return corio__error(-EPERM, "corio_sock_release_fd: the socket has kernel "
+				    "work in flight and %s", corio__not_fiber_why());
 	drain_sends(s);
 	quiesce(s);
 	if (s->qhead)
