@@ -405,7 +405,8 @@ int corio_listener_addr(struct corio_listener *l, struct sockaddr_storage *addr,
 	socklen_t sl = sizeof(*addr);
 
 	if (!l || !addr)
-		return corio__error(-EINVAL, "corio_listener_addr: %s is NULL", l ? "addr" : "l");
+		return corio__error(-EINVAL, "corio_listener_addr: %s is NULL",
+				    l ? "addr" : "l");
 	if (getsockname(l->fd, (struct sockaddr *)addr, &sl) < 0)
 		return -errno;
 	if (len)

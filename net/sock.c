@@ -1056,7 +1056,8 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 	if (!n)
 		return corio__net_not_mine("corio_sendv", s, "socket");
 	if (iovcnt < 0 || (iovcnt && !iov))
-		return corio__error(-EINVAL, "corio_sendv: %s", iovcnt < 0 ? "iovcnt is negative" : "iov is NULL");
+		return corio__error(-EINVAL, "corio_sendv: %s",
+				    iovcnt < 0 ? "iovcnt is negative" : "iov is NULL");
 	if (s->sq_head || s->serr) {
 		int ret = wait_sends(s);
 
@@ -1237,7 +1238,8 @@ int corio_sock_local_addr(struct corio_sock *s, struct sockaddr_storage *addr, s
 	socklen_t l = sizeof(*addr);
 
 	if (!s || !addr)
-		return corio__error(-EINVAL, "corio_sock_local_addr: %s is NULL", s ? "addr" : "s");
+		return corio__error(-EINVAL, "corio_sock_local_addr: %s is NULL",
+				    s ? "addr" : "s");
 	if (getsockname(s->fd, (struct sockaddr *)addr, &l) < 0)
 		return -errno;
 	if (len)
@@ -1250,7 +1252,8 @@ int corio_sock_peer_addr(struct corio_sock *s, struct sockaddr_storage *addr, so
 	socklen_t l = sizeof(*addr);
 
 	if (!s || !addr)
-		return corio__error(-EINVAL, "corio_sock_peer_addr: %s is NULL", s ? "addr" : "s");
+		return corio__error(-EINVAL, "corio_sock_peer_addr: %s is NULL",
+				    s ? "addr" : "s");
 	if (getpeername(s->fd, (struct sockaddr *)addr, &l) < 0)
 		return -errno;
 	if (len)
