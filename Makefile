@@ -4,6 +4,11 @@
 #   make test       install missing Debian packages, build, run every test
 #   make bench      install missing Debian packages, build, run the benchmarks
 #   make install    PREFIX=/usr/local DESTDIR=
+#   make DEBUG=1    keep the asserts (build/debug): API misuse that release
+#                   builds answer with -EPERM/-EINVAL and a message aborts
+#                   with that message instead. Release builds (the default,
+#                   make install, make test) pass -DNDEBUG; SAN builds keep
+#                   the asserts.
 #   make test SAN=address   ASan+UBSan build in build/asan
 #   make test SAN=thread    TSan build in build/tsan
 #   V=1             show the commands
@@ -31,11 +36,21 @@ PCDIR      ?= $(LIBDIR)/pkgconfig
 CFLAGS ?= -O2 -g
 SAN    ?=
 WERROR ?=
+DEBUG  ?=
 
 TEST_CFLAGS :=
 TEST_LIBS := -lcriterion
+# Release unless DEBUG=1 or a sanitizer build: asserts guard internal
+# invariants only, and API misuse returns what the headers say
+# (corio__misuse() in core/internal.h aborts only without NDEBUG).
+NDEBUG_FLAG := -DNDEBUG
 ifeq ($(SAN),)
+ifneq ($(DEBUG),)
+B := build/debug
+NDEBUG_FLAG :=
+else
 B := build
+endif
 else ifeq ($(SAN),address)
 B := build/asan
 SANFLAGS := -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer
@@ -47,6 +62,9 @@ TEST_CFLAGS := -DCORIO_TEST_SHIM
 TEST_LIBS :=
 else
 $(error SAN must be empty, address or thread)
+endif
+ifneq ($(SAN),)
+NDEBUG_FLAG :=
 endif
 
 # Fault injection: its own build dir, so the normal objects never carry it.
@@ -64,7 +82,7 @@ WARN := -Wall -Wextra -Wstrict-prototypes -Wmissing-prototypes -Wshadow -Wno-unu
 # stack (gcc >= 8, clang >= 11; probed, so an older compiler still builds).
 STACK_CLASH := $(shell $(CC) -fstack-clash-protection -Werror -x c -c /dev/null \
 		-o /dev/null 2>/dev/null && echo -fstack-clash-protection)
-override CFLAGS += -std=gnu11 $(WARN) $(SANFLAGS) $(STACK_CLASH) -D_GNU_SOURCE -Iinclude -I. -MMD -MP
+override CFLAGS += -std=gnu11 $(WARN) $(SANFLAGS) $(NDEBUG_FLAG) $(STACK_CLASH) -D_GNU_SOURCE -Iinclude -I. -MMD -MP
 ifneq ($(WERROR),)
 override CFLAGS += -Werror
 endif
@@ -105,7 +123,15 @@ tests: $(TEST_BINS) check-headers
 deps:
 	$(Q)sh tools/deps.sh
 
-$(B)/obj/%.o: %.c
+# The flags objects were built with: when they change (DEBUG=1 here, -DNDEBUG
+# dropped), every object is rebuilt instead of mixing asserting and release
+# objects in one library.
+$(B)/.cflags: FORCE
+	@mkdir -p $(B)
+	@echo '$(filter-out -Werror,$(CFLAGS))' | cmp -s - $@ || echo '$(filter-out -Werror,$(CFLAGS))' > $@
+.PHONY: FORCE
+
+$(B)/obj/%.o: %.c $(B)/.cflags
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -fPIC -fvisibility=hidden -c -o $@ $<

@@ -43,13 +43,14 @@
 
 enum { SCOPE_SHIELD = 1u };
 
-static int push(struct corio_deadline *scope, uint64_t deadline_ns, bool shield)
+static int push(const char *who, struct corio_deadline *scope, uint64_t deadline_ns,
+		bool shield)
 {
 	struct corio_fiber *f = corio__self();
 
-	CORIO__REQUIRE_FIBER(-EPERM);
+	CORIO__REQUIRE_FIBER(who, -EPERM);
 	if (!scope)
-		return -EINVAL;
+		return corio__error(-EINVAL, "%s: scope is NULL", who);
 	scope->saved_ns = f->deadline_ns;
 	scope->fiber = f;
 	scope->depth = ++f->dl_depth;
@@ -63,30 +64,31 @@ static int push(struct corio_deadline *scope, uint64_t deadline_ns, bool shield)
 
 int corio_deadline_push(struct corio_deadline *scope, uint64_t deadline_ns)
 {
-	return push(scope, deadline_ns, false);
+	return push("corio_deadline_push", scope, deadline_ns, false);
 }
 
 int corio_timeout_push(struct corio_deadline *scope, uint64_t timeout_ns)
 {
 	uint64_t now = corio_now_ns();
 
-	return push(scope, timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns, false);
+	return push("corio_timeout_push", scope,
+		    timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns, false);
 }
 
 int corio_deadline_shield(struct corio_deadline *scope)
 {
-	return push(scope, 0, true);
+	return push("corio_deadline_shield", scope, 0, true);
 }
 
 int corio_deadline_pop(struct corio_deadline *scope)
 {
 	struct corio_fiber *f = corio__self();
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (!scope || scope->fiber != f || scope->depth != f->dl_depth || !f->dl_depth) {
-		assert(!"corio_deadline_pop: not the innermost scope of this fiber");
-		return -EINVAL;
-	}
+	CORIO__REQUIRE_FIBER("corio_deadline_pop", -EPERM);
+	if (!scope || scope->fiber != f || scope->depth != f->dl_depth || !f->dl_depth)
+		return corio__misuse(-EINVAL, "corio_deadline_pop",
+				     "%s is not the innermost open scope of this fiber",
+				     scope ? "scope" : "NULL");
 	f->deadline_ns = scope->saved_ns;
 	f->dl_depth--;
 	scope->fiber = NULL;

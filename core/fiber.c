@@ -31,43 +31,76 @@
 
 #define FIBER_CHUNK 64
 
+/*
+ * Fiber records are never unmapped while the shard runs, so a handle to a
+ * fiber that was joined, or detached and ended, still points at a record
+ * in the pool: its state is CORIO__F_FREE and every call taking a handle
+ * refuses it with -EINVAL. That holds until the record is reused by a
+ * later spawn. To push that moment back, freed records queue FIFO and a
+ * record is taken only while more than FIBER_QUARANTINE others wait behind
+ * it (a fresh chunk is allocated otherwise): a record is reused no sooner
+ * than FIBER_QUARANTINE other fibers (or select stand-ins) were freed after
+ * it. Cost: at most FIBER_QUARANTINE idle records (~16 KiB) per shard.
+ */
+#define FIBER_QUARANTINE 64
+
+static int fiber_chunk_add(struct corio__shard *s)
+{
+	struct corio_fiber *chunk = calloc(FIBER_CHUNK, sizeof(*chunk));
+
+	if (!chunk)
+		return -ENOMEM;
+	if (s->nchunks == s->chunks_cap) {
+		size_t cap = s->chunks_cap ? s->chunks_cap * 2 : 16;
+		void **n = realloc(s->fiber_chunks, cap * sizeof(*n));
+
+		if (!n) {
+			free(chunk);
+			return -ENOMEM;
+		}
+		s->fiber_chunks = n;
+		s->chunks_cap = cap;
+	}
+	s->fiber_chunks[s->nchunks++] = chunk;
+	/* Fresh records go first: they are nobody's stale handle. */
+	for (int i = FIBER_CHUNK - 1; i >= 0; i--) {
+		chunk[i].state = CORIO__F_FREE;
+		chunk[i].run_next = s->fiber_free;
+		s->fiber_free = &chunk[i];
+		if (!s->fiber_free_tail)
+			s->fiber_free_tail = &chunk[i];
+	}
+	s->fiber_nfree += FIBER_CHUNK;
+	return 0;
+}
+
 static struct corio_fiber *fiber_alloc(struct corio__shard *s)
 {
-	struct corio_fiber *f = s->fiber_free;
+	struct corio_fiber *f;
 
-	if (CORIO__UNLIKELY(!f)) {
-		struct corio_fiber *chunk = calloc(FIBER_CHUNK, sizeof(*chunk));
-
-		if (!chunk)
-			return NULL;
-		if (s->nchunks == s->chunks_cap) {
-			size_t cap = s->chunks_cap ? s->chunks_cap * 2 : 16;
-			void **n = realloc(s->fiber_chunks, cap * sizeof(*n));
-
-			if (!n) {
-				free(chunk);
-				return NULL;
-			}
-			s->fiber_chunks = n;
-			s->chunks_cap = cap;
-		}
-		s->fiber_chunks[s->nchunks++] = chunk;
-		for (int i = FIBER_CHUNK - 1; i >= 0; i--) {
-			chunk[i].run_next = s->fiber_free;
-			s->fiber_free = &chunk[i];
-		}
-		f = s->fiber_free;
-	}
+	if (CORIO__UNLIKELY(s->fiber_nfree <= FIBER_QUARANTINE) && fiber_chunk_add(s) &&
+	    !s->fiber_free)
+		return NULL; /* no memory, and nothing at all to reuse */
+	f = s->fiber_free;
 	s->fiber_free = f->run_next;
+	if (!s->fiber_free)
+		s->fiber_free_tail = NULL;
+	s->fiber_nfree--;
 	return f;
 }
 
 static void fiber_free(struct corio__shard *s, struct corio_fiber *f)
 {
-	f->state = CORIO__F_DONE;
+	f->state = CORIO__F_FREE;
 	f->flags = 0;
-	f->run_next = s->fiber_free;
-	s->fiber_free = f;
+	f->joiner = NULL;
+	f->run_next = NULL;
+	if (s->fiber_free_tail)
+		s->fiber_free_tail->run_next = f;
+	else
+		s->fiber_free = f;
+	s->fiber_free_tail = f;
+	s->fiber_nfree++;
 }
 
 void corio__fiber_pool_free(struct corio__shard *s)
@@ -77,7 +110,8 @@ void corio__fiber_pool_free(struct corio__shard *s)
 	free(s->fiber_chunks);
 	s->fiber_chunks = NULL;
 	s->nchunks = s->chunks_cap = 0;
-	s->fiber_free = NULL;
+	s->fiber_free = s->fiber_free_tail = NULL;
+	s->fiber_nfree = 0;
 }
 
 static void all_unlink(struct corio__shard *s, struct corio_fiber *f)
@@ -367,7 +401,9 @@ int corio__wq_wait(struct corio_waitq *wq)
 	bool bounded;
 	int ret;
 
-	CORIO__REQUIRE_FIBER(-EPERM);
+	/* The public calls check first (corio__may_block, naming themselves);
+	 * this catches a path that did not. */
+	CORIO__REQUIRE_FIBER("a blocking corio call", -EPERM);
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
 	bounded = f->deadline_ns != 0;
@@ -455,12 +491,10 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 
 	if (out)
 		*out = NULL;
-	if (!s) {
-		assert(!"corio_spawn outside a shard");
-		return -EPERM;
-	}
+	if (!s)
+		return corio__misuse(-EPERM, "corio_spawn", "%s", corio__not_fiber_why());
 	if (!fn)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_spawn: fn is NULL");
 	if (opts) {
 		if (opts->flags)
 			return corio__error(-EINVAL, "corio_spawn: unknown flags 0x%x", opts->flags);
@@ -503,25 +537,51 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 	return 0;
 }
 
+/* Why handle f cannot be joined or detached by a fiber of shard s (a
+ * message for corio_last_error()), or NULL. A record back in the pool
+ * (CORIO__F_FREE: joined, or detached and ended) or lent to a select as a
+ * stand-in is refused until a spawn reuses it (fiber_alloc's quarantine). */
+static const char *unjoinable(const struct corio__shard *s, const struct corio_fiber *f)
+{
+	if (!f)
+		return "the fiber is NULL";
+	if (f->shard != s)
+		return "the fiber belongs to another shard";
+	if (f->state == CORIO__F_FREE || f->proxy_wake)
+		return "the fiber was already joined, or was detached and has ended";
+	if (f->flags & CORIO__FF_DETACHED)
+		return "the fiber is detached";
+	if (f->joiner)
+		return "another fiber (or a corio_select) is joining it";
+	return NULL;
+}
+
 int corio_join(struct corio_fiber *f, int *status)
 {
 	struct corio_fiber *self = corio__self();
+	const char *why;
+	int ret;
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (!f || f == self || f->shard != self->shard || (f->flags & CORIO__FF_DETACHED) ||
-	    (f->joiner && f->joiner != self))
-		return -EINVAL;
-	while (f->state != CORIO__F_DONE) {
-		int ret;
-
-		if (self->flags & CORIO__FF_CANCELLED)
-			return -ECANCELED;
+	CORIO__REQUIRE_FIBER("corio_join", -EPERM);
+	if (f == self)
+		return corio__error(-EINVAL, "corio_join: a fiber cannot join itself");
+	why = unjoinable(self->shard, f);
+	if (why)
+		return corio__error(-EINVAL, "corio_join: %s", why);
+	/* Cancellation and the deadline scope first, even when f has ended
+	 * (corio.h's rule): f stays joinable. */
+	ret = corio__may_block("corio_join");
+	while (ret == 0 && f->state != CORIO__F_DONE) {
 		f->joiner = self;
 		ret = corio__park_bounded(); /* -ETIMEDOUT at the deadline scope */
 		f->joiner = NULL;
-		if (ret < 0 && f->state != CORIO__F_DONE)
-			return ret; /* f stays joinable */
+		if (ret < 0 && f->state == CORIO__F_DONE)
+			ret = 0; /* it ended as we were woken: take it */
+		else if (ret == 0)
+			ret = corio__may_block("corio_join"); /* woken by a cancel */
 	}
+	if (ret < 0)
+		return ret; /* f stays joinable */
 	if (status)
 		*status = f->status;
 	fiber_free(self->shard, f);
@@ -531,11 +591,13 @@ int corio_join(struct corio_fiber *f, int *status)
 int corio_detach(struct corio_fiber *f)
 {
 	struct corio__shard *s = corio__tl_shard;
+	const char *why;
 
-	if (!s || !f || f->shard != s)
-		return -EINVAL;
-	if (f->flags & CORIO__FF_DETACHED)
-		return -EINVAL;
+	if (!s)
+		return corio__misuse(-EPERM, "corio_detach", "%s", corio__not_fiber_why());
+	why = unjoinable(s, f);
+	if (why)
+		return corio__error(-EINVAL, "corio_detach: %s", why);
 	if (f->state == CORIO__F_DONE) {
 		fiber_free(s, f);
 		return 0;
@@ -590,8 +652,14 @@ int corio_cancel(struct corio_fiber *f)
 {
 	struct corio__shard *s = corio__tl_shard;
 
-	if (!s || !f || f->shard != s)
-		return -EINVAL;
+	if (!s)
+		return corio__misuse(-EPERM, "corio_cancel", "%s", corio__not_fiber_why());
+	if (!f || f->shard != s)
+		return corio__error(-EINVAL, "corio_cancel: %s",
+				    f ? "the fiber belongs to another shard" : "the fiber is NULL");
+	if (f->state == CORIO__F_FREE || f->proxy_wake)
+		return corio__error(-EINVAL, "corio_cancel: the fiber was already joined, "
+					     "or was detached and has ended");
 	corio__fiber_cancel(f);
 	return 0;
 }

@@ -30,9 +30,9 @@ static bool mine(const struct corio_group *g)
 int corio_group_init(struct corio_group *g, unsigned flags)
 {
 	if (!corio__tl_shard)
-		return -EPERM;
+		return corio__misuse(-EPERM, "corio_group_init", "%s", corio__not_fiber_why());
 	if (!g)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_group_init: g is NULL");
 	if (flags & ~CORIO_GROUP_ALL)
 		return corio__error(-EINVAL, "corio_group_init: unknown flags 0x%x",
 				    flags & ~CORIO_GROUP_ALL);
@@ -58,9 +58,11 @@ int corio_group_spawn(struct corio_group *g, int (*fn)(void *), void *arg,
 	int ret;
 
 	if (!corio__tl_shard)
-		return -EPERM;
+		return corio__misuse(-EPERM, "corio_group_spawn", "%s", corio__not_fiber_why());
 	if (!mine(g) || !fn)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_group_spawn: %s",
+				    !fn ? "fn is NULL" : g ? "the group belongs to another shard"
+							   : "g is NULL");
 	if (g->cancelled)
 		return -ECANCELED;
 	if (g->spawned == INT_MAX)
@@ -111,10 +113,11 @@ static void drain(struct corio_group *g, struct corio_fiber *self)
 	corio__nocancel_pop(self);
 }
 
-static int waitable(struct corio_group *g, struct corio_fiber *self)
+static int waitable(const char *who, struct corio_group *g, struct corio_fiber *self)
 {
 	if (!mine(g))
-		return -EINVAL;
+		return corio__error(-EINVAL, "%s: %s", who,
+				    g ? "the group belongs to another shard" : "g is NULL");
 	if (self->group == g)
 		return -EDEADLK; /* it would wait for itself */
 	return 0;
@@ -125,10 +128,18 @@ int corio_group_wait(struct corio_group *g)
 	struct corio_fiber *self = corio__self();
 	int ret;
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	ret = waitable(g, self);
+	CORIO__REQUIRE_FIBER("corio_group_wait", -EPERM);
+	ret = waitable("corio_group_wait", g, self);
 	if (ret)
 		return ret;
+	/* Cancelled or past the deadline: the members are cancelled and
+	 * drained as when that happens while waiting (corio.h's rule). */
+	ret = corio__may_block("corio_group_wait");
+	if (ret) {
+		cancel_members(g);
+		drain(g, self);
+		return ret;
+	}
 	while (g->live) {
 		ret = corio__wq_wait(&g->wq); /* bounded by cancel and deadlines */
 		if (ret < 0) {
@@ -145,8 +156,8 @@ int corio_group_close(struct corio_group *g)
 	struct corio_fiber *self = corio__self();
 	int ret;
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	ret = waitable(g, self);
+	CORIO__REQUIRE_FIBER("corio_group_close", -EPERM);
+	ret = waitable("corio_group_close", g, self);
 	if (ret)
 		return ret;
 	cancel_members(g);
@@ -157,7 +168,9 @@ int corio_group_close(struct corio_group *g)
 int corio_group_cancel(struct corio_group *g)
 {
 	if (!mine(g))
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_group_cancel: %s",
+				    g ? "the group belongs to another shard (or the caller is "
+					"not on a shard)" : "g is NULL");
 	cancel_members(g);
 	return 0;
 }
@@ -165,7 +178,7 @@ int corio_group_cancel(struct corio_group *g)
 int corio_group_error(const struct corio_group *g, unsigned *index)
 {
 	if (!g)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_group_error: g is NULL");
 	if (index && g->err)
 		*index = g->err_index;
 	return g->err;

@@ -56,7 +56,10 @@ enum corio__fiber_state {
 	CORIO__F_READY,   /* on the run queue                     */
 	CORIO__F_RUNNING,
 	CORIO__F_PARKED,  /* waiting on a waitq or an op          */
-	CORIO__F_DONE,
+	CORIO__F_DONE,    /* ended; the record waits for join/detach */
+	CORIO__F_FREE,    /* joined or detached and ended: back in the pool.
+	                     A handle to it is refused (-EINVAL) until the
+	                     record is reused (core/fiber.c: quarantine) */
 };
 
 enum {
@@ -284,7 +287,8 @@ struct corio__shard {
 	bool dl_no_link;         /* kernel ops take no linked timeout (core/deadline.c) */
 
 	/* pools */
-	struct corio_fiber *fiber_free;
+	struct corio_fiber *fiber_free, *fiber_free_tail; /* FIFO, see fiber_alloc */
+	size_t fiber_nfree;
 	void **fiber_chunks;
 	size_t nchunks, chunks_cap;
 	void **stack_cache;
@@ -361,13 +365,22 @@ static inline struct corio_fiber *corio__self(void)
 	return s ? s->current : NULL;
 }
 
-/* Debug-build misuse check; release builds return the given error. */
-#define CORIO__REQUIRE_FIBER(errval)                               \
-	do {                                                       \
-		if (CORIO__UNLIKELY(!corio__self())) {             \
-			assert(!"corio: blocking call outside a fiber"); \
-			return (errval);                           \
-		}                                                  \
+/* Where a misused call was made from, for its message: a thread that is
+ * not a shard, or the shard's loop outside any fiber (a timer callback, a
+ * corio_post function, a spawn release hook). */
+static inline const char *corio__not_fiber_why(void)
+{
+	return corio__tl_shard ? "called from a callback on the shard's loop (a timer callback, "
+				 "a corio_post function), not from a fiber"
+			       : "called from a thread that is not a shard";
+}
+
+/* A blocking call made outside a fiber: -errval and a message naming who,
+ * the public call (and an abort in debug builds: corio__misuse). */
+#define CORIO__REQUIRE_FIBER(who, errval)                                         \
+	do {                                                                      \
+		if (CORIO__UNLIKELY(!corio__self()))                              \
+			return corio__misuse((errval), (who), "%s", corio__not_fiber_why()); \
 	} while (0)
 
 /* ---- scheduler and wait queues (core/fiber.c) ------------------------------ */
@@ -478,13 +491,22 @@ void corio__group_exit(struct corio_fiber *f);
  * SQE is no longer the last one queued it falls back to a heap timer that
  * async-cancels the op (correct, but one more SQE and a timer).
  */
-int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe);
+int corio__op_begin_who(struct corio__op *op, struct io_uring_sqe **sqe, const char *who);
 int corio__op_wait(struct corio__op *op);
-/* The checks corio__op_begin makes before it takes an SQE: -EPERM off a
- * fiber, -ECANCELED, -ETIMEDOUT past the deadline scope, else 0. For calls
- * that do their work without the ring (blocking-syscall fallbacks), so an
- * expired scope fails them the same way. */
-int corio__op_may_start(void);
+/*
+ * The checks every blocking call makes before anything else (corio.h's
+ * rule), and corio__op_begin before it takes an SQE: -EPERM off a fiber,
+ * -ECANCELED, -ETIMEDOUT past the deadline scope, else 0. who names the
+ * public call in the -EPERM message. Also for calls that do their work
+ * without the ring (blocking-syscall fallbacks), so an expired scope fails
+ * them the same way.
+ */
+int corio__may_block(const char *who);
+/* Without a name: the calling function's, which is the public call where
+ * the op is begun in it (pass the public name with the _who forms where
+ * it is not). */
+#define corio__op_begin(op, sqe) corio__op_begin_who((op), (sqe), __func__)
+#define corio__op_may_start()    corio__may_block(__func__)
 
 /*
  * Uninterruptible sections, the twin of corio_deadline_shield() for
@@ -575,8 +597,19 @@ static inline void corio__stats_copy(void *dst, const void *src, size_t size)
 }
 
 /* ---- errors -------------------------------------------------------------- */
-/* Record a message for corio_last_error() on this thread; returns err. */
+/* Record a message for corio_last_error() on this thread; returns err.
+ * Every -EINVAL a public call returns comes with one, naming the call. */
 int corio__error(int err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/*
+ * API misuse the headers answer with an error (a blocking call off a
+ * fiber, an unbalanced corio_deadline_pop, ...): record "who: why" as
+ * corio__error() does and return err. Debug builds (no NDEBUG: make
+ * DEBUG=1, the sanitizer builds) print "corio: who: why" on stderr and
+ * abort instead, so the bug shows where it is made. who is the public call
+ * the user made, never an internal function.
+ */
+int corio__misuse(int err, const char *who, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
 
 /* ---- stacks (core/stack.c) ----------------------------------------------- */
 /* Bounds of cfg.stack_size and corio_spawn_opts.stack_size; cfg.stack_guard

@@ -361,17 +361,22 @@ static int send_wait(struct corio__shard *s, unsigned to, const struct msgin *mi
 }
 
 /* Common argument checks; returns the calling shard or NULL with *err set. */
-static struct corio__shard *sender(unsigned to, const void *fn, int *err)
+static struct corio__shard *sender(const char *who, unsigned to, const void *fn, int *err)
 {
 	struct corio__shard *s = corio__shard();
 
 	if (CORIO__UNLIKELY(!s)) {
-		assert(!"corio: cross-shard message call outside a shard (use corio_post_foreign)");
-		*err = -EPERM;
+		*err = corio__misuse(-EPERM, who, "called from a thread that is not a shard "
+					       "(use corio_post_foreign)");
 		return NULL;
 	}
-	if (CORIO__UNLIKELY(to >= s->rt->nshards || !fn)) {
-		*err = -EINVAL;
+	if (CORIO__UNLIKELY(!fn)) {
+		*err = corio__error(-EINVAL, "%s: fn is NULL", who);
+		return NULL;
+	}
+	if (CORIO__UNLIKELY(to >= s->rt->nshards)) {
+		*err = corio__error(-EINVAL, "%s: no shard %u (the runtime has %u)", who, to,
+				    s->rt->nshards);
 		return NULL;
 	}
 	return s;
@@ -380,7 +385,7 @@ static struct corio__shard *sender(unsigned to, const void *fn, int *err)
 int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 {
 	int err;
-	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+	struct corio__shard *s = sender("corio_post", shard, (const void *)fn, &err);
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
@@ -390,15 +395,13 @@ int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 int corio_post_wait(unsigned shard, void (*fn)(void *), void *arg)
 {
 	int err;
-	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+	struct corio__shard *s = sender("corio_post_wait", shard, (const void *)fn, &err);
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (corio_cancelled())
-		return -ECANCELED;
-	if (expired())
-		return -ETIMEDOUT;
+	err = corio__may_block("corio_post_wait");
+	if (err)
+		return err;
 	return send_wait(s, shard, &(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST });
 }
 
@@ -409,11 +412,11 @@ static void token_put(struct corio_rt *rt)
 		corio_stop(rt);
 }
 
-int corio_spawn_on_ex(unsigned shard, int (*fn)(void *), void *arg, void (*release)(void *),
-		      unsigned flags)
+static int spawn_on(const char *who, unsigned shard, int (*fn)(void *), void *arg,
+		    void (*release)(void *), unsigned flags)
 {
 	int err;
-	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+	struct corio__shard *s = sender(who, shard, (const void *)fn, &err);
 	/* The function pointer travels as void (*)(void *) and is converted
 	 * back before the call (C11 6.3.2.3p8); the detour through
 	 * void (*)(void) tells gcc the cast is deliberate. */
@@ -423,13 +426,11 @@ int corio_spawn_on_ex(unsigned shard, int (*fn)(void *), void *arg, void (*relea
 	if (CORIO__UNLIKELY(!s))
 		return err;
 	if (flags & ~CORIO_SPAWN_ON_WAIT)
-		return corio__error(-EINVAL, "corio_spawn_on_ex: unknown flags 0x%x", flags);
+		return corio__error(-EINVAL, "%s: unknown flags 0x%x", who, flags);
 	if (flags & CORIO_SPAWN_ON_WAIT) {
-		CORIO__REQUIRE_FIBER(-EPERM);
-		if (corio_cancelled())
-			return -ECANCELED;
-		if (expired())
-			return -ETIMEDOUT;
+		err = corio__may_block(who);
+		if (err)
+			return err;
 	}
 	atomic_fetch_add(&s->rt->busy_shards, 1);
 	err = (flags & CORIO_SPAWN_ON_WAIT) ? send_wait(s, shard, &mi) : send_try(s, shard, &mi, true);
@@ -438,24 +439,32 @@ int corio_spawn_on_ex(unsigned shard, int (*fn)(void *), void *arg, void (*relea
 	return err;
 }
 
+int corio_spawn_on_ex(unsigned shard, int (*fn)(void *), void *arg, void (*release)(void *),
+		      unsigned flags)
+{
+	return spawn_on("corio_spawn_on_ex", shard, fn, arg, release, flags);
+}
+
 int corio_spawn_on(unsigned shard, int (*fn)(void *), void *arg)
 {
-	return corio_spawn_on_ex(shard, fn, arg, NULL, 0);
+	return spawn_on("corio_spawn_on", shard, fn, arg, NULL, 0);
 }
 
 int corio_spawn_on_wait(unsigned shard, int (*fn)(void *), void *arg)
 {
-	return corio_spawn_on_ex(shard, fn, arg, NULL, CORIO_SPAWN_ON_WAIT);
+	return spawn_on("corio_spawn_on_wait", shard, fn, arg, NULL, CORIO_SPAWN_ON_WAIT);
 }
 
 int corio_broadcast(void (*fn)(void *), void *arg)
 {
 	int err, n = 0;
-	struct corio__shard *s = sender(0, (const void *)fn, &err);
+	struct corio__shard *s = sender("corio_broadcast", 0, (const void *)fn, &err);
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
-	CORIO__REQUIRE_FIBER(-EPERM);
+	err = corio__may_block("corio_broadcast");
+	if (err)
+		return err;
 	for (unsigned i = 0; i < s->rt->nshards; i++) {
 		if (corio_cancelled() || expired())
 			break;
@@ -472,7 +481,8 @@ int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *), 
 	int ret;
 
 	if (!rt || !fn || shard >= rt->nshards)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_post_foreign: %s",
+				    !rt ? "rt is NULL" : !fn ? "fn is NULL" : "no such shard");
 	t = rt->shards[shard];
 	tm = part(t);
 	/* Once our message is published the target may consume it, stop and
@@ -652,18 +662,16 @@ static int call_send(struct corio__shard *s, unsigned to, struct call *c, struct
 int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *result)
 {
 	int err;
-	struct corio__shard *s = sender(shard, (const void *)fn, &err);
+	struct corio__shard *s = sender("corio_call", shard, (const void *)fn, &err);
 	struct callwait cw;
 	struct call *c;
 	struct msg *m;
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (corio_cancelled())
-		return -ECANCELED;
-	if (expired())
-		return -ETIMEDOUT;
+	err = corio__may_block("corio_call");
+	if (err)
+		return err;
 	m = part(s);
 	c = call_get(m);
 	if (!c)
@@ -693,7 +701,7 @@ int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *resu
 int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 {
 	int err, first = 0;
-	struct corio__shard *s = sender(0, (const void *)fn, &err);
+	struct corio__shard *s = sender("corio_gather", 0, (const void *)fn, &err);
 	struct call *c[GATHER_WAVE];
 	struct callwait cw;
 	struct msg *m;
@@ -701,11 +709,9 @@ int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (corio_cancelled())
-		return -ECANCELED;
-	if (expired())
-		return -ETIMEDOUT;
+	err = corio__may_block("corio_gather");
+	if (err)
+		return err;
 	m = part(s);
 	n = s->rt->nshards;
 	cw.fiber = s->current;
@@ -1082,13 +1088,14 @@ int corio_msg_stats_get(struct corio_rt *rt, unsigned shard, unsigned peer,
 
 	if (!rt) {
 		if (!corio__shard())
-			return -EPERM;
+			return corio__error(-EPERM, "corio_msg_stats_get: rt is NULL off a shard");
 		rt = corio__shard()->rt;
 	}
 	if (!out || shard >= rt->nshards || !(m = part(rt->shards[shard])))
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_msg_stats_get: %s",
+				    out ? "no such shard" : "out is NULL");
 	if (peer != CORIO_MSG_PEER_ALL && peer != CORIO_MSG_PEER_FOREIGN && peer >= rt->nshards)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_msg_stats_get: no peer %u", peer);
 	memset(out, 0, sizeof(*out));
 	if (peer == CORIO_MSG_PEER_ALL) {
 		for (unsigned i = 0; i < rt->nshards; i++)

@@ -19,11 +19,11 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 	corio__ready(f, res);
 }
 
-int corio__op_may_start(void)
+int corio__may_block(const char *who)
 {
 	struct corio_fiber *f = corio__self();
 
-	CORIO__REQUIRE_FIBER(-EPERM);
+	CORIO__REQUIRE_FIBER(who, -EPERM);
 	if (f->flags & CORIO__FF_CANCELLED)
 		return -ECANCELED;
 	if (corio__deadline_passed(f))
@@ -31,10 +31,10 @@ int corio__op_may_start(void)
 	return 0;
 }
 
-int corio__op_begin(struct corio__op *op, struct io_uring_sqe **sqe)
+int corio__op_begin_who(struct corio__op *op, struct io_uring_sqe **sqe, const char *who)
 {
 	struct corio_fiber *f = corio__self();
-	int ret = corio__op_may_start();
+	int ret = corio__may_block(who);
 
 	if (ret)
 		return ret;

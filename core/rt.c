@@ -40,6 +40,22 @@ int corio__error(int err, const char *fmt, ...)
 	return err;
 }
 
+int corio__misuse(int err, const char *who, const char *fmt, ...)
+{
+	va_list ap;
+	int n = snprintf(tl_err, sizeof(tl_err), "%s: ", who);
+
+	va_start(ap, fmt);
+	if (n > 0 && (size_t)n < sizeof(tl_err))
+		vsnprintf(tl_err + n, sizeof(tl_err) - (size_t)n, fmt, ap);
+	va_end(ap);
+#ifndef NDEBUG
+	fprintf(stderr, "corio: %s (API misuse; debug builds abort)\n", tl_err);
+	abort();
+#endif
+	return err;
+}
+
 const char *corio_last_error(void)
 {
 	return tl_err[0] ? tl_err : "no error";
@@ -80,7 +96,7 @@ void corio_shutdown(void)
 	struct corio__shard *s = corio__tl_shard;
 
 	if (!s) {
-		assert(!"corio_shutdown outside a shard");
+		corio__misuse(0, "corio_shutdown", "%s (use corio_stop)", corio__not_fiber_why());
 		return;
 	}
 	corio__rt_stop(s->rt);
@@ -89,7 +105,7 @@ void corio_shutdown(void)
 int corio_stop(struct corio_rt *rt)
 {
 	if (!rt)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_stop: rt is NULL");
 	corio__rt_stop(rt);
 	return 0;
 }
@@ -405,7 +421,7 @@ int corio_wait(struct corio_rt *rt)
 	int first = 0;
 
 	if (!rt)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_wait: rt is NULL");
 	if (corio__tl_shard)
 		return -EPERM; /* a shard cannot wait for its own runtime */
 	for (unsigned i = 0; i < rt->nshards; i++) {

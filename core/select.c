@@ -75,15 +75,15 @@ static inline const struct corio__sel_ops *ops_of(const struct corio_sel *it)
 	return it->_ops;
 }
 
-static int check_items(const struct corio_sel *items, size_t n)
+static int check_items(const char *who, const struct corio_sel *items, size_t n)
 {
 	if (!items || !n || n > INT32_MAX)
-		return corio__error(-EINVAL, "corio_select: no items");
+		return corio__error(-EINVAL, "%s: no items", who);
 	for (size_t i = 0; i < n; i++)
 		if (!items[i]._ops)
-			return corio__error(-EINVAL, "corio_select: item %zu not filled, or filled "
+			return corio__error(-EINVAL, "%s: item %zu not filled, or filled "
 						     "with a NULL object",
-					    i);
+					    who, i);
 	return 0;
 }
 
@@ -100,8 +100,8 @@ int corio_select_try(struct corio_sel *items, size_t n)
 	int ret;
 
 	if (!corio__tl_shard)
-		return -EPERM;
-	ret = check_items(items, n);
+		return corio__misuse(-EPERM, "corio_select_try", "%s", corio__not_fiber_why());
+	ret = check_items("corio_select_try", items, n);
 	return ret ? ret : poll_all(items, n);
 }
 
@@ -195,8 +195,8 @@ int corio_select(struct corio_sel *items, size_t n)
 	struct corio_fiber *f = corio__self();
 	int ret;
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	ret = check_items(items, n);
+	CORIO__REQUIRE_FIBER("corio_select", -EPERM);
+	ret = check_items("corio_select", items, n);
 	if (ret)
 		return ret;
 	ret = stop_reason(f);
@@ -361,7 +361,7 @@ static bool fiber_poll(struct corio_sel *it)
 	struct corio_fiber *t = it->obj;
 
 	if (t->shard != corio__tl_shard || (t->flags & CORIO__FF_DETACHED) ||
-	    t == corio__self()) {
+	    t == corio__self() || t->state == CORIO__F_FREE || t->proxy_wake) {
 		it->res = -EINVAL;
 		return true;
 	}

@@ -240,9 +240,10 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 
 	rt = corio__rt_or_own(rt);
 	if (!rt)
-		return -EPERM;
+		return corio__error(-EPERM, "corio_stats_get: rt is NULL off a shard");
 	if (!out || shard >= rt->nshards)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_stats_get: %s",
+				    out ? "no such shard" : "out is NULL");
 	s = rt->shards[shard];
 	corio__stats_copy(out, &s->stats, sizeof(*out));
 	if (s != corio__tl_shard) {

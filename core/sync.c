@@ -8,6 +8,11 @@
  * permit straight to the first waiter (no barging), so a woken waiter never
  * has to re-check. Events, wait groups and channels wake waiters that then
  * re-check their condition.
+ *
+ * Every blocking call here asks corio__may_block() first, before it looks
+ * at its object: a cancelled fiber, or one past its deadline scope, gets
+ * -ECANCELED / -ETIMEDOUT even when the event is set or a permit is free
+ * (corio.h's rule), so a worker kept fed still sees its cancellation.
  */
 #include "core/internal.h"
 
@@ -35,9 +40,12 @@ void corio_event_reset(struct corio_event *ev)
 
 int corio_event_wait(struct corio_event *ev)
 {
-	while (!ev->set) {
-		int ret = corio__wq_wait(&ev->wq);
+	int ret = corio__may_block("corio_event_wait");
 
+	if (ret)
+		return ret;
+	while (!ev->set) {
+		ret = corio__wq_wait(&ev->wq);
 		if (ret < 0)
 			return ret;
 	}
@@ -51,24 +59,36 @@ void corio_wg_init(struct corio_wg *wg)
 	memset(wg, 0, sizeof(*wg));
 }
 
-void corio_wg_add(struct corio_wg *wg, long n)
+static void wg_add(const char *who, struct corio_wg *wg, long n)
 {
 	wg->count += n;
-	assert(wg->count >= 0);
-	if (wg->count <= 0)
+	if (CORIO__UNLIKELY(wg->count < 0)) {
+		(void)corio__misuse(0, who, "the count would drop below zero (%ld); it stays at 0",
+				    wg->count);
+		wg->count = 0;
+	}
+	if (wg->count == 0)
 		corio__wq_wake_all(&wg->wq, 0);
+}
+
+void corio_wg_add(struct corio_wg *wg, long n)
+{
+	wg_add("corio_wg_add", wg, n);
 }
 
 void corio_wg_done(struct corio_wg *wg)
 {
-	corio_wg_add(wg, -1);
+	wg_add("corio_wg_done", wg, -1);
 }
 
 int corio_wg_wait(struct corio_wg *wg)
 {
-	while (wg->count > 0) {
-		int ret = corio__wq_wait(&wg->wq);
+	int ret = corio__may_block("corio_wg_wait");
 
+	if (ret)
+		return ret;
+	while (wg->count > 0) {
+		ret = corio__wq_wait(&wg->wq);
 		if (ret < 0)
 			return ret;
 	}
@@ -94,6 +114,10 @@ int corio_sem_try_acquire(struct corio_sem *s)
 
 int corio_sem_acquire(struct corio_sem *s)
 {
+	int ret = corio__may_block("corio_sem_acquire");
+
+	if (ret)
+		return ret;
 	if (corio_sem_try_acquire(s) == 0)
 		return 0;
 	/* Woken with 0 only by a release that handed us its permit. */
@@ -118,7 +142,7 @@ int corio_mutex_trylock(struct corio_mutex *m)
 	struct corio_fiber *self = corio__self();
 
 	if (!self)
-		return -EPERM;
+		return corio__misuse(-EPERM, "corio_mutex_trylock", "%s", corio__not_fiber_why());
 	if (m->owner)
 		return -EBUSY;
 	m->owner = self;
@@ -128,9 +152,10 @@ int corio_mutex_trylock(struct corio_mutex *m)
 int corio_mutex_lock(struct corio_mutex *m)
 {
 	struct corio_fiber *self = corio__self();
-	int ret;
+	int ret = corio__may_block("corio_mutex_lock");
 
-	CORIO__REQUIRE_FIBER(-EPERM);
+	if (ret)
+		return ret;
 	if (!m->owner) {
 		m->owner = self;
 		return 0;
@@ -147,7 +172,12 @@ void corio_mutex_unlock(struct corio_mutex *m)
 {
 	struct corio_fiber *next;
 
-	assert(m->owner == corio__self());
+	if (CORIO__UNLIKELY(m->owner != corio__self() || !m->owner)) {
+		(void)corio__misuse(0, "corio_mutex_unlock", "%s; the mutex is left as it was",
+				    m->owner ? "the caller does not own the mutex"
+					     : "the mutex is not locked");
+		return;
+	}
 	next = corio__wq_wake_one(&m->wq, 0);
 	m->owner = next;
 }
@@ -170,7 +200,15 @@ int corio_chan_init(struct corio_chan *c, size_t esize, size_t cap)
 
 void corio_chan_destroy(struct corio_chan *c)
 {
-	assert(!c->recvq.head && !c->sendq.head);
+	if (CORIO__UNLIKELY(c->recvq.head || c->sendq.head)) {
+		/* Release builds: the waiters wake to a closed, empty channel
+		 * (-EPIPE) and never touch the buffer freed below; c itself
+		 * must stay valid until they have run. */
+		(void)corio__misuse(0, "corio_chan_destroy", "fibers are still waiting on the "
+				       "channel; they get -EPIPE");
+		c->len = 0;
+		corio_chan_close(c);
+	}
 	free(c->buf);
 	c->buf = NULL;
 }
@@ -200,28 +238,28 @@ int corio_chan_try_recv(struct corio_chan *c, void *elem)
 
 int corio_chan_send(struct corio_chan *c, const void *elem)
 {
-	for (;;) {
-		int ret = corio_chan_try_send(c, elem);
+	int ret = corio__may_block("corio_chan_send");
 
+	while (ret == 0) {
+		ret = corio_chan_try_send(c, elem);
 		if (ret != -EAGAIN)
 			return ret;
 		ret = corio__wq_wait(&c->sendq);
-		if (ret < 0)
-			return ret;
 	}
+	return ret;
 }
 
 int corio_chan_recv(struct corio_chan *c, void *elem)
 {
-	for (;;) {
-		int ret = corio_chan_try_recv(c, elem);
+	int ret = corio__may_block("corio_chan_recv");
 
+	while (ret == 0) {
+		ret = corio_chan_try_recv(c, elem);
 		if (ret != -EAGAIN)
 			return ret;
 		ret = corio__wq_wait(&c->recvq);
-		if (ret < 0)
-			return ret;
 	}
+	return ret;
 }
 
 void corio_chan_close(struct corio_chan *c)

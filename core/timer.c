@@ -109,9 +109,10 @@ int corio_timer_stats_get(struct corio_rt *rt, unsigned shard, struct corio_time
 
 	rt = corio__rt_or_own(rt);
 	if (!rt)
-		return -EPERM;
+		return corio__error(-EPERM, "corio_timer_stats_get: rt is NULL off a shard");
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_timer_stats_get: %s",
+				    out ? "no such shard" : "out is NULL");
 	T = __atomic_load_n((struct corio__timers **)&rt->shards[shard]->parts[CORIO__PART_TIMER],
 			    __ATOMIC_ACQUIRE);
 	if (!T) {
@@ -125,14 +126,14 @@ int corio_timer_stats_get(struct corio_rt *rt, unsigned shard, struct corio_time
 /* ---- timer objects ------------------------------------------------------------------ */
 
 /* The caller's shard and its timers, or an error. */
-static int owner(struct corio__shard **sp, struct corio__timers **Tp)
+static int owner(const char *who, struct corio__shard **sp, struct corio__timers **Tp)
 {
 	struct corio__shard *s = corio__tl_shard;
 
-	if (CORIO__UNLIKELY(!s)) {
-		assert(!"corio timer call outside a shard");
-		return -EPERM;
-	}
+	*sp = NULL;
+	*Tp = NULL;
+	if (CORIO__UNLIKELY(!s))
+		return corio__misuse(-EPERM, who, "%s", corio__not_fiber_why());
 	*sp = s;
 	*Tp = corio__timers(s);
 	return *Tp ? 0 : -ENOSYS;
@@ -141,7 +142,7 @@ static int owner(struct corio__shard **sp, struct corio__timers **Tp)
 int corio_timer_init(struct corio_timer *t, corio_timer_fn fn, void *arg)
 {
 	if (!t)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_timer_init: t is NULL");
 	memset(t, 0, sizeof(*t));
 	t->fn = fn;
 	t->arg = arg;
@@ -152,14 +153,15 @@ int corio_timer_arm(struct corio_timer *t, uint64_t deadline_ns, uint64_t period
 {
 	struct corio__shard *s;
 	struct corio__timers *T;
-	int ret = owner(&s, &T);
+	int ret = owner("corio_timer_arm", &s, &T);
 
 	if (ret)
 		return ret;
 	if (!t)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_timer_arm: t is NULL");
 	if (t->shard && t->shard != (void *)s && (t->slot || t->waiters.head))
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_timer_arm: the timer is armed or waited "
+					     "on by another shard");
 	ret = corio__timers_arm(T, t, deadline_ns, period_ns);
 	if (ret == 0)
 		t->pending = 0;
@@ -182,16 +184,16 @@ int corio_timer_cancel(struct corio_timer *t)
 {
 	struct corio__shard *s;
 	struct corio__timers *T;
-	int ret = owner(&s, &T);
+	int ret = owner("corio_timer_cancel", &s, &T);
 
 	if (ret)
 		return ret;
 	if (!t)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_timer_cancel: t is NULL");
 	if (!t->slot)
 		return -ENOENT;
 	if (t->shard != (void *)s)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_timer_cancel: the timer belongs to another shard");
 	corio__timers_cancel(T, t);
 	t->pending = 0;
 	corio__wq_wake_all(&t->waiters, -ECANCELED);
@@ -202,14 +204,16 @@ int corio_timer_wait(struct corio_timer *t)
 {
 	struct corio_fiber *f = corio__self();
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (!t || t->fn)
-		return -EINVAL;
-	if (t->shard && t->shard != (void *)f->shard)
-		return -EINVAL;
-	for (;;) {
-		int ret;
+	int ret = corio__may_block("corio_timer_wait"); /* before the count too */
 
+	if (ret)
+		return ret;
+	if (!t || t->fn)
+		return corio__error(-EINVAL, "corio_timer_wait: %s",
+				    t ? "the timer has a callback" : "t is NULL");
+	if (t->shard && t->shard != (void *)f->shard)
+		return corio__error(-EINVAL, "corio_timer_wait: the timer belongs to another shard");
+	for (;;) {
 		if (t->pending) {
 			uint32_t n = t->pending;
 
@@ -236,15 +240,13 @@ uint64_t corio_timer_deadline(const struct corio_timer *t)
 
 /* ---- sleeping ------------------------------------------------------------------------ */
 
-int corio_sleep_until(uint64_t deadline_ns)
+static int sleep_until(const char *who, uint64_t deadline_ns)
 {
-	struct corio_fiber *f = corio__self();
 	struct corio_timer t;
-	int ret;
+	int ret = corio__may_block(who);
 
-	CORIO__REQUIRE_FIBER(-EPERM);
-	if (f->flags & CORIO__FF_CANCELLED)
-		return -ECANCELED;
+	if (ret)
+		return ret;
 	corio_timer_init(&t, NULL, NULL);
 	ret = corio_timer_arm(&t, deadline_ns, 0);
 	if (ret)
@@ -257,9 +259,14 @@ int corio_sleep_until(uint64_t deadline_ns)
 	return 0;
 }
 
+int corio_sleep_until(uint64_t deadline_ns)
+{
+	return sleep_until("corio_sleep_until", deadline_ns);
+}
+
 int corio_sleep_ns(uint64_t ns)
 {
-	return corio_sleep_until(sat_from_now(ns));
+	return sleep_until("corio_sleep_ns", sat_from_now(ns));
 }
 
 /* ---- a timer as a select item ----------------------------------------------------------- */

@@ -216,7 +216,7 @@ int corio_metrics_serve(const char *host_port)
 	struct metrics_srv *m;
 	int ret;
 
-	CORIO__REQUIRE_FIBER(-EPERM);
+	CORIO__REQUIRE_FIBER("corio_metrics_serve", -EPERM);
 	m = calloc(1, sizeof(*m));
 	if (!m)
 		return -ENOMEM;

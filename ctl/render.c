@@ -412,7 +412,8 @@ int corio_stats_render(struct corio_rt *rt, unsigned format, char **out, size_t 
 	if (len)
 		*len = 0;
 	if (!out || format > CORIO_STATS_PROM)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_stats_render: %s",
+				    out ? "unknown format" : "out is NULL");
 	if (!rt) {
 		if (!self)
 			return -EPERM;

@@ -161,13 +161,13 @@ static int64_t run(const struct req *q)
 		/* The ring path's checks: cancelled, or the deadline scope has
 		 * passed, and the syscall does not run. (Once it runs it cannot
 		 * be interrupted: see fs.h.) */
-		res = corio__op_may_start();
+		res = corio__may_block(q->fn);
 		if (res == -EPERM)
 			return res;
 		if (!res)
 			res = run_blocking(fs, q);
 	} else {
-		int ret = corio__op_begin(&op, &sqe);
+		int ret = corio__op_begin_who(&op, &sqe, q->fn);
 
 		if (ret) {
 			res = ret;

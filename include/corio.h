@@ -9,12 +9,31 @@
  *    the error channel.
  *  - "Shard-local" calls may only be made by code running on a shard (a fiber,
  *    or a callback run by the shard loop). Called from elsewhere they return
- *    -EPERM (and assert in debug builds).
+ *    -EPERM.
  *  - "Blocking" calls park only the calling fiber; the shard keeps running
- *    other fibers. They may only be made from a fiber. When the fiber is
- *    cancelled (corio_cancel(), or the runtime shuts down) they return
- *    -ECANCELED, and they return only once the kernel no longer references
- *    the caller's memory.
+ *    other fibers. They may only be made from a fiber: from a timer
+ *    callback, a corio_post() function or another thread they return
+ *    -EPERM. They return only once the kernel no longer references the
+ *    caller's memory.
+ *  - Cancellation and deadlines, the one rule: every blocking call, once
+ *    its arguments are checked, first asks whether the calling fiber is
+ *    cancelled (corio_cancel(), or the runtime shuts down) and whether its
+ *    deadline scope (corio/timer.h) has passed, and then returns
+ *    -ECANCELED or -ETIMEDOUT without taking or changing anything, even
+ *    when it would not have had to park (an event already set, a free
+ *    permit, a queued element, an ended fiber: a corio_join() refused so
+ *    leaves the fiber joinable). So a cancelled fiber that is kept fed
+ *    still sees its cancellation. The same holds while it is parked. The
+ *    calls that must finish are the exceptions, each saying so: the
+ *    closes (corio_close(), corio_close_fd(), corio_group_close()).
+ *  - API misuse (a blocking call off a fiber, an unbalanced
+ *    corio_deadline_pop(), unlocking a mutex the caller does not hold, ...)
+ *    returns the -errno its call documents, with a message naming the
+ *    call, in release builds (the default; make and make install pass
+ *    -DNDEBUG). A debug build of corio (make DEBUG=1, and the sanitizer
+ *    builds) prints that message on stderr and aborts instead, so the bug
+ *    shows where it is made.
+ *  - Errors carry a message: see corio_last_error().
  *  - Only corio_stop(), corio_wait() and corio_post_foreign() may be called
  *    from threads that are not shards.
  */
@@ -130,8 +149,18 @@ CORIO_API void corio_shutdown(void);
 /* corio_shutdown() for rt, from any thread. Returns 0. */
 CORIO_API int corio_stop(struct corio_rt *rt);
 
-/* Detail of the last error returned on this thread by a corio call that
- * documents it (config validation, start-up). Never NULL. */
+/*
+ * The message of the most recent corio call on this thread that failed
+ * with a message: "call: why". Every call that returns -EINVAL sets one,
+ * as does every -EPERM for misuse, and the failures their comments say
+ * explain themselves (corio_start(), corio_wait(), config checks, file
+ * calls). Other failures (-ECANCELED, -ETIMEDOUT, -EAGAIN, errors the
+ * kernel returned for I/O) do not set it, and successful calls never clear
+ * it: so it describes the call that just failed only when that call's
+ * error is one of those; read it right after such a failure, not later.
+ * "no error" before any. Never NULL; the text stays until the thread's
+ * next failure with a message replaces it.
+ */
 CORIO_API const char *corio_last_error(void);
 
 CORIO_API unsigned corio_shard_id(void);    /* this shard's index; UINT32_MAX off-shard */
@@ -186,14 +215,25 @@ CORIO_API void corio_yield(void);
  * Wait for f to end and free it; its status (fn's return value or
  * corio_exit()'s argument; -ECANCELED if it was cancelled before it ever
  * ran, -ENOMEM if no stack could be mapped for it) is stored in *status
- * when status != NULL. Returns 0, -EINVAL (f is the caller, or already
- * joined/detached), -ECANCELED when the joining fiber is cancelled, or
- * -ETIMEDOUT at its deadline scope (f stays joinable in both cases).
- * Blocking.
+ * when status != NULL. Returns 0, -EINVAL (f is the caller, of another
+ * shard, detached, being joined by another fiber or a corio_select(), or
+ * already joined), -ECANCELED when the joining fiber is cancelled, or
+ * -ETIMEDOUT at its deadline scope: both even when f has already ended,
+ * and f stays joinable. Blocking.
+ *
+ * Stale handles: once f was joined, or was detached and has ended, its
+ * record goes back to the shard's pool, and every call given the handle
+ * (corio_join, corio_detach, corio_cancel, a corio_sel_fiber item) fails
+ * with -EINVAL. The limit: that holds until a later spawn reuses the
+ * record, which happens no sooner than 64 other fibers have been freed on
+ * the shard after it (unless no memory for new records is left); after
+ * that the handle names the new fiber.
  */
 CORIO_API int corio_join(struct corio_fiber *f, int *status);
 
-/* Give up the right to join f: it is freed when it ends. */
+/* Give up the right to join f: it is freed when it ends (now, if it has
+ * ended). 0, or -EINVAL for a handle corio_join() would refuse (detached,
+ * already joined, or another fiber is joining it). Shard-local. */
 CORIO_API int corio_detach(struct corio_fiber *f);
 
 /* End the calling fiber with status. Never returns. */
@@ -204,7 +244,9 @@ CORIO_API void corio_exit(int status) __attribute__((noreturn));
  * -ECANCELED, after the kernel has let go of the call's memory. A fiber that
  * has not started yet never runs and ends with status -ECANCELED (its
  * spawn options' release, if any, gets arg then). Cancelling
- * a finished fiber does nothing. Returns 0. Shard-local.
+ * a finished fiber that is still joinable does nothing. Returns 0, or
+ * -EINVAL for NULL, a fiber of another shard, or a stale handle (see
+ * corio_join()). Shard-local.
  */
 CORIO_API int corio_cancel(struct corio_fiber *f);
 
@@ -216,7 +258,16 @@ CORIO_API const char *corio_fiber_name(const struct corio_fiber *f);
 /*
  * These objects live on one shard: every fiber using one must belong to the
  * shard that initialised it. Waiters are woken in FIFO order. Each wait
- * returns 0, or -ECANCELED when the waiting fiber is cancelled.
+ * returns 0, or -ECANCELED / -ETIMEDOUT when the waiting fiber is
+ * cancelled or its deadline scope passes, before it looks at the object
+ * (the rule at the top: a set event, a free permit or a queued element is
+ * not taken then), or -EPERM off a fiber.
+ * Misuse that release builds survive (see the top): corio_wg_add() or
+ * corio_wg_done() taking the count below zero leaves it at 0 (the waiters
+ * wake); corio_mutex_unlock() by a fiber that does not hold the mutex
+ * changes nothing; corio_chan_destroy() with fibers waiting closes the
+ * channel first, so they get -EPIPE (c must stay valid until they ran).
+ * Each sets corio_last_error().
  */
 struct corio_waitq { /* private: an intrusive list of parked fibers */
 	struct corio_fiber *head, *tail;

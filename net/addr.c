@@ -110,13 +110,15 @@ int corio_addr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_
 	int n;
 
 	if (!sa || !buf || !size)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_addr_format: %s",
+				    !sa ? "sa is NULL" : "no room in buf");
 	switch (sa->sa_family) {
 	case AF_INET: {
 		const struct sockaddr_in *a = (const struct sockaddr_in *)sa;
 
 		if (len < sizeof(*a))
-			return -EINVAL;
+			return corio__error(-EINVAL, "corio_addr_format: len %u is short for AF_INET",
+					    (unsigned)len);
 		inet_ntop(AF_INET, &a->sin_addr, host, sizeof(host));
 		n = snprintf(buf, size, "%s:%u", host, ntohs(a->sin_port));
 		break;
@@ -125,7 +127,8 @@ int corio_addr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_
 		const struct sockaddr_in6 *a = (const struct sockaddr_in6 *)sa;
 
 		if (len < sizeof(*a))
-			return -EINVAL;
+			return corio__error(-EINVAL, "corio_addr_format: len %u is short for AF_INET6",
+					    (unsigned)len);
 		inet_ntop(AF_INET6, &a->sin6_addr, host, sizeof(host));
 		n = snprintf(buf, size, "[%s]:%u", host, ntohs(a->sin6_port));
 		break;
@@ -143,20 +146,22 @@ int corio_addr_format(const struct sockaddr *sa, socklen_t len, char *buf, size_
 		break;
 	}
 	default:
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_addr_format: address family %d is not "
+					    "AF_INET or AF_INET6", sa->sa_family);
 	}
 	if (n < 0)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_addr_format: cannot format the address");
 	return (size_t)n >= size ? (int)size - 1 : n;
 }
 
 int corio_addr_port(const struct sockaddr *sa)
 {
 	if (!sa)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_addr_port: sa is NULL");
 	if (sa->sa_family == AF_INET)
 		return ntohs(((const struct sockaddr_in *)sa)->sin_port);
 	if (sa->sa_family == AF_INET6)
 		return ntohs(((const struct sockaddr_in6 *)sa)->sin6_port);
-	return -EINVAL;
+	return corio__error(-EINVAL, "corio_addr_port: address family %d has no port",
+			    sa->sa_family);
 }

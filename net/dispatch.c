@@ -113,7 +113,7 @@ int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 	unsigned nshards = corio_shard_count(), rr = corio_shard_id();
 
 	if (!n)
-		return l ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_accept_dispatch", l, "listener");
 	if (!handler || policy > CORIO_DISPATCH_LEAST_LOADED)
 		return corio__error(-EINVAL, "corio_accept_dispatch: %s",
 				    handler ? "unknown policy" : "no handler");

@@ -345,4 +345,15 @@ void corio__sock_send_cancel(struct corio_sock *s);
 /* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
 int corio__accept_fd(struct corio_listener *l);
 
+/* A call on obj (a socket or listener) that failed the owner check: -EINVAL
+ * when obj is NULL, else -EPERM (obj belongs to another shard, or the
+ * caller is not on a shard), with a message naming who (corio_last_error). */
+static inline int corio__net_not_mine(const char *who, const void *obj, const char *what)
+{
+	if (!obj)
+		return corio__error(-EINVAL, "%s: the %s is NULL", who, what);
+	return corio__error(-EPERM, "%s: the %s belongs to another shard, or the caller is "
+				    "not on a shard", who, what);
+}
+
 #endif

@@ -215,7 +215,7 @@ int corio_tcp_listen(const char *host_port, const struct corio_listen_opts *o,
 	int ret;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_tcp_listen: out is NULL");
 	*out = NULL;
 	ret = check_opts(o, "corio_tcp_listen");
 	if (ret)
@@ -294,7 +294,7 @@ int corio_unix_listen(const char *path, const struct corio_listen_opts *o,
 	int ret;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_unix_listen: out is NULL");
 	*out = NULL;
 	ret = check_opts(o, "corio_unix_listen");
 	if (ret)
@@ -332,7 +332,7 @@ int corio__accept_fd(struct corio_listener *l)
 	int ret;
 
 	if (!n)
-		return l ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_accept", l, "listener");
 	if (l->wq.head)
 		return -EBUSY;
 	for (;;) {
@@ -381,7 +381,7 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 	int fd;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_accept: out is NULL");
 	*out = NULL;
 	fd = corio__accept_fd(l);
 	if (fd < 0)
@@ -402,7 +402,8 @@ int corio_listener_addr(struct corio_listener *l, struct sockaddr_storage *addr,
 	socklen_t sl = sizeof(*addr);
 
 	if (!l || !addr)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_listener_addr: %s is NULL",
+				    l ? "addr" : "l");
 	if (getsockname(l->fd, (struct sockaddr *)addr, &sl) < 0)
 		return -errno;
 	if (len)
@@ -412,7 +413,7 @@ int corio_listener_addr(struct corio_listener *l, struct sockaddr_storage *addr,
 
 int corio_listener_fd(const struct corio_listener *l)
 {
-	return l ? l->fd : -EINVAL;
+	return l ? l->fd : corio__error(-EINVAL, "corio_listener_fd: l is NULL");
 }
 
 static bool aop_idle(void *arg)
@@ -425,7 +426,7 @@ int corio_listener_close(struct corio_listener *l)
 	struct corio__net *n = lowner(l);
 
 	if (!n)
-		return l ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_listener_close", l, "listener");
 	assert(!l->wq.head);
 	if (l->a.state != NET_IDLE) {
 		if (!corio__self())
@@ -509,7 +510,7 @@ int corio_tcp_connect(const char *host_port, struct corio_sock **out)
 	int ret;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_tcp_connect: out is NULL");
 	*out = NULL;
 	ret = corio_addr_parse(host_port, &ss, &len);
 	if (ret)
@@ -524,7 +525,7 @@ int corio_unix_connect(const char *path, struct corio_sock **out)
 	int ret;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_unix_connect: out is NULL");
 	*out = NULL;
 	ret = unix_addr(path, &sun, &len, "corio_unix_connect");
 	if (ret)

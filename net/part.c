@@ -412,7 +412,8 @@ int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_st
 	if (!rt)
 		return -EPERM;
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_net_stats_get: %s",
+				    out ? "no such shard" : "out is NULL");
 	n = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_NET], __ATOMIC_ACQUIRE);
 	if (!n) {
 		memset(out, 0, sizeof(*out));

@@ -119,7 +119,7 @@ int corio_sock_from_fd(int fd, struct corio_sock **out)
 	struct corio_sock *s;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_sock_from_fd: out is NULL");
 	*out = NULL;
 	if (!n)
 		return -EPERM;
@@ -482,12 +482,12 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	int ret;
 
 	if (!b)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_recv_buf: b is NULL");
 	b->data = NULL;
 	b->len = 0;
 	b->_owner = NULL;
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_recv_buf", s, "socket");
 	if (s->type != SOCK_STREAM)
 		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
 					     "(use corio_recvfrom_buf)");
@@ -549,7 +549,8 @@ void corio_buf_release(struct corio_buf *b)
 	if (n != corio__net()) {
 		/* Released on the wrong shard: returning it here would corrupt
 		 * another shard's ring. Leak it instead. */
-		assert(!"corio_buf_release on another shard");
+		(void)corio__misuse(0, "corio_buf_release", "the buffer belongs to another "
+				       "shard; it is leaked, not released");
 		return;
 	}
 	buf_put(n, b->_id);
@@ -590,7 +591,7 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 	int ret;
 
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_recv", s, "socket");
 	if (!buf || !len)
 		return corio__error(-EINVAL, "corio_recv: empty buffer");
 	if (len > INT32_MAX)
@@ -862,12 +863,10 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 
 	if (!b || !b->_owner)
 		return corio__error(-EINVAL, "corio_send_buf: not a borrowed buffer");
-	if (b->_owner != corio__net()) {
-		assert(!"corio_send_buf with a buffer of another shard");
-		return -EPERM;
-	}
+	if (b->_owner != corio__net())
+		return corio__misuse(-EPERM, "corio_send_buf", "the buffer belongs to another shard");
 	if (!n)
-		ret = s ? -EPERM : -EINVAL;
+		ret = corio__net_not_mine("corio_send_buf", s, "socket");
 	else if (s->type != SOCK_STREAM)
 		ret = corio__error(-EINVAL, "corio_send_buf: not a stream socket");
 	else if (s->serr)
@@ -1081,12 +1080,12 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 	if (sent)
 		*sent = 0;
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_send", s, "socket");
 	if (flags & ~CORIO_SEND_ZC)
 		return corio__error(-EINVAL, "corio_send_ex: unknown flags 0x%x",
 				    flags & ~CORIO_SEND_ZC);
 	if (!buf && len)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_send: buf is NULL");
 	if (s->sq_head || s->serr) {
 		int ret = wait_sends(s);
 
@@ -1140,9 +1139,10 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 	if (sent)
 		*sent = 0;
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_sendv", s, "socket");
 	if (iovcnt < 0 || (iovcnt && !iov))
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_sendv: %s",
+				    iovcnt < 0 ? "iovcnt is negative" : "iov is NULL");
 	if (s->sq_head || s->serr) {
 		int ret = wait_sends(s);
 
@@ -1215,7 +1215,7 @@ int corio_shutdown_write(struct corio_sock *s)
 	int ret;
 
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_shutdown_write", s, "socket");
 	if (s->sq_head || s->serr) {
 		ret = wait_sends(s);
 		if (ret)
@@ -1299,11 +1299,12 @@ int corio_close(struct corio_sock *s)
 	int ret = 0;
 
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_close", s, "socket");
 	if (s->closing)
-		return -EBADF; /* another fiber is closing it */
+		return corio__error(-EBADF, "corio_close: another fiber is closing this socket");
 	if ((!rop_idle(s) || s->sq_head || s->readers) && !corio__self())
-		return -EPERM; /* must wait for the kernel: only a fiber can */
+		return corio__error(-EPERM, "corio_close: the socket has kernel work in "
+				    "flight and %s", corio__not_fiber_why());
 	s->closing = true; /* no receive starts from now on */
 	evict_readers(s);
 	drain_sends(s);
@@ -1322,13 +1323,16 @@ int corio_sock_release_fd(struct corio_sock *s)
 	int fd;
 
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_sock_release_fd", s, "socket");
 	if (s->closing)
-		return -EBADF;
+		return corio__error(-EBADF, "corio_sock_release_fd: another fiber is closing "
+				    "this socket");
 	if (s->readers)
-		return -EBUSY; /* a fiber waits to receive on it */
+		return corio__error(-EBUSY, "corio_sock_release_fd: a fiber waits to receive "
+				    "on this socket");
 	if ((!rop_idle(s) || s->sq_head) && !corio__self())
-		return -EPERM;
+		return corio__error(-EPERM, "corio_sock_release_fd: the socket has kernel "
+				    "work in flight and %s", corio__not_fiber_why());
 	drain_sends(s);
 	quiesce(s);
 	if (s->qhead)
@@ -1343,7 +1347,7 @@ int corio_sock_release_fd(struct corio_sock *s)
 
 int corio_sock_fd(const struct corio_sock *s)
 {
-	return s ? s->fd : -EINVAL;
+	return s ? s->fd : corio__error(-EINVAL, "corio_sock_fd: s is NULL");
 }
 
 int corio_sock_local_addr(struct corio_sock *s, struct sockaddr_storage *addr, socklen_t *len)
@@ -1351,7 +1355,8 @@ int corio_sock_local_addr(struct corio_sock *s, struct sockaddr_storage *addr, s
 	socklen_t l = sizeof(*addr);
 
 	if (!s || !addr)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_sock_local_addr: %s is NULL",
+				    s ? "addr" : "s");
 	if (getsockname(s->fd, (struct sockaddr *)addr, &l) < 0)
 		return -errno;
 	if (len)
@@ -1364,7 +1369,8 @@ int corio_sock_peer_addr(struct corio_sock *s, struct sockaddr_storage *addr, so
 	socklen_t l = sizeof(*addr);
 
 	if (!s || !addr)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_sock_peer_addr: %s is NULL",
+				    s ? "addr" : "s");
 	if (getpeername(s->fd, (struct sockaddr *)addr, &l) < 0)
 		return -errno;
 	if (len)
@@ -1375,13 +1381,13 @@ int corio_sock_peer_addr(struct corio_sock *s, struct sockaddr_storage *addr, so
 int corio_setsockopt(struct corio_sock *s, int level, int name, const void *val, socklen_t len)
 {
 	if (!s)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_setsockopt: s is NULL");
 	return setsockopt(s->fd, level, name, val, len) < 0 ? -errno : 0;
 }
 
 int corio_getsockopt(struct corio_sock *s, int level, int name, void *val, socklen_t *len)
 {
 	if (!s)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_getsockopt: s is NULL");
 	return getsockopt(s->fd, level, name, val, len) < 0 ? -errno : 0;
 }

@@ -29,7 +29,7 @@ int corio_udp_bind(const char *host_port, struct corio_sock **out)
 	int fd, ret;
 
 	if (!out)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_udp_bind: out is NULL");
 	*out = NULL;
 	if (!n)
 		return -EPERM;
@@ -112,9 +112,9 @@ ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
 	int ret;
 
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_sendto", s, "socket");
 	if (!buf && len)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_sendto: buf is NULL");
 	if (s->type == SOCK_DGRAM && n->udp_direct) {
 		ssize_t r = corio__op_may_start();
 
@@ -196,12 +196,12 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 	int ret;
 
 	if (!b)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_recvfrom_buf: b is NULL");
 	b->data = NULL;
 	b->len = 0;
 	b->_owner = NULL;
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_recvfrom_buf", s, "socket");
 	if (s->type != SOCK_DGRAM)
 		return corio__error(-EINVAL, "corio_recvfrom_buf: not a UDP socket");
 	ret = buffered_setup(s);
@@ -283,9 +283,9 @@ ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct socka
 	int ret;
 
 	if (!n)
-		return s ? -EPERM : -EINVAL;
+		return corio__net_not_mine("corio_recvfrom", s, "socket");
 	if (!buf && len)
-		return -EINVAL;
+		return corio__error(-EINVAL, "corio_recvfrom: buf is NULL");
 	if (s->buffered) {
 		/* Datagrams already sit in the ring: copy the next one out. */
 		struct corio_buf b;

@@ -215,13 +215,16 @@ static void join_deadline_entry(void *arg)
 	corio_event_set(&ev);
 	CHECK_EQ(corio_join(f, &st), 0);
 	CHECK_EQ(st, 0);
-	/* a fiber that has already ended is joined even in an expired scope */
+	/* an expired scope refuses even a join that need not wait (corio.h's
+	 * rule), and the ended fiber stays joinable */
 	CHECK_EQ(corio_spawn(returns_42, NULL, NULL, &f), 0);
 	corio_yield();
 	CHECK_EQ(corio_timeout_push(&d, 0), 0);
+	CHECK_EQ(corio_join(f, &st), -ETIMEDOUT);
+	CHECK_EQ(st, 0);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
 	CHECK_EQ(corio_join(f, &st), 0);
 	CHECK_EQ(st, 42);
-	CHECK_EQ(corio_deadline_pop(&d), 0);
 }
 
 Test(fiber, join_is_bounded_by_the_deadline_scope, .timeout = 30)
@@ -756,4 +759,125 @@ Test(fiber, spawn_release_gets_the_argument_of_a_fiber_that_never_ran, .timeout 
 	th_run(&cfg, release_entry, NULL);
 	cr_assert_eq(rel_released, 2, "release ran %d times, 2 expected", rel_released);
 	cr_assert_eq(rel_fn_ran, 1);
+}
+
+/* ---- stale handles: joined twice, detached while joined ------------------------- */
+
+static int returns_arg(void *arg)
+{
+	return (int)(intptr_t)arg;
+}
+
+static int waits_then_9(void *arg)
+{
+	CHECK_EQ(corio_event_wait(arg), 0);
+	return 9;
+}
+
+static int joins_and_checks(void *arg)
+{
+	struct corio_fiber *g = arg;
+	int st = 0;
+
+	CHECK_EQ(corio_join(g, &st), 0);
+	CHECK_EQ(st, 9);
+	return 0;
+}
+
+static void stale_entry(void *arg)
+{
+	struct corio_fiber *f, *g, *j, *x[8];
+	struct corio_event ev;
+	int st = 0;
+
+	(void)arg;
+	corio_event_init(&ev);
+	/* joined twice: the second join is refused, the record freed once */
+	CHECK_EQ(corio_spawn(returns_arg, (void *)(intptr_t)7, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK_EQ(st, 7);
+	CHECK_EQ(corio_join(f, &st), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_join: ") != NULL);
+	CHECK_EQ(corio_detach(f), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_detach: ") != NULL);
+	CHECK_EQ(corio_cancel(f), -EINVAL);
+	/* detached while another fiber is parked joining it: refused, and
+	 * the joiner gets its status */
+	CHECK_EQ(corio_spawn(waits_then_9, &ev, NULL, &g), 0);
+	CHECK_EQ(corio_spawn(joins_and_checks, g, NULL, &j), 0);
+	corio_yield(); /* g parks on ev, j parks joining g */
+	CHECK_EQ(corio_detach(g), -EINVAL);
+	CHECK(strstr(corio_last_error(), "joining") != NULL);
+	corio_event_set(&ev);
+	CHECK_EQ(corio_join(j, &st), 0);
+	CHECK_EQ(st, 0);
+	CHECK_EQ(corio_join(g, &st), -EINVAL); /* j joined it */
+	/* the pool is sane: every new fiber is distinct, runs, and its join
+	 * returns its own status (a cycle in the free list handed the same
+	 * record out twice) */
+	for (int i = 0; i < 8; i++)
+		CHECK_EQ(corio_spawn(returns_arg, (void *)(intptr_t)(100 + i), NULL, &x[i]), 0);
+	for (int i = 0; i < 8; i++)
+		for (int k = 0; k < i; k++)
+			CHECK(x[i] != x[k]);
+	for (int i = 0; i < 8; i++) {
+		CHECK_EQ(corio_join(x[i], &st), 0);
+		CHECK_EQ(st, 100 + i);
+	}
+	/* the quarantine: the joined handle stays refused while 64 fibers
+	 * are spawned and joined after it (corio.h's stated limit) */
+	for (int i = 0; i < 64; i++) {
+		CHECK_EQ(corio_spawn(returns_arg, (void *)(intptr_t)i, NULL, &x[0]), 0);
+		CHECK(x[0] != f);
+		CHECK_EQ(corio_join(x[0], &st), 0);
+		CHECK_EQ(st, i);
+		CHECK_EQ(corio_join(f, &st), -EINVAL);
+	}
+}
+
+static int stale_run(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	(void)arg;
+	if (corio_run(&cfg, stale_entry, NULL) != 0)
+		return 2;
+	if (atomic_load(&th_failures))
+		fprintf(stderr, "%s\n", th_msg);
+	return atomic_load(&th_failures) ? 3 : 0;
+}
+
+/* Used to free the record twice: the free list became a cycle, later
+ * spawns shared records, joins returned other fibers' statuses, then hung
+ * or crashed. A child, bounded. */
+Test(fiber, join_twice_and_detach_while_joined_are_refused, .timeout = 30)
+{
+	int st = th_fork_bounded(stale_run, NULL, 10000);
+
+	cr_assert(st != TH_HUNG, "hung (a record freed twice)");
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child ended with status 0x%x", st);
+}
+
+/* corio.h's rule: a cancelled fiber's corio_join is refused even when the
+ * joined fiber has ended (it used to return 0), and leaves it joinable. */
+static void cancelled_join_entry(void *arg)
+{
+	struct corio_fiber *f;
+	int st = 1;
+
+	(void)arg;
+	CHECK_EQ(corio_spawn(returns_42, NULL, NULL, &f), 0);
+	corio_yield(); /* f ends */
+	CHECK_EQ(corio_cancel(corio_self()), 0);
+	CHECK_EQ(corio_join(f, &st), -ECANCELED);
+	CHECK_EQ(st, 1);
+	CHECK_EQ(corio_detach(f), 0); /* still joinable: the right to join is given up */
+	CHECK_EQ(corio_join(f, &st), -EINVAL);
+}
+
+Test(fiber, cancelled_join_of_an_ended_fiber_is_refused_and_keeps_it_joinable, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, cancelled_join_entry, NULL);
 }

@@ -3958,4 +3958,63 @@ Test(net, many_readers_on_a_small_ring_no_enobufs_storm, .timeout = 60)
 	setenv("CORIO_NET_BUFS", "8:4096", 1);
 	setenv("CORIO_NET_DISABLE", "pbuf_inc", 1);
 	th_run(&cfg, wr_entry, NULL);
+
+/* Every -EINVAL a net call returns names the call in corio_last_error()
+ * (most had no message, so an older one showed). */
+static void net_einval_entry(void *arg)
+{
+	struct corio_net_stats ns;
+	struct corio_sock *sk;
+	struct sockaddr_storage ss;
+	struct sockaddr sa = { .sa_family = 255 }; /* no such family */
+	socklen_t sl = sizeof(ss);
+	struct corio_buf b;
+	struct iovec iov = { 0 };
+	char buf[64];
+	int v = 0;
+
+	(void)arg;
+	CHECK_EINVAL_NAMES(corio_addr_format(NULL, 0, buf, sizeof(buf)), "corio_addr_format");
+	CHECK_EINVAL_NAMES(corio_addr_format(&sa, sizeof(sa), buf, sizeof(buf)),
+			   "corio_addr_format");
+	CHECK_EINVAL_NAMES(corio_addr_port(NULL), "corio_addr_port");
+	CHECK_EINVAL_NAMES(corio_addr_port(&sa), "corio_addr_port");
+	CHECK_EINVAL_NAMES(corio_tcp_listen("127.0.0.1:0", NULL, NULL), "corio_tcp_listen");
+	CHECK_EINVAL_NAMES(corio_unix_listen("x", NULL, NULL), "corio_unix_listen");
+	CHECK_EINVAL_NAMES(corio_accept(NULL, NULL), "corio_accept");
+	CHECK_EINVAL_NAMES(corio_accept(NULL, &sk), "corio_accept");
+	CHECK_EINVAL_NAMES(corio_listener_addr(NULL, &ss, &sl), "corio_listener_addr");
+	CHECK_EINVAL_NAMES(corio_listener_fd(NULL), "corio_listener_fd");
+	CHECK_EINVAL_NAMES(corio_listener_close(NULL), "corio_listener_close");
+	CHECK_EINVAL_NAMES(corio_accept_dispatch(NULL, 0, NULL, NULL), "corio_accept_dispatch");
+	CHECK_EINVAL_NAMES(corio_tcp_connect("127.0.0.1:1", NULL), "corio_tcp_connect");
+	CHECK_EINVAL_NAMES(corio_unix_connect("x", NULL), "corio_unix_connect");
+	CHECK_EINVAL_NAMES(corio_sock_from_fd(0, NULL), "corio_sock_from_fd");
+	CHECK_EINVAL_NAMES(corio_sock_release_fd(NULL), "corio_sock_release_fd");
+	CHECK_EINVAL_NAMES(corio_recv(NULL, buf, 1), "corio_recv");
+	CHECK_EINVAL_NAMES(corio_recv_buf(NULL, NULL), "corio_recv_buf");
+	CHECK_EINVAL_NAMES(corio_recv_buf(NULL, &b), "corio_recv_buf");
+	CHECK_EINVAL_NAMES(corio_send(NULL, buf, 1), "corio_send");
+	CHECK_EINVAL_NAMES(corio_sendv(NULL, &iov, 1, NULL), "corio_sendv");
+	CHECK_EINVAL_NAMES(corio_shutdown_write(NULL), "corio_shutdown_write");
+	CHECK_EINVAL_NAMES(corio_close(NULL), "corio_close");
+	CHECK_EINVAL_NAMES(corio_udp_bind("127.0.0.1:0", NULL), "corio_udp_bind");
+	CHECK_EINVAL_NAMES(corio_sendto(NULL, buf, 1, NULL, 0), "corio_sendto");
+	CHECK_EINVAL_NAMES(corio_recvfrom(NULL, buf, 1, NULL, NULL), "corio_recvfrom");
+	CHECK_EINVAL_NAMES(corio_recvfrom_buf(NULL, NULL, NULL, NULL), "corio_recvfrom_buf");
+	CHECK_EINVAL_NAMES(corio_sock_fd(NULL), "corio_sock_fd");
+	CHECK_EINVAL_NAMES(corio_sock_local_addr(NULL, &ss, &sl), "corio_sock_local_addr");
+	CHECK_EINVAL_NAMES(corio_sock_peer_addr(NULL, &ss, &sl), "corio_sock_peer_addr");
+	CHECK_EINVAL_NAMES(corio_setsockopt(NULL, SOL_SOCKET, SO_REUSEADDR, &v, sizeof(v)),
+			   "corio_setsockopt");
+	CHECK_EINVAL_NAMES(corio_getsockopt(NULL, SOL_SOCKET, SO_REUSEADDR, &v, &sl),
+			   "corio_getsockopt");
+	CHECK_EINVAL_NAMES(corio_net_stats_get(NULL, 99, &ns), "corio_net_stats_get");
+}
+
+Test(net, every_einval_names_its_call, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, net_einval_entry, NULL);
 }

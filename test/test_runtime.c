@@ -301,3 +301,75 @@ Test(runtime, shared_library_runs_a_shard_when_dlopened, .timeout = 30)
 		     atomic_load(&so_ret));
 	dlclose(h);
 }
+
+/*
+ * Every -EINVAL a core call returns carries a message naming the call
+ * (about half had none, so an application logging corio_last_error()
+ * printed an older, unrelated message), and a successful call does not
+ * clear it (corio.h says so).
+ */
+static int einval_fn(void *arg) { (void)arg; return 0; }
+static void einval_post(void *arg) { (void)arg; }
+static intptr_t einval_call(void *arg) { (void)arg; return 0; }
+
+static void einval_entry(void *arg)
+{
+	struct corio_timer_stats ts;
+	struct corio_msg_stats ms;
+	struct corio_stats st;
+	struct corio_chan ch;
+	char *out;
+	size_t len;
+
+	(void)arg;
+	CHECK_EINVAL_NAMES(corio_spawn(NULL, NULL, NULL, NULL), "corio_spawn");
+	CHECK_EINVAL_NAMES(corio_join(NULL, NULL), "corio_join");
+	CHECK_EINVAL_NAMES(corio_join(corio_self(), NULL), "corio_join");
+	CHECK_EINVAL_NAMES(corio_detach(NULL), "corio_detach");
+	CHECK_EINVAL_NAMES(corio_cancel(NULL), "corio_cancel");
+	CHECK_EINVAL_NAMES(corio_timer_init(NULL, NULL, NULL), "corio_timer_init");
+	CHECK_EINVAL_NAMES(corio_timer_arm(NULL, 1, 0), "corio_timer_arm");
+	CHECK_EINVAL_NAMES(corio_timer_cancel(NULL), "corio_timer_cancel");
+	CHECK_EINVAL_NAMES(corio_timer_wait(NULL), "corio_timer_wait");
+	CHECK_EINVAL_NAMES(corio_deadline_push(NULL, 1), "corio_deadline_push");
+	CHECK_EINVAL_NAMES(corio_timeout_push(NULL, 1), "corio_timeout_push");
+	CHECK_EINVAL_NAMES(corio_deadline_shield(NULL), "corio_deadline_shield");
+	CHECK_EINVAL_NAMES(corio_timer_stats_get(NULL, 99, &ts), "corio_timer_stats_get");
+	CHECK_EINVAL_NAMES(corio_stats_get(NULL, 99, &st), "corio_stats_get");
+	CHECK_EINVAL_NAMES(corio_msg_stats_get(NULL, 99, 0, &ms), "corio_msg_stats_get");
+	CHECK_EINVAL_NAMES(corio_stats_render(NULL, 99, &out, &len), "corio_stats_render");
+	CHECK_EINVAL_NAMES(corio_post(99, einval_post, NULL), "corio_post");
+	CHECK_EINVAL_NAMES(corio_post(0, NULL, NULL), "corio_post");
+	CHECK_EINVAL_NAMES(corio_post_wait(99, einval_post, NULL), "corio_post_wait");
+	CHECK_EINVAL_NAMES(corio_call(99, einval_call, NULL, NULL), "corio_call");
+	CHECK_EINVAL_NAMES(corio_gather(NULL, NULL, NULL), "corio_gather");
+	CHECK_EINVAL_NAMES(corio_broadcast(NULL, NULL), "corio_broadcast");
+	CHECK_EINVAL_NAMES(corio_spawn_on(99, einval_fn, NULL), "corio_spawn_on");
+	CHECK_EINVAL_NAMES(corio_spawn_on_wait(99, einval_fn, NULL), "corio_spawn_on_wait");
+	CHECK_EINVAL_NAMES(corio_spawn_on_ex(0, einval_fn, NULL, NULL, 8), "corio_spawn_on_ex");
+	CHECK_EINVAL_NAMES(corio_group_init(NULL, 0), "corio_group_init");
+	CHECK_EINVAL_NAMES(corio_group_spawn(NULL, einval_fn, NULL, NULL, NULL),
+			   "corio_group_spawn");
+	CHECK_EINVAL_NAMES(corio_group_wait(NULL), "corio_group_wait");
+	CHECK_EINVAL_NAMES(corio_group_close(NULL), "corio_group_close");
+	CHECK_EINVAL_NAMES(corio_group_cancel(NULL), "corio_group_cancel");
+	CHECK_EINVAL_NAMES(corio_group_error(NULL, NULL), "corio_group_error");
+	CHECK_EINVAL_NAMES(corio_select(NULL, 0), "corio_select");
+	CHECK_EINVAL_NAMES(corio_select_try(NULL, 0), "corio_select_try");
+	CHECK_EINVAL_NAMES(corio_chan_init(&ch, 0, 1), "corio_chan_init");
+	CHECK_EINVAL_NAMES(corio_post_foreign(NULL, 0, einval_post, NULL), "corio_post_foreign");
+	CHECK_EINVAL_NAMES(corio_stop(NULL), "corio_stop");
+	/* a success leaves the message of the last failure */
+	CHECK_EINVAL_NAMES(corio_stop(NULL), "corio_stop");
+	CHECK_EQ(corio_nop(), 0);
+	CHECK(strncmp(corio_last_error(), "corio_stop: ", 12) == 0);
+}
+
+Test(runtime, every_einval_names_its_call, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, einval_entry, NULL);
+	CHECK_EINVAL_NAMES(corio_wait(NULL), "corio_wait");
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+}

@@ -210,3 +210,126 @@ Test(sync, cancelled_waiter_leaves_the_queue, .timeout = 30)
 	memset(&s, 0, sizeof(s));
 	th_run(&cfg, cancel_waiter_entry, &s);
 }
+
+/*
+ * corio.h's rule: a cancelled fiber, or one past its deadline scope, gets
+ * -ECANCELED / -ETIMEDOUT from every blocking call, also when the call
+ * would not have had to park, and nothing is taken. These used to return 0
+ * (a set event, a zero count, a free permit or mutex, a queued element,
+ * room in a channel, a pending timer expiration, an empty group), so a
+ * cancelled worker kept fed never saw its cancellation.
+ */
+static void need_not_park_checks(int want)
+{
+	struct corio_event ev;
+	struct corio_wg wg;
+	struct corio_sem sem;
+	struct corio_mutex mu;
+	struct corio_chan full, room;
+	struct corio_group g;
+	struct corio_timer t;
+	int x = 5, y = 0;
+
+	corio_event_init(&ev);
+	corio_event_set(&ev);
+	corio_wg_init(&wg);
+	corio_sem_init(&sem, 1);
+	corio_mutex_init(&mu);
+	CHECK_EQ(corio_chan_init(&full, sizeof(int), 1), 0);
+	CHECK_EQ(corio_chan_init(&room, sizeof(int), 1), 0);
+	CHECK_EQ(corio_chan_try_send(&full, &x), 0);
+	CHECK_EQ(corio_group_init(&g, 0), 0);
+	corio_timer_init(&t, NULL, NULL);
+	CHECK_EQ(corio_timer_arm_in(&t, 0, 1000 * 1000000ull), 0);
+
+	CHECK_EQ(corio_event_wait(&ev), want);
+	CHECK_EQ(corio_wg_wait(&wg), want);
+	CHECK_EQ(corio_sem_acquire(&sem), want);
+	CHECK_EQ(sem.count, 1); /* the permit was not taken */
+	CHECK_EQ(corio_mutex_lock(&mu), want);
+	CHECK(mu.owner == NULL);
+	CHECK_EQ(corio_chan_recv(&full, &y), want);
+	CHECK_EQ(full.len, 1);
+	CHECK_EQ(y, 0);
+	CHECK_EQ(corio_chan_send(&room, &x), want);
+	CHECK_EQ(room.len, 0);
+	CHECK_EQ(corio_group_wait(&g), want);
+	CHECK_EQ(corio_timer_wait(&t), want); /* pending or not: refused first */
+	CHECK_EQ(corio_sleep_ns(0), want);
+	CHECK_EQ(corio_nop(), want);
+	/* the non-blocking forms still work */
+	CHECK_EQ(corio_sem_try_acquire(&sem), 0);
+	CHECK_EQ(corio_mutex_trylock(&mu), 0);
+	corio_mutex_unlock(&mu);
+	CHECK_EQ(corio_chan_try_recv(&full, &y), 0);
+	CHECK_EQ(y, 5);
+	CHECK_EQ(corio_timer_cancel(&t), 0);
+	corio_chan_destroy(&full);
+	corio_chan_destroy(&room);
+}
+
+static int cancelled_worker(void *arg)
+{
+	(void)arg;
+	CHECK_EQ(corio_cancel(corio_self()), 0);
+	need_not_park_checks(-ECANCELED);
+	return 0;
+}
+
+static void need_not_park_entry(void *arg)
+{
+	struct corio_deadline d;
+	struct corio_fiber *f;
+
+	(void)arg;
+	CHECK_EQ(corio_spawn(cancelled_worker, NULL, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_timeout_push(&d, 0), 0); /* expired at once */
+	need_not_park_checks(-ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+Test(sync, cancelled_or_expired_calls_refuse_even_when_they_need_not_park, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, need_not_park_entry, NULL);
+}
+
+/* Misuse that release builds survive (corio.h): the state stays sane and
+ * corio_last_error() names the call. */
+static void sync_misuse_entry(void *arg)
+{
+	struct corio_wg wg;
+	struct corio_mutex mu;
+
+	(void)arg;
+	corio_wg_init(&wg);
+	corio_wg_done(&wg);
+	CHECK_EQ(wg.count, 0);
+	CHECK(strstr(corio_last_error(), "corio_wg_done: ") != NULL);
+	CHECK_EQ(corio_wg_wait(&wg), 0);
+	corio_mutex_init(&mu);
+	corio_mutex_unlock(&mu);
+	CHECK(mu.owner == NULL);
+	CHECK(strstr(corio_last_error(), "corio_mutex_unlock: ") != NULL);
+	/* th_misuse_ex's release check: 0 and the last message */
+	snprintf(th_misuse_err, sizeof(th_misuse_err), "%s", corio_last_error());
+}
+
+static int sync_misuse_run(void)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	return corio_run(&cfg, sync_misuse_entry, NULL) || atomic_load(&th_failures) ? -1000 : 0;
+}
+
+Test(sync, misuse_keeps_the_state_sane_in_release_builds, .timeout = 30)
+{
+	/* debug builds abort at the first one: corio_wg_done */
+#ifdef NDEBUG
+	th_misuse_ex(sync_misuse_run, "corio_mutex_unlock", 0);
+#else
+	th_misuse_ex(sync_misuse_run, "corio_wg_done", 0);
+#endif
+}

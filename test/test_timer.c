@@ -744,3 +744,84 @@ static void idle_modes(enum corio_idle idle)
 
 Test(timer, idle_spin, .timeout = 60) { idle_modes(CORIO_IDLE_SPIN); }
 Test(timer, idle_poll, .timeout = 60) { idle_modes(CORIO_IDLE_POLL); }
+
+/*
+ * Misuse on a shard's loop, outside any fiber: a blocking call from a timer
+ * callback or from a corio_post() function, and an unbalanced
+ * corio_deadline_pop(). The default (release) build returns the documented
+ * -EPERM / -EINVAL with a message naming the call the user made (it used to
+ * abort, naming corio__op_may_start and friends); debug builds abort with
+ * that message (th_misuse_ex checks whichever this build promises).
+ */
+static int misuse_ret;
+static struct corio_event misuse_done;
+
+static void misuse_note(int ret)
+{
+	misuse_ret = ret;
+	snprintf(th_misuse_err, sizeof(th_misuse_err), "%s", corio_last_error());
+	corio_event_set(&misuse_done);
+}
+
+static void misuse_timer_cb(struct corio_timer *t, void *arg, int res)
+{
+	(void)t;
+	(void)arg;
+	(void)res;
+	misuse_note(corio_sleep_ns(1));
+}
+
+static void misuse_posted(void *arg)
+{
+	struct corio_event ev;
+
+	(void)arg;
+	corio_event_init(&ev);
+	corio_event_set(&ev); /* set: the call would not even have to park */
+	misuse_note(corio_event_wait(&ev));
+}
+
+static void loop_misuse_entry(void *arg)
+{
+	int which = (int)(intptr_t)arg;
+	struct corio_timer t;
+
+	corio_event_init(&misuse_done);
+	if (which == 0) {
+		corio_timer_init(&t, misuse_timer_cb, NULL);
+		CHECK_EQ(corio_timer_arm_in(&t, 0, 0), 0);
+	} else if (which == 1) {
+		CHECK_EQ(corio_post(corio_shard_id(), misuse_posted, NULL), 0);
+	} else {
+		struct corio_deadline outer, inner;
+
+		CHECK_EQ(corio_timeout_push(&outer, 1000 * MS), 0);
+		CHECK_EQ(corio_timeout_push(&inner, 1000 * MS), 0);
+		misuse_ret = corio_deadline_pop(&outer); /* not the innermost */
+		snprintf(th_misuse_err, sizeof(th_misuse_err), "%s", corio_last_error());
+		/* nothing changed: the scopes still close in order */
+		CHECK_EQ(corio_deadline_pop(&inner), 0);
+		CHECK_EQ(corio_deadline_pop(&outer), 0);
+		return;
+	}
+	CHECK_EQ(corio_event_wait(&misuse_done), 0);
+}
+
+static int misuse_run(int which)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret = corio_run(&cfg, loop_misuse_entry, (void *)(intptr_t)which);
+
+	return ret || atomic_load(&th_failures) ? -1000 : misuse_ret;
+}
+
+static int misuse_from_timer_cb(void) { return misuse_run(0); }
+static int misuse_from_posted_fn(void) { return misuse_run(1); }
+static int misuse_unbalanced_pop(void) { return misuse_run(2); }
+
+Test(timer, misuse_on_the_loop_returns_the_documented_error, .timeout = 60)
+{
+	th_misuse(misuse_from_timer_cb, "corio_sleep_ns: called from a callback");
+	th_misuse(misuse_from_posted_fn, "corio_event_wait: called from a callback");
+	th_misuse_ex(misuse_unbalanced_pop, "corio_deadline_pop", -EINVAL);
+}

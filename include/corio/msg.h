@@ -127,7 +127,9 @@ CORIO_API int corio_spawn_on_ex(unsigned shard, int (*fn)(void *arg), void *arg,
  * corio_post_wait(fn, arg) to every shard, this one included, in shard
  * order. Returns how many shards it was queued on: corio_shard_count()
  * unless the caller was cancelled, its deadline scope passed (it stops
- * there) or shards are stopping; or -EINVAL, -EPERM. Blocking.
+ * there) or shards are stopping; -ECANCELED / -ETIMEDOUT when that was so
+ * before it queued anything (corio.h's rule for blocking calls); or
+ * -EINVAL, -EPERM. Blocking.
  */
 CORIO_API int corio_broadcast(void (*fn)(void *arg), void *arg);
 

@@ -182,8 +182,9 @@ CORIO_API int corio_group_spawn(struct corio_group *g, int (*fn)(void *arg), voi
 /*
  * Wait until every member has ended; returns the first error (a member's
  * negative status) or 0. When the waiting fiber is cancelled or its
- * deadline scope ends first, the members are cancelled and waited for, and
- * the call returns -ECANCELED / -ETIMEDOUT. -EINVAL (bad g), -EDEADLK (a
+ * deadline scope ends first (before the call, too: even when no member is
+ * left), the members are cancelled and waited for, and the call returns
+ * -ECANCELED / -ETIMEDOUT. -EINVAL (bad g), -EDEADLK (a
  * member waiting for its own group). Blocking; several fibers may wait.
  */
 CORIO_API int corio_group_wait(struct corio_group *g);

@@ -170,8 +170,9 @@ CORIO_API int corio_timeout_push(struct corio_deadline *scope, uint64_t timeout_
 CORIO_API int corio_deadline_shield(struct corio_deadline *scope);
 
 /* Close the innermost scope (it must be scope: scopes close in LIFO order,
- * on the fiber that opened them). 0, or -EINVAL on misuse (and an assert in
- * debug builds). */
+ * on the fiber that opened them). 0, or -EINVAL on misuse (not the innermost
+ * open scope of the calling fiber: nothing changes, and corio_last_error()
+ * says so; a debug build aborts with that message, see corio.h). */
 CORIO_API int corio_deadline_pop(struct corio_deadline *scope);
 
 /* The calling fiber's effective deadline (CLOCK_MONOTONIC ns), 0: none. */
