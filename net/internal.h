@@ -114,6 +114,7 @@ struct corio_sock {
 	struct corio__link uops; /* corio__sock_uop: copying receives in the kernel */
 	struct corio__link starved_link;
 	struct corio_sock *free_next;
+	bool dead;             /* closed: in the pool's quarantine (stale handles get -EINVAL) */
 
 	/* asynchronous sends (corio_send_buf): a FIFO whose first records are in
 	 * the kernel as one send (several buffers gathered in one SENDMSG) */
@@ -145,6 +146,8 @@ struct corio_listener {
 	unsigned qhead, qlen, qcap;
 	struct corio_waitq wq;  /* the accepting fiber */
 	struct corio_fiber *closer;
+	bool closing;           /* corio_listener_close has begun: accepts get -EBADF */
+	uint16_t acceptors;     /* fibers inside corio_accept (the closer waits for 0) */
 	char path[108];    /* Unix: the file to remove on close ... */
 	dev_t path_dev;    /* ... if it is still this one */
 	ino_t path_ino;
@@ -183,7 +186,7 @@ struct corio__net {
 	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */
 	struct corio__link armed;   /* corio__mshot ops in the kernel */
-	struct corio_sock *sock_free;
+	struct corio_sock *sock_free, *sock_free_tail; /* FIFO: a quarantine */
 	unsigned nsock_free;
 	struct corio__link sending; /* sockets with queued sends */
 	struct corio__srec *srec_free;
@@ -354,6 +357,15 @@ static inline int corio__net_not_mine(const char *who, const void *obj, const ch
 		return corio__error(-EINVAL, "%s: the %s is NULL", who, what);
 	return corio__error(-EPERM, "%s: the %s belongs to another shard, or the caller is "
 				    "not on a shard", who, what);
+}
+
+/* The error for a socket call on s that owner() refused: NULL, closed
+ * (a stale handle still in the quarantine), or another shard's. */
+static inline int corio__sock_not_mine(const char *who, const struct corio_sock *s)
+{
+	if (s && s->dead)
+		return corio__error(-EINVAL, "%s: the socket was closed (a stale handle)", who);
+	return corio__net_not_mine(who, s, "socket");
 }
 
 #endif

@@ -326,16 +326,29 @@ static struct corio__net *lowner(const struct corio_listener *l)
 	return l ? corio__net_owner(l->net) : NULL;
 }
 
-int corio__accept_fd(struct corio_listener *l)
+/* The back-off after a transient accept error: a wait on the listener's
+ * queue bounded by the back-off, so a close wakes it (-EBADF). 0 when it
+ * is over, or the error (an enclosing deadline scope that passed too). */
+static int backoff_wait(struct corio_listener *l)
 {
-	struct corio__net *n = lowner(l);
+	struct corio_deadline d;
 	int ret;
 
-	if (!n)
-		return corio__net_not_mine("corio_accept", l, "listener");
-	if (l->wq.head)
-		return -EBUSY;
+	corio_timeout_push(&d, l->backoff_ms * 1000000ull);
+	ret = corio__net_wait(&l->wq);
+	corio_deadline_pop(&d);
+	if (ret == -ETIMEDOUT && !(corio_deadline_ns() && corio_now_ns() >= corio_deadline_ns()))
+		ret = 0; /* our back-off ended, not the caller's scope */
+	return ret;
+}
+
+static int accept_loop(struct corio__net *n, struct corio_listener *l)
+{
+	int ret;
+
 	for (;;) {
+		if (l->closing)
+			return corio__error(-EBADF, "corio_accept: the listener was closed");
 		if (l->qlen) {
 			int fd = l->q[l->qhead];
 
@@ -356,7 +369,7 @@ int corio__accept_fd(struct corio_listener *l)
 		if (n->stopping)
 			return -ECANCELED;
 		if (l->backoff && l->a.state == NET_IDLE) {
-			ret = corio_sleep_ns(l->backoff_ms * 1000000ull);
+			ret = backoff_wait(l);
 			if (ret < 0)
 				return corio__net_err(n, ret);
 			l->backoff = false;
@@ -373,6 +386,30 @@ int corio__accept_fd(struct corio_listener *l)
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
+}
+
+/* Every corio_accept goes through here: the closer counts the fibers
+ * inside and waits until the last has left (corio_listener_close). */
+int corio__accept_fd(struct corio_listener *l)
+{
+	struct corio__net *n = lowner(l);
+	int ret;
+
+	if (!n)
+		return corio__net_not_mine("corio_accept", l, "listener");
+	if (l->closing)
+		return corio__error(-EBADF, "corio_accept: the listener is being closed");
+	if (l->wq.head)
+		return corio__error(-EBUSY, "corio_accept: another fiber is accepting on "
+				    "this listener");
+	ret = corio__may_block("corio_accept");
+	if (ret)
+		return ret;
+	l->acceptors++;
+	ret = accept_loop(n, l);
+	if (--l->acceptors == 0 && l->closing && l->closer)
+		corio__ready(l->closer, 0);
+	return ret;
 }
 
 int corio_accept(struct corio_listener *l, struct corio_sock **out)
@@ -416,6 +453,11 @@ int corio_listener_fd(const struct corio_listener *l)
 	return l ? l->fd : corio__error(-EINVAL, "corio_listener_fd: l is NULL");
 }
 
+static bool no_acceptors(void *arg)
+{
+	return !((struct corio_listener *)arg)->acceptors;
+}
+
 static bool aop_idle(void *arg)
 {
 	return ((struct corio_listener *)arg)->a.state == NET_IDLE;
@@ -427,10 +469,23 @@ int corio_listener_close(struct corio_listener *l)
 
 	if (!n)
 		return corio__net_not_mine("corio_listener_close", l, "listener");
-	assert(!l->wq.head);
+	if (l->closing)
+		return corio__error(-EBADF, "corio_listener_close: another fiber is closing "
+				    "this listener");
+	if ((l->a.state != NET_IDLE || l->acceptors) && !corio__self())
+		return corio__error(-EPERM, "corio_listener_close: the listener has work in "
+				    "flight and %s", corio__not_fiber_why());
+	l->closing = true;
+	if (l->acceptors) {
+		/* A fiber waits in corio_accept (or its back-off): wake it with
+		 * -EBADF and wait until it has left, so nobody touches l after
+		 * the free below. */
+		corio__wq_wake_all(&l->wq, -EBADF);
+		l->closer = corio__self();
+		corio__net_park_until(no_acceptors, l);
+		l->closer = NULL;
+	}
 	if (l->a.state != NET_IDLE) {
-		if (!corio__self())
-			return -EPERM;
 		if (l->a.state == NET_ARMED) {
 			l->a.state = NET_CANCELING;
 			corio__ring_cancel(&n->shard->ring, &l->a.op);
@@ -461,8 +516,8 @@ int corio_listener_close(struct corio_listener *l)
 
 /* ---- connect ---------------------------------------------------------------- */
 
-static int connect_common(int family, const struct sockaddr *sa, socklen_t len, const char *what,
-			  struct corio_sock **out)
+static int connect_common(const char *who, int family, const struct sockaddr *sa, socklen_t len,
+			  const char *what, struct corio_sock **out)
 {
 	struct corio__net *n = corio__net();
 	struct io_uring_sqe *sqe;
@@ -471,16 +526,17 @@ static int connect_common(int family, const struct sockaddr *sa, socklen_t len, 
 	int fd, ret, one = 1;
 
 	if (!n)
-		return -EPERM;
-	if (corio_cancelled())
-		return -ECANCELED;
+		return corio__misuse(-EPERM, who, "not called on a shard");
+	ret = corio__may_block(who); /* cancellation and the deadline first */
+	if (ret)
+		return ret;
 	fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return corio__net_err(n, corio__error(-errno, "connect %s: socket: %s", what,
 						      strerror(errno)));
 	if (family != AF_UNIX)
 		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-	ret = corio__op_begin(&op, &sqe);
+	ret = corio__op_begin_who(&op, &sqe, who);
 	if (ret) {
 		close(fd);
 		return ret;
@@ -515,7 +571,8 @@ int corio_tcp_connect(const char *host_port, struct corio_sock **out)
 	ret = corio_addr_parse(host_port, &ss, &len);
 	if (ret)
 		return ret;
-	return connect_common(ss.ss_family, (struct sockaddr *)&ss, len, host_port, out);
+	return connect_common("corio_tcp_connect", ss.ss_family, (struct sockaddr *)&ss, len,
+			      host_port, out);
 }
 
 int corio_unix_connect(const char *path, struct corio_sock **out)
@@ -530,5 +587,6 @@ int corio_unix_connect(const char *path, struct corio_sock **out)
 	ret = unix_addr(path, &sun, &len, "corio_unix_connect");
 	if (ret)
 		return ret;
-	return connect_common(AF_UNIX, (struct sockaddr *)&sun, len, path, out);
+	return connect_common("corio_unix_connect", AF_UNIX, (struct sockaddr *)&sun, len,
+			      path, out);
 }

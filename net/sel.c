@@ -20,8 +20,8 @@ static bool recv_poll(struct corio_sel *it)
 {
 	struct corio_sock *s = it->obj;
 
-	if (!corio__net_owner(s->net)) {
-		it->res = -EPERM;
+	if (s->dead || !corio__net_owner(s->net)) {
+		it->res = corio__sock_not_mine("corio_sel_recv", s);
 		return true;
 	}
 	if (s->type != SOCK_STREAM) {

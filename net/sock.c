@@ -51,6 +51,11 @@
 #include <unistd.h>
 
 #define SOCK_POOL_MAX 4096
+/* A closed socket's record is reused only after this many others were
+ * closed after it, so a stale handle (a second corio_close, a call after
+ * close) finds it marked dead and gets -EINVAL instead of acting on a
+ * socket another fiber now owns (net.h states the limit). */
+#define SOCK_QUARANTINE 64
 
 /* ---- records ---------------------------------------------------------------- */
 
@@ -59,10 +64,12 @@ static void hup_cb(struct corio__op *op, int32_t res, uint32_t flags);
 
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type)
 {
-	struct corio_sock *s = n->sock_free;
+	struct corio_sock *s = n->nsock_free > SOCK_QUARANTINE ? n->sock_free : NULL;
 
 	if (s) {
 		n->sock_free = s->free_next;
+		if (!n->sock_free)
+			n->sock_free_tail = NULL;
 		n->nsock_free--;
 	} else {
 		s = malloc(sizeof(*s));
@@ -86,19 +93,26 @@ void corio__sock_free(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 
-	if (n->nsock_free < SOCK_POOL_MAX) {
-		s->free_next = n->sock_free;
+	s->dead = true;
+	s->free_next = NULL;
+	if (n->sock_free_tail)
+		n->sock_free_tail->free_next = s;
+	else
 		n->sock_free = s;
-		n->nsock_free++;
-	} else {
-		free(s);
+	n->sock_free_tail = s;
+	if (++n->nsock_free > SOCK_POOL_MAX) { /* free the oldest */
+		struct corio_sock *old = n->sock_free;
+
+		n->sock_free = old->free_next;
+		n->nsock_free--;
+		free(old);
 	}
 }
 
 /* s belongs to the calling shard? */
 static struct corio__net *owner(const struct corio_sock *s)
 {
-	return s ? corio__net_owner(s->net) : NULL;
+	return s && !s->dead ? corio__net_owner(s->net) : NULL;
 }
 
 static void set_live(struct corio_sock *s, bool live)
@@ -487,10 +501,13 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	b->len = 0;
 	b->_owner = NULL;
 	if (!n)
-		return corio__net_not_mine("corio_recv_buf", s, "socket");
+		return corio__sock_not_mine("corio_recv_buf", s);
 	if (s->type != SOCK_STREAM)
 		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
 					     "(use corio_recvfrom_buf)");
+	ret = corio__may_block("corio_recv_buf"); /* cancellation first, data or not */
+	if (ret)
+		return ret;
 	/* A send error ends the stream, but what already arrived comes first. */
 	if (s->serr && !s->qhead)
 		return s->serr;
@@ -591,9 +608,12 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 	int ret;
 
 	if (!n)
-		return corio__net_not_mine("corio_recv", s, "socket");
+		return corio__sock_not_mine("corio_recv", s);
 	if (!buf || !len)
 		return corio__error(-EINVAL, "corio_recv: empty buffer");
+	ret = corio__may_block("corio_recv"); /* cancellation first, data or not */
+	if (ret)
+		return ret;
 	if (len > INT32_MAX)
 		len = INT32_MAX;
 	/* A buffered UDP socket's ring buffers hold recvmsg headers: hand out
@@ -686,7 +706,7 @@ static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct ms
 
 	if (!direct_ok(n))
 		return 0;
-	r = corio__op_may_start();
+	r = corio__may_block("corio_send"); /* or _sendv, _send_buf: one path */
 	return r ? r : send_now(n, s, mh);
 }
 
@@ -866,7 +886,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 	if (b->_owner != corio__net())
 		return corio__misuse(-EPERM, "corio_send_buf", "the buffer belongs to another shard");
 	if (!n)
-		ret = corio__net_not_mine("corio_send_buf", s, "socket");
+		ret = corio__sock_not_mine("corio_send_buf", s);
 	else if (s->type != SOCK_STREAM)
 		ret = corio__error(-EINVAL, "corio_send_buf: not a stream socket");
 	else if (s->serr)
@@ -1044,7 +1064,7 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
 {
 	struct io_uring_sqe *sqe;
 	struct zc_op z;
-	int ret = corio__op_begin(&z.op, &sqe), wret;
+	int ret = corio__op_begin_who(&z.op, &sqe, "corio_send"), wret;
 
 	if (ret)
 		return ret;
@@ -1080,7 +1100,7 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 	if (sent)
 		*sent = 0;
 	if (!n)
-		return corio__net_not_mine("corio_send", s, "socket");
+		return corio__sock_not_mine("corio_send", s);
 	if (flags & ~CORIO_SEND_ZC)
 		return corio__error(-EINVAL, "corio_send_ex: unknown flags 0x%x",
 				    flags & ~CORIO_SEND_ZC);
@@ -1139,7 +1159,7 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 	if (sent)
 		*sent = 0;
 	if (!n)
-		return corio__net_not_mine("corio_sendv", s, "socket");
+		return corio__sock_not_mine("corio_sendv", s);
 	if (iovcnt < 0 || (iovcnt && !iov))
 		return corio__error(-EINVAL, "corio_sendv: %s",
 				    iovcnt < 0 ? "iovcnt is negative" : "iov is NULL");
@@ -1215,7 +1235,7 @@ int corio_shutdown_write(struct corio_sock *s)
 	int ret;
 
 	if (!n)
-		return corio__net_not_mine("corio_shutdown_write", s, "socket");
+		return corio__sock_not_mine("corio_shutdown_write", s);
 	if (s->sq_head || s->serr) {
 		ret = wait_sends(s);
 		if (ret)
@@ -1299,7 +1319,7 @@ int corio_close(struct corio_sock *s)
 	int ret = 0;
 
 	if (!n)
-		return corio__net_not_mine("corio_close", s, "socket");
+		return corio__sock_not_mine("corio_close", s);
 	if (s->closing)
 		return corio__error(-EBADF, "corio_close: another fiber is closing this socket");
 	if ((!rop_idle(s) || s->sq_head || s->readers) && !corio__self())
@@ -1323,7 +1343,7 @@ int corio_sock_release_fd(struct corio_sock *s)
 	int fd;
 
 	if (!n)
-		return corio__net_not_mine("corio_sock_release_fd", s, "socket");
+		return corio__sock_not_mine("corio_sock_release_fd", s);
 	if (s->closing)
 		return corio__error(-EBADF, "corio_sock_release_fd: another fiber is closing "
 				    "this socket");
@@ -1347,6 +1367,8 @@ int corio_sock_release_fd(struct corio_sock *s)
 
 int corio_sock_fd(const struct corio_sock *s)
 {
+	if (s && s->dead)
+		return corio__sock_not_mine("corio_sock_fd", s);
 	return s ? s->fd : corio__error(-EINVAL, "corio_sock_fd: s is NULL");
 }
 

@@ -57,7 +57,7 @@ int corio_udp_bind(const char *host_port, struct corio_sock **out)
 
 static struct corio__net *owner(const struct corio_sock *s)
 {
-	return s ? corio__net_owner(s->net) : NULL;
+	return s && !s->dead ? corio__net_owner(s->net) : NULL;
 }
 
 /*
@@ -112,7 +112,7 @@ ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
 	int ret;
 
 	if (!n)
-		return corio__net_not_mine("corio_sendto", s, "socket");
+		return corio__sock_not_mine("corio_sendto", s);
 	if (!buf && len)
 		return corio__error(-EINVAL, "corio_sendto: buf is NULL");
 	if (s->type == SOCK_DGRAM && n->udp_direct) {
@@ -201,9 +201,12 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 	b->len = 0;
 	b->_owner = NULL;
 	if (!n)
-		return corio__net_not_mine("corio_recvfrom_buf", s, "socket");
+		return corio__sock_not_mine("corio_recvfrom_buf", s);
 	if (s->type != SOCK_DGRAM)
 		return corio__error(-EINVAL, "corio_recvfrom_buf: not a UDP socket");
+	ret = corio__may_block("corio_recvfrom_buf"); /* cancellation first, data or not */
+	if (ret)
+		return ret;
 	ret = buffered_setup(s);
 	if (ret)
 		return ret;
@@ -283,9 +286,12 @@ ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct socka
 	int ret;
 
 	if (!n)
-		return corio__net_not_mine("corio_recvfrom", s, "socket");
+		return corio__sock_not_mine("corio_recvfrom", s);
 	if (!buf && len)
 		return corio__error(-EINVAL, "corio_recvfrom: buf is NULL");
+	ret = corio__may_block("corio_recvfrom"); /* cancellation first, data or not */
+	if (ret)
+		return ret;
 	if (s->buffered) {
 		/* Datagrams already sit in the ring: copy the next one out. */
 		struct corio_buf b;

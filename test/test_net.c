@@ -7,6 +7,8 @@
  */
 #include "helpers.h"
 
+#include <poll.h>
+
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -3958,6 +3960,7 @@ Test(net, many_readers_on_a_small_ring_no_enobufs_storm, .timeout = 60)
 	setenv("CORIO_NET_BUFS", "8:4096", 1);
 	setenv("CORIO_NET_DISABLE", "pbuf_inc", 1);
 	th_run(&cfg, wr_entry, NULL);
+}
 
 /* Every -EINVAL a net call returns names the call in corio_last_error()
  * (most had no message, so an older one showed). */
@@ -4017,4 +4020,175 @@ Test(net, every_einval_names_its_call, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, net_einval_entry, NULL);
+}
+
+/* ---- the listener, and receives with data waiting, in the same classes --------- */
+
+struct lclose {
+	struct corio_listener *l;
+	int accept_ret, close_ret, again_ret;
+};
+
+static int lclose_acceptor(void *arg)
+{
+	struct lclose *c = arg;
+	struct corio_sock *s = NULL;
+
+	c->accept_ret = corio_accept(c->l, &s);
+	if (s)
+		corio_close(s);
+	return 0;
+}
+
+static void lclose_entry(void *arg)
+{
+	struct lclose *c = arg;
+	struct corio_fiber *f;
+
+	if (corio_tcp_listen("127.0.0.1:0", NULL, &c->l))
+		return;
+	if (corio_spawn(lclose_acceptor, c, NULL, &f))
+		return;
+	corio_yield(); /* the acceptor parks in corio_accept */
+	c->close_ret = corio_listener_close(c->l);
+	corio_join(f, NULL);
+}
+
+static int lclose_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct lclose c = { .accept_ret = 1, .close_ret = 1 };
+
+	(void)arg;
+	if (corio_run(&cfg, lclose_entry, &c))
+		return 10;
+	return c.accept_ret == -EBADF && c.close_ret == 0 ? 0 : 11;
+}
+
+/* corio_listener_close() with a fiber parked in corio_accept() asserted (and
+ * in release builds freed the listener under it): now the acceptor is woken
+ * with -EBADF and the close waits for it (issue 22, the class of item 2). */
+Test(net, listener_close_wakes_a_parked_accept_with_ebadf, .timeout = 30)
+{
+	th_child_ok(lclose_child, NULL, 10000, "listener close with a parked accept");
+}
+
+struct cfirst {
+	char where[64];
+	struct corio_listener *l;
+	int recv_c, recvbuf_c, recv_t, accept_c;
+};
+
+static int cfirst_peer(void *arg)
+{
+	struct cfirst *c = arg;
+	struct corio_sock *s;
+
+	if (corio_tcp_connect(c->where, &s) == 0) {
+		corio_send(s, "hello", 5);
+		corio_sleep_ns(50 * 1000 * 1000); /* hold the connection open */
+		corio_close(s);
+	}
+	return 0;
+}
+
+static int cfirst_server(void *arg)
+{
+	struct cfirst *c = arg;
+	struct corio_sock *s;
+	struct corio_buf b;
+	struct corio_deadline d;
+	char buf[8];
+
+	if (corio_accept(c->l, &s))
+		return 0;
+	/* wait until the bytes are queued, without taking them */
+	corio_poll(corio_sock_fd(s), POLLIN);
+	corio_timeout_push(&d, 1); /* a scope that has passed */
+	corio_sleep_ns(1000);
+	c->recv_t = (int)corio_recv(s, buf, sizeof(buf));
+	corio_deadline_pop(&d);
+	corio_cancel(corio_self());
+	c->recv_c = (int)corio_recv(s, buf, sizeof(buf));
+	c->recvbuf_c = (int)corio_recv_buf(s, &b);
+	corio_buf_release(&b);
+	corio_close(s);
+	return 0;
+}
+
+static void cfirst_entry(void *arg)
+{
+	struct cfirst *c = arg;
+	struct corio_fiber *srv, *peer, *peer2;
+	struct corio_sock *s;
+
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &c->l), 0);
+	addr_of(c->l, c->where, sizeof(c->where));
+	CHECK_EQ(corio_spawn(cfirst_server, c, NULL, &srv), 0);
+	CHECK_EQ(corio_spawn(cfirst_peer, c, NULL, &peer), 0);
+	CHECK_EQ(corio_join(srv, NULL), 0);
+	CHECK_EQ(corio_join(peer, NULL), 0);
+	/* a connection waits in the listener: a cancelled caller still gets none */
+	CHECK_EQ(corio_spawn(cfirst_peer, c, NULL, &peer2), 0);
+	corio_sleep_ns(20 * 1000 * 1000);
+	corio_cancel(corio_self());
+	c->accept_c = corio_accept(c->l, &s);
+	if (c->accept_c == 0)
+		corio_close(s);
+	corio_join(peer2, NULL);
+	corio_listener_close(c->l);
+}
+
+/* Cancellation and the deadline come first even when data or a connection
+ * is already waiting (corio.h's rule, item 9 of issue 22, in net). */
+Test(net, receives_and_accept_refuse_when_cancelled_even_with_data_waiting, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cfirst c;
+
+	memset(&c, 0, sizeof(c));
+	th_run(&cfg, cfirst_entry, &c);
+	cr_assert_eq(c.recv_t, -ETIMEDOUT);
+	cr_assert_eq(c.recv_c, -ECANCELED);
+	cr_assert_eq(c.recvbuf_c, -ECANCELED);
+	cr_assert_eq(c.accept_c, -ECANCELED);
+}
+
+/* A second corio_close (or any call) on a closed socket's handle is -EINVAL
+ * while the record is in the quarantine; it used to push the record on the
+ * pool twice and close a descriptor another socket may own by then. */
+static void stale_sock_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *a, *b, *c;
+	char where[64], buf[4];
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &a), 0);
+	CHECK_EQ(corio_close(a), 0);
+	CHECK_EQ(corio_close(a), -EINVAL);
+	CHECK(strstr(corio_last_error(), "closed") != NULL);
+	CHECK_EQ(corio_recv(a, buf, sizeof(buf)), -EINVAL);
+	CHECK_EQ(corio_send(a, "x", 1), -EINVAL);
+	CHECK_EQ(corio_sock_fd(a), -EINVAL);
+	/* a new socket does not take the stale record at once */
+	CHECK_EQ(corio_tcp_connect(where, &b), 0);
+	CHECK(b != a);
+	CHECK_EQ(corio_accept(l, &c), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_accept(l, &c), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_close(a), -EINVAL); /* still refused; b untouched */
+	CHECK_EQ(corio_send(b, "ok", 2), 2);
+	CHECK_EQ(corio_close(b), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(net, stale_socket_handle_is_einval_not_a_double_free, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, stale_sock_entry, NULL);
 }

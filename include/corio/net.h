@@ -103,9 +103,12 @@ CORIO_API int corio_listener_fd(const struct corio_listener *l);
 /* Stop listening and free l. Connections already accepted by the kernel but
  * not yet returned by corio_accept() are closed. A Unix listener removes its
  * socket file if that file is still its own (not one another server bound
- * after ours was removed). A fiber blocked in
- * corio_accept() on l must have been cancelled first. Blocking (waits for
- * the multishot accept's last CQE); returns 0. */
+ * after ours was removed). A fiber waiting in corio_accept() on l (or
+ * in its back-off) is woken with -EBADF, and the close waits until it has
+ * left; a corio_accept() that starts while the close runs gets -EBADF too.
+ * Blocking (waits for the multishot accept's last CQE and for those
+ * fibers); returns 0, -EBADF when another fiber is already closing l,
+ * -EPERM off a fiber with work in flight. */
 CORIO_API int corio_listener_close(struct corio_listener *l);
 
 /*
@@ -276,7 +279,11 @@ CORIO_API int corio_shutdown_write(struct corio_sock *s);
  * sees the close, a UDP port is free again). Such a fiber must not use s
  * after -EBADF: it is freed. A receive or a second close that starts while
  * the close waits returns -EBADF. Sends another fiber has in progress on s
- * are not covered: s must not be in a send of another fiber. */
+ * are not covered: s must not be in a send of another fiber.
+ * Stale handles: a closed socket's record is reused only after 64 more
+ * sockets of the shard were closed, so until then a call on the old handle
+ * (a second corio_close included) returns -EINVAL, "the socket was closed";
+ * later the handle may name another socket, so do not keep it. */
 CORIO_API int corio_close(struct corio_sock *s);
 
 /* ---- UDP -------------------------------------------------------------- */
