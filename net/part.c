@@ -77,10 +77,15 @@ static int net_init(struct corio__shard *s)
 	 * The opcode probe cannot see flags, so infer them from opcodes that
 	 * landed in the same release: multishot accept came with
 	 * IORING_OP_SOCKET (5.19), multishot recv/recvmsg with
-	 * IORING_OP_SEND_ZC (6.0).
+	 * IORING_OP_SEND_ZC (6.0). The ring emulator has both without those
+	 * opcodes, and says so with CORIO__CAP_MSHOT.
 	 */
-	n->multishot_accept = corio__ring_has_op(r, IORING_OP_SOCKET) && !net_disabled("multishot");
-	n->multishot_recv = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("multishot");
+	bool mshot = r->caps & CORIO__CAP_MSHOT;
+
+	n->multishot_accept = (mshot || corio__ring_has_op(r, IORING_OP_SOCKET)) &&
+			      !net_disabled("multishot");
+	n->multishot_recv = (mshot || corio__ring_has_op(r, IORING_OP_SEND_ZC)) &&
+			    !net_disabled("multishot");
 	n->multishot_recvmsg = n->multishot_recv;
 	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled("send_zc");
 	n->recv_cap = env_cap("CORIO_NET_RECV_QUEUE", DEFAULT_RECV_CAP);
