@@ -612,3 +612,27 @@ Test(backend, forced_uring_under_refusal_fails_clearly, .timeout = 30)
 {
 	th_child_ok(forced_uring_child, NULL, 20000, "backend=uring under a seccomp refusal");
 }
+
+/* ---- the backend in the rendered stats ---------------------------------------------------------- */
+
+static void render_entry(void *arg)
+{
+	char *out = NULL;
+	size_t len = 0;
+
+	(void)arg;
+	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_JSON, &out, &len), 0);
+	CHECK(out && strstr(out, "\"backend\":1"));
+	free(out);
+	out = NULL;
+	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_PROM, &out, &len), 0);
+	CHECK(out && strstr(out, "corio_ring_backend{shard=\"0\"} 1"));
+	free(out);
+}
+
+Test(backend, stats_json_and_prometheus_name_the_backend, .timeout = 30)
+{
+	struct corio_config cfg = epoll_cfg(1);
+
+	th_run(&cfg, render_entry, NULL);
+}
