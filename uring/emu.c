@@ -503,6 +503,16 @@ static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
 			}
 		}
 		post(r, o->user_data, (int32_t)n, fl | IORING_CQE_F_MORE);
+		/*
+		 * A short read drained the stream (a multishot RECV is a stream
+		 * receive: datagram sockets use RECVMSG): wait for the next edge
+		 * instead of paying a recv for its EAGAIN. Edge-triggered epoll
+		 * reports every arrival after this read, so nothing is missed;
+		 * a hang-up seen already is not reported again, so then read on
+		 * until the 0.
+		 */
+		if ((size_t)n < len && !(o->f->ready & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+			return T_AGAIN;
 		if (++posted >= MSHOT_BUDGET)
 			return T_MORE;
 	}
