@@ -12,6 +12,9 @@
 
 /* ---- config ----------------------------------------------------------------- */
 
+/* backend came out of reserved[]: the struct's size and layout stay put */
+_Static_assert(sizeof(enum corio_backend) == sizeof(unsigned), "corio_config.backend");
+
 #if CORIO__ASAN || CORIO__TSAN
 #define DEFAULT_STACK (512 * 1024) /* sanitizers grow frames a lot */
 #else
@@ -72,6 +75,9 @@ int corio_config_check(const struct corio_config *cfg)
 				    "config: stack_guard is %u, must be a multiple of the page "
 				    "size (%ld) up to 16 MiB, or 0 for the default",
 				    cfg->stack_guard, sysconf(_SC_PAGESIZE));
+	if ((unsigned)cfg->backend > CORIO_BACKEND_EPOLL)
+		return corio__error(-EINVAL, "config: backend is %d, not a corio_backend value",
+				    (int)cfg->backend);
 	if ((unsigned)cfg->idle > CORIO_IDLE_POLL)
 		return corio__error(-EINVAL, "config: idle is %d, not a corio_idle value",
 				    (int)cfg->idle);

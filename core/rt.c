@@ -126,8 +126,9 @@ static int shard_setup(struct corio__shard *s)
 	struct corio__ring_params rp = {
 		.sq_entries = rt->cfg.sq_entries,
 		.cq_entries = rt->cfg.cq_entries,
-		.sqpoll = rt->cfg.flags & CORIO_F_SQPOLL,
+		.sqpoll = (rt->cfg.flags & CORIO_F_SQPOLL) && rt->cfg.backend != CORIO_BACKEND_EPOLL,
 		.sqpoll_cpu = -1,
+		.emu = rt->cfg.backend == CORIO_BACKEND_EPOLL,
 	};
 	char why[200];
 	int ret;
@@ -155,6 +156,7 @@ static int shard_setup(struct corio__shard *s)
 	CORIO__STAT_SET(s->stats.ring_flags, s->ring.setup_flags);
 	CORIO__STAT_SET(s->stats.ring_features, s->ring.features);
 	CORIO__STAT_SET(s->stats.cpu, (uint64_t)s->cpu);
+	CORIO__STAT_SET(s->stats.backend, s->ring.emu ? 1 : 0);
 
 	s->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (s->efd < 0) {
@@ -260,6 +262,72 @@ static void *shard_main(void *arg)
 	return (void *)(intptr_t)ret;
 }
 
+/* ---- the backend ----------------------------------------------------------------------- */
+
+/* The one place the runtime tells the operator about its backend (a log
+ * hook will take stderr's place). */
+__attribute__((format(printf, 1, 2))) static void backend_say(const char *fmt, ...)
+{
+	char line[256];
+	va_list ap;
+
+	va_start(ap, fmt);
+	vsnprintf(line, sizeof(line), fmt, ap);
+	va_end(ap);
+	fprintf(stderr, "corio: %s\n", line);
+}
+
+/* CORIO_BACKEND=auto|uring|epoll overrides cfg.backend (the one strict
+ * parser, uring/env.c). */
+static int env_backend(enum corio_backend *b)
+{
+	static const char *const words[] = { "auto", "uring", "epoll", NULL };
+	static const enum corio_backend kinds[] = { CORIO_BACKEND_AUTO, CORIO_BACKEND_URING,
+						    CORIO_BACKEND_EPOLL };
+	char why[200];
+	unsigned i;
+	int ret = corio__env_choice("CORIO_BACKEND", words, &i, why, sizeof(why));
+
+	if (ret < 0)
+		return corio__error(-EINVAL, "corio_start: %s", why);
+	if (ret > 0)
+		*b = kinds[i];
+	return 0;
+}
+
+/*
+ * One backend for every shard (a MSG_RING doorbell needs a ring at both
+ * ends). AUTO sets up a one-entry ring on this thread before any shard
+ * starts: a refusal (ENOSYS: no io_uring or a seccomp filter; EPERM:
+ * seccomp, kernel.io_uring_disabled, a security module; EACCES) selects the
+ * emulator. Any other failure (ENOMEM from memlock limits, ...) is not a
+ * refusal: the shards meet it again and report it as before.
+ */
+static int pick_backend(struct corio_config *cfg)
+{
+	enum corio_backend b = cfg->backend;
+	int ret = env_backend(&b);
+
+	if (ret)
+		return ret;
+	if (b == CORIO_BACKEND_AUTO) {
+		ret = corio__ring_try_setup();
+		b = CORIO_BACKEND_URING;
+		if (ret == -ENOSYS || ret == -EPERM || ret == -EACCES) {
+			b = CORIO_BACKEND_EPOLL;
+			backend_say("io_uring is refused here (io_uring_setup: %s); running on the "
+				    "epoll fallback%s", strerror(-ret),
+				    ret == -EPERM ? " (a seccomp filter or kernel.io_uring_disabled)"
+						  : "");
+		}
+	}
+	if (b == CORIO_BACKEND_EPOLL && (cfg->flags & CORIO_F_SQPOLL))
+		backend_say("CORIO_F_SQPOLL has no meaning on the epoll fallback: no SQ "
+			    "polling thread runs");
+	cfg->backend = b;
+	return 0;
+}
+
 /* ---- start / wait -------------------------------------------------------------------- */
 
 static void shard_free(struct corio__shard *s)
@@ -347,6 +415,11 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 		return -ENOMEM;
 	rt->cfg = *cfg;
 	rt->cfg.cpus = NULL;
+	ret = pick_backend(&rt->cfg);
+	if (ret) {
+		free(rt);
+		return ret;
+	}
 	rt->parts = parts;
 	rt->nshards = n;
 	rt->entry = entry;

@@ -100,6 +100,7 @@ static const struct metric metrics[] = {
 	M("ring", "doorbells_out", COUNTER, false, msg.doorbells, "Wake-ups sent to sleeping peers."),
 	M("ring", "setup_flags", INFO, false, core.ring_flags, NULL),
 	M("ring", "features", INFO, false, core.ring_features, NULL),
+	M("ring", "backend", INFO, false, core.backend, NULL), /* 0 io_uring, 1 epoll */
 	M("fibers", "live", GAUGE, false, core.fibers_live, "Fibers that have not ended."),
 	M("fibers", "spawned", COUNTER, false, core.fibers_spawned, "Fibers spawned."),
 	M("fibers", "switches", COUNTER, false, core.switches, "Context switches into fibers."),
@@ -363,6 +364,11 @@ static void render_prom(struct sb *b, const struct snap *sn, unsigned n)
 	for (unsigned i = 0; i < n; i++)
 		sb_printf(b, "corio_shard_cpu{shard=\"%u\"} %llu\n", i,
 			  (unsigned long long)sn[i].core.cpu);
+	sb_printf(b, "# HELP corio_ring_backend I/O backend: 0 io_uring, 1 the epoll fallback.\n"
+		     "# TYPE corio_ring_backend gauge\n");
+	for (unsigned i = 0; i < n; i++)
+		sb_printf(b, "corio_ring_backend{shard=\"%u\"} %llu\n", i,
+			  (unsigned long long)sn[i].core.backend);
 	for (size_t k = 0; k < NMETRICS; k++) {
 		const struct metric *m = &metrics[k];
 

@@ -67,6 +67,22 @@ enum corio_idle {
 	CORIO_IDLE_POLL = 2,  /* never sleep: lowest latency, burns its core   */
 };
 
+/*
+ * Which engine runs the shards' I/O (corio_config.backend). One backend
+ * serves every shard of a runtime. The environment variable
+ * CORIO_BACKEND=auto|uring|epoll overrides the field (anything else makes
+ * corio_start fail with -EINVAL).
+ */
+enum corio_backend {
+	CORIO_BACKEND_AUTO = 0,  /* io_uring; the epoll fallback when the kernel or a
+	                            seccomp filter refuses io_uring (ENOSYS, EPERM,
+	                            EACCES), said once on stderr                */
+	CORIO_BACKEND_URING = 1, /* io_uring only: fail to start without it       */
+	CORIO_BACKEND_EPOLL = 2, /* the readiness fallback: a ring emulator on
+	                            epoll and non-blocking syscalls (README,
+	                            "Kernel features", says what differs)       */
+};
+
 /* corio_config.flags */
 #define CORIO_F_SQPOLL 0x1u /* kernel SQ polling thread per shard (needs privileges on old kernels) */
 #define CORIO_F_NO_PIN 0x2u /* do not pin shard threads to their CPUs                             */
@@ -102,7 +118,8 @@ struct corio_config {
 	                             default (4). See corio/work.h               */
 	unsigned work_queue;      /* jobs that may wait for a pool thread before
 	                             corio_work() says -EAGAIN; 0: 1024          */
-	unsigned reserved[10];    /* must be zero                                   */
+	enum corio_backend backend; /* CORIO_BACKEND_AUTO                           */
+	unsigned reserved[9];     /* must be zero                                   */
 };
 
 /* Set every field of *cfg to its default. Always call it first. */
@@ -385,6 +402,8 @@ struct corio_stats {
 	                            work) is here, while idle_ns counts that
 	                            enter as idle: under load busy_ns + idle_ns
 	                            is wall time, cpu_ns what the shard cost   */
+	uint64_t backend;        /* 0: io_uring, 1: the epoll fallback (the ring
+	                            emulator; enters and sqes count its calls) */
 };
 
 /* Copy a snapshot of shard's counters. Any thread while the runtime runs

@@ -122,11 +122,14 @@ static int net_init(struct corio__shard *s)
 	 * The opcode probe cannot see flags, so infer them from opcodes that
 	 * landed in the same release: multishot accept came with
 	 * IORING_OP_SOCKET (5.19), multishot recv/recvmsg with
-	 * IORING_OP_SEND_ZC (6.0).
+	 * IORING_OP_SEND_ZC (6.0). The ring emulator has both without those
+	 * opcodes, and says so with CORIO__CAP_MSHOT.
 	 */
-	n->multishot_accept = corio__ring_has_op(r, IORING_OP_SOCKET) &&
+	bool mshot = r->caps & CORIO__CAP_MSHOT; /* the emulator: no SOCKET/SEND_ZC to infer from */
+
+	n->multishot_accept = (mshot || corio__ring_has_op(r, IORING_OP_SOCKET)) &&
 			      !net_disabled(n, NO_MULTISHOT);
-	n->multishot_recv = corio__ring_has_op(r, IORING_OP_SEND_ZC) &&
+	n->multishot_recv = (mshot || corio__ring_has_op(r, IORING_OP_SEND_ZC)) &&
 			    !net_disabled(n, NO_MULTISHOT);
 	n->multishot_recvmsg = n->multishot_recv;
 	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled(n, NO_SEND_ZC);

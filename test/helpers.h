@@ -94,6 +94,37 @@ static inline void th_run(const struct corio_config *cfg, void (*entry)(void *),
 	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
 }
 
+static inline void th_backend_entry(void *arg)
+{
+	struct corio_stats st;
+
+	if (corio_stats_get(NULL, 0, &st) == 0)
+		*(int *)arg = (int)st.backend + 1;
+}
+
+/* True when a default runtime runs on the epoll fallback (CORIO_BACKEND,
+ * or a host that refuses io_uring): asked of a one-shard runtime's stats. */
+static inline bool th_on_epoll(void)
+{
+	static int backend; /* 0: not asked yet; 1: io_uring; 2: epoll */
+
+	if (!backend) {
+		struct corio_config cfg = th_cfg(1);
+
+		if (corio_run(&cfg, th_backend_entry, &backend) != 0)
+			backend = 1;
+	}
+	return backend == 2;
+}
+
+/* A test of something only io_uring has skips on the fallback, naming it. */
+#define TH_URING_ONLY(feature)                                                           \
+	do {                                                                             \
+		if (th_on_epoll())                                                       \
+			cr_skip_test("io_uring only: %s (the epoll fallback has none)",  \
+				     (feature));                                         \
+	} while (0)
+
 /*
  * API misuse: release builds (NDEBUG, what make test builds) return the
  * documented error with a message naming the public call; debug builds

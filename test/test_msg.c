@@ -1160,6 +1160,7 @@ static int badfd_child(void *arg)
 
 Test(msg, failed_msg_ring_doorbell_falls_back_to_the_eventfd, .timeout = 60)
 {
+	TH_URING_ONLY("MSG_RING doorbells (IORING_OP_MSG_RING)");
 	th_child_ok(badfd_child, NULL, 30000, "ping-pong with failing MSG_RING doorbells");
 }
 

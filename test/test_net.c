@@ -2122,6 +2122,7 @@ static int zc_deadline_child(void *arg)
 
 Test(net, send_zc_deadline_peer_never_reads, .timeout = 60)
 {
+	TH_URING_ONLY("zero-copy send notifications (IORING_OP_SEND_ZC)");
 	int st = th_fork_bounded(zc_deadline_child, NULL, 10000);
 
 	cr_assert(st != TH_HUNG, "a 100 ms zero-copy send still running after 10 s");
@@ -2197,6 +2198,7 @@ static int zc_stop_child(void *arg)
 
 Test(net, send_zc_stop_peer_never_reads, .timeout = 60)
 {
+	TH_URING_ONLY("zero-copy send notifications (IORING_OP_SEND_ZC)");
 	int st = th_fork_bounded(zc_stop_child, NULL, 10000);
 
 	cr_assert(st != TH_HUNG, "runtime still running 10 s after corio_stop()");
@@ -3330,6 +3332,8 @@ static void run_slices(bool inc, bool order)
 	struct corio_config cfg = th_cfg(1);
 	struct slices_arg a = { inc, order };
 
+	if (inc)
+		TH_URING_ONLY("incremental provided buffers (IOU_PBUF_RING_INC)");
 	if (!pbuf_path(inc))
 		cr_skip_test("the kernel has no IOU_PBUF_RING_INC (Linux 6.12)");
 	setenv("CORIO_NET_BUFS", inc ? "4:256" : "8:256", 1);
@@ -3445,6 +3449,8 @@ Test(net, many_small_messages_held_do_not_run_the_ring_dry, .timeout = 60)
 {
 	struct corio_config cfg = th_cfg(1);
 
+	TH_URING_ONLY("incremental provided buffers (IOU_PBUF_RING_INC): whole buffers "
+		      "would need more than the ring holds");
 	if (!pbuf_path(true))
 		cr_skip_test("the kernel has no IOU_PBUF_RING_INC (Linux 6.12)");
 	unsetenv("CORIO_NET_BUFS");

@@ -250,6 +250,8 @@ static double rate(const struct flat *a, const struct flat *b, unsigned s, const
 
 static void table(const struct flat *a, const struct flat *b, unsigned shards, double secs)
 {
+	printf("backend: %s\n", get(b, 0, "ring.backend") == 1 ? "epoll (the fallback: io_uring "
+		"is refused here or CORIO_BACKEND=epoll)" : "io_uring");
 	printf("%5s %4s %9s %6s %6s %9s %9s %6s %9s %6s %7s %9s %8s %8s %8s %8s %6s %6s %9s\n",
 	       "shard", "cpu", "turns/s", "busy%", "cpu%", "enters/s", "sqes/s", "sq/ent", "cqes/s", "cq/wk",
 	       "fibers", "switch/s", "msgin/s", "msgout/s", "netinMB", "netoutMB", "conns",

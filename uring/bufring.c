@@ -77,6 +77,8 @@ static int register_ring(struct corio__bufring *b, struct corio__ring *r, uint16
 	reg.ring_entries = b->nbufs;
 	reg.bgid = b->bgid;
 	reg.pad = flags; /* .flags in newer headers */
+	if (r->emu)
+		return corio__emu_register_buf_ring(r, &reg);
 	return io_uring_register_buf_ring(&r->ring, &reg, 0);
 }
 
@@ -147,7 +149,10 @@ int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_
 void corio__bufring_fini(struct corio__bufring *b, struct corio__ring *r)
 {
 	if (b->br) {
-		io_uring_unregister_buf_ring(&r->ring, b->bgid);
+		if (r->emu)
+			corio__emu_unregister_buf_ring(r, b->bgid);
+		else
+			io_uring_unregister_buf_ring(&r->ring, b->bgid);
 		munmap(b->br, b->br_bytes);
 	}
 	if (b->mem)

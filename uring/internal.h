@@ -44,6 +44,10 @@ enum {
 	CORIO__CAP_COOP_TASKRUN = 1u << 2,
 	CORIO__CAP_SQPOLL = 1u << 3,
 	CORIO__CAP_TASKRUN_FLAG = 1u << 4,
+	/* multishot recv, recvmsg and accept work although the opcode probe
+	 * cannot say so (net/part.c infers them from other opcodes): the
+	 * emulator has them without IORING_OP_SOCKET or SEND_ZC */
+	CORIO__CAP_MSHOT = 1u << 5,
 };
 
 struct corio__ring_params {
@@ -51,6 +55,7 @@ struct corio__ring_params {
 	unsigned cq_entries; /* 0: kernel default (2 * sq) */
 	bool sqpoll;
 	int sqpoll_cpu;      /* -1: not pinned */
+	bool emu;            /* the ring emulator (uring/emu.c), not io_uring */
 };
 
 /* Ring counters; the core copies them into its stats. Owner-written. */
@@ -58,8 +63,12 @@ struct corio__ring_counters {
 	uint64_t enters, sqes, cqes, sq_full, cq_overflow, cqe_dropped;
 };
 
+struct corio__emu;
+
 struct corio__ring {
 	struct io_uring ring;
+	bool emu;               /* emulated (uring/emu.c): the one test on syscall paths */
+	struct corio__emu *em;
 	unsigned setup_flags;   /* IORING_SETUP_* actually used */
 	unsigned features;      /* IORING_FEAT_* from the kernel */
 	unsigned caps;          /* CORIO__CAP_* */
@@ -230,6 +239,39 @@ void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
 /* Account an io_uring_enter result (-EBADR: completions dropped, counted
  * and reported); returns ret. */
 int corio__ring_check(struct corio__ring *r, int ret, const char *what);
+
+/* ==== the ring emulator (uring/emu.c) ==================================== */
+/*
+ * The readiness fallback: the same SQ and CQ memory, served by non-blocking
+ * syscalls and epoll instead of the kernel's io_uring (emu.c explains).
+ * Only uring/'s syscall paths call these, when r->emu is set.
+ */
+/* Set up r->ring as an emulated ring of entries SQEs (p: CQSIZE honoured;
+ * features and sizes written back). 0 or -errno. */
+int corio__emu_init(struct corio__ring *r, unsigned entries, struct io_uring_params *p);
+void corio__emu_exit(struct corio__ring *r);
+/* Fill r->ops with the opcodes the emulator serves. */
+void corio__emu_probe(struct corio__ring *r);
+/* Submit what is queued, post what is ready; with wait_nr, block until a
+ * CQE is posted (or limit passes: NULL waits for ever). poll: look at epoll
+ * even when not waiting. Returns SQEs submitted or -EINTR. */
+int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
+		     const struct __kernel_timespec *limit);
+/* A busy loop should enter now: parked ops have not been looked at for a
+ * while, or an emulated timeout is due. */
+bool corio__emu_poll_due(const struct corio__ring *r);
+int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_buf_reg *reg);
+int corio__emu_unregister_buf_ring(struct corio__ring *r, unsigned bgid);
+/* Optional: fd is about to be closed and has no ops left; its record may
+ * go. Correctness never depends on it (records are re-checked on reuse). */
+void corio__emu_forget_fd(struct corio__ring *r, int fd);
+
+/*
+ * Can this process set up an io_uring at all? Sets up and closes a one-entry
+ * ring: 0, or the -errno of the refusal (-ENOSYS, -EPERM, -EACCES: seccomp
+ * filters, kernel.io_uring_disabled; -ENOMEM: memlock limits, ...).
+ */
+int corio__ring_try_setup(void);
 
 /* ==== provided-buffer rings (uring/bufring.c) =========================== */
 /*

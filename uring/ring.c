@@ -58,6 +58,42 @@ static int ring_env(struct corio__ring *r, char *err, size_t errlen)
 	return corio__fault_env(r, err, errlen);
 }
 
+/*
+ * The syscall paths, each with its one test of r->emu (predicted: a ring
+ * never changes mode). Everything else in uring/ works on the SQ and CQ
+ * memory, which the emulator lays out as the kernel does.
+ */
+static int sys_submit(struct corio__ring *r)
+{
+	if (CORIO__RING_UNLIKELY(r->emu))
+		return corio__emu_enter(r, 0, false, NULL);
+	return io_uring_submit(&r->ring);
+}
+
+static int sys_get_events(struct corio__ring *r)
+{
+	if (CORIO__RING_UNLIKELY(r->emu))
+		return corio__emu_enter(r, 0, false, NULL);
+	return io_uring_get_events(&r->ring);
+}
+
+static int sys_submit_and_get_events(struct corio__ring *r)
+{
+	if (CORIO__RING_UNLIKELY(r->emu))
+		return corio__emu_enter(r, 0, true, NULL);
+	return io_uring_submit_and_get_events(&r->ring);
+}
+
+int corio__ring_try_setup(void)
+{
+	struct io_uring ring;
+	int ret = io_uring_queue_init(1, &ring, 0);
+
+	if (ret == 0)
+		io_uring_queue_exit(&ring);
+	return ret;
+}
+
 static void explain_failure(int err, unsigned sq, char *buf, size_t len)
 {
 	FILE *f;
@@ -111,6 +147,32 @@ static void explain_failure(int err, unsigned sq, char *buf, size_t len)
 	}
 }
 
+static int emu_init(struct corio__ring *r, const struct corio__ring_params *p, char *err,
+		    size_t errlen)
+{
+	struct io_uring_params ip;
+	int ret;
+
+	memset(&ip, 0, sizeof(ip));
+	if (p->cq_entries) {
+		ip.flags = IORING_SETUP_CQSIZE;
+		ip.cq_entries = p->cq_entries;
+	}
+	ret = corio__emu_init(r, p->sq_entries, &ip);
+	if (ret) {
+		snprintf(err, errlen, "the ring emulator could not start: %s", strerror(-ret));
+		return ret;
+	}
+	r->under_valgrind = RUNNING_ON_VALGRIND != 0;
+	r->setup_flags = 0;
+	r->features = ip.features;
+	r->sq_entries = ip.sq_entries;
+	r->cq_entries = ip.cq_entries;
+	r->caps = CORIO__CAP_MSHOT;
+	corio__emu_probe(r);
+	return 0; /* no fault injection: it rewrites SQEs for the kernel's ops */
+}
+
 int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, char *err,
 		     size_t errlen)
 {
@@ -133,6 +195,8 @@ int corio__ring_init(struct corio__ring *r, const struct corio__ring_params *p, 
 	ret = ring_env(r, err, errlen);
 	if (ret < 0)
 		return ret;
+	if (p->emu)
+		return emu_init(r, p, err, errlen);
 	if (r->disabled & CORIO__RING_NO_SINGLE_ISSUER)
 		drop |= IORING_SETUP_SINGLE_ISSUER | IORING_SETUP_DEFER_TASKRUN;
 	if (r->disabled & CORIO__RING_NO_DEFER_TASKRUN)
@@ -303,7 +367,10 @@ void corio__ring_link_bind(struct corio__link *l, struct io_uring_sqe *head,
 void corio__ring_exit(struct corio__ring *r)
 {
 	/* After the exit no CQE can reach a slot: free them all, pending or not. */
-	io_uring_queue_exit(&r->ring);
+	if (CORIO__RING_UNLIKELY(r->emu))
+		corio__emu_exit(r);
+	else
+		io_uring_queue_exit(&r->ring);
 	for (struct link_chunk *c = r->link_chunks, *n; c; c = n) {
 		n = c->next;
 		free(c);
@@ -375,7 +442,7 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 		r->cnt.enters++;
 		ret = corio__fault_enter(r, true);
 		if (!ret)
-			ret = io_uring_submit(&r->ring);
+			ret = sys_submit(r);
 		ret = corio__ring_check(r, ret, "io_uring_submit");
 		if (ret > 0)
 			r->cnt.sqes += (unsigned)ret;
@@ -411,6 +478,9 @@ bool corio__ring_needs_enter(const struct corio__ring *r)
 {
 	unsigned flags = IO_URING_READ_ONCE(*r->ring.sq.kflags);
 
+	if (CORIO__RING_UNLIKELY(r->emu))
+		return (flags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) ||
+		       corio__emu_poll_due(r);
 	return flags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN);
 }
 
@@ -428,7 +498,16 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 	pending = io_uring_sq_ready(&r->ring);
 	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
 		return ret; /* test builds: the kernel "refused" (uring/fault.h) */
-	if (wait_nr && CORIO__UNLIKELY_VG(r)) {
+	if (CORIO__RING_UNLIKELY(r->emu)) {
+		/* Valgrind: sliced waits, as below */
+		struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 1000000 };
+
+		if (!wait_nr && !pending && !corio__ring_needs_enter(r))
+			return 0;
+		ret = corio__emu_enter(r, wait_nr, false, CORIO__UNLIKELY_VG(r) ? &ts : NULL);
+		if (CORIO__UNLIKELY_VG(r) && wait_nr)
+			sched_yield();
+	} else if (wait_nr && CORIO__UNLIKELY_VG(r)) {
 		/* Valgrind runs one thread at a time and does not know that
 		 * io_uring_enter blocks: a shard sleeping in it would keep every
 		 * other thread from running. Sleep in 1 ms slices instead. */
@@ -469,8 +548,7 @@ unsigned corio__ring_poll(struct corio__ring *r)
 	corio__fault_sq(r);
 	if (corio__ring_pending(r) || corio__ring_needs_enter(r) ||
 	    !(r->caps & CORIO__CAP_TASKRUN_FLAG)) {
-		int ret = corio__ring_check(r, io_uring_submit_and_get_events(&r->ring),
-					    "io_uring_enter");
+		int ret = corio__ring_check(r, sys_submit_and_get_events(r), "io_uring_enter");
 
 		r->cnt.enters++;
 		if (ret > 0)
@@ -552,7 +630,7 @@ static void stash_cqes(struct corio__ring *r)
 		if (!(IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW))
 			break;
 		r->cnt.enters++;
-		corio__ring_check(r, io_uring_get_events(&r->ring), "io_uring_get_events");
+		corio__ring_check(r, sys_get_events(r), "io_uring_get_events");
 	}
 }
 
@@ -608,7 +686,7 @@ unsigned corio__ring_reap(struct corio__ring *r)
 		if (kflags & IORING_SQ_CQ_OVERFLOW)
 			r->cnt.cq_overflow++;
 		r->cnt.enters++;
-		corio__ring_check(r, io_uring_get_events(&r->ring), "io_uring_get_events");
+		corio__ring_check(r, sys_get_events(r), "io_uring_get_events");
 	}
 	r->cnt.cqes += total;
 	return total;
