@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <poll.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -150,6 +151,77 @@ static int64_t run_blocking(struct corio__fs *fs, const struct req *q)
 	return (int64_t)r;
 }
 
+/* A pipe, FIFO, socket or character device: the fallback's read or write
+ * need not hold a pool thread, which a cancel could not take back (the
+ * epoll backend and kernels without the ops take this path). It waits for
+ * readiness on the shard - corio_poll(), cancellable and bounded by the
+ * deadline scope like the ring op it stands for - then makes the call with
+ * RWF_NOWAIT. 1 if fd is such a file, 0 if not (a regular file: the pool). */
+static bool pollable(const struct req *q)
+{
+	struct stat st;
+
+	if (q->opcode != IORING_OP_READ && q->opcode != IORING_OP_WRITE &&
+	    q->opcode != IORING_OP_READV && q->opcode != IORING_OP_WRITEV)
+		return false;
+	return !fstat(q->fd, &st) &&
+	       (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISCHR(st.st_mode));
+}
+
+static int64_t rw_flags(const struct req *q, int rwf)
+{
+	struct iovec one = { .iov_base = (void *)q->addr, .iov_len = q->len };
+	bool vec = q->opcode == IORING_OP_READV || q->opcode == IORING_OP_WRITEV;
+	const struct iovec *iov = vec ? q->addr : &one;
+	int cnt = vec ? (int)q->len : 1;
+	off_t off = q->off == CORIO_OFF_CUR ? -1 : (off_t)q->off;
+	ssize_t r = (q->opcode == IORING_OP_READ || q->opcode == IORING_OP_READV)
+			    ? preadv2(q->fd, iov, cnt, off, rwf)
+			    : pwritev2(q->fd, iov, cnt, off, rwf);
+
+	return r < 0 ? -errno : r;
+}
+
+/* The call without blocking: RWF_NOWAIT, or, where the file refuses it (a
+ * FIFO: EOPNOTSUPP), with O_NONBLOCK set on the file around the call. */
+static int64_t rw_nowait(const struct req *q)
+{
+	int64_t r = rw_flags(q, RWF_NOWAIT);
+	int fl;
+
+	if (r != -EOPNOTSUPP)
+		return r;
+	fl = fcntl(q->fd, F_GETFL);
+	if (fl < 0)
+		return -errno;
+	if (!(fl & O_NONBLOCK) && fcntl(q->fd, F_SETFL, fl | O_NONBLOCK) < 0)
+		return -EOPNOTSUPP;
+	r = rw_flags(q, 0);
+	if (!(fl & O_NONBLOCK))
+		fcntl(q->fd, F_SETFL, fl);
+	return r;
+}
+
+static int64_t run_pollable(struct corio__fs *fs, const struct req *q)
+{
+	bool rd = q->opcode == IORING_OP_READ || q->opcode == IORING_OP_READV;
+
+	for (;;) {
+		int64_t r = rw_nowait(q);
+		int ret;
+
+		if (r == -EOPNOTSUPP) /* neither RWF_NOWAIT nor O_NONBLOCK: the pool */
+			return run_blocking(fs, q);
+		if (r != -EAGAIN) {
+			CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
+			return r;
+		}
+		ret = corio_poll(q->fd, rd ? POLLIN : POLLOUT);
+		if (ret < 0)
+			return ret;
+	}
+}
+
 static int64_t run(const struct req *q)
 {
 	struct corio__fs *fs = corio__fs_of(corio__shard());
@@ -165,7 +237,7 @@ static int64_t run(const struct req *q)
 		if (res == -EPERM)
 			return res;
 		if (!res)
-			res = run_blocking(fs, q);
+			res = pollable(q) ? run_pollable(fs, q) : run_blocking(fs, q);
 	} else {
 		int ret = corio__op_begin_who(&op, &sqe, q->fn);
 
