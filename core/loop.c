@@ -218,7 +218,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	if (cfg->idle != CORIO_IDLE_BLOCK) {
 		spin_end = cfg->idle == CORIO_IDLE_POLL
 				   ? UINT64_MAX
-				   : t0 + corio__ns_ticks(cfg->spin_us * 1000ull);
+				   : t0 + corio__ns_ticks(corio__ns_mul_sat(cfg->spin_us, CORIO__NS_PER_US));
 		for (;;) {
 			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_head ||
 			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
@@ -237,7 +237,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	/* One more pass before advertising sleep: under a steady stream of
 	 * messages this usually finds work, and senders never see us asleep. */
 	if (cfg->idle == CORIO_IDLE_BLOCK && (parts_poll(s) || s->runq_head))
-		goto out;
+		goto submit;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
@@ -248,6 +248,14 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	/* seq_cst: a waker whose exchange won saw us before this store, and
 	 * our next check of the waker's in-flight count sees its increment. */
 	atomic_store(&s->sleeping, 0);
+submit:
+	/* Work turned up instead of sleep: still hand the kernel the queued
+	 * SQEs and run its deferred completions (no syscall when there are
+	 * none). A part that has work on every turn - a timer callback that
+	 * re-arms in the past - would otherwise keep every socket of the
+	 * shard from being served (timer::rearm_in_the_past_*). */
+	if (!blocked)
+		corio__ring_poll(&s->ring);
 out:
 	sp->last_poll = corio__tick();
 	/* Clear the mark before adding: a reader that sees the new idle_ns

@@ -79,7 +79,7 @@ static uint64_t timeout_ns(void)
 	const char *e = getenv("CORIO_CONTROL_TIMEOUT_MS"); /* tests shorten it */
 	long ms = e ? atol(e) : 0;
 
-	return (uint64_t)(ms > 0 ? ms : 5000) * 1000000ull;
+	return corio__ns_mul_sat((uint64_t)(ms > 0 ? ms : 5000), CORIO__NS_PER_MS);
 }
 
 /* Send all of buf within the control timeout: 0 or -errno. */

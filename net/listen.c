@@ -359,7 +359,7 @@ int corio__accept_fd(struct corio_listener *l)
 		if (n->stopping)
 			return -ECANCELED;
 		if (l->backoff && l->a.state == NET_IDLE) {
-			ret = corio_sleep_ns(l->backoff_ms * 1000000ull);
+			ret = corio_sleep_ns(corio__ns_mul_sat(l->backoff_ms, CORIO__NS_PER_MS));
 			if (ret < 0)
 				return corio__net_err(n, ret);
 			l->backoff = false;

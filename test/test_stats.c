@@ -842,6 +842,28 @@ Test(stats, control_socket_bad_clients, .init = ctl_setup, .fini = ctl_teardown,
 	cr_assert_eq(th_fd_count(), before);
 }
 
+/* A control timeout of 2^62 ms (CORIO_CONTROL_TIMEOUT_MS) used to wrap to
+ * 0 ns in its ms-to-ns conversion: every answer timed out at once. It
+ * saturates now, so the client is answered. */
+Test(stats, control_timeout_near_2_to_63_ms_saturates, .init = ctl_setup, .fini = ctl_teardown,
+     .timeout = 30)
+{
+	static char buf[1 << 16];
+	struct corio_rt *rt;
+	int fd;
+
+	setenv("CORIO_CONTROL_TIMEOUT_MS", "4611686018427387904", 1);
+	rt = ctl_start(1);
+	fd = ctl_connect();
+	send_all(fd, "help\n", 5);
+	read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"), "no answer: '%s'", buf);
+	close(fd);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	unsetenv("CORIO_CONTROL_TIMEOUT_MS");
+}
+
 Test(stats, control_path_stale_socket_replaced, .init = ctl_setup, .fini = ctl_teardown,
      .timeout = 30)
 {
