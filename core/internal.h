@@ -243,6 +243,21 @@ struct corio__loopstat {
 	 * neither the period nor its mark; clamping to this keeps every
 	 * reading at or above the ones before it (written by readers only) */
 	uint64_t idle_shown;
+	/* On-CPU time for stall reports (core/stats.c). The per-switch check
+	 * is on wall time; when it trips, the thread's CPU clock says how much
+	 * of it the fiber really ran. That needs a reading from before the
+	 * fiber started: the baseline, refreshed at a turn's start when older
+	 * than stall_ns / 4, and at every report. CPU time between the
+	 * baseline and the fiber's start is at most the wall time between
+	 * them minus the loop's blocking enters, which gives a lower bound. */
+	uint64_t cpu_base;      /* the thread's CPU ns at the baseline          */
+	uint64_t base_ns;       /* CLOCK_MONOTONIC ns of the baseline           */
+	uint64_t base_tick;     /* its tick, to tell when it is stale           */
+	uint64_t base_blocked;  /* blocked_ns at the baseline                   */
+	uint64_t blocked_ns;    /* time spent blocked in the loop's enters      */
+	uint64_t refresh_ticks; /* stall_ns / 4 in ticks; UINT64_MAX: off       */
+	uint64_t offcpu_after;  /* rate limit of off-CPU reports (ns)           */
+	uint64_t offcpu_suppressed;
 	/* CORIO_STATS_TEST=read_gap: readers pause between loading idle_ns
 	 * and idle_from, so the race above happens on every read (a test hook) */
 	bool read_gap;
@@ -624,7 +639,13 @@ void corio__shard_busy(struct corio__shard *s);
  * (NULL: the loop's own callbacks) ran ns without giving the CPU back, on
  * stderr, rate-limited to one line per shard per second, and count it. */
 void corio__loopstat_init(struct corio__shard *s);
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns);
+/* A fiber (f) or a loop turn (f NULL) took wall_ns > stall_ns: read the
+ * thread's CPU clock and report a stall when it ran that long on CPU, an
+ * off-CPU line when it was mostly descheduled (rate-limited, to the log
+ * hook). Refreshes the on-CPU baseline. */
+void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns);
+/* Take a new on-CPU baseline (the thread's CPU clock: a system call). */
+void corio__cpu_base(struct corio__shard *s);
 /* As the shard ends: keep its thread's CPU time for corio_stats_get. */
 void corio__stats_cpu_final(struct corio__shard *s);
 /* A daemon fiber (the control server) counts in fibers_live but does not

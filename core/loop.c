@@ -86,8 +86,8 @@ static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 			/* A poll on our own eventfd cannot fail for a reason that goes
 			 * away: report it rather than re-arm in a loop. Other threads
 			 * can no longer wake this shard while it sleeps. */
-			fprintf(stderr, "corio: shard %u: poll on the wake-up eventfd failed: %s; "
-				"wake-ups from other threads are lost\n", s->id, strerror(-res));
+			corio__log("corio: shard %u: poll on the wake-up eventfd failed: %s; "
+				   "wake-ups from other threads are lost", s->id, strerror(-res));
 			return;
 		}
 		if (res > 0) {
@@ -101,9 +101,9 @@ static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 		CORIO__STAT_ADD(s->stats.doorbells_in, 1);
 	} else if (res != -ECANCELED && res != -EINTR) {
 		if (res != -EAGAIN)
-			fprintf(stderr, "corio: shard %u: read of the wake-up eventfd: %s; "
-				"waiting with poll instead\n", s->id,
-				res < 0 ? strerror(-res) : "short read");
+			corio__log("corio: shard %u: read of the wake-up eventfd: %s; "
+				   "waiting with poll instead", s->id,
+				   res < 0 ? strerror(-res) : "short read");
 		s->efd_poll = true;
 	}
 	corio__wakeup_arm(s);
@@ -242,6 +242,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
 	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
+		spin_end = corio__tick(); /* reused: when the blocking enter began */
 		corio__ring_enter(&s->ring, 1);
 		blocked = true;
 	}
@@ -263,6 +264,8 @@ out:
 	__atomic_store_n(&sp->idle_from, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->stats.idle_ns,
 			 s->stats.idle_ns + corio__ticks_ns(sp->last_poll - t0), __ATOMIC_RELEASE);
+	if (blocked) /* off CPU: the stall reports' on-CPU bound subtracts it */
+		sp->blocked_ns += corio__ticks_ns(sp->last_poll - spin_end);
 	return blocked;
 }
 
@@ -294,6 +297,10 @@ void corio__loop(struct corio__shard *s)
 		if (CORIO__UNLIKELY(!s->stopping &&
 				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
 			begin_stop(s);
+		/* A fresh on-CPU baseline for stall reports, at most every
+		 * stall_ns / 4 (a system call; never when stall_ns is 0). */
+		if (CORIO__UNLIKELY(sp->last_poll - sp->base_tick > sp->refresh_ticks))
+			corio__cpu_base(s);
 		stalled = corio__run_fibers(s);
 		parts_poll(s);
 		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&

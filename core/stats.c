@@ -109,6 +109,14 @@ void corio__tick_calibrate(void)
 
 /* ---- stalls and daemons ------------------------------------------------------- */
 
+/* The CPU time of a thread, 0 when the clock cannot be read. */
+static uint64_t thread_cpu_ns(clockid_t cid)
+{
+	struct timespec ts;
+
+	return clock_gettime(cid, &ts) ? 0 : corio__ts_ns(&ts);
+}
+
 void corio__loopstat_init(struct corio__shard *s)
 {
 	struct corio__loopstat *sp = &s->ls;
@@ -118,8 +126,21 @@ void corio__loopstat_init(struct corio__shard *s)
 
 	sp->read_gap = env && !strcmp(env, "read_gap");
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
+	sp->refresh_ticks = stall_ns ? corio__ns_ticks(stall_ns / 4) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
 			   stall_ns >= 4 * corio__ts_ns(&res);
+	if (stall_ns)
+		corio__cpu_base(s);
+}
+
+void corio__cpu_base(struct corio__shard *s)
+{
+	struct corio__loopstat *sp = &s->ls;
+
+	sp->cpu_base = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+	sp->base_ns = corio_now_ns();
+	sp->base_tick = corio__tick();
+	sp->base_blocked = sp->blocked_ns;
 }
 
 void corio__daemon_add(struct corio__shard *s, int delta)
@@ -128,43 +149,92 @@ void corio__daemon_add(struct corio__shard *s, int delta)
 	corio__shard_busy(s);
 }
 
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns)
+/*
+ * How much of the wall_ns that just ended the thread ran on CPU: a lower
+ * bound. The CPU used since the baseline, less what can have been used
+ * between the baseline and the start (that wall time, minus the loop's
+ * blocking enters in it, which are off CPU). Exact when the thread was not
+ * preempted between the baseline and the start; short by at most that
+ * preemption otherwise, and the baseline is never older than stall_ns / 4
+ * at a turn's start. A report therefore never claims more than ran.
+ */
+static uint64_t on_cpu_ns(struct corio__shard *s, uint64_t wall_ns)
 {
 	struct corio__loopstat *sp = &s->ls;
-	uint64_t now = corio_now_ns();
-	char line[300];
-	int n;
+	uint64_t cpu = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID), now = corio_now_ns();
+	uint64_t start = now > wall_ns ? now - wall_ns : 0, before = 0, used, on;
 
-	CORIO__STAT_ADD(s->stats.stalls, 1);
-	if (now < sp->warn_after) {
-		sp->suppressed++;
-		return;
+	if (!cpu || !sp->cpu_base)
+		return wall_ns; /* no CPU clock: wall time is all there is */
+	used = cpu - sp->cpu_base;
+	if (start > sp->base_ns)
+		before = start - sp->base_ns;
+	before = before > sp->blocked_ns - sp->base_blocked ? before - (sp->blocked_ns - sp->base_blocked)
+							    : 0;
+	on = used > before ? used - before : 0;
+	sp->cpu_base = cpu;
+	sp->base_ns = now;
+	sp->base_tick = corio__tick();
+	sp->base_blocked = sp->blocked_ns;
+	return on < wall_ns ? on : wall_ns;
+}
+
+/* Rate limit: one line per second per shard and kind; the rest counted. */
+static bool log_due(uint64_t *after, uint64_t *suppressed, uint64_t *shown)
+{
+	uint64_t now = corio_now_ns();
+
+	if (now < *after) {
+		++*suppressed;
+		return false;
 	}
-	sp->warn_after = now + 1000000000ull; /* one report per second per shard */
+	*after = now + CORIO__NS_PER_S;
+	*shown = *suppressed;
+	*suppressed = 0;
+	return true;
+}
+
+void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns)
+{
+	struct corio__loopstat *sp = &s->ls;
+	uint64_t on = on_cpu_ns(s, wall_ns), off = wall_ns - on, more;
+	double lim = (double)s->rt->cfg.stall_ns / 1e6;
+	char who[80], tail[64] = "";
+
 	if (f)
-		n = snprintf(line, sizeof(line),
-			     "corio: stall: shard %u (cpu %d) ran fiber %llu '%s' for %.3f ms "
-			     "without yielding (stall_ns %.3f ms)",
-			     s->id, s->cpu, (unsigned long long)f->id, f->name[0] ? f->name : "?",
-			     (double)ns / 1e6, (double)s->rt->cfg.stall_ns / 1e6);
+		snprintf(who, sizeof(who), "fiber %llu '%s'", (unsigned long long)f->id,
+			 f->name[0] ? f->name : "?");
 	else
-		n = snprintf(line, sizeof(line),
-			     "corio: stall: shard %u (cpu %d) spent %.3f ms in one loop turn "
-			     "outside fibers (message, timer or completion callbacks; stall_ns %.3f ms)",
-			     s->id, s->cpu, (double)ns / 1e6, (double)s->rt->cfg.stall_ns / 1e6);
-	if (n > 0 && (size_t)n < sizeof(line) && sp->suppressed)
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "; %llu more not reported",
-			      (unsigned long long)sp->suppressed);
-	if (n < 0)
+		snprintf(who, sizeof(who), "one loop turn outside fibers");
+	if (on > s->rt->cfg.stall_ns) {
+		CORIO__STAT_ADD(s->stats.stalls, 1);
+		if (!log_due(&sp->warn_after, &sp->suppressed, &more))
+			return;
+		if (more)
+			snprintf(tail, sizeof(tail), "; %llu more not reported", (unsigned long long)more);
+		if (f)
+			corio__log("corio: stall: shard %u (cpu %d) ran %s for %.3f ms on CPU without "
+				   "yielding (%.3f ms more descheduled; stall_ns %.3f ms)%s",
+				   s->id, s->cpu, who, (double)on / 1e6, (double)off / 1e6, lim, tail);
+		else
+			corio__log("corio: stall: shard %u (cpu %d) spent %.3f ms on CPU in %s "
+				   "(message, timer or completion callbacks; %.3f ms more descheduled; "
+				   "stall_ns %.3f ms)%s",
+				   s->id, s->cpu, (double)on / 1e6, who, (double)off / 1e6, lim, tail);
 		return;
-	if ((size_t)n >= sizeof(line) - 1)
-		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	sp->suppressed = 0;
-	/* one write: the line is not interleaved with other threads' output */
-	if (write(2, line, (size_t)n) < 0) {
-		/* nothing to do: stderr is gone */
 	}
+	/* Past stall_ns in wall time but not on CPU: the shard was held off
+	 * its CPU (preempted, or a fiber blocked in a system call outside the
+	 * ring). Not a stall of the code that ran, but worth a line. */
+	if (!log_due(&sp->offcpu_after, &sp->offcpu_suppressed, &more))
+		return;
+	if (more)
+		snprintf(tail, sizeof(tail), "; %llu more not reported", (unsigned long long)more);
+	corio__log("corio: off-cpu: shard %u (cpu %d) %s took %.3f ms, %.3f ms of it on CPU and "
+		   "%.3f ms descheduled (a blocking system call outside the ring, or the thread "
+		   "preempted; stall_ns %.3f ms)%s",
+		   s->id, s->cpu, who, (double)wall_ns / 1e6, (double)on / 1e6, (double)off / 1e6, lim,
+		   tail);
 }
 
 uint64_t corio_stats_hist_bucket_ns(unsigned b)
@@ -182,14 +252,6 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
  * ended makes the read fail (EINVAL), and the reader takes the final value.
  */
 #define TID_CPU_CLOCK(tid) ((clockid_t)((~(unsigned)(tid) << 3) | 4 | 2))
-
-/* The CPU time of a thread, 0 when the clock cannot be read. */
-static uint64_t thread_cpu_ns(clockid_t cid)
-{
-	struct timespec ts;
-
-	return clock_gettime(cid, &ts) ? 0 : corio__ts_ns(&ts);
-}
 
 /* A shard stores its thread's CPU time once, as it ends; until then the
  * readers ask the kernel for the thread's clock. */

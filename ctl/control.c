@@ -296,8 +296,8 @@ static int server_fiber(void *arg)
 		if (ret == -ECANCELED)
 			break;
 		if (ret < 0) {
-			fprintf(stderr, "corio: control socket %s: accept: %s; not serving it any more\n",
-				ctl->path, strerror(-ret));
+			corio__log("corio: control socket %s: accept: %s; not serving it any more",
+				   ctl->path, strerror(-ret));
 			break;
 		}
 		if (ctl->clients >= ctl->max_clients || !(cl = malloc(sizeof(*cl)))) {
