@@ -202,7 +202,7 @@ static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t
 	if (CORIO__UNLIKELY(gap > s->stats.gap_max_ns))
 		CORIO__STAT_SET(s->stats.gap_max_ns, gap);
 	if (CORIO__UNLIKELY(turn_t > sp->stall_ticks) && !fiber_stalled)
-		corio__stall_report(s, NULL, turn);
+		corio__stall_report(s, NULL, turn, 0);
 }
 
 /* Nothing is runnable: hand SQEs to the kernel and wait per the idle

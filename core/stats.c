@@ -128,7 +128,8 @@ void corio__loopstat_init(struct corio__shard *s)
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
 	sp->refresh_ticks = stall_ns ? corio__ns_ticks(stall_ns / 4) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
-			   stall_ns >= 4 * corio__ts_ns(&res);
+			   stall_ns >= 2 * corio__ts_ns(&res);
+	sp->coarse_res = sp->stall_coarse ? corio__ts_ns(&res) : 0;
 	if (stall_ns)
 		corio__cpu_base(s);
 }
@@ -150,33 +151,35 @@ void corio__daemon_add(struct corio__shard *s, int delta)
 }
 
 /*
- * How much of the wall_ns that just ended the thread ran on CPU: a lower
- * bound. The CPU used since the baseline, less what can have been used
- * between the baseline and the start (that wall time, minus the loop's
- * blocking enters in it, which are off CPU). Exact when the thread was not
- * preempted between the baseline and the start; short by at most that
- * preemption otherwise, and the baseline is never older than stall_ns / 4
- * at a turn's start. A report therefore never claims more than ran.
+ * How much of the wall time that just ended (wall_ns, give or take slack_ns)
+ * the thread ran on CPU: a lower bound. The CPU used since the baseline,
+ * less what can have been used between the baseline and the latest
+ * possible start (that wall time, minus the loop's blocking enters in it,
+ * which are off CPU). Exact when the thread was not preempted between the
+ * baseline and the start; short by at most that preemption otherwise, and
+ * the baseline is never older than stall_ns / 4 at a turn's start. A report
+ * therefore never claims more than ran.
  */
-static uint64_t on_cpu_ns(struct corio__shard *s, uint64_t wall_ns)
+static uint64_t on_cpu_ns(struct corio__shard *s, uint64_t wall_ns, uint64_t slack_ns)
 {
 	struct corio__loopstat *sp = &s->ls;
 	uint64_t cpu = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID), now = corio_now_ns();
-	uint64_t start = now > wall_ns ? now - wall_ns : 0, before = 0, used, on;
+	uint64_t shortest = wall_ns > slack_ns ? wall_ns - slack_ns : 0;
+	uint64_t start = now > shortest ? now - shortest : 0, blocked, before = 0, used, on;
 
 	if (!cpu || !sp->cpu_base)
 		return wall_ns; /* no CPU clock: wall time is all there is */
 	used = cpu - sp->cpu_base;
+	blocked = sp->blocked_ns - sp->base_blocked;
 	if (start > sp->base_ns)
 		before = start - sp->base_ns;
-	before = before > sp->blocked_ns - sp->base_blocked ? before - (sp->blocked_ns - sp->base_blocked)
-							    : 0;
+	before = before > blocked ? before - blocked : 0;
 	on = used > before ? used - before : 0;
 	sp->cpu_base = cpu;
 	sp->base_ns = now;
 	sp->base_tick = corio__tick();
 	sp->base_blocked = sp->blocked_ns;
-	return on < wall_ns ? on : wall_ns;
+	return on < wall_ns + slack_ns ? on : wall_ns + slack_ns;
 }
 
 /* Rate limit: one line per second per shard and kind; the rest counted. */
@@ -194,10 +197,11 @@ static bool log_due(uint64_t *after, uint64_t *suppressed, uint64_t *shown)
 	return true;
 }
 
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns)
+void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
+			 uint64_t slack_ns)
 {
 	struct corio__loopstat *sp = &s->ls;
-	uint64_t on = on_cpu_ns(s, wall_ns), off = wall_ns - on, more;
+	uint64_t on = on_cpu_ns(s, wall_ns, slack_ns), off = wall_ns > on ? wall_ns - on : 0, more;
 	double lim = (double)s->rt->cfg.stall_ns / 1e6;
 	char who[80], tail[64] = "";
 
@@ -225,7 +229,10 @@ void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, ui
 	}
 	/* Past stall_ns in wall time but not on CPU: the shard was held off
 	 * its CPU (preempted, or a fiber blocked in a system call outside the
-	 * ring). Not a stall of the code that ran, but worth a line. */
+	 * ring). Not a stall of the code that ran, but worth a line - when the
+	 * wall time surely passed stall_ns (the coarse clock trips early). */
+	if (wall_ns < s->rt->cfg.stall_ns + slack_ns)
+		return;
 	if (!log_due(&sp->offcpu_after, &sp->offcpu_suppressed, &more))
 		return;
 	if (more)
