@@ -1224,9 +1224,11 @@ static void oncpu_entry(void *arg)
 	struct corio_fiber *f;
 
 	(void)arg;
-	corio_spawn(planted, NULL, &so, &f);
-	corio_join(f, NULL);
+	/* the sleeper first: a preemption's off-CPU line (one per second) has
+	 * less time to come before it and hold its line back */
 	corio_spawn(sleeper, NULL, &zo, &f);
+	corio_join(f, NULL);
+	corio_spawn(planted, NULL, &so, &f);
 	corio_join(f, NULL);
 }
 
