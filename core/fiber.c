@@ -104,9 +104,9 @@ static inline void arrived(struct corio_fiber *f)
 static __attribute__((noinline, cold)) void ran_long(struct corio__shard *s,
 						     const struct corio_fiber *f, uint64_t d)
 {
-	corio__stall_report(s, f, s->run.coarse ? d : corio__ticks_ns(d),
-			    s->run.coarse ? s->ls.coarse_res : 0);
-	s->run.stalled = true;
+	if (corio__stall_report(s, f, s->run.coarse ? d : corio__ticks_ns(d),
+				s->run.coarse ? s->ls.coarse_res : 0))
+		s->run.stalled = true; /* the turn's time is answered for */
 }
 
 /* Stall timing, at every switch away from f while the run lasts: one clock

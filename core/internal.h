@@ -646,8 +646,10 @@ void corio__loopstat_init(struct corio__shard *s);
  * clock's resolution), about stall_ns or more: read the thread's CPU clock
  * and report a stall when it ran past stall_ns on CPU, an off-CPU line when
  * the wall time surely passed stall_ns but the CPU time did not
- * (rate-limited, to the log hook). Refreshes the on-CPU baseline. */
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
+ * (rate-limited, to the log hook). Refreshes the on-CPU baseline. True
+ * when either was due (the fiber answers for its turn's time), false when
+ * the wall time did not surely pass stall_ns after all (an early trip). */
+bool corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
 			 uint64_t slack_ns);
 /* Take a new on-CPU baseline (the thread's CPU clock: a system call). */
 void corio__cpu_base(struct corio__shard *s);

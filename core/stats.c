@@ -197,7 +197,7 @@ static bool log_due(uint64_t *after, uint64_t *suppressed, uint64_t *shown)
 	return true;
 }
 
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
+bool corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
 			 uint64_t slack_ns)
 {
 	struct corio__loopstat *sp = &s->ls;
@@ -213,7 +213,7 @@ void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, ui
 	if (on > s->rt->cfg.stall_ns) {
 		CORIO__STAT_ADD(s->stats.stalls, 1);
 		if (!log_due(&sp->warn_after, &sp->suppressed, &more))
-			return;
+			return true;
 		if (more)
 			snprintf(tail, sizeof(tail), "; %llu more not reported", (unsigned long long)more);
 		if (f)
@@ -225,16 +225,16 @@ void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, ui
 				   "(message, timer or completion callbacks; %.3f ms more descheduled; "
 				   "stall_ns %.3f ms)%s",
 				   s->id, s->cpu, (double)on / 1e6, who, (double)off / 1e6, lim, tail);
-		return;
+		return true;
 	}
 	/* Past stall_ns in wall time but not on CPU: the shard was held off
 	 * its CPU (preempted, or a fiber blocked in a system call outside the
 	 * ring). Not a stall of the code that ran, but worth a line - when the
 	 * wall time surely passed stall_ns (the coarse clock trips early). */
 	if (wall_ns < s->rt->cfg.stall_ns + slack_ns)
-		return;
+		return false;
 	if (!log_due(&sp->offcpu_after, &sp->offcpu_suppressed, &more))
-		return;
+		return true;
 	if (more)
 		snprintf(tail, sizeof(tail), "; %llu more not reported", (unsigned long long)more);
 	corio__log("corio: off-cpu: shard %u (cpu %d) %s took %.3f ms, %.3f ms of it on CPU and "
@@ -242,6 +242,7 @@ void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, ui
 		   "preempted; stall_ns %.3f ms)%s",
 		   s->id, s->cpu, who, (double)wall_ns / 1e6, (double)on / 1e6, (double)off / 1e6, lim,
 		   tail);
+	return true;
 }
 
 uint64_t corio_stats_hist_bucket_ns(unsigned b)
