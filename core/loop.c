@@ -210,7 +210,7 @@ static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t
 static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool fiber_stalled)
 {
 	const struct corio_config *cfg = &s->rt->cfg;
-	uint64_t t0 = corio__tick(), spin_end;
+	uint64_t t0 = corio__tick(), spin_end, enter_t = 0;
 	bool blocked = false;
 
 	account(s, sp, t0 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
@@ -242,7 +242,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
 	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
-		spin_end = corio__tick(); /* reused: when the blocking enter began */
+		enter_t = corio__tick();
 		corio__ring_enter(&s->ring, 1);
 		blocked = true;
 	}
@@ -265,7 +265,7 @@ out:
 	__atomic_store_n(&s->stats.idle_ns,
 			 s->stats.idle_ns + corio__ticks_ns(sp->last_poll - t0), __ATOMIC_RELEASE);
 	if (blocked) /* off CPU: the stall reports' on-CPU bound subtracts it */
-		sp->blocked_ns += corio__ticks_ns(sp->last_poll - spin_end);
+		sp->blocked_ns += corio__ticks_ns(sp->last_poll - enter_t);
 	return blocked;
 }
 
