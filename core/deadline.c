@@ -69,10 +69,8 @@ int corio_deadline_push(struct corio_deadline *scope, uint64_t deadline_ns)
 
 int corio_timeout_push(struct corio_deadline *scope, uint64_t timeout_ns)
 {
-	uint64_t now = corio_now_ns();
-
-	return push("corio_timeout_push", scope,
-		    timeout_ns > UINT64_MAX - now ? UINT64_MAX : now + timeout_ns, false);
+	return push("corio_timeout_push", scope, corio__ns_add_sat(corio_now_ns(), timeout_ns),
+		    false);
 }
 
 int corio_deadline_shield(struct corio_deadline *scope)

@@ -133,21 +133,30 @@ static inline void arrived(struct corio_fiber *f)
 	(void)f;
 }
 
+/* Out of the switch path: f ran d (clock units) of wall time, about
+ * stall_ns or more; the CPU clock decides what to report. */
+static __attribute__((noinline, cold)) void ran_long(struct corio__shard *s,
+						     const struct corio_fiber *f, uint64_t d)
+{
+	if (corio__stall_report(s, f, s->run.coarse ? d : corio__ticks_ns(d),
+				s->run.coarse ? s->ls.coarse_res : 0))
+		s->run.stalled = true; /* the turn's time is answered for */
+}
+
 /* Stall timing, at every switch away from f while the run lasts: one clock
- * read (the coarse clock when stall_ns allows it). */
+ * read (the coarse clock when stall_ns allows it) and a compare; everything
+ * else - the CPU clock, the report - only when the wall time trips it. */
 static inline void ran(struct corio__shard *s, const struct corio_fiber *f)
 {
 	uint64_t now, d;
 
 	if (!s->run.timed)
 		return;
-	now = s->run.coarse ? corio__coarse_ns() : corio__tick();
+	now = CORIO__LIKELY(s->run.coarse) ? corio__coarse_ns() : corio__tick();
 	d = now - s->run.t;
 	s->run.t = now;
-	if (CORIO__UNLIKELY(d > s->run.limit)) {
-		corio__stall_report(s, f, s->run.coarse ? d : corio__ticks_ns(d));
-		s->run.stalled = true;
-	}
+	if (CORIO__UNLIKELY(d > s->run.limit))
+		ran_long(s, f, d);
 }
 
 /* Take the next fiber of this turn's run off the queue; NULL when the run is
@@ -213,7 +222,9 @@ bool corio__run_fibers(struct corio__shard *s)
 	s->run.coarse = sp->stall_coarse;
 	if (s->run.timed) {
 		/* The first fiber's time starts at the loop's last ring poll. */
-		s->run.limit = s->run.coarse ? s->rt->cfg.stall_ns : sp->stall_ticks;
+		/* coarse: trip a jiffy early, so that no wall time past
+		 * stall_ns goes unchecked; the CPU clock then decides */
+		s->run.limit = s->run.coarse ? s->rt->cfg.stall_ns - sp->coarse_res : sp->stall_ticks;
 		s->run.t = s->run.coarse ? corio__coarse_ns() : sp->last_poll;
 	}
 	while ((f = run_pop(s))) {

@@ -233,10 +233,13 @@ static inline unsigned corio__hist_bucket(uint64_t ns)
 struct corio__loopstat {
 	uint64_t last_poll;   /* tick: the loop's last look at the ring          */
 	uint64_t stall_ticks; /* config stall_ns in ticks; UINT64_MAX: off        */
-	/* Per-fiber stall timing reads CLOCK_MONOTONIC_COARSE (~3 ns here, vs
-	 * ~10 ns for rdtsc in this VM) when stall_ns is at least 4 of its
-	 * resolution (a jiffy); else the tick clock. */
+	/* Per-fiber stall timing reads CLOCK_MONOTONIC_COARSE (~2 ns, vs ~4.5
+	 * ns for rdtsc in bench-core's VM) when stall_ns is at least 2 of its
+	 * resolution (a jiffy); else the tick clock. The wall time it gives
+	 * only decides when to read the CPU clock, so it may be a jiffy off:
+	 * the check trips a jiffy early, and the report allows for it. */
 	bool stall_coarse;
+	uint64_t coarse_res;  /* ns: CLOCK_MONOTONIC_COARSE's resolution        */
 	uint64_t warn_after;  /* ns: no warning before this (rate limit)          */
 	uint64_t suppressed;  /* warnings not printed since the last one          */
 	uint64_t daemons;     /* live fibers that do not keep the runtime running */
@@ -249,6 +252,21 @@ struct corio__loopstat {
 	 * neither the period nor its mark; clamping to this keeps every
 	 * reading at or above the ones before it (written by readers only) */
 	uint64_t idle_shown;
+	/* On-CPU time for stall reports (core/stats.c). The per-switch check
+	 * is on wall time; when it trips, the thread's CPU clock says how much
+	 * of it the fiber really ran. That needs a reading from before the
+	 * fiber started: the baseline, refreshed at a turn's start when older
+	 * than stall_ns / 4, and at every report. CPU time between the
+	 * baseline and the fiber's start is at most the wall time between
+	 * them minus the loop's blocking enters, which gives a lower bound. */
+	uint64_t cpu_base;      /* the thread's CPU ns at the baseline          */
+	uint64_t base_ns;       /* CLOCK_MONOTONIC ns of the baseline           */
+	uint64_t base_tick;     /* its tick, to tell when it is stale           */
+	uint64_t base_blocked;  /* blocked_ns at the baseline                   */
+	uint64_t blocked_ns;    /* time spent blocked in the loop's enters      */
+	uint64_t refresh_ticks; /* stall_ns / 4 in ticks; UINT64_MAX: off       */
+	uint64_t offcpu_after;  /* rate limit of off-CPU reports (ns)           */
+	uint64_t offcpu_suppressed;
 	/* CORIO_STATS_TEST=read_gap: readers pause between loading idle_ns
 	 * and idle_from, so the race above happens on every read (a test hook) */
 	bool read_gap;
@@ -663,7 +681,17 @@ void corio__shard_busy(struct corio__shard *s);
  * stderr, rate-limited to one line per shard per second, and count it. */
 /* 0, or -EINVAL with the reason in s->err (a bad CORIO_STATS_TEST). */
 int corio__loopstat_init(struct corio__shard *s);
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns);
+/* A fiber (f) or a loop turn (f NULL) took wall_ns (+- slack_ns, the
+ * clock's resolution), about stall_ns or more: read the thread's CPU clock
+ * and report a stall when it ran past stall_ns on CPU, an off-CPU line when
+ * the wall time surely passed stall_ns but the CPU time did not
+ * (rate-limited, to the log hook). Refreshes the on-CPU baseline. True
+ * when either was due (the fiber answers for its turn's time), false when
+ * the wall time did not surely pass stall_ns after all (an early trip). */
+bool corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
+			 uint64_t slack_ns);
+/* Take a new on-CPU baseline (the thread's CPU clock: a system call). */
+void corio__cpu_base(struct corio__shard *s);
 /* As the shard ends: keep its thread's CPU time for corio_stats_get. */
 void corio__stats_cpu_final(struct corio__shard *s);
 /* A daemon fiber (the control server) counts in fibers_live but does not

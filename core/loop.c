@@ -86,8 +86,8 @@ static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 			/* A poll on our own eventfd cannot fail for a reason that goes
 			 * away: report it rather than re-arm in a loop. Other threads
 			 * can no longer wake this shard while it sleeps. */
-			fprintf(stderr, "corio: shard %u: poll on the wake-up eventfd failed: %s; "
-				"wake-ups from other threads are lost\n", s->id, strerror(-res));
+			corio__log("corio: shard %u: poll on the wake-up eventfd failed: %s; "
+				   "wake-ups from other threads are lost", s->id, strerror(-res));
 			return;
 		}
 		if (res > 0) {
@@ -101,9 +101,9 @@ static void efd_done(struct corio__op *op, int32_t res, uint32_t flags)
 		CORIO__STAT_ADD(s->stats.doorbells_in, 1);
 	} else if (res != -ECANCELED && res != -EINTR) {
 		if (res != -EAGAIN)
-			fprintf(stderr, "corio: shard %u: read of the wake-up eventfd: %s; "
-				"waiting with poll instead\n", s->id,
-				res < 0 ? strerror(-res) : "short read");
+			corio__log("corio: shard %u: read of the wake-up eventfd: %s; "
+				   "waiting with poll instead", s->id,
+				   res < 0 ? strerror(-res) : "short read");
 		s->efd_poll = true;
 	}
 	corio__wakeup_arm(s);
@@ -202,7 +202,7 @@ static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t
 	if (CORIO__UNLIKELY(gap > s->stats.gap_max_ns))
 		CORIO__STAT_SET(s->stats.gap_max_ns, gap);
 	if (CORIO__UNLIKELY(turn_t > sp->stall_ticks) && !fiber_stalled)
-		corio__stall_report(s, NULL, turn);
+		corio__stall_report(s, NULL, turn, 0);
 }
 
 /* Nothing is runnable: hand SQEs to the kernel and wait per the idle
@@ -210,7 +210,7 @@ static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t
 static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool fiber_stalled)
 {
 	const struct corio_config *cfg = &s->rt->cfg;
-	uint64_t t0 = corio__tick(), spin_end;
+	uint64_t t0 = corio__tick(), spin_end, enter_t = 0;
 	bool blocked = false;
 
 	account(s, sp, t0 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
@@ -218,7 +218,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	if (cfg->idle != CORIO_IDLE_BLOCK) {
 		spin_end = cfg->idle == CORIO_IDLE_POLL
 				   ? UINT64_MAX
-				   : t0 + corio__ns_ticks(cfg->spin_us * 1000ull);
+				   : t0 + corio__ns_ticks(corio__ns_mul_sat(cfg->spin_us, CORIO__NS_PER_US));
 		for (;;) {
 			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_head ||
 			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
@@ -237,17 +237,26 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	/* One more pass before advertising sleep: under a steady stream of
 	 * messages this usually finds work, and senders never see us asleep. */
 	if (cfg->idle == CORIO_IDLE_BLOCK && (parts_poll(s) || s->runq_head))
-		goto out;
+		goto submit;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
 	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
+		enter_t = corio__tick();
 		corio__ring_enter(&s->ring, 1);
 		blocked = true;
 	}
 	/* seq_cst: a waker whose exchange won saw us before this store, and
 	 * our next check of the waker's in-flight count sees its increment. */
 	atomic_store(&s->sleeping, 0);
+submit:
+	/* Work turned up instead of sleep: still hand the kernel the queued
+	 * SQEs and run its deferred completions (no syscall when there are
+	 * none). A part that has work on every turn - a timer callback that
+	 * re-arms in the past - would otherwise keep every socket of the
+	 * shard from being served (timer::rearm_in_the_past_*). */
+	if (!blocked)
+		corio__ring_poll(&s->ring);
 out:
 	sp->last_poll = corio__tick();
 	/* Clear the mark before adding: a reader that sees the new idle_ns
@@ -255,6 +264,8 @@ out:
 	__atomic_store_n(&sp->idle_from, 0, __ATOMIC_RELEASE);
 	__atomic_store_n(&s->stats.idle_ns,
 			 s->stats.idle_ns + corio__ticks_ns(sp->last_poll - t0), __ATOMIC_RELEASE);
+	if (blocked) /* off CPU: the stall reports' on-CPU bound subtracts it */
+		sp->blocked_ns += corio__ticks_ns(sp->last_poll - enter_t);
 	return blocked;
 }
 
@@ -286,6 +297,10 @@ void corio__loop(struct corio__shard *s)
 		if (CORIO__UNLIKELY(!s->stopping &&
 				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
 			begin_stop(s);
+		/* A fresh on-CPU baseline for stall reports, at most every
+		 * stall_ns / 4 (a system call; never when stall_ns is 0). */
+		if (CORIO__UNLIKELY(sp->last_poll - sp->base_tick > sp->refresh_ticks))
+			corio__cpu_base(s);
 		stalled = corio__run_fibers(s);
 		parts_poll(s);
 		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&

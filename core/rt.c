@@ -264,8 +264,8 @@ static void *shard_main(void *arg)
 
 /* ---- the backend ----------------------------------------------------------------------- */
 
-/* The one place the runtime tells the operator about its backend (a log
- * hook will take stderr's place). */
+/* The one place the runtime tells the operator about its backend: the log
+ * hook (corio_set_log), stderr by default. */
 __attribute__((format(printf, 1, 2))) static void backend_say(const char *fmt, ...)
 {
 	char line[256];
@@ -274,7 +274,7 @@ __attribute__((format(printf, 1, 2))) static void backend_say(const char *fmt, .
 	va_start(ap, fmt);
 	vsnprintf(line, sizeof(line), fmt, ap);
 	va_end(ap);
-	fprintf(stderr, "corio: %s\n", line);
+	corio__log("corio: %s", line);
 }
 
 /* CORIO_BACKEND=auto|uring|epoll overrides cfg.backend (the one strict

@@ -126,6 +126,14 @@ int corio__tick_calibrate(void)
 
 /* ---- stalls and daemons ------------------------------------------------------- */
 
+/* The CPU time of a thread, 0 when the clock cannot be read. */
+static uint64_t thread_cpu_ns(clockid_t cid)
+{
+	struct timespec ts;
+
+	return clock_gettime(cid, &ts) ? 0 : corio__ts_ns(&ts);
+}
+
 int corio__loopstat_init(struct corio__shard *s)
 {
 	static const char *const test_words[] = { "read_gap", NULL };
@@ -138,9 +146,23 @@ int corio__loopstat_init(struct corio__shard *s)
 		return -EINVAL;
 	sp->read_gap = test == 0;
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
+	sp->refresh_ticks = stall_ns ? corio__ns_ticks(stall_ns / 4) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
-			   stall_ns >= 4 * corio__ts_ns(&res);
+			   stall_ns >= 2 * corio__ts_ns(&res);
+	sp->coarse_res = sp->stall_coarse ? corio__ts_ns(&res) : 0;
+	if (stall_ns)
+		corio__cpu_base(s);
 	return 0;
+}
+
+void corio__cpu_base(struct corio__shard *s)
+{
+	struct corio__loopstat *sp = &s->ls;
+
+	sp->cpu_base = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
+	sp->base_ns = corio_now_ns();
+	sp->base_tick = corio__tick();
+	sp->base_blocked = sp->blocked_ns;
 }
 
 void corio__daemon_add(struct corio__shard *s, int delta)
@@ -149,43 +171,99 @@ void corio__daemon_add(struct corio__shard *s, int delta)
 	corio__shard_busy(s);
 }
 
-void corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t ns)
+/*
+ * How much of the wall time that just ended (wall_ns, give or take slack_ns)
+ * the thread ran on CPU: a lower bound. The CPU used since the baseline,
+ * less what can have been used between the baseline and the latest
+ * possible start (that wall time, minus the loop's blocking enters in it,
+ * which are off CPU). Exact when the thread was not preempted between the
+ * baseline and the start; short by at most that preemption otherwise, and
+ * the baseline is never older than stall_ns / 4 at a turn's start. A report
+ * therefore never claims more than ran.
+ */
+static uint64_t on_cpu_ns(struct corio__shard *s, uint64_t wall_ns, uint64_t slack_ns)
 {
 	struct corio__loopstat *sp = &s->ls;
-	uint64_t now = corio_now_ns();
-	char line[300];
-	int n;
+	uint64_t cpu = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID), now = corio_now_ns();
+	uint64_t shortest = wall_ns > slack_ns ? wall_ns - slack_ns : 0;
+	uint64_t start = now > shortest ? now - shortest : 0, blocked, before = 0, used, on;
 
-	CORIO__STAT_ADD(s->stats.stalls, 1);
-	if (now < sp->warn_after) {
-		sp->suppressed++;
-		return;
+	if (!cpu || !sp->cpu_base)
+		return wall_ns; /* no CPU clock: wall time is all there is */
+	used = cpu - sp->cpu_base;
+	blocked = sp->blocked_ns - sp->base_blocked;
+	if (start > sp->base_ns)
+		before = start - sp->base_ns;
+	before = before > blocked ? before - blocked : 0;
+	on = used > before ? used - before : 0;
+	sp->cpu_base = cpu;
+	sp->base_ns = now;
+	sp->base_tick = corio__tick();
+	sp->base_blocked = sp->blocked_ns;
+	return on < wall_ns + slack_ns ? on : wall_ns + slack_ns;
+}
+
+/* Rate limit: one line per second per shard and kind; the rest counted. */
+static bool log_due(uint64_t *after, uint64_t *suppressed, uint64_t *shown)
+{
+	uint64_t now = corio_now_ns();
+
+	if (now < *after) {
+		++*suppressed;
+		return false;
 	}
-	sp->warn_after = now + 1000000000ull; /* one report per second per shard */
+	*after = now + CORIO__NS_PER_S;
+	*shown = *suppressed;
+	*suppressed = 0;
+	return true;
+}
+
+bool corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, uint64_t wall_ns,
+			 uint64_t slack_ns)
+{
+	struct corio__loopstat *sp = &s->ls;
+	uint64_t on = on_cpu_ns(s, wall_ns, slack_ns), off = wall_ns > on ? wall_ns - on : 0, more;
+	double lim = (double)s->rt->cfg.stall_ns / 1e6;
+	char who[80], tail[64] = "";
+
 	if (f)
-		n = snprintf(line, sizeof(line),
-			     "corio: stall: shard %u (cpu %d) ran fiber %llu '%s' for %.3f ms "
-			     "without yielding (stall_ns %.3f ms)",
-			     s->id, s->cpu, (unsigned long long)f->id, f->name[0] ? f->name : "?",
-			     (double)ns / 1e6, (double)s->rt->cfg.stall_ns / 1e6);
+		snprintf(who, sizeof(who), "fiber %llu '%s'", (unsigned long long)f->id,
+			 f->name[0] ? f->name : "?");
 	else
-		n = snprintf(line, sizeof(line),
-			     "corio: stall: shard %u (cpu %d) spent %.3f ms in one loop turn "
-			     "outside fibers (message, timer or completion callbacks; stall_ns %.3f ms)",
-			     s->id, s->cpu, (double)ns / 1e6, (double)s->rt->cfg.stall_ns / 1e6);
-	if (n > 0 && (size_t)n < sizeof(line) && sp->suppressed)
-		n += snprintf(line + n, sizeof(line) - (size_t)n, "; %llu more not reported",
-			      (unsigned long long)sp->suppressed);
-	if (n < 0)
-		return;
-	if ((size_t)n >= sizeof(line) - 1)
-		n = (int)sizeof(line) - 2;
-	line[n++] = '\n';
-	sp->suppressed = 0;
-	/* one write: the line is not interleaved with other threads' output */
-	if (write(2, line, (size_t)n) < 0) {
-		/* nothing to do: stderr is gone */
+		snprintf(who, sizeof(who), "one loop turn outside fibers");
+	if (on > s->rt->cfg.stall_ns) {
+		CORIO__STAT_ADD(s->stats.stalls, 1);
+		if (!log_due(&sp->warn_after, &sp->suppressed, &more))
+			return true;
+		if (more)
+			snprintf(tail, sizeof(tail), "; %llu more not reported", (unsigned long long)more);
+		if (f)
+			corio__log("corio: stall: shard %u (cpu %d) ran %s for %.3f ms on CPU without "
+				   "yielding (%.3f ms more descheduled; stall_ns %.3f ms)%s",
+				   s->id, s->cpu, who, (double)on / 1e6, (double)off / 1e6, lim, tail);
+		else
+			corio__log("corio: stall: shard %u (cpu %d) spent %.3f ms on CPU in %s "
+				   "(message, timer or completion callbacks; %.3f ms more descheduled; "
+				   "stall_ns %.3f ms)%s",
+				   s->id, s->cpu, (double)on / 1e6, who, (double)off / 1e6, lim, tail);
+		return true;
 	}
+	/* Past stall_ns in wall time but not on CPU: the shard was held off
+	 * its CPU (preempted, or a fiber blocked in a system call outside the
+	 * ring). Not a stall of the code that ran, but worth a line - when the
+	 * wall time surely passed stall_ns (the coarse clock trips early). */
+	if (wall_ns < s->rt->cfg.stall_ns + slack_ns)
+		return false;
+	if (!log_due(&sp->offcpu_after, &sp->offcpu_suppressed, &more))
+		return true;
+	if (more)
+		snprintf(tail, sizeof(tail), "; %llu more not reported", (unsigned long long)more);
+	corio__log("corio: off-cpu: shard %u (cpu %d) %s took %.3f ms, %.3f ms of it on CPU and "
+		   "%.3f ms descheduled (a blocking system call outside the ring, or the thread "
+		   "preempted; stall_ns %.3f ms)%s",
+		   s->id, s->cpu, who, (double)wall_ns / 1e6, (double)on / 1e6, (double)off / 1e6, lim,
+		   tail);
+	return true;
 }
 
 uint64_t corio_stats_hist_bucket_ns(unsigned b)
@@ -203,14 +281,6 @@ uint64_t corio_stats_hist_bucket_ns(unsigned b)
  * ended makes the read fail (EINVAL), and the reader takes the final value.
  */
 #define TID_CPU_CLOCK(tid) ((clockid_t)((~(unsigned)(tid) << 3) | 4 | 2))
-
-/* The CPU time of a thread, 0 when the clock cannot be read. */
-static uint64_t thread_cpu_ns(clockid_t cid)
-{
-	struct timespec ts;
-
-	return clock_gettime(cid, &ts) ? 0 : corio__ts_ns(&ts);
-}
 
 /* A shard stores its thread's CPU time once, as it ends; until then the
  * readers ask the kernel for the thread's clock. */

@@ -170,9 +170,7 @@ int corio_timer_arm(struct corio_timer *t, uint64_t deadline_ns, uint64_t period
 
 static uint64_t sat_from_now(uint64_t delta)
 {
-	uint64_t now = corio_now_ns();
-
-	return delta > UINT64_MAX - now ? UINT64_MAX : now + delta;
+	return corio__ns_add_sat(corio_now_ns(), delta);
 }
 
 int corio_timer_arm_in(struct corio_timer *t, uint64_t delay_ns, uint64_t period_ns)

@@ -77,7 +77,7 @@ static int control_env(struct corio__control *ctl, char *err, size_t len)
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_CONTROL_TIMEOUT_MS", 1, 3600000, &ms, err, len);
 	ctl->max_clients = (unsigned)clients;
-	ctl->timeout_ns = ms * 1000000ull;
+	ctl->timeout_ns = corio__ns_mul_sat(ms, CORIO__NS_PER_MS);
 	return ret < 0 ? ret : 0;
 }
 
@@ -295,8 +295,8 @@ static int server_fiber(void *arg)
 		if (ret == -ECANCELED)
 			break;
 		if (ret < 0) {
-			fprintf(stderr, "corio: control socket %s: accept: %s; not serving it any more\n",
-				ctl->path, strerror(-ret));
+			corio__log("corio: control socket %s: accept: %s; not serving it any more",
+				   ctl->path, strerror(-ret));
 			break;
 		}
 		if (ctl->clients >= ctl->max_clients || !(cl = malloc(sizeof(*cl)))) {

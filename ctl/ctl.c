@@ -58,7 +58,7 @@ int corio_run(const struct corio_config *cfg, void (*entry)(void *), void *arg)
 	int ret = corio_start(cfg, entry, arg, &rt);
 
 	if (ret) {
-		fprintf(stderr, "corio: %s\n", corio_last_error());
+		corio__log("corio: %s", corio_last_error());
 		return ret;
 	}
 	return corio_wait(rt);

@@ -106,7 +106,9 @@ struct corio_config {
 	unsigned spin_us;         /* CORIO_IDLE_SPIN: spin this long (50)           */
 	unsigned msg_slots;       /* inbound message ring capacity per shard (4096) */
 	const char *control_path; /* Unix control socket path, NULL: none           */
-	uint64_t stall_ns;        /* loop-stall warning threshold, 0: off (10 ms)   */
+	uint64_t stall_ns;        /* stall report threshold: time on CPU a fiber or
+	                             loop turn may take without yielding; 0: off
+	                             (10 ms). Reports go to corio_set_log().      */
 	unsigned flags;           /* CORIO_F_*                                      */
 	unsigned stack_cache;     /* stacks kept per shard for reuse (256)          */
 	unsigned run_budget;      /* max fibers run per loop turn before polling
@@ -179,6 +181,26 @@ CORIO_API int corio_stop(struct corio_rt *rt);
  * next failure with a message replaces it.
  */
 CORIO_API const char *corio_last_error(void);
+
+/*
+ * Runtime messages: stall and off-CPU reports (see stall_ns), a wake-up
+ * eventfd or control socket that stopped working, completions the kernel
+ * dropped, environment values ignored, ... One line each, starting
+ * "corio: ", without a trailing newline. By default (fn NULL) each goes to
+ * stderr with one write(2).
+ *
+ * corio_set_log(fn, arg) sends them to fn(arg, line) instead, process-wide.
+ * Threads: fn runs on whichever thread reports, mostly shard threads, on
+ * the loop and not in a fiber (also the thread in corio_start()). Calls are
+ * serialized (never two at once, so fn needs no lock of its own); fn must
+ * return soon (the shard waits), must not block on corio and must not call
+ * corio_set_log(). corio_set_log() may be called from any thread at any
+ * time; once it returns, the previous fn is not running and is never called
+ * again. line is valid only during the call. The one exception is the
+ * stack-overflow line, written to stderr from the signal handler.
+ */
+typedef void (*corio_log_fn)(void *arg, const char *line);
+CORIO_API void corio_set_log(corio_log_fn fn, void *arg);
 
 CORIO_API unsigned corio_shard_id(void);    /* this shard's index; UINT32_MAX off-shard */
 CORIO_API unsigned corio_shard_count(void); /* shards in this runtime; 0 off-shard      */
@@ -386,7 +408,8 @@ struct corio_stats {
 	uint64_t wake_cqes;      /* CQEs reaped right after those wake-ups        */
 	uint64_t doorbells_in;   /* eventfd wake-ups (foreign threads, shutdown);
 	                            MSG_RING ones are in the peers' msg stats     */
-	uint64_t stalls;         /* fibers or loop turns that ran past stall_ns   */
+	uint64_t stalls;         /* fibers or loop turns that ran past stall_ns
+	                            on CPU (time descheduled is not counted)    */
 	uint64_t turn_max_ns;    /* longest loop turn (CPU time, idle excluded)   */
 	uint64_t gap_max_ns;     /* longest gap between two looks at the ring     */
 	uint64_t gap_ns;         /* sum of the gaps (the turns' sum is busy_ns)   */

@@ -334,7 +334,7 @@ static int backoff_wait(struct corio_listener *l)
 	struct corio_deadline d;
 	int ret;
 
-	corio_timeout_push(&d, l->backoff_ms * 1000000ull);
+	corio_timeout_push(&d, corio__ns_mul_sat(l->backoff_ms, CORIO__NS_PER_MS));
 	ret = corio__net_wait(&l->wq);
 	corio_deadline_pop(&d);
 	if (ret == -ETIMEDOUT && !(corio_deadline_ns() && corio_now_ns() >= corio_deadline_ns()))

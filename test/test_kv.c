@@ -13,6 +13,7 @@
 #define CORIO_KV_NO_MAIN
 #include "../tools/corio-kv.c"
 
+#include <math.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 
@@ -1119,6 +1120,83 @@ static void expiry(struct kv_test *t)
 Test(kv, expiry_lazy_and_active, .timeout = 60)
 {
 	run_kv(2, NULL, expiry);
+}
+
+/* The tools' saturating conversions (tools/lib/eb_time.h) at 2^63 scale. */
+Test(kv, tool_time_conversions_saturate)
+{
+	cr_assert_eq(eb_ms_to_ns(1), 1000000ull);
+	cr_assert_eq(eb_ms_to_ns(0), 0);
+	cr_assert_eq(eb_ms_to_ns(-5), 0);
+	cr_assert_eq(eb_ms_to_ns(18446744073709ll), 18446744073709000000ull); /* fits */
+	cr_assert_eq(eb_ms_to_ns(18446744073710ll), UINT64_MAX);            /* does not */
+	cr_assert_eq(eb_ms_to_ns(9223372036854000ll), UINT64_MAX); /* EXPIRE k 9223372036854 */
+	cr_assert_eq(eb_ms_to_ns(INT64_MAX), UINT64_MAX);
+	cr_assert_eq(eb_ns_mul_sat(1ull << 63, 2), UINT64_MAX);
+	cr_assert_eq(eb_ns_mul_sat(1ull << 62, 2), 1ull << 63);
+	cr_assert_eq(eb_s_to_ns(1.5), 1500000000ull);
+	cr_assert_eq(eb_s_to_ns(-1), 0);
+	cr_assert_eq(eb_s_to_ns(NAN), 0);
+	cr_assert_eq(eb_s_to_ns(9223372036.854775808 * 2), UINT64_MAX);
+	cr_assert_eq(eb_s_to_ns(1e300), UINT64_MAX);
+	cr_assert_eq(eb_s_to_ns(INFINITY), UINT64_MAX);
+}
+
+/*
+ * EXPIRE k 9223372036854 (seconds; Redis accepts it) used to overflow the
+ * sweep's ms-to-ns conversion and arm its timer in the past: the timer
+ * re-fired on every turn and the loop never served its sockets again. Now
+ * the conversion saturates (the sweep is due "never"), and another client
+ * is answered. One shard, in a forked child with a bounded wait: the bug
+ * hangs the client fiber along with the server.
+ */
+static void huge_expire(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *d;
+	uint64_t due;
+
+	if (!c)
+		return;
+	cl_cmd(c, "SET", "far", "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "EXPIRE", "far", "9223372036854", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "PEXPIRE", "far", "9223372036854775", NULL); /* 2^63-scale ms */
+	EXPECT(c, ":1\r\n");
+	due = corio_timer_deadline(&t->srv.sh[0].sweep);
+	CHECK(due == 0 || due > corio_now_ns() + 1000000000ull * 3600 * 24 * 365);
+	d = cl_open(t->port);
+	if (d) {
+		cl_cmd(d, "PING", NULL);
+		EXPECT(d, "+PONG\r\n");
+		cl_cmd(d, "GET", "far", NULL);
+		EXPECT(d, "$1\r\nv\r\n");
+		cl_close(d);
+	}
+	cl_close(c);
+}
+
+static int huge_expire_child(void *arg)
+{
+	static struct kv_test t;
+	struct corio_config cfg = th_cfg(1);
+	int ret;
+
+	(void)arg;
+	kv_limits_default(&t.srv.lim);
+	t.body = huge_expire;
+	cfg.flags |= CORIO_F_NO_PIN;
+	if (kv_server_init(&t.srv, 1))
+		return 2;
+	ret = corio_run(&cfg, test_entry, &t);
+	if (atomic_load(&th_failures))
+		fprintf(stderr, "%s\n", th_msg);
+	return ret ? 3 : atomic_load(&th_failures) ? 4 : 0;
+}
+
+Test(kv, expire_near_2_to_63_does_not_starve_the_shard, .timeout = 60)
+{
+	th_child_ok(huge_expire_child, NULL, 20000, "EXPIRE k 9223372036854");
 }
 
 /* ---- malformed input and limits -------------------------------------------------------- */

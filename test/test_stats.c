@@ -844,6 +844,28 @@ Test(stats, control_socket_bad_clients, .init = ctl_setup, .fini = ctl_teardown,
 	cr_assert_eq(th_fd_count(), before);
 }
 
+/* A control timeout of 2^62 ms (CORIO_CONTROL_TIMEOUT_MS) used to wrap to
+ * 0 ns in its ms-to-ns conversion: every answer timed out at once. It
+ * saturates now, so the client is answered. */
+Test(stats, control_timeout_near_2_to_63_ms_saturates, .init = ctl_setup, .fini = ctl_teardown,
+     .timeout = 30)
+{
+	static char buf[1 << 16];
+	struct corio_rt *rt;
+	int fd;
+
+	setenv("CORIO_CONTROL_TIMEOUT_MS", "4611686018427387904", 1);
+	rt = ctl_start(1);
+	fd = ctl_connect();
+	send_all(fd, "help\n", 5);
+	read_until(fd, buf, sizeof(buf), "\n\n");
+	cr_assert(strstr(buf, "commands"), "no answer: '%s'", buf);
+	close(fd);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	unsetenv("CORIO_CONTROL_TIMEOUT_MS");
+}
+
 Test(stats, control_path_stale_socket_replaced, .init = ctl_setup, .fini = ctl_teardown,
      .timeout = 30)
 {
@@ -1132,13 +1154,24 @@ Test(stats, control_socket_abstract_checks_peer_uid, .timeout = 30)
 
 /* ---- stall detector ------------------------------------------------------------------ */
 
+/* The calling thread's CPU time (ns). */
+static uint64_t own_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Hog the shard for 150 ms of CPU time (not wall time: on a loaded machine
+ * the thread may be descheduled meanwhile, and a stall is time on CPU). */
 static int planted(void *arg)
 {
-	uint64_t end = corio_now_ns() + 150 * 1000000ull;
+	uint64_t end = own_cpu_ns() + 150 * 1000000ull;
 
 	(void)arg;
-	while (corio_now_ns() < end)
-		; /* hog the shard */
+	while (own_cpu_ns() < end)
+		;
 	return 0;
 }
 
@@ -1266,4 +1299,158 @@ static bool names_hog(const char *buf)
 Test(stats, stall_names_the_fiber_reached_by_a_hand_off, .timeout = 30)
 {
 	stall_tries(handoff_entry, names_hog);
+}
+
+/* ---- on-CPU time against time descheduled, and the log hook --------------------------- */
+
+static char hook_buf[16384];
+static size_t hook_len;
+
+static void hook(void *arg, const char *line)
+{
+	int n = snprintf(hook_buf + hook_len, sizeof(hook_buf) - hook_len, "%s%s\n",
+			 (const char *)arg, line);
+
+	if (n > 0 && (size_t)n < sizeof(hook_buf) - hook_len)
+		hook_len += (size_t)n;
+}
+
+/* Blocks the shard's thread in a system call outside the ring: 150 ms of
+ * wall time, next to none of it on CPU. */
+static int sleeper(void *arg)
+{
+	struct timespec ts = { 0, 150 * 1000000L };
+
+	(void)arg;
+	while (nanosleep(&ts, &ts) && errno == EINTR)
+		;
+	return 0;
+}
+
+static void oncpu_entry(void *arg)
+{
+	struct corio_spawn_opts so = { .name = "spinner" }, zo = { .name = "sleeper" };
+	struct corio_fiber *f;
+
+	(void)arg;
+	/* the sleeper first: a preemption's off-CPU line (one per second) has
+	 * less time to come before it and hold its line back */
+	corio_spawn(sleeper, NULL, &zo, &f);
+	corio_join(f, NULL);
+	corio_spawn(planted, NULL, &so, &f);
+	corio_join(f, NULL);
+}
+
+/* The line of the hook's output that holds both a and b, or NULL. */
+static const char *hook_line(const char *a, const char *b)
+{
+	for (const char *p = hook_buf; p && *p; p = strchr(p, '\n'), p = p ? p + 1 : NULL) {
+		const char *e = strchr(p, '\n'), *x = strstr(p, a), *y = strstr(p, b);
+
+		if (x && y && (!e || (x < e && y < e)))
+			return p;
+	}
+	return NULL;
+}
+
+/*
+ * Child: a spinning fiber and one blocked in nanosleep, stall_ns 50 ms, the
+ * log hook set; a bad config for another runtime message; then the hook
+ * unset, so one more message goes to stderr. Exit 0 when the hook holds a
+ * stall naming the spinner with >= 50 ms on CPU, an off-CPU line naming the
+ * sleeper with < 50 ms on CPU and >= 100 ms descheduled, no stall line
+ * naming the sleeper, and the config error.
+ */
+static int hook_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	const char *l;
+	double took = 0, on = 0, off = 0;
+
+	(void)arg;
+	hook_len = 0;
+	corio_set_log(hook, "hook: ");
+	cfg.stall_ns = 50 * 1000000ull;
+	if (corio_run(&cfg, oncpu_entry, NULL))
+		return 2;
+	cfg.sq_entries = 3; /* not a power of two: corio_run reports it */
+	if (corio_run(&cfg, oncpu_entry, NULL) != -EINVAL)
+		return 3;
+	corio_set_log(NULL, NULL);
+	cfg.sq_entries = 5; /* this one goes to stderr again */
+	corio_run(&cfg, oncpu_entry, NULL);
+	printf("%s", hook_buf);
+	fflush(stdout);
+	l = hook_line("corio: stall:", "'spinner'");
+	if (!l || sscanf(strstr(l, "for "), "for %lf ms on CPU", &on) != 1 || on < 50)
+		return 4;
+	if (hook_line("corio: stall:", "'sleeper'"))
+		return 5;
+	l = hook_line("corio: off-cpu:", "'sleeper'");
+	if (!l || sscanf(strstr(l, "took "), "took %lf ms, %lf ms of it on CPU and %lf", &took, &on,
+			 &off) != 3)
+		return 6;
+	if (on >= 50 || off < 100 || took < 100) /* coarse clock: a jiffy off */
+		return 7;
+	if (!hook_line("hook: corio:", "sq_entries"))
+		return 8;
+	return 0;
+}
+
+/* Run hook_child with stdout and stderr captured; its exit status. */
+static int hook_try(char *out, size_t outsz, char *err, size_t errsz)
+{
+	int po[2], pe[2], status;
+	ssize_t n;
+	size_t lo = 0, le = 0;
+	pid_t pid;
+
+	cr_assert_eq(pipe(po), 0);
+	cr_assert_eq(pipe(pe), 0);
+	pid = fork();
+	cr_assert_neq(pid, -1);
+	if (pid == 0) {
+		dup2(po[1], 1);
+		dup2(pe[1], 2);
+		_exit(hook_child(NULL));
+	}
+	close(po[1]);
+	close(pe[1]);
+	while ((n = read(po[0], out + lo, outsz - 1 - lo)) > 0)
+		lo += (size_t)n;
+	while ((n = read(pe[0], err + le, errsz - 1 - le)) > 0)
+		le += (size_t)n;
+	out[lo] = err[le] = '\0';
+	close(po[0]);
+	close(pe[0]);
+	waitpid(pid, &status, 0);
+	return WIFEXITED(status) ? WEXITSTATUS(status) : 100;
+}
+
+/*
+ * A stall report says what ran on CPU: a fiber that spins is a stall, one
+ * blocked in a system call outside the ring is reported as descheduled,
+ * not as a stall. Every runtime message goes to the hook and none to
+ * stderr while it is set; unset, they go to stderr again. Up to 3 tries: a
+ * preemption of the shard between its CPU baseline and the spinner's start
+ * can take it under the limit (the on-CPU figure is a lower bound), and an
+ * earlier off-CPU line from a preemption can hold back the sleeper's
+ * (one per second); the bugs this guards against fail every try.
+ */
+Test(stats, stall_reports_cpu_time_and_descheduled_time_through_the_hook, .timeout = 60)
+{
+	static char out[16384], err[16384];
+	int st = -1;
+
+	for (int i = 0; i < 3 && st; i++) {
+		st = hook_try(out, sizeof(out), err, sizeof(err));
+		if (st)
+			cr_log_info("try %d: status %d; hook:\n%s\nstderr:\n%s", i, st, out, err);
+	}
+	cr_assert_eq(st, 0, "hook:\n%s\nstderr:\n%s", out, err);
+	cr_assert(!strstr(err, "corio: stall:") && !strstr(err, "corio: off-cpu:") &&
+			  !strstr(err, "sq_entries is 3"),
+		  "a message went to stderr while the hook was set: %s", err);
+	cr_assert(strstr(err, "corio: ") && strstr(err, "sq_entries"),
+		  "with the hook unset, messages go to stderr again: '%s'", err);
 }

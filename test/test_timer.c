@@ -13,6 +13,8 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <stdlib.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -825,3 +827,214 @@ Test(timer, misuse_on_the_loop_returns_the_documented_error, .timeout = 60)
 	th_misuse(misuse_from_posted_fn, "corio_event_wait: called from a callback");
 	th_misuse_ex(misuse_unbalanced_pop, "corio_deadline_pop", -EINVAL);
 }
+
+/* ---- a callback that re-arms its timer in the past --------------------------------- */
+
+/*
+ * A timer whose callback re-arms it at a time already past (or at now,
+ * which is past by the next look) has work on every loop turn. The loop
+ * must still submit and reap between its callbacks: a TCP echo on the same
+ * shard answers two clients, one after the other. Run in a forked child
+ * with a bounded wait, since the bug starves the shard's sockets forever.
+ */
+enum { REARM_PAST = 1, REARM_NOW = 2 };
+
+static struct {
+	struct corio_timer t[2];
+	_Atomic int port;
+	_Atomic unsigned long fired;
+	unsigned which;
+} rp;
+
+static void past_cb(struct corio_timer *t, void *arg, int res)
+{
+	(void)arg;
+	if (res < 0)
+		return; /* shutdown */
+	atomic_fetch_add(&rp.fired, 1);
+	corio_timer_arm(t, t == &rp.t[0] ? 1 : corio_now_ns(), 0);
+}
+
+static int past_echo(void *arg)
+{
+	struct corio_sock *s = arg;
+	char buf[64];
+	ssize_t n;
+
+	while ((n = corio_recv(s, buf, sizeof(buf))) > 0)
+		if (corio_send(s, buf, (size_t)n) != n)
+			break;
+	corio_close(s);
+	return 0;
+}
+
+static void past_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *s;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	(void)arg;
+	if (corio_tcp_listen("127.0.0.1:0", NULL, &l) || corio_listener_addr(l, &ss, &len)) {
+		atomic_store(&rp.port, -1);
+		return;
+	}
+	for (int i = 0; i < 2; i++) {
+		corio_timer_init(&rp.t[i], past_cb, NULL);
+		if (rp.which & (1u << i))
+			corio_timer_arm(&rp.t[i], i == 0 ? 1 : corio_now_ns(), 0);
+	}
+	atomic_store(&rp.port, corio_addr_port((struct sockaddr *)&ss));
+	while (corio_accept(l, &s) == 0)
+		if (corio_spawn(past_echo, s, NULL, NULL))
+			corio_close(s);
+	for (int i = 0; i < 2; i++)
+		corio_timer_cancel(&rp.t[i]);
+	corio_listener_close(l);
+}
+
+/* One client: connect, send, and read the echo within 5 s. 0 when it came. */
+static int echo_once(int port, const char *msg)
+{
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK),
+				 .sin_port = htons((uint16_t)port) };
+	size_t n = strlen(msg), got = 0;
+	char buf[64];
+	int fd = socket(AF_INET, SOCK_STREAM, 0), ret = 1;
+
+	if (fd < 0 || connect(fd, (struct sockaddr *)&a, sizeof(a)) || send(fd, msg, n, 0) != (ssize_t)n)
+		goto out;
+	while (got < n) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+
+		if (poll(&p, 1, 5000) != 1)
+			goto out; /* no answer: the shard never served the socket */
+		r = recv(fd, buf + got, sizeof(buf) - got, 0);
+		if (r <= 0)
+			goto out;
+		got += (size_t)r;
+	}
+	ret = memcmp(buf, msg, n) != 0;
+out:
+	if (fd >= 0)
+		close(fd);
+	return ret;
+}
+
+static int past_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_rt *rt;
+	int port;
+
+	rp.which = (unsigned)(uintptr_t)arg;
+	cfg.flags |= CORIO_F_NO_PIN;
+	if (corio_start(&cfg, past_entry, NULL, &rt))
+		return 2;
+	while ((port = atomic_load(&rp.port)) == 0)
+		usleep(1000);
+	if (port < 0)
+		return 3;
+	if (echo_once(port, "first client"))
+		return 4;
+	if (echo_once(port, "another client"))
+		return 5;
+	if (atomic_load(&rp.fired) < 2)
+		return 6; /* the timers must really have been re-firing meanwhile */
+	corio_stop(rt);
+	return corio_wait(rt) ? 7 : 0;
+}
+
+Test(timer, rearm_in_the_past_still_serves_io, .timeout = 60)
+{
+	th_child_ok(past_child, (void *)(uintptr_t)REARM_PAST, 20000, "re-armed in the past");
+}
+
+Test(timer, rearm_at_now_still_serves_io, .timeout = 60)
+{
+	th_child_ok(past_child, (void *)(uintptr_t)REARM_NOW, 20000, "re-armed at now");
+}
+
+Test(timer, rearm_past_and_now_still_serve_io, .timeout = 60)
+{
+	th_child_ok(past_child, (void *)(uintptr_t)(REARM_PAST | REARM_NOW), 20000,
+		    "re-armed in the past and at now");
+}
+
+/* ---- durations near 2^64 ns saturate, never wrap into the past ------------------------ */
+
+static int huge_sleeper(void *arg)
+{
+	struct corio_deadline d;
+	int ret;
+
+	(void)arg;
+	/* a sleep of 2^64-1 ns (or 2^63) ends at its enclosing 1 ms scope, not at once */
+	corio_timeout_push(&d, 1 * MS);
+	ret = corio_sleep_ns(UINT64_MAX);
+	corio_deadline_pop(&d);
+	CHECK_EQ(ret, -ETIMEDOUT);
+	corio_timeout_push(&d, 1 * MS);
+	ret = corio_sleep_ns(1ull << 63);
+	corio_deadline_pop(&d);
+	CHECK_EQ(ret, -ETIMEDOUT);
+	return 0;
+}
+
+static int huge_cb_calls;
+
+static void huge_cb(struct corio_timer *t, void *arg, int res)
+{
+	(void)t;
+	(void)arg;
+	if (res > 0)
+		huge_cb_calls++;
+}
+
+static void huge_entry(void *arg)
+{
+	const uint64_t big[] = { UINT64_MAX, UINT64_MAX - 1, 1ull << 63, (1ull << 63) + 12345,
+				 9223372036854ull * 1000000ull };
+	struct corio_deadline d;
+	struct corio_timer t;
+	struct corio_fiber *f;
+	uint64_t now = corio_now_ns();
+
+	(void)arg;
+	for (unsigned i = 0; i < sizeof(big) / sizeof(big[0]); i++) {
+		/* a timeout scope: its deadline is now + big, or UINT64_MAX */
+		CHECK_EQ(corio_timeout_push(&d, big[i]), 0);
+		CHECK(corio_deadline_ns() >= now + (big[i] > UINT64_MAX - now ? 0 : big[i]));
+		CHECK(corio_deadline_ns() >= now);
+		CHECK(big[i] <= UINT64_MAX - now || corio_deadline_ns() == UINT64_MAX);
+		corio_deadline_pop(&d);
+
+		/* a timer armed that far out is not due */
+		corio_timer_init(&t, huge_cb, NULL);
+		CHECK_EQ(corio_timer_arm_in(&t, big[i], big[i]), 0);
+		CHECK(corio_timer_deadline(&t) >= now);
+		CHECK(big[i] <= UINT64_MAX - now || corio_timer_deadline(&t) == UINT64_MAX);
+		corio_yield();
+		corio_yield();
+		CHECK_EQ(huge_cb_calls, 0);
+		CHECK_EQ(corio_timer_cancel(&t), 0);
+	}
+	/* a periodic timer with a 2^63-scale period, first due now: it fires
+	 * once, and its next tick saturates instead of wrapping into the past */
+	corio_timer_init(&t, huge_cb, NULL);
+	CHECK_EQ(corio_timer_arm(&t, corio_now_ns(), UINT64_MAX - 1), 0);
+	while (!huge_cb_calls)
+		corio_yield();
+	for (int i = 0; i < 10; i++)
+		corio_yield();
+	CHECK_EQ(huge_cb_calls, 1);
+	CHECK_EQ(corio_timer_deadline(&t), UINT64_MAX);
+	CHECK_EQ(corio_timer_cancel(&t), 0);
+
+	CHECK_EQ(corio_spawn(huge_sleeper, NULL, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+}
+
+Test(timer, durations_near_2_to_64_saturate, .timeout = 30) { run1(huge_entry, NULL); }

@@ -17,6 +17,34 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+/*
+ * Saturating time arithmetic, for every conversion of a caller's duration
+ * to nanoseconds and every "now + duration" in the library. A wrapped
+ * product or sum lands in the past: a timer armed there fires at once, and
+ * one that re-arms itself from that value fires forever (corio-kv's sweep
+ * with EXPIRE k 9223372036854 did). UINT64_MAX is "never" to the heap and
+ * to a deadline scope, so saturating keeps the caller's meaning.
+ */
+#define CORIO__NS_PER_US 1000ull
+#define CORIO__NS_PER_MS 1000000ull
+#define CORIO__NS_PER_S 1000000000ull
+
+/* n units of unit_ns nanoseconds each (e.g. ms * CORIO__NS_PER_MS). */
+static inline uint64_t corio__ns_mul_sat(uint64_t n, uint64_t unit_ns)
+{
+	uint64_t r;
+
+	return __builtin_mul_overflow(n, unit_ns, &r) ? UINT64_MAX : r;
+}
+
+/* a + b nanoseconds (a deadline from a time and a duration). */
+static inline uint64_t corio__ns_add_sat(uint64_t a, uint64_t b)
+{
+	uint64_t r;
+
+	return __builtin_add_overflow(a, b, &r) ? UINT64_MAX : r;
+}
+
 /* One heap entry: the deadline is copied in so that sifting compares
  * without touching the timers themselves. */
 struct corio__theap_ent {

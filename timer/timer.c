@@ -30,8 +30,10 @@
  *    CORIO_TIMER_NO_UPDATE=1 forces that path for tests.
  *
  * Expiry runs in corio__timers_poll() and in the timeout's CQE callback, at
- * most EXPIRE_BUDGET timers at a time so a burst cannot starve I/O (the rest
- * go on the next turn: poll reports work, so the loop does not sleep).
+ * most EXPIRE_BUDGET timers, and no more than were armed when it began, at a
+ * time so a burst cannot starve I/O, nor can a callback that re-arms its
+ * timer in the past (the rest go on the next turn: poll reports work, so
+ * the loop does not sleep, but it still submits and reaps: core/loop.c).
  * Callbacks run there, on the loop; a timer without one goes to T->deliver.
  *
  * Shutdown: stop removes the kernel timeout and disarms every timer,
@@ -250,9 +252,18 @@ static void deliver(struct corio__timers *T, struct corio_timer *t, uint64_t cou
 		T->deliver(t, res);
 }
 
+/*
+ * Fire what is due at now. At most EXPIRE_BUDGET timers, and at most as many
+ * as were armed when the pass began: a callback that re-arms its timer at a
+ * time already past (or at now, which is past by the time it is compared)
+ * puts it back at the top of the heap, and without the second bound it
+ * would fire again and again within one pass. With it, each pass ends after
+ * about one round of the timers, the loop submits and reaps, and the rest
+ * fire on the next turn (poll reports work, so the loop does not sleep).
+ */
 static unsigned expire(struct corio__timers *T, uint64_t now)
 {
-	unsigned budget = EXPIRE_BUDGET, fired = 0;
+	unsigned budget = T->n < EXPIRE_BUDGET ? T->n : EXPIRE_BUDGET, fired = 0;
 
 	while (T->n && T->heap[0].deadline <= now && budget--) {
 		struct corio_timer *t = T->heap[0].t;
@@ -265,9 +276,7 @@ static unsigned expire(struct corio__timers *T, uint64_t now)
 			uint64_t next;
 
 			count += late / t->period_ns;
-			if (__builtin_mul_overflow(count, t->period_ns, &next) ||
-			    __builtin_add_overflow(next, t->deadline_ns, &next))
-				next = UINT64_MAX;
+			next = corio__ns_add_sat(corio__ns_mul_sat(count, t->period_ns), t->deadline_ns);
 			t->deadline_ns = next;
 			sift_down(T, 0, (struct corio__theap_ent){ next, t });
 		} else {

@@ -22,6 +22,8 @@
  */
 #include <corio.h>
 
+#include "lib/eb_time.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
@@ -151,9 +153,9 @@ struct window {
 
 static struct window window_from_now(void)
 {
-	uint64_t t = now_ns() + (uint64_t)(warm * 1e9);
+	uint64_t t = now_ns() + eb_s_to_ns(warm);
 
-	return (struct window){ t, t + (uint64_t)(seconds * 1e9) };
+	return (struct window){ t, t + eb_s_to_ns(seconds) };
 }
 
 static void finish(struct result *r, const struct hist *h, double cpu0, uint64_t t0)

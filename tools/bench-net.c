@@ -16,6 +16,8 @@
  */
 #include <corio.h>
 
+#include "lib/eb_time.h"
+
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -212,7 +214,7 @@ int main(int argc, char **argv)
 			for (int mode = 0; mode < 2; mode++) {
 				struct run r = { .borrow = mode, .conns = cases[c].conns,
 						 .size = cases[c].size,
-						 .dur_ns = (uint64_t)(secs * 1e9) };
+						 .dur_ns = eb_s_to_ns(secs) };
 				int ret;
 
 				atomic_store(&r.clients_left, (int)r.conns);

@@ -30,6 +30,8 @@
  */
 #include <corio.h>
 
+#include "lib/eb_time.h"
+
 #include <errno.h>
 #include <liburing.h>
 #include <sched.h>
@@ -243,7 +245,7 @@ static void corio_entry(void *arg)
 		struct corio_timer_stats s0;
 
 		corio_timer_stats_get(NULL, 0, &s0);
-		j->end = base + 10 * MS + (uint64_t)(lat_seconds * 1e9);
+		j->end = base + 10 * MS + eb_s_to_ns(lat_seconds);
 		for (unsigned i = 0; i < j->p; i++) {
 			corio_timer_init(&c[i].t, lat_cb, NULL);
 			c[i].deadline = base + 10 * MS + rnd() % j->window;
@@ -348,7 +350,7 @@ static double sqe_arm_cancel(unsigned bg, uint64_t pairs, double max_s)
 		return -1;
 	sqe_background(&r, ts, bg, base);
 	t0 = now_ns();
-	deadline = t0 + (uint64_t)(max_s * 1e9);
+	deadline = t0 + eb_s_to_ns(max_s);
 	while (done < pairs) {
 		for (unsigned i = 0; i < 64; i++) {
 			struct io_uring_sqe *sqe = get_sqe(&r);
@@ -405,7 +407,7 @@ static void sqe_lateness(unsigned p, struct lat *l)
 
 	if (ring_setup(&r, 4096) < 0)
 		return;
-	end = base + 10 * MS + (uint64_t)(lat_seconds * 1e9);
+	end = base + 10 * MS + eb_s_to_ns(lat_seconds);
 	for (unsigned i = 0; i < p; i++) {
 		struct io_uring_sqe *sqe = get_sqe(&r);
 
@@ -603,7 +605,7 @@ static void tfd_lateness(unsigned p, struct lat *l)
 	uint64_t base = now_ns(), w = window_for(p), end;
 
 	bh_init(&b);
-	end = base + 10 * MS + (uint64_t)(lat_seconds * 1e9);
+	end = base + 10 * MS + eb_s_to_ns(lat_seconds);
 	for (unsigned i = 0; i < p; i++)
 		bh_arm(&b, &t[i], base + 10 * MS + rnd() % w);
 	measure_from = now_ns() + MS;
@@ -642,7 +644,7 @@ static void tfd_lateness(unsigned p, struct lat *l)
  * blocks in the kernel between expirations pays at least this. */
 static void nanosleep_lateness(struct lat *l)
 {
-	uint64_t end = now_ns() + (uint64_t)(lat_seconds * 1e9);
+	uint64_t end = now_ns() + eb_s_to_ns(lat_seconds);
 
 	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	measure_from = 0;

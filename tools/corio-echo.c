@@ -40,6 +40,7 @@
 
 #include "lib/eb_opt.h"
 #include "lib/eb_sockperf.h"
+#include "lib/eb_time.h"
 
 #include <arpa/inet.h>
 #include <errno.h>
@@ -630,7 +631,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corio-echo: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
 		return 1;
 	}
-	until = timeout > 0 ? corio_now_ns() + (uint64_t)(timeout * 1e9) : UINT64_MAX;
+	until = timeout > 0 ? corio_now_ns() + eb_s_to_ns(timeout) : UINT64_MAX;
 	{
 		unsigned want = g.accept == ACC_REUSEPORT || g.udp ? g.shards : 1;
 		int printed = 0;

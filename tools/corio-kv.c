@@ -57,6 +57,8 @@
  */
 #include <corio.h>
 
+#include "lib/eb_time.h"
+
 #include <errno.h>
 #include <limits.h>
 #include <malloc.h>
@@ -592,7 +594,7 @@ static void kv_sweep_arm(struct kv_shard *sh)
 
 	if (!sh->hn)
 		return;
-	when = (uint64_t)sh->heap[0]->expire * 1000000;
+	when = eb_ms_to_ns(sh->heap[0]->expire); /* saturates: EXPIRE k 9223372036854 */
 	armed = corio_timer_deadline(&sh->sweep);
 	if (!armed || when < armed)
 		corio_timer_arm(&sh->sweep, when, 0); /* -ENOMEM: the lazy check still holds */
@@ -2767,7 +2769,7 @@ int main(int argc, char **argv)
 		kv_server_free(srv);
 		return 1;
 	}
-	until = timeout > 0 ? corio_now_ns() + (uint64_t)(timeout * 1e9) : UINT64_MAX;
+	until = timeout > 0 ? corio_now_ns() + eb_s_to_ns(timeout) : UINT64_MAX;
 	for (int printed = 0;;) {
 		struct timespec ts = { .tv_nsec = 50000000 };
 

@@ -388,4 +388,12 @@ bool corio__ring_can_msg(const struct corio__ring *r);
  */
 int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd, struct corio__op *op);
 
+/* ---- runtime messages (uring/log.c) ------------------------------------------ */
+/*
+ * One line (no trailing newline; "corio: ..." by convention) to the
+ * application's hook (corio_set_log) or, by default, stderr. Any thread;
+ * serialized. Not from a signal handler (it takes a lock).
+ */
+void corio__log(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
 #endif

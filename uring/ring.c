@@ -395,9 +395,9 @@ int corio__ring_check(struct corio__ring *r, int ret, const char *what)
 {
 	if (CORIO__RING_UNLIKELY(ret == -EBADR)) {
 		r->cnt.cqe_dropped++;
-		fprintf(stderr, "corio: %s: EBADR: the kernel dropped completions (no memory for "
-			"its CQ overflow list); operations waiting on them will never complete "
-			"(%llu so far)\n", what, (unsigned long long)r->cnt.cqe_dropped);
+		corio__log("corio: %s: EBADR: the kernel dropped completions (no memory for "
+			   "its CQ overflow list); operations waiting on them will never complete "
+			   "(%llu so far)", what, (unsigned long long)r->cnt.cqe_dropped);
 	}
 	return ret;
 }
@@ -449,8 +449,7 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 		else if (ret == -EAGAIN || ret == -EBUSY)
 			submit_refused(r);
 		else if (ret < 0 && ret != -EINTR && ret != -EBADR) {
-			fprintf(stderr, "corio: io_uring_submit failed with a full SQ: %s\n",
-				strerror(-ret));
+			corio__log("corio: io_uring_submit failed with a full SQ: %s", strerror(-ret));
 			abort(); /* the ring itself is broken: nothing sane to do */
 		}
 	}
@@ -616,8 +615,8 @@ static void stash_cqes(struct corio__ring *r)
 				void *p = realloc(r->stash, (size_t)cap * sizeof(*r->stash));
 
 				if (!p) {
-					fprintf(stderr, "corio: out of memory keeping completions aside "
-							"while the kernel refuses submissions\n");
+					corio__log("corio: out of memory keeping completions aside "
+						   "while the kernel refuses submissions");
 					abort(); /* dispatching here instead could hang a fiber */
 				}
 				r->stash = p;

@@ -4,7 +4,10 @@
  * timer statistics. Include <corio.h>.
  *
  * Time is CLOCK_MONOTONIC in nanoseconds (corio_now_ns()). Every call here
- * is shard-local; a timer belongs to the shard that armed it.
+ * is shard-local; a timer belongs to the shard that armed it. Durations
+ * saturate: now + a duration that does not fit is UINT64_MAX, "never"
+ * (a deadline there does not expire), so a huge value never wraps into the
+ * past.
  *
  * How it works (docs/TIMERS.md has the measurements): each shard keeps its
  * timers in a 4-ary min-heap and keeps one IORING_OP_TIMEOUT
@@ -47,7 +50,10 @@ struct corio_timer;
 /*
  * Timer callback; runs on the shard loop (not in a fiber: it must not block,
  * but it may arm or cancel timers, this one included, spawn fibers and post
- * messages). res is the number of expirations being reported (>= 1; above 1
+ * messages). A callback that re-arms its timer at a time already past fires
+ * again on the next loop turn, not within the same one: the loop submits
+ * and reaps I/O between such rounds, so it cannot starve the shard's
+ * sockets (it does keep the shard busy). res is the number of expirations being reported (>= 1; above 1
  * when a periodic timer missed ticks because the loop was late), or
  * -ECANCELED when the shard shuts down with the timer armed: after that call
  * the runtime no longer references the timer.

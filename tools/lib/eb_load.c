@@ -2,6 +2,7 @@
 /* tools/lib/eb_load.c - see eb_load.h. */
 #include "eb_load.h"
 #include "eb_sockperf.h"
+#include "eb_time.h"
 
 #include <arpa/inet.h>
 #include <dirent.h>
@@ -347,7 +348,7 @@ int eb_uconn_rx(struct eb_uconn *u, const unsigned char *data, size_t n, uint64_
 unsigned eb_uconn_expire(struct eb_uconn *u, uint64_t now)
 {
 	struct eb_conn *c = &u->c;
-	uint64_t loss = (uint64_t)(c->p->loss_s * 1e9);
+	uint64_t loss = eb_s_to_ns(c->p->loss_s);
 	unsigned n = 0;
 
 	settle(u);
@@ -373,22 +374,22 @@ uint64_t eb_uconn_next_loss(const struct eb_uconn *u)
 
 	if (c->rx >= c->tx)
 		return UINT64_MAX;
-	return c->ts[c->rx & c->ts_mask] + (uint64_t)(c->p->loss_s * 1e9);
+	return c->ts[c->rx & c->ts_mask] + eb_s_to_ns(c->p->loss_s);
 }
 
 uint64_t eb_warm_end(const struct eb_params *p)
 {
-	return p->start_ns + (uint64_t)(p->warmup_s * 1e9);
+	return p->start_ns + eb_s_to_ns(p->warmup_s);
 }
 
 uint64_t eb_meas_end(const struct eb_params *p)
 {
-	return eb_warm_end(p) + (uint64_t)(p->duration_s * 1e9);
+	return eb_warm_end(p) + eb_s_to_ns(p->duration_s);
 }
 
 uint64_t eb_drain_end(const struct eb_params *p)
 {
-	return eb_meas_end(p) + (uint64_t)(p->drain_s * 1e9);
+	return eb_meas_end(p) + eb_s_to_ns(p->drain_s);
 }
 
 /* ---- probe ------------------------------------------------------------------ */
