@@ -845,16 +845,22 @@ Test(stats, control_socket_bad_clients, .init = ctl_setup, .fini = ctl_teardown,
 }
 
 /* A control timeout of 2^62 ms (CORIO_CONTROL_TIMEOUT_MS) used to wrap to
- * 0 ns in its ms-to-ns conversion: every answer timed out at once. It
- * saturates now, so the client is answered. */
-Test(stats, control_timeout_near_2_to_63_ms_saturates, .init = ctl_setup, .fini = ctl_teardown,
-     .timeout = 30)
+ * 0 ns in its ms-to-ns conversion: every answer timed out at once. The
+ * strict parser now refuses it at start, naming the variable, and the
+ * largest value it takes (one hour) is answered normally. */
+Test(stats, control_timeout_near_2_to_63_ms_is_refused_and_the_maximum_works,
+     .init = ctl_setup, .fini = ctl_teardown, .timeout = 30)
 {
 	static char buf[1 << 16];
+	struct corio_config cfg = th_cfg(1);
 	struct corio_rt *rt;
 	int fd;
 
 	setenv("CORIO_CONTROL_TIMEOUT_MS", "4611686018427387904", 1);
+	cfg.control_path = ctl_path;
+	cr_assert_eq(corio_start(&cfg, idle_entry, NULL, &rt), -EINVAL);
+	cr_assert(strstr(corio_last_error(), "CORIO_CONTROL_TIMEOUT_MS"), "%s", corio_last_error());
+	setenv("CORIO_CONTROL_TIMEOUT_MS", "3600000", 1);
 	rt = ctl_start(1);
 	fd = ctl_connect();
 	send_all(fd, "help\n", 5);
