@@ -12,14 +12,18 @@
  * Each call is one io_uring op (IORING_OP_READ, _WRITE, _READV, _WRITEV,
  * _FSYNC, _OPENAT, _CLOSE, _STATX, _FALLOCATE, _RENAMEAT, _UNLINKAT,
  * _MKDIRAT). Where the running kernel lacks an op (probed when the shard
- * starts) the call falls back to the blocking syscall, run on a thread of
- * the blocking-work pool (corio/work.h) while the fiber parks and the shard
- * serves the rest (on the shard thread itself only when the pool's queue is
- * full), counted in corio_fs_stats.sync_fallbacks. A fallback call checks first, as
+ * starts, or on the epoll backend) the call falls back to the syscall,
+ * counted in corio_fs_stats.sync_fallbacks: on a pipe, FIFO, socket or
+ * character device it waits for readiness on the shard (corio_poll) and
+ * then reads or writes without blocking, so a cancel or deadline ends the
+ * wait as it ends the ring op; on a regular file (and everything else) it
+ * runs on a thread of the blocking-work pool (corio/work.h) while the fiber
+ * parks and the shard serves the rest (on the shard thread itself only when
+ * the pool's queue is full). A fallback call checks first, as
  * the ring path does: a cancelled fiber gets -ECANCELED and a passed deadline
  * -ETIMEDOUT, and the syscall does not run (corio_close_fd() excepted: it
- * always closes); but once the syscall runs it cannot be cancelled or timed
- * out. The environment variable CORIO_FS_SYNC (a comma
+ * always closes); but once a pool thread runs the syscall it cannot be
+ * cancelled or timed out. The environment variable CORIO_FS_SYNC (a comma
  * list of open, close, read, write, fsync, statx, fallocate, rename, unlink,
  * mkdir, or "all") forces that fallback, for tests.
  *
