@@ -17,7 +17,9 @@
 #include <stddef.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -635,4 +637,144 @@ Test(backend, stats_json_and_prometheus_name_the_backend, .timeout = 30)
 	struct corio_config cfg = epoll_cfg(1);
 
 	th_run(&cfg, render_entry, NULL);
+}
+
+/* ---- 10k idle connections ----------------------------------------------------------------------- */
+
+/* Idle connections cost no buffers and no CPU on the fallback, as on
+ * io_uring: a buffer is taken only when data arrives. A child process opens
+ * 10,000 connections to the runtime (each side holds 10,000 fds), and every
+ * accepted socket gets a fiber parked in corio_recv_buf. */
+#define IDLE_CONNS 10000
+
+static struct {
+	struct corio_listener *l;
+	struct corio_wg readers;
+	int nread, to_child, from_child;
+} idle10k;
+
+static int idle_reader(void *arg)
+{
+	struct corio_sock *s = arg;
+	struct corio_buf b;
+
+	/* parks until the client closes: 0 (end of stream) */
+	while (corio_recv_buf(s, &b) > 0)
+		corio_buf_release(&b);
+	corio_close(s);
+	idle10k.nread++;
+	corio_wg_done(&idle10k.readers);
+	return 0;
+}
+
+static int idle_acceptor(void *arg)
+{
+	(void)arg;
+	for (int i = 0; i < IDLE_CONNS; i++) {
+		struct corio_sock *s;
+
+		if (corio_accept(idle10k.l, &s))
+			return 0;
+		corio_wg_add(&idle10k.readers, 1);
+		if (corio_spawn(idle_reader, s, NULL, NULL)) {
+			corio_close(s);
+			corio_wg_done(&idle10k.readers);
+		}
+	}
+	return 0;
+}
+
+static void idle10k_entry(void *arg)
+{
+	struct corio_net_stats ns;
+	struct corio_stats a, b;
+	struct corio_fiber *acc;
+	struct sockaddr_storage ss;
+	socklen_t len;
+	int port;
+	char k;
+
+	(void)arg;
+	corio_wg_init(&idle10k.readers);
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &(struct corio_listen_opts){ .backlog = 4096 },
+				  &idle10k.l), 0);
+	CHECK_EQ(corio_listener_addr(idle10k.l, &ss, &len), 0);
+	port = corio_addr_port((struct sockaddr *)&ss);
+	CHECK_EQ(corio_spawn(idle_acceptor, NULL, NULL, &acc), 0);
+	CHECK_EQ(write(idle10k.to_child, &port, sizeof(port)), (ssize_t)sizeof(port));
+	CHECK_EQ(corio_join(acc, NULL), 0);
+	CHECK(corio_poll(idle10k.from_child, POLLIN) > 0); /* every connect returned */
+	CHECK_EQ(read(idle10k.from_child, &k, 1), 1);
+	for (int i = 0; i < 5; i++)
+		corio_yield(); /* every reader parks */
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &ns), 0);
+	CHECK_EQ(ns.conns_live, IDLE_CONNS);
+	CHECK_EQ(ns.bufs_out, 0); /* nobody sent anything: no buffer taken */
+	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(corio_sleep_ns(200 * 1000000ull), 0);
+	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+	CHECK(b.cpu_ns - a.cpu_ns < 20 * 1000000ull); /* idle: no polling of 10k fds */
+	k = 'x'; /* the child closes its end of every connection */
+	CHECK_EQ(write(idle10k.to_child, &k, 1), 1);
+	CHECK_EQ(corio_wg_wait(&idle10k.readers), 0);
+	CHECK_EQ(idle10k.nread, IDLE_CONNS);
+	CHECK_EQ(corio_listener_close(idle10k.l), 0);
+}
+
+static void idle10k_child(int from_parent, int to_parent)
+{
+	static int fds[IDLE_CONNS];
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	int port;
+	char k = 'k';
+
+	if (read(from_parent, &port, sizeof(port)) != (ssize_t)sizeof(port))
+		_exit(2);
+	a.sin_port = htons((uint16_t)port);
+	for (int i = 0; i < IDLE_CONNS; i++) {
+		fds[i] = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (fds[i] < 0 || connect(fds[i], (struct sockaddr *)&a, sizeof(a)))
+			_exit(3);
+	}
+	if (write(to_parent, &k, 1) != 1)
+		_exit(4);
+	if (read(from_parent, &k, 1) != 1) /* the parent says when */
+		_exit(5);
+	for (int i = 0; i < IDLE_CONNS; i++)
+		close(fds[i]);
+	_exit(0);
+}
+
+Test(backend, ten_thousand_idle_connections_pin_no_buffers_and_no_cpu, .timeout = 120)
+{
+	struct corio_config cfg = epoll_cfg(1);
+	int down[2], up[2], st;
+	pid_t pid;
+
+#if defined(__SANITIZE_THREAD__)
+	/* TSan keeps a context per fiber: 10,000 parked fibers exhaust its
+	 * internal allocator. The test has one thread; ASan runs it. */
+	cr_skip_test("10,000 fibers exhaust TSan's internal allocator (one thread: ASan covers it)");
+#endif
+	if (th_fd_count() + IDLE_CONNS + 256 > (int)sysconf(_SC_OPEN_MAX))
+		cr_skip_test("RLIMIT_NOFILE (%ld) is under %d", sysconf(_SC_OPEN_MAX),
+			     IDLE_CONNS + 256);
+	cr_assert_eq(pipe2(down, O_CLOEXEC), 0);
+	cr_assert_eq(pipe2(up, O_CLOEXEC), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		close(down[1]);
+		close(up[0]);
+		idle10k_child(down[0], up[1]);
+	}
+	close(down[0]);
+	close(up[1]);
+	idle10k.to_child = down[1];
+	idle10k.from_child = up[0];
+	th_run(&cfg, idle10k_entry, NULL);
+	close(up[0]);
+	close(down[1]);
+	cr_assert_eq(waitpid(pid, &st, 0), pid);
+	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the client child ended 0x%x", st);
 }
