@@ -210,7 +210,7 @@ static int pool_grow(struct corio__pool *p)
 	return 0;
 }
 
-static void drain_done(struct corio__shard *s, bool on_shard);
+static void drain_done(struct corio__shard *s);
 
 /* corio_wait(), after every shard thread has been joined: run out the pool
  * and hand every job back. */
@@ -239,7 +239,7 @@ void corio__pool_stop(struct corio_rt *rt)
 	pool_counts(p);
 	for (unsigned i = 0; i < rt->nshards; i++)
 		if (rt->shards[i] && part(rt->shards[i]))
-			drain_done(rt->shards[i], false);
+			drain_done(rt->shards[i]);
 }
 
 void corio__pool_free(struct corio_rt *rt)
@@ -283,7 +283,7 @@ static void job_put(struct work *w, struct job *j)
 	}
 }
 
-/* A job came home. on_shard: we are its shard's loop (else corio_wait()). */
+/* A job came home: wake its fiber, or release it if the fiber left. */
 static void job_back(struct work *w, struct job *j)
 {
 	j->back = true;
@@ -303,12 +303,12 @@ static void job_back(struct work *w, struct job *j)
 	job_put(w, j);
 }
 
-static void drain_done(struct corio__shard *s, bool on_shard)
+/* On the shard's loop, or in corio_wait() once the shard has ended. */
+static void drain_done(struct corio__shard *s)
 {
 	struct work *w = part(s);
 	struct job *j = atomic_exchange(&w->done, NULL), *rev = NULL;
 
-	(void)on_shard;
 	while (j) { /* the stack is newest first: restore completion order */
 		struct job *n = j->next;
 
@@ -476,7 +476,7 @@ static unsigned work_poll(struct corio__shard *s)
 
 	if (!atomic_load(&w->done))
 		return 0;
-	drain_done(s, true);
+	drain_done(s);
 	return 1;
 }
 
