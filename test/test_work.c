@@ -110,27 +110,52 @@ static void leave_release(void *arg)
 	corio_event_set(&l->released_ev); /* on the shard's loop: may set events */
 }
 
+/* Runs once the caller has parked in corio_work: holds the shard (and so its
+ * timers) until fn is running, so the deadline ends a RUNNING job's wait.
+ * Under load a pool thread may take longer than the deadline to pick the
+ * job up; the caller then takes the job back out of the queue and fn never
+ * runs (a_cancelled_or_expired_caller_starts_nothing's case), so the entry
+ * tries again. */
+#define STILL_WAITING 1
+static int hold_until_started(void *arg)
+{
+	struct leave *l = arg;
+
+	if (l->ret == STILL_WAITING) /* else the caller left before we ran */
+		sem_wait(&l->g.started);
+	return 0;
+}
+
 static void deadline_entry(void *arg)
 {
 	struct leave *l = arg;
 	struct corio_work_stats st;
 	struct corio_deadline dl;
+	int tries = 0;
 
-	corio_event_init(&l->released_ev);
-	CHECK_EQ(corio_timeout_push(&dl, 2 * 1000 * 1000), 0);
-	l->ret = corio_work(gate_fn, l, leave_release, NULL);
-	corio_deadline_pop(&dl);
-	CHECK_EQ(l->ret, -ETIMEDOUT);
+	for (;;) {
+		corio_event_init(&l->released_ev);
+		atomic_store(&l->g.released, 0);
+		CHECK_EQ(corio_spawn(hold_until_started, l, NULL, NULL), 0);
+		l->ret = STILL_WAITING;
+		CHECK_EQ(corio_timeout_push(&dl, 2 * 1000 * 1000), 0);
+		l->ret = corio_work(gate_fn, l, leave_release, NULL);
+		corio_deadline_pop(&dl);
+		corio_yield(); /* hold_until_started ends, if it has not run */
+		CHECK_EQ(l->ret, -ETIMEDOUT);
+		if (atomic_load(&l->g.ran) || ++tries == 100)
+			break;
+		CHECK_EQ(atomic_load(&l->g.released), 1); /* fn never ran: released at once */
+	}
 	/* fn runs on: the shard is not waiting for it. Let it go. */
-	sem_wait(&l->g.started);
+	CHECK_EQ(atomic_load(&l->g.ran), 1);
 	CHECK_EQ(atomic_load(&l->g.released), 0);
 	sem_post(&l->g.go);
 	CHECK_EQ(corio_event_wait(&l->released_ev), 0);
 	CHECK_EQ(atomic_load(&l->g.finished), 1);
 	CHECK_EQ(atomic_load(&l->g.released), 1);
 	CHECK_EQ(corio_work_stats_get(NULL, 0, &st), 0);
-	CHECK_EQ(st.submitted, 1);
-	CHECK_EQ(st.abandoned, 1);
+	CHECK(st.abandoned >= 1);
 	CHECK_EQ(st.done, 0);
 }
 
