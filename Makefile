@@ -99,10 +99,16 @@ endif
 
 LIB_SRCS  := $(sort $(wildcard uring/*.c timer/*.c core/*.c net/*.c fs/*.c ctl/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
-TOOL_LIB  := $(sort $(wildcard tools/lib/*.c))
+# tools/: common/ (code the tools share), kv/ (corio-kv), load/ (load
+# generators and baseline servers), bench/ (micro-benchmarks, corio-echo and
+# the drivers), stat/ (corio-stat), examples/, scripts/ (build and CI).
+# Every program is built to $(B)/tools/NAME, examples to $(B)/tools/examples/.
+TOOL_DIRS := tools/load tools/bench tools/stat tools/kv
+TOOL_LIB  := $(sort $(wildcard tools/common/*.c))
 TOOL_LOBJ := $(TOOL_LIB:%.c=$(B)/obj/%.o)
-TOOL_SRCS := $(sort $(wildcard tools/*.c))
-TOOL_BINS := $(TOOL_SRCS:tools/%.c=$(B)/tools/%)
+TOOL_SRCS := $(sort $(foreach d,$(TOOL_DIRS),$(wildcard $(d)/*.c)))
+TOOL_BINS := $(addprefix $(B)/tools/,$(basename $(notdir $(TOOL_SRCS))))
+vpath %.c $(TOOL_DIRS)
 EXAMPLE_SRCS := $(sort $(wildcard tools/examples/*.c))
 TOOL_BINS += $(EXAMPLE_SRCS:tools/examples/%.c=$(B)/tools/examples/%)
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
@@ -121,7 +127,7 @@ tools: $(TOOL_BINS)
 tests: $(TEST_BINS) check-headers
 
 deps:
-	$(Q)sh tools/deps.sh
+	$(Q)sh tools/scripts/deps.sh
 
 # The flags objects were built with: when they change (DEBUG=1 here, -DNDEBUG
 # dropped), every object is rebuilt instead of mixing asserting and release
@@ -155,7 +161,7 @@ $(B)/corio.pc: corio.pc.in Makefile
 	@mkdir -p $(dir $@)
 	$(Q)$(PC_SED) $< > $@
 
-$(B)/tools/%: tools/%.c $(STATIC) $(TOOL_LOBJ)
+$(B)/tools/%: %.c $(STATIC) $(TOOL_LOBJ)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
@@ -168,7 +174,7 @@ $(B)/tools/examples/%: tools/examples/%.c $(STATIC)
 $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(TEST_LIBS) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(STATIC) $(TEST_LIBS) $(LIBS) -lm
 
 # Every public header compiles on its own, as C and as C++.
 check-headers: $(B)/.headers-ok
@@ -186,11 +192,11 @@ $(B)/.headers-ok: $(wildcard include/*.h include/corio/*.h)
 test: deps
 	$(Q)$(MAKE) --no-print-directory lib tests tools
 ifeq ($(FAULTS),)
-	$(Q)TESTS="$(TESTS)" sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)"
+	$(Q)TESTS="$(TESTS)" sh tools/scripts/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)"
 else
 	$(Q)rm -f $(B)/faults.log; rc=0; \
 	CORIO_FAULTS="$${CORIO_FAULTS:-$(FAULTS_SPEC)}" CORIO_FAULTS_LOG="$(abspath $(B))/faults.log" \
-	TESTS="$(TESTS)" sh tools/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)" || rc=$$?; \
+	TESTS="$(TESTS)" sh tools/scripts/run-tests.sh $(B) "$(CC)" "$(CFLAGS) $(LDFLAGS)" "$(LIBS)" || rc=$$?; \
 	echo "== faults injected ($${CORIO_FAULTS:-$(FAULTS_SPEC)}; test_faults sets its own)"; \
 	awk '{ sub(/^.*\): /, ""); for (i = 1; i <= NF; i++) if (split($$i, kv, "=") == 2 && kv[2] ~ /^[0-9]+$$/) \
 		{ if (!(kv[1] in n)) order[++k] = kv[1]; n[kv[1]] += kv[2] } } \
@@ -200,18 +206,18 @@ endif
 
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
-	$(Q)sh tools/bench.sh $(B)
+	$(Q)sh tools/bench/bench.sh $(B)
 
 check-layout: lib $(TOOL_LOBJ)
-	$(Q)sh tools/check-layout.sh $(B)/obj $(TOOL_LOBJ)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ)
 
 SECS ?= 10
 soak: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
-	$(Q)sh tools/soak.sh $(B) $(SECS)
+	$(Q)sh tools/scripts/soak.sh $(B) $(SECS)
 
 fuzz: deps
-	$(Q)sh tools/fuzz.sh $(SECS)
+	$(Q)sh tools/scripts/fuzz.sh $(SECS)
 
 install: lib
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)

@@ -7,7 +7,7 @@
  * inheritable arena", Criterion issue #274, open since 2018). Under TSan
  * the same test files are compiled against this header instead: each Test()
  * registers itself, main() runs every test (with its .init/.fini) in a
- * forked child with its timeout, and prints Criterion's summary line so tools/run-tests.sh reads
+ * forked child with its timeout, and prints Criterion's summary line so tools/scripts/run-tests.sh reads
  * both alike. Supported: Test(suite, name, .timeout/.disabled), cr_assert*,
  * cr_expect* (fatal here), cr_skip_test, cr_log_*; --filter GLOB.
  */

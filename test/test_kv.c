@@ -11,7 +11,7 @@
 #include "helpers.h"
 
 #define CORIO_KV_NO_MAIN
-#include "../tools/corio-kv.c"
+#include "../tools/kv/corio-kv.c"
 
 #include <math.h>
 #include <stdarg.h>
@@ -1122,24 +1122,24 @@ Test(kv, expiry_lazy_and_active, .timeout = 60)
 	run_kv(2, NULL, expiry);
 }
 
-/* The tools' saturating conversions (tools/lib/eb_time.h) at 2^63 scale. */
+/* The tools' saturating conversions (tools/common/timing.h) at 2^63 scale. */
 Test(kv, tool_time_conversions_saturate)
 {
-	cr_assert_eq(eb_ms_to_ns(1), 1000000ull);
-	cr_assert_eq(eb_ms_to_ns(0), 0);
-	cr_assert_eq(eb_ms_to_ns(-5), 0);
-	cr_assert_eq(eb_ms_to_ns(18446744073709ll), 18446744073709000000ull); /* fits */
-	cr_assert_eq(eb_ms_to_ns(18446744073710ll), UINT64_MAX);            /* does not */
-	cr_assert_eq(eb_ms_to_ns(9223372036854000ll), UINT64_MAX); /* EXPIRE k 9223372036854 */
-	cr_assert_eq(eb_ms_to_ns(INT64_MAX), UINT64_MAX);
-	cr_assert_eq(eb_ns_mul_sat(1ull << 63, 2), UINT64_MAX);
-	cr_assert_eq(eb_ns_mul_sat(1ull << 62, 2), 1ull << 63);
-	cr_assert_eq(eb_s_to_ns(1.5), 1500000000ull);
-	cr_assert_eq(eb_s_to_ns(-1), 0);
-	cr_assert_eq(eb_s_to_ns(NAN), 0);
-	cr_assert_eq(eb_s_to_ns(9223372036.854775808 * 2), UINT64_MAX);
-	cr_assert_eq(eb_s_to_ns(1e300), UINT64_MAX);
-	cr_assert_eq(eb_s_to_ns(INFINITY), UINT64_MAX);
+	cr_assert_eq(tool_ms_to_ns(1), 1000000ull);
+	cr_assert_eq(tool_ms_to_ns(0), 0);
+	cr_assert_eq(tool_ms_to_ns(-5), 0);
+	cr_assert_eq(tool_ms_to_ns(18446744073709ll), 18446744073709000000ull); /* fits */
+	cr_assert_eq(tool_ms_to_ns(18446744073710ll), UINT64_MAX);            /* does not */
+	cr_assert_eq(tool_ms_to_ns(9223372036854000ll), UINT64_MAX); /* EXPIRE k 9223372036854 */
+	cr_assert_eq(tool_ms_to_ns(INT64_MAX), UINT64_MAX);
+	cr_assert_eq(tool_ns_mul_sat(1ull << 63, 2), UINT64_MAX);
+	cr_assert_eq(tool_ns_mul_sat(1ull << 62, 2), 1ull << 63);
+	cr_assert_eq(tool_s_to_ns(1.5), 1500000000ull);
+	cr_assert_eq(tool_s_to_ns(-1), 0);
+	cr_assert_eq(tool_s_to_ns(NAN), 0);
+	cr_assert_eq(tool_s_to_ns(9223372036.854775808 * 2), UINT64_MAX);
+	cr_assert_eq(tool_s_to_ns(1e300), UINT64_MAX);
+	cr_assert_eq(tool_s_to_ns(INFINITY), UINT64_MAX);
 }
 
 /*

@@ -265,7 +265,7 @@ Test(runtime, census_names_a_buffer_never_released, .timeout = 30)
  * TLS: a program that loads it at run time must still get a working shard
  * through it. The entry calls the loaded library's corio_stats_get(NULL,
  * ...), which needs that library's thread-local shard (-EPERM without it).
- * make test names the library in CORIO_TEST_SO (tools/run-tests.sh).
+ * make test names the library in CORIO_TEST_SO (tools/scripts/run-tests.sh).
  */
 static int (*so_stats_get)(struct corio_rt *, unsigned, struct corio_stats *);
 static _Atomic int so_ret = 1;

@@ -7,7 +7,7 @@
  */
 #include "helpers.h"
 
-#include "../tools/lib/eb_opt.c"
+#include "../tools/common/opt.c"
 
 #include <arpa/inet.h>
 #include <limits.h>
@@ -53,10 +53,10 @@ Test(tools, numbers_are_decimal_digits_only)
 	uint64_t v;
 	double d;
 
-	eb_prog = "test";
+	tool_prog = "test";
 	for (int i = 0; bad_counts[i]; i++) {
 		v = 12345;
-		cr_assert_eq(capture(eb_opt_count, "--port", bad_counts[i], 0, 65535, &v, msg,
+		cr_assert_eq(capture(tool_opt_count, "--port", bad_counts[i], 0, 65535, &v, msg,
 				     sizeof(msg)),
 			     -EINVAL, "'%s' accepted as %llu", bad_counts[i], (unsigned long long)v);
 		cr_assert_eq(v, 12345, "'%s' wrote a value", bad_counts[i]);
@@ -64,42 +64,42 @@ Test(tools, numbers_are_decimal_digits_only)
 			  bad_counts[i], msg);
 	}
 	for (int i = 0; bad_sizes[i]; i++)
-		cr_assert_eq(capture(eb_opt_size, "--size", bad_sizes[i], 1, 1u << 20, &v, msg,
+		cr_assert_eq(capture(tool_opt_size, "--size", bad_sizes[i], 1, 1u << 20, &v, msg,
 				     sizeof(msg)),
 			     -EINVAL, "'%s' accepted", bad_sizes[i]);
 	for (int i = 0; bad_secs[i]; i++) {
 		int saved = dup(2), nul = open("/dev/null", O_WRONLY);
 
 		dup2(nul, 2);
-		cr_assert_eq(eb_opt_seconds("--timeout", bad_secs[i], 0, 1e6, &d), -EINVAL,
+		cr_assert_eq(tool_opt_seconds("--timeout", bad_secs[i], 0, 1e6, &d), -EINVAL,
 			     "'%s' accepted", bad_secs[i]);
 		dup2(saved, 2);
 		close(saved);
 		close(nul);
 	}
 	/* what the tools document still parses */
-	cr_assert_eq(eb_opt_count("--port", "80", 0, 65535, &v), 0);
+	cr_assert_eq(tool_opt_count("--port", "80", 0, 65535, &v), 0);
 	cr_assert_eq(v, 80);
-	cr_assert_eq(eb_opt_count("--port", "0", 0, 65535, &v), 0);
+	cr_assert_eq(tool_opt_count("--port", "0", 0, 65535, &v), 0);
 	cr_assert_eq(v, 0);
-	cr_assert_eq(eb_opt_count("--port", "0080", 0, 65535, &v), 0);
+	cr_assert_eq(tool_opt_count("--port", "0080", 0, 65535, &v), 0);
 	cr_assert_eq(v, 80);
-	cr_assert_eq(eb_opt_count("--rate", "100k", 1, 100000000, &v), 0);
+	cr_assert_eq(tool_opt_count("--rate", "100k", 1, 100000000, &v), 0);
 	cr_assert_eq(v, 100000);
-	cr_assert_eq(eb_opt_count("--rate", "1.5m", 1, 100000000, &v), 0);
+	cr_assert_eq(tool_opt_count("--rate", "1.5m", 1, 100000000, &v), 0);
 	cr_assert_eq(v, 1500000);
-	cr_assert_eq(eb_opt_size("--size", "4KiB", 1, 1u << 20, &v), 0);
+	cr_assert_eq(tool_opt_size("--size", "4KiB", 1, 1u << 20, &v), 0);
 	cr_assert_eq(v, 4096);
-	cr_assert_eq(eb_opt_size("--size", "64", 1, 1u << 20, &v), 0);
+	cr_assert_eq(tool_opt_size("--size", "64", 1, 1u << 20, &v), 0);
 	cr_assert_eq(v, 64);
-	cr_assert_eq(eb_opt_seconds("--drain", "2.5s", 0, 600, &d), 0);
+	cr_assert_eq(tool_opt_seconds("--drain", "2.5s", 0, 600, &d), 0);
 	cr_assert_eq(d, 2.5);
-	cr_assert_eq(eb_opt_seconds("--drain", "500ms", 0, 600, &d), 0);
+	cr_assert_eq(tool_opt_seconds("--drain", "500ms", 0, 600, &d), 0);
 	cr_assert_eq(d, 0.5);
-	cr_assert_eq(eb_opt_seconds("--drain", ".5", 0, 600, &d), 0);
+	cr_assert_eq(tool_opt_seconds("--drain", ".5", 0, 600, &d), 0);
 	cr_assert_eq(d, 0.5);
 	/* out of range names the range */
-	cr_assert_eq(capture(eb_opt_count, "--port", "65536", 0, 65535, &v, msg, sizeof(msg)),
+	cr_assert_eq(capture(tool_opt_count, "--port", "65536", 0, 65535, &v, msg, sizeof(msg)),
 		     -EINVAL);
 	cr_assert(strstr(msg, "--port") && strstr(msg, "0..65535"), "%s", msg);
 }

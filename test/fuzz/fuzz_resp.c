@@ -9,7 +9,7 @@
  * leading zero), every inline one to words without blanks.
  */
 #define CORIO_KV_NO_MAIN
-#include "../../tools/corio-kv.c"
+#include "../../tools/kv/corio-kv.c"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

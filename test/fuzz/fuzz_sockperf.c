@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fuzz_sockperf - the sockperf reflector's parser (tools/lib/eb_sockperf.c)
+ * fuzz_sockperf - the sockperf reflector's parser (tools/common/sockperf.c)
  * on any byte stream: it never crashes, and its output does not depend on
  * how the stream was cut into receives (the first input byte picks the cut
  * size; the result must equal feeding it whole). Every reply it writes is a
  * sockperf frame with the client bit cleared (the last may be cut short
  * when the stream ends inside a message: replies stream as bytes arrive).
  */
-#include "lib/eb_sockperf.h"
+#include "common/sockperf.h"
 
 #include <errno.h>
 #include <stdint.h>
@@ -16,21 +16,21 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
-static int feed(const uint8_t *d, size_t n, size_t cut, struct eb_buf *out, uint64_t *msgs)
+static int feed(const uint8_t *d, size_t n, size_t cut, struct tool_buf *out, uint64_t *msgs)
 {
-	struct eb_sp sp;
+	struct tool_sp sp;
 	int ret = 0;
 
-	eb_sp_init(&sp);
+	tool_sp_init(&sp);
 	for (size_t off = 0; off < n && !ret; off += cut)
-		ret = eb_sp_feed(&sp, d + off, n - off < cut ? n - off : cut, out);
+		ret = tool_sp_feed(&sp, d + off, n - off < cut ? n - off : cut, out);
 	*msgs = sp.replies;
 	return ret;
 }
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
-	struct eb_buf whole = { 0 }, parts = { 0 };
+	struct tool_buf whole = { 0 }, parts = { 0 };
 	uint64_t m1, m2;
 	size_t cut;
 	int r1, r2;
@@ -52,17 +52,17 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	for (size_t off = 0; !r1 && off < whole.len; frames++) {
 		uint32_t len;
 
-		if (whole.len - off < EB_SP_HDR)
+		if (whole.len - off < TOOL_SP_HDR)
 			abort(); /* a header is always written whole */
 		len = (uint32_t)whole.p[off + 10] << 24 | (uint32_t)whole.p[off + 11] << 16 |
 		      (uint32_t)whole.p[off + 12] << 8 | whole.p[off + 13];
-		if (len < EB_SP_HDR || (whole.p[off + 9] & EB_SP_F_CLIENT))
+		if (len < TOOL_SP_HDR || (whole.p[off + 9] & TOOL_SP_F_CLIENT))
 			abort();
 		off += len < whole.len - off ? len : whole.len - off;
 	}
 	if (!r1 && frames != m1)
 		abort();
-	eb_buf_free(&whole);
-	eb_buf_free(&parts);
+	tool_buf_free(&whole);
+	tool_buf_free(&parts);
 	return 0;
 }

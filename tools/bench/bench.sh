@@ -1,0 +1,26 @@
+#!/bin/sh
+# make bench: run every micro-benchmark (build/tools/bench-*), then the echo
+# benchmark driver when it exists. Each program prints its own setup and
+# table; this script only adds the machine header and keeps a copy of the
+# output under bench-results/.
+B=${1:-build}
+mkdir -p bench-results
+out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
+{
+	echo "# corio make bench - $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+	echo "kernel: $(uname -r)  cpus: $(nproc)  compiler: $(${CC:-cc} --version | head -n 1)"
+	echo
+	for b in "$B"/tools/bench-*; do
+		[ -x "$b" ] || continue
+		echo "## $(basename "$b")"
+		"$b" || echo "!! $(basename "$b") exited with $?"
+		echo
+	done
+	if [ -x tools/bench/bench-echo.sh ]; then
+		sh tools/bench/bench-echo.sh "$B"
+	fi
+	if [ -f tools/bench/bench-kv.sh ]; then
+		sh tools/bench/bench-kv.sh "$B"
+	fi
+} 2>&1 | tee "$out"
+echo "saved: $out"

@@ -1,0 +1,678 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * corio-echo - multi-shard TCP echo server on corio.
+ *
+ * Accept models:
+ *   reuseport  every shard has its own SO_REUSEPORT listener on the port
+ *              and the kernel spreads connections (default);
+ *   dispatch   shard 0 accepts and hands each connection to a shard,
+ *              round robin (dispatch) or the least loaded (dispatch-least).
+ * Each connection is a fiber that borrows received data from the shard's
+ * provided-buffer ring (one multishot recv per connection, corio_recv_bufs)
+ * and sends each buffer back with corio_send_buf(), which queues the send
+ * and returns at once, so one io_uring_enter submits the sends and waits for
+ * the next receives; --send wait sends the queued buffers with one
+ * corio_sendv() and waits for it instead. --recv copy uses corio_recv()
+ * into a per-connection buffer.
+ * Flow control: a connection holds at most --recv-queue received buffers
+ * nobody took and --send-queue queued sends (corio_send_buf waits when it
+ * is full), so a client that sends and never reads stops being read (TCP
+ * flow control) instead of taking the shard's buffer ring from the others.
+ * --sockperf reflects sockperf's TCP framing (tools/common/sockperf.h), so
+ * `sockperf ping-pong --tcp` and `sockperf under-load --tcp` can measure it.
+ *
+ * --udp: one UDP socket per shard on the port (SO_REUSEPORT: the kernel
+ * picks a shard by the sender's address, so one sender always meets the
+ * same shard and its datagrams stay in order), one fiber per socket that
+ * receives a datagram (corio_recvfrom_buf: multishot recvmsg into the
+ * provided-buffer ring; --recv copy: corio_recvfrom) and sends it back to
+ * its sender with corio_sendto, waiting for that send before receiving
+ * the next (datagrams that arrive meanwhile queue in the ring). Datagrams
+ * larger than the ring's buffers (CORIO_NET_BUFS) are truncated in bufs
+ * mode: use --recv copy for those. --udp --sockperf reflects sockperf's
+ * UDP framing: every whole message of a datagram that asks for a reply is
+ * sent back as its own datagram, the rest is dropped.
+ *
+ * Binds 127.0.0.1 only. Prints "corio-echo: listening on 127.0.0.1:PORT ..."
+ * once every shard listens; stops cleanly on SIGINT/SIGTERM (or --timeout).
+ */
+#include <corio.h>
+
+#include "common/opt.h"
+#include "common/sockperf.h"
+#include "common/timing.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_SHARDS 256
+#define NBUFS 16       /* buffers taken per corio_recv_bufs() */
+#define COPY_BUF 65536
+
+enum accept_model { ACC_REUSEPORT, ACC_DISPATCH, ACC_DISPATCH_LEAST };
+
+static struct {
+	unsigned shards;
+	int port;
+	enum accept_model accept;
+	int sockperf;
+	int recv_copy;
+	int send_wait;            /* --send wait: corio_sendv and wait */
+	int udp;                  /* --udp */
+	_Atomic int bound_port;   /* the port shard 0 bound (for port 0) */
+	_Atomic unsigned listening;
+	_Atomic int failed;       /* a shard could not listen: stop */
+	_Atomic uint64_t proto_errors;
+	_Atomic uint64_t udp_errors;  /* receive/send errors a UDP socket survived */
+} g;
+
+/* ---- connections ------------------------------------------------------------- */
+
+static int echo_bufs(struct corio_sock *s)
+{
+	struct corio_buf b[NBUFS];
+	struct iovec iov[NBUFS];
+
+	for (;;) {
+		int k = corio_recv_bufs(s, b, NBUFS);
+		ssize_t r;
+
+		if (k <= 0)
+			return k;
+		if (!g.send_wait) {
+			int ret = 0;
+
+			/* each call takes the buffer, even when it fails */
+			for (int i = 0; i < k; i++)
+				if (!ret)
+					ret = corio_send_buf(s, &b[i]);
+				else
+					corio_buf_release(&b[i]);
+			if (ret)
+				return ret;
+			continue;
+		}
+		for (int i = 0; i < k; i++) {
+			iov[i].iov_base = b[i].data;
+			iov[i].iov_len = b[i].len;
+		}
+		r = corio_sendv(s, iov, k, NULL);
+		for (int i = 0; i < k; i++)
+			corio_buf_release(&b[i]);
+		if (r < 0)
+			return (int)r;
+	}
+}
+
+static int echo_copy(struct corio_sock *s)
+{
+	unsigned char *buf = malloc(COPY_BUF);
+	ssize_t n = -ENOMEM;
+
+	while (buf && (n = corio_recv(s, buf, COPY_BUF)) > 0)
+		if ((n = corio_send(s, buf, (size_t)n)) < 0)
+			break;
+	free(buf);
+	return (int)n;
+}
+
+/* sockperf: parse frames out of whatever arrives, send the replies they make. */
+static int reflect(struct corio_sock *s)
+{
+	struct tool_sp sp;
+	struct tool_buf out = { 0 };
+	unsigned char *cbuf = g.recv_copy ? malloc(COPY_BUF) : NULL;
+	int ret = 0;
+
+	tool_sp_init(&sp);
+	if (g.recv_copy && !cbuf)
+		return -ENOMEM;
+	while (!ret) {
+		struct corio_buf b[NBUFS];
+		int k;
+
+		out.len = 0;
+		if (g.recv_copy) {
+			ssize_t n = corio_recv(s, cbuf, COPY_BUF);
+
+			if (n <= 0) {
+				ret = (int)n;
+				break;
+			}
+			ret = tool_sp_feed(&sp, cbuf, (size_t)n, &out);
+		} else {
+			k = corio_recv_bufs(s, b, NBUFS);
+			if (k <= 0) {
+				ret = k;
+				break;
+			}
+			for (int i = 0; i < k; i++) {
+				if (!ret)
+					ret = tool_sp_feed(&sp, b[i].data, b[i].len, &out);
+				corio_buf_release(&b[i]);
+			}
+		}
+		if (ret == -EPROTO && atomic_fetch_add(&g.proto_errors, 1) < 10)
+			fprintf(stderr, "corio-echo: closing a connection: bad sockperf frame length\n");
+		if (!ret && out.len) {
+			ssize_t r = corio_send(s, out.p, out.len);
+
+			if (r < 0)
+				ret = (int)r;
+		}
+	}
+	tool_buf_free(&out);
+	free(cbuf);
+	return ret;
+}
+
+static int serve(struct corio_sock *s, void *arg)
+{
+	(void)arg;
+	if (g.sockperf)
+		reflect(s);
+	else if (g.recv_copy)
+		echo_copy(s);
+	else
+		echo_bufs(s);
+	corio_close(s);
+	return 0;
+}
+
+static int conn_fiber(void *arg)
+{
+	return serve(arg, NULL);
+}
+
+/* ---- UDP --------------------------------------------------------------------- */
+
+/* sockperf framing: reflect each whole message that asks for a reply. */
+static int udp_reflect(struct corio_sock *s, unsigned char *d, size_t n,
+		       const struct sockaddr *to, socklen_t tolen)
+{
+	size_t pos = 0, off, len;
+	int r;
+
+	while ((r = tool_sp_dgram_next(d, n, &pos, &off, &len)) != 0) {
+		ssize_t k;
+
+		if (r < 0) {
+			if (atomic_fetch_add(&g.proto_errors, 1) < 10)
+				fprintf(stderr, "corio-echo: dropping a datagram's tail that is not a "
+						"whole sockperf message\n");
+			continue;
+		}
+		k = corio_sendto(s, d + off, len, to, tolen);
+		if (k < 0)
+			return (int)k;
+	}
+	return 0;
+}
+
+/* One socket's loop: receive a datagram, send it back to its sender. Ends
+ * on -ECANCELED (corio_stop); any other error is counted and survived (a
+ * datagram socket has no connection to lose), unless it repeats with
+ * nothing received in between. */
+static void udp_serve(struct corio_sock *s)
+{
+	unsigned char *cbuf = g.recv_copy ? malloc(COPY_BUF) : NULL;
+	unsigned fails = 0;
+
+	if (g.recv_copy && !cbuf) {
+		atomic_store(&g.failed, 1);
+		return;
+	}
+	for (;;) {
+		struct sockaddr_storage from;
+		socklen_t fl = sizeof(from);
+		struct corio_buf b;
+		unsigned char *d;
+		ssize_t n;
+		int ret = 0;
+
+		if (g.recv_copy) {
+			n = corio_recvfrom(s, cbuf, COPY_BUF, (struct sockaddr *)&from, &fl);
+			d = cbuf;
+		} else {
+			n = corio_recvfrom_buf(s, &b, (struct sockaddr *)&from, &fl);
+			d = b.data;
+		}
+		if (n >= 0) {
+			if (g.sockperf)
+				ret = udp_reflect(s, d, (size_t)n, (struct sockaddr *)&from, fl);
+			else
+				ret = (int)corio_sendto(s, d, (size_t)n, (struct sockaddr *)&from, fl);
+			if (!g.recv_copy)
+				corio_buf_release(&b);
+			if (ret >= 0)
+				fails = 0;
+		} else {
+			ret = (int)n;
+		}
+		if (ret == -ECANCELED)
+			break;
+		if (ret < 0) {
+			if (atomic_fetch_add(&g.udp_errors, 1) < 10)
+				fprintf(stderr, "corio-echo: shard %u: udp: %s\n", corio_shard_id(),
+					strerror(-ret));
+			if (++fails >= 1000) {
+				fprintf(stderr, "corio-echo: shard %u: udp: giving up after 1000 errors "
+						"in a row\n", corio_shard_id());
+				atomic_store(&g.failed, 1);
+				break;
+			}
+		}
+	}
+	free(cbuf);
+}
+
+/* ---- listening --------------------------------------------------------------- */
+
+/* Port 0: shard 0 picks it, the others join it. 0, or -ECANCELED. */
+static int shared_port(int *port)
+{
+	*port = g.port;
+	if (*port || corio_shard_id() == 0)
+		return 0;
+	while (!(*port = atomic_load(&g.bound_port)) && !atomic_load(&g.failed))
+		corio_sleep_ns(100000);
+	return *port ? 0 : -ECANCELED;
+}
+
+static void bound(int port)
+{
+	if (corio_shard_id() == 0)
+		atomic_store(&g.bound_port, port);
+	atomic_fetch_add(&g.listening, 1);
+}
+
+/* A 4 MiB receive buffer, so a few milliseconds' stall at 100k datagrams/s
+ * does not overflow it (the default holds ~200 small datagrams): forced
+ * when we may (root), else as much as net.core.rmem_max allows. */
+static void big_rcvbuf(int fd)
+{
+	int v = 4 << 20;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+/* This shard's UDP socket on the port: SO_REUSEPORT has to be set before
+ * bind(), which corio_udp_bind() does not offer, so the socket is made
+ * here and handed to corio. */
+static int udp_here(struct corio_sock **s)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t sl = sizeof(sa);
+	int port, fd, one = 1, ret;
+
+	if (shared_port(&port))
+		return -ECANCELED;
+	sa.sin_port = htons((uint16_t)port);
+	fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 || setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+	    bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+	    getsockname(fd, (struct sockaddr *)&sa, &sl)) {
+		ret = -errno;
+		goto fail;
+	}
+	big_rcvbuf(fd);
+	ret = corio_sock_from_fd(fd, s);
+	if (ret)
+		goto fail;
+	bound(ntohs(sa.sin_port));
+	return 0;
+fail:
+	fprintf(stderr, "corio-echo: shard %u: udp bind 127.0.0.1:%d: %s\n", corio_shard_id(),
+		port, strerror(-ret));
+	if (fd >= 0)
+		close(fd);
+	atomic_store(&g.failed, 1);
+	return ret;
+}
+
+static int listen_here(struct corio_listener **l)
+{
+	struct corio_listen_opts lo = { .flags = g.accept == ACC_REUSEPORT ? CORIO_LISTEN_REUSEPORT : 0 };
+	char where[32];
+	int port, ret;
+
+	if (shared_port(&port))
+		return -ECANCELED;
+	snprintf(where, sizeof(where), "127.0.0.1:%d", port);
+	ret = corio_tcp_listen(where, &lo, l);
+	if (ret) {
+		fprintf(stderr, "corio-echo: shard %u: listen on %s: %s (%s)\n", corio_shard_id(), where,
+			strerror(-ret), corio_last_error());
+		atomic_store(&g.failed, 1);
+		return ret;
+	}
+	if (!port) {
+		struct sockaddr_storage ss;
+		socklen_t len = sizeof(ss);
+
+		corio_listener_addr(*l, &ss, &len);
+		port = corio_addr_port((struct sockaddr *)&ss);
+	}
+	bound(port);
+	return 0;
+}
+
+static void entry(void *arg)
+{
+	struct corio_listener *l;
+	int ret;
+
+	(void)arg;
+	if (g.udp) {
+		struct corio_sock *s;
+
+		if (udp_here(&s))
+			return;
+		udp_serve(s);
+		corio_close(s);
+		return;
+	}
+	if (g.accept != ACC_REUSEPORT && corio_shard_id() != 0)
+		return; /* dispatch: connections are spawned here by shard 0 */
+	if (listen_here(&l))
+		return;
+	if (g.accept == ACC_REUSEPORT) {
+		for (;;) {
+			struct corio_sock *s;
+
+			ret = corio_accept(l, &s);
+			if (ret == -ECANCELED)
+				break;
+			if (ret) {
+				fprintf(stderr, "corio-echo: shard %u: accept: %s\n", corio_shard_id(),
+					strerror(-ret));
+				atomic_store(&g.failed, 1);
+				break;
+			}
+			ret = corio_spawn(conn_fiber, s, NULL, NULL);
+			if (ret) {
+				corio_close(s);
+				if (ret == -ECANCELED)
+					break;
+			}
+		}
+	} else {
+		ret = corio_accept_dispatch(l, g.accept == ACC_DISPATCH_LEAST
+						       ? CORIO_DISPATCH_LEAST_LOADED
+						       : CORIO_DISPATCH_ROUND_ROBIN,
+					    serve, NULL);
+		if (ret && ret != -ECANCELED) {
+			fprintf(stderr, "corio-echo: accept_dispatch: %s\n", strerror(-ret));
+			atomic_store(&g.failed, 1);
+		}
+	}
+	corio_listener_close(l);
+}
+
+/* ---- main -------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: corio-echo [options]\n"
+		"  -n, --shards N        shards (1)\n"
+		"  -C, --cpus LIST       pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1);\n"
+		"                        default: the CPUs of the affinity mask in order\n"
+		"  -p, --port P          TCP (UDP) port on 127.0.0.1; 0 picks one and prints it (0)\n"
+		"  -u, --udp             UDP echo: one SO_REUSEPORT socket per shard, each\n"
+		"                        datagram sent back to its sender\n"
+		"  -a, --accept MODEL    reuseport | dispatch | dispatch-least (reuseport)\n"
+		"  -i, --idle MODE       block | spin[:US] | poll (busy-poll) (block)\n"
+		"      --busy-poll       same as --idle poll\n"
+		"      --sqpoll          kernel SQ polling thread per shard (CORIO_F_SQPOLL)\n"
+		"      --recv MODE       bufs (provided-buffer multishot) | copy (bufs)\n"
+		"      --send MODE       buf (corio_send_buf, no wait) | wait (one\n"
+		"                        corio_sendv per batch, waited for) (buf)\n"
+		"      --recv-queue N    received buffers a connection may hold unread (16)\n"
+		"      --send-queue N    corio_send_buf sends a connection may queue (16)\n"
+		"      --sockperf        reflect sockperf's TCP (with --udp: UDP) framing instead\n"
+		"                        of echoing\n"
+		"      --control PATH    control socket (stats) at PATH\n"
+		"      --stats           print per-shard loop and net counters at exit\n"
+		"      --timeout SECS    exit after SECS (default: run until SIGINT/SIGTERM)\n"
+		"  -h, --help\n");
+}
+
+static void print_stats(struct corio_rt *rt)
+{
+	for (unsigned i = 0; i < g.shards; i++) {
+		struct corio_stats st;
+		struct corio_net_stats ns;
+
+		if (corio_stats_get(rt, i, &st) || corio_net_stats_get(rt, i, &ns))
+			continue;
+		fprintf(stderr,
+			"corio-echo: shard %u cpu %llu: turns %llu enters %llu sqes %llu cqes %llu "
+			"switches %llu busy %.0f ms idle %.0f ms cpu %.0f ms | accepts %llu recv ops %llu send ops "
+			"%llu bytes in %llu enobufs %llu rearms %llu recv_capped %llu send_full %llu "
+			"send_gathered %llu send_direct %llu\n",
+			i, (unsigned long long)st.cpu, (unsigned long long)st.loop_turns,
+			(unsigned long long)st.enters, (unsigned long long)st.sqes,
+			(unsigned long long)st.cqes, (unsigned long long)st.switches,
+			(double)st.busy_ns / 1e6, (double)st.idle_ns / 1e6, (double)st.cpu_ns / 1e6,
+			(unsigned long long)ns.accepts, (unsigned long long)ns.ops_in,
+			(unsigned long long)ns.ops_out, (unsigned long long)ns.bytes_in,
+			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms,
+			(unsigned long long)ns.recv_capped, (unsigned long long)ns.send_full,
+			(unsigned long long)ns.send_gathered, (unsigned long long)ns.send_direct);
+	}
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "shards", required_argument, NULL, 'n' },
+		{ "cpus", required_argument, NULL, 'C' },
+		{ "port", required_argument, NULL, 'p' },
+		{ "accept", required_argument, NULL, 'a' },
+		{ "idle", required_argument, NULL, 'i' },
+		{ "busy-poll", no_argument, NULL, 'b' },
+		{ "sqpoll", no_argument, NULL, 'Q' },
+		{ "recv", required_argument, NULL, 'R' },
+		{ "send", required_argument, NULL, 'W' },
+		{ "sockperf", no_argument, NULL, 's' },
+		{ "udp", no_argument, NULL, 'u' },
+		{ "recv-queue", required_argument, NULL, 'q' },
+		{ "send-queue", required_argument, NULL, 'w' },
+		{ "control", required_argument, NULL, 'c' },
+		{ "stats", no_argument, NULL, 'S' },
+		{ "timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const char *const accepts[] = { "reuseport", "dispatch", "dispatch-least", NULL };
+	static const char *const recvs[] = { "bufs", "copy", NULL };
+	static const char *const sends[] = { "buf", "wait", NULL };
+	static int cpus[MAX_SHARDS];
+	unsigned ncpus = 0;
+	struct corio_config cfg;
+	struct corio_rt *rt;
+	double timeout = 0;
+	int o, ret, stats = 0;
+	uint64_t v, until;
+	sigset_t set;
+	const char *idle_name = "block";
+
+	tool_prog = "corio-echo";
+	corio_config_init(&cfg);
+	cfg.shards = 1;
+	cfg.stall_ns = 0;
+	while ((o = getopt_long(argc, argv, "n:C:p:a:i:uh", opts, NULL)) != -1) {
+		switch (o) {
+		case 'n':
+			if (tool_opt_count("--shards", optarg, 1, MAX_SHARDS, &v))
+				return 2;
+			cfg.shards = (unsigned)v;
+			break;
+		case 'C':
+			if (tool_opt_cpus("--cpus", optarg, cpus, MAX_SHARDS, &ncpus))
+				return 2;
+			break;
+		case 'p':
+			if (tool_opt_count("--port", optarg, 0, 65535, &v))
+				return 2;
+			g.port = (int)v;
+			break;
+		case 'a':
+			if ((o = tool_opt_choice("--accept", optarg, accepts)) < 0)
+				return 2;
+			g.accept = (enum accept_model)o;
+			break;
+		case 'i':
+			if (!strcmp(optarg, "block")) {
+				cfg.idle = CORIO_IDLE_BLOCK;
+			} else if (!strcmp(optarg, "poll") || !strcmp(optarg, "busy-poll")) {
+				cfg.idle = CORIO_IDLE_POLL;
+			} else if (!strncmp(optarg, "spin", 4) && (!optarg[4] || optarg[4] == ':')) {
+				cfg.idle = CORIO_IDLE_SPIN;
+				if (optarg[4] && tool_opt_count("--idle spin:US", optarg + 5, 1, 10000000, &v))
+					return 2;
+				if (optarg[4])
+					cfg.spin_us = (unsigned)v;
+			} else {
+				fprintf(stderr, "corio-echo: --idle: bad value '%s' (expected block, "
+						"spin, spin:US or poll)\n", optarg);
+				return 2;
+			}
+			idle_name = cfg.idle == CORIO_IDLE_POLL ? "poll" :
+				    cfg.idle == CORIO_IDLE_SPIN ? "spin" : "block";
+			break;
+		case 'b':
+			cfg.idle = CORIO_IDLE_POLL;
+			idle_name = "poll";
+			break;
+		case 'Q':
+			cfg.flags |= CORIO_F_SQPOLL;
+			break;
+		case 'R':
+			if ((g.recv_copy = tool_opt_choice("--recv", optarg, recvs)) < 0)
+				return 2;
+			break;
+		case 'W':
+			if ((g.send_wait = tool_opt_choice("--send", optarg, sends)) < 0)
+				return 2;
+			break;
+		case 's':
+			g.sockperf = 1;
+			break;
+		case 'u':
+			g.udp = 1;
+			break;
+		case 'q':
+		case 'w':
+			/* the shards read them at start (net/part.c) */
+			if (tool_opt_count(o == 'q' ? "--recv-queue" : "--send-queue", optarg, 1, 65535, &v))
+				return 2;
+			{
+				char num[24];
+
+				snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
+				setenv(o == 'q' ? "CORIO_NET_RECV_QUEUE" : "CORIO_NET_SEND_QUEUE", num, 1);
+			}
+			break;
+		case 'c':
+			cfg.control_path = optarg;
+			break;
+		case 'S':
+			stats = 1;
+			break;
+		case 'T':
+			if (tool_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
+				return 2;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "corio-echo: unexpected argument '%s'\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (g.udp && g.accept != ACC_REUSEPORT) {
+		fprintf(stderr, "corio-echo: --udp: there is nothing to accept (--accept %s)\n",
+			accepts[g.accept]);
+		return 2;
+	}
+	if (ncpus) {
+		if (ncpus < cfg.shards) { /* repeat the list: shard i on cpus[i % n] */
+			for (unsigned i = ncpus; i < cfg.shards; i++)
+				cpus[i] = cpus[i % ncpus];
+		}
+		cfg.cpus = cpus;
+	}
+	g.shards = cfg.shards;
+	/* shards inherit this mask: only the main thread takes the signals */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	ret = corio_start(&cfg, entry, NULL, &rt);
+	if (ret) {
+		fprintf(stderr, "corio-echo: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
+		return 1;
+	}
+	until = timeout > 0 ? corio_now_ns() + tool_s_to_ns(timeout) : UINT64_MAX;
+	{
+		unsigned want = g.accept == ACC_REUSEPORT || g.udp ? g.shards : 1;
+		int printed = 0;
+
+		for (;;) {
+			struct timespec ts = { .tv_nsec = 50000000 };
+
+			if (!printed && atomic_load(&g.listening) == want) {
+				printf("corio-echo: listening on 127.0.0.1:%d shards=%u cpus=", atomic_load(&g.bound_port),
+				       g.shards);
+				for (unsigned i = 0; i < g.shards; i++) {
+					if (ncpus)
+						printf("%s%d", i ? "," : "", cpus[i]);
+					else
+						printf("%sauto", i ? "," : "");
+				}
+				printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
+				       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], idle_name,
+				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
+				       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
+				fflush(stdout);
+				printed = 1;
+			}
+			if (atomic_load(&g.failed) || corio_now_ns() >= until)
+				break;
+			o = sigtimedwait(&set, NULL, &ts);
+			if (o == SIGINT || o == SIGTERM)
+				break;
+		}
+	}
+	if (stats)
+		print_stats(rt);
+	if (g.udp && (atomic_load(&g.udp_errors) || atomic_load(&g.proto_errors)))
+		fprintf(stderr, "corio-echo: udp: %llu receive/send errors, %llu bad sockperf datagrams\n",
+			(unsigned long long)atomic_load(&g.udp_errors),
+			(unsigned long long)atomic_load(&g.proto_errors));
+	corio_stop(rt);
+	ret = corio_wait(rt);
+	if (ret) {
+		fprintf(stderr, "corio-echo: runtime: %s\n", strerror(-ret));
+		return 1;
+	}
+	return atomic_load(&g.failed) ? 1 : 0;
+}

@@ -1,0 +1,1312 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * corio-load - TCP echo load generator for corio-echo, epoll-echo or any
+ * echo server on 127.0.0.1.
+ *
+ *   closed loop: every connection keeps --pipeline messages in flight and
+ *                sends a new one for each echo; latency from the send.
+ *   open loop:   --rate msgs/s spread evenly over the connections at fixed
+ *                intervals; latency from each message's intended send time,
+ *                so a stalled server shows up as latency instead of slowing
+ *                the generator down (no coordinated omission).
+ *
+ * Every echoed byte is verified (tools/common/load.h says how), a probe
+ * connection is opened and closed before the load starts, and the run is
+ * bounded: warm-up + duration + at most --drain for the last echoes.
+ *
+ * Two engines drive the same connections and logic:
+ *   corio  (default) one corio shard per CPU, a fiber per connection (two in
+ *          open loop: sender and receiver); --busy-poll uses CORIO_IDLE_POLL.
+ *   epoll  one plain thread per CPU, non-blocking sockets and epoll;
+ *          --busy-poll spins in epoll_wait(0). The instrument that does not
+ *          depend on corio.
+ *
+ * --udp: each connection is one connected UDP socket and each message one
+ * datagram (closed loop: --pipeline datagrams in flight per socket; open
+ * loop: --rate), every echo checked whole; an echo missing --loss seconds
+ * after its datagram was due is counted lost (and, in closed loop, replaced),
+ * so a lost datagram cannot hang the run. Lost, late, duplicated and
+ * reordered datagrams are reported, and make the exit status 3 (1 is kept
+ * for errors: wrong bytes, a socket that failed).
+ *
+ * --server-pid PID samples that process's CPU time (all threads, ns) at the
+ * start and end of the measured window and prints server CPU per message.
+ */
+#include <corio.h>
+
+#include "common/hist.h"
+#include "common/load.h"
+#include "common/opt.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_WORKERS 64
+#define MAX_CONNS 100000
+
+static struct {
+	struct tool_params p;
+	int engine; /* 0 corio, 1 epoll */
+	int busy;
+	int recv_copy; /* corio engine: corio_recv instead of corio_recv_buf */
+	unsigned workers;
+	int cpus[MAX_WORKERS];
+	unsigned ncpus;
+	char cpus_str[64];
+	struct tool_worker_stats *ws;
+	_Atomic unsigned connected;
+	_Atomic int go;   /* 1: start_ns is set, run; -1: abort */
+	_Atomic int dead; /* workers that gave up before go */
+	_Atomic uint64_t late;
+} g;
+
+static void sleep_until_ns(uint64_t t)
+{
+	struct timespec ts = { .tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull) };
+
+	while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
+		;
+}
+
+static size_t rx_len(void)
+{
+	size_t n = g.p.size * (g.p.rate > 0 ? 4 : g.p.pipeline);
+
+	if (n < 16384)
+		n = 16384;
+	if (n > 262144)
+		n = 262144;
+	return n;
+}
+
+/* ---- corio engine -------------------------------------------------------------- */
+
+struct cconn {
+	struct tool_conn c;
+	struct tool_uconn u; /* --udp: instead of c */
+	struct corio_sock *s;
+	unsigned char *tx, *rx;
+	int rx_status; /* receiver's end: 0 EOF, else -errno */
+	int send_done; /* --udp open loop: the sender has sent its last datagram */
+};
+
+/* Wait until the main thread says go (or abort): 0 or -1. */
+static int corio_wait_go(void)
+{
+	int v;
+
+	while (!(v = atomic_load(&g.go)))
+		corio_sleep_ns(50000);
+	return v > 0 ? 0 : -1;
+}
+
+/* Receive until EOF or error; verify and refill (closed loop). */
+static int corio_receive(struct cconn *k, int closed)
+{
+	struct tool_conn *c = &k->c;
+	uint64_t meas_end = tool_meas_end(&g.p);
+
+	for (;;) {
+		ssize_t n;
+		const unsigned char *data;
+		struct corio_buf b;
+		int done;
+		uint64_t now;
+
+		if (g.recv_copy) {
+			n = corio_recv(k->s, k->rx, rx_len());
+			data = k->rx;
+		} else {
+			n = corio_recv_buf(k->s, &b);
+			data = b.data;
+		}
+		if (n <= 0)
+			return (int)n;
+		now = tool_now_ns();
+		done = tool_conn_rx(c, data, (size_t)n, now);
+		if (!g.recv_copy)
+			corio_buf_release(&b);
+		if (done < 0)
+			return done;
+		if (!closed || !done)
+			continue;
+		if (now < meas_end) {
+			ssize_t r;
+
+			tool_conn_fill(c, (unsigned)done, k->tx, now);
+			r = corio_send(k->s, k->tx, (size_t)done * c->size);
+			if (r < 0)
+				return (int)r;
+		} else if (c->rx == c->tx) {
+			corio_shutdown_write(k->s);
+		}
+	}
+}
+
+/* Open loop: the receiving half. Bounded by the drain deadline like the
+ * sender (a spawned fiber does not inherit its spawner's scope): a server
+ * that stops answering must not keep the tool running. */
+static int corio_receiver(void *arg)
+{
+	struct cconn *k = arg;
+	struct corio_deadline dl;
+
+	corio_deadline_push(&dl, tool_drain_end(&g.p));
+	k->rx_status = corio_receive(k, 0);
+	corio_deadline_pop(&dl);
+	return 0;
+}
+
+/* Wait for the receiver, which ends by the drain deadline at the latest.
+ * If the join itself gives up first (its own deadline, or a cancel),
+ * cancel the receiver and wait again outside the scope: it uses k.
+ * Returns 0, or -1 when it could not be waited for (the caller must then
+ * leave k->s open). */
+/* Open loop (corio engine): sleep until messages of c are due, count a late
+ * start, and return how many are due now; 0 once the measured window ends
+ * or the connection failed. TCP and UDP senders pace alike. */
+static unsigned paced_due(struct tool_conn *c, uint64_t meas_end)
+{
+	for (;;) {
+		uint64_t now = tool_now_ns();
+		unsigned n;
+
+		if (now >= meas_end || c->failed)
+			return 0;
+		n = tool_conn_due_count(c, now, meas_end);
+		if (n) {
+			if (now - tool_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
+				atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+			return n;
+		}
+		if (!tool_conn_room(c))
+			corio_sleep_ns(20000);
+		else
+			corio_sleep_until(tool_conn_due(c, c->tx));
+	}
+}
+
+static int join_receiver(struct corio_fiber *rf)
+{
+	struct corio_deadline sh;
+	int ret;
+
+	if (!corio_join(rf, NULL))
+		return 0;
+	corio_cancel(rf);
+	corio_deadline_shield(&sh);
+	ret = corio_join(rf, NULL);
+	corio_deadline_pop(&sh);
+	if (ret)
+		corio_detach(rf); /* only when this fiber is cancelled: never here */
+	return ret ? -1 : 0;
+}
+
+static int corio_conn_fiber(void *arg)
+{
+	struct cconn *k = arg;
+	struct tool_conn *c = &k->c;
+	struct corio_deadline dl;
+	uint64_t meas_end;
+	int ret;
+
+	corio_timeout_push(&dl, 5000000000ull);
+	ret = corio_tcp_connect(g.p.addr, &k->s);
+	corio_deadline_pop(&dl);
+	if (ret) {
+		tool_conn_fail(c, "conn %u: connect %s: %s", c->id, g.p.addr, strerror(-ret));
+		atomic_fetch_add(&g.dead, 1);
+		return 0;
+	}
+	atomic_fetch_add(&g.connected, 1);
+	if (corio_wait_go())
+		goto out;
+	meas_end = tool_meas_end(&g.p);
+	corio_deadline_push(&dl, tool_drain_end(&g.p));
+	if (g.p.rate <= 0) {
+		tool_conn_fill(c, g.p.pipeline, k->tx, tool_now_ns());
+		ret = (int)corio_send(k->s, k->tx, g.p.pipeline * c->size);
+		if (ret >= 0)
+			ret = corio_receive(k, 1);
+	} else {
+		struct corio_fiber *rf;
+		unsigned n;
+
+		ret = corio_spawn(corio_receiver, k, NULL, &rf);
+		if (ret) {
+			tool_conn_fail(c, "conn %u: spawn: %s", c->id, strerror(-ret));
+			corio_deadline_pop(&dl);
+			goto out;
+		}
+		while ((n = paced_due(c, meas_end)) != 0) {
+			tool_conn_fill(c, n, k->tx, 0);
+			ret = (int)corio_send(k->s, k->tx, (size_t)n * c->size);
+			if (ret < 0)
+				break;
+		}
+		if (ret >= 0)
+			ret = corio_shutdown_write(k->s);
+		else
+			corio_cancel(rf); /* the send failed or timed out: no echo will end it */
+		if (join_receiver(rf)) {
+			corio_deadline_pop(&dl);
+			tool_conn_fail(c, "conn %u: the receiver did not end", c->id);
+			return 0;
+		}
+		if (ret >= 0)
+			ret = k->rx_status;
+	}
+	corio_deadline_pop(&dl);
+	if (ret < 0 && ret != -EPROTO)
+		tool_conn_fail(c, "conn %u: %s after %llu of %llu messages", c->id,
+			     ret == -ETIMEDOUT ? "echoes missing at the end of the drain time"
+					       : strerror(-ret),
+			     (unsigned long long)c->rx, (unsigned long long)c->tx);
+	else if (ret == 0 && c->rx != c->tx)
+		tool_conn_fail(c, "conn %u: server closed after %llu of %llu messages", c->id,
+			     (unsigned long long)c->rx, (unsigned long long)c->tx);
+out:
+	corio_close(k->s);
+	return 0;
+}
+
+/* A 4 MiB receive buffer, so a few milliseconds' stall at 100k datagrams/s
+ * does not overflow it (the default holds ~200 small datagrams): forced
+ * when we may (root), else as much as net.core.rmem_max allows. */
+static void big_rcvbuf(int fd)
+{
+	int v = 4 << 20;
+
+	if (setsockopt(fd, SOL_SOCKET, SO_RCVBUFFORCE, &v, sizeof(v)))
+		setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &v, sizeof(v));
+}
+
+/* ---- corio engine, UDP ---------------------------------------------------------- */
+
+/* Send one datagram (message c->tx) stamped t: 0 or -errno (then unsent). */
+static int cu_send(struct cconn *k, uint64_t t)
+{
+	ssize_t r;
+
+	tool_uconn_fill(&k->u, k->tx, t);
+	r = corio_sendto(k->s, k->tx, k->u.c.size, NULL, 0);
+	if (r < 0) {
+		tool_uconn_unfill(&k->u);
+		return (int)r;
+	}
+	return 0;
+}
+
+/* Receive echoes until every datagram sent is echoed or lost and the
+ * sending is over; closed loop: send one more for each. Bounded by the
+ * drain deadline, and each wait by the next datagram's loss time. */
+static int cu_receive(struct cconn *k, int closed)
+{
+	struct tool_uconn *u = &k->u;
+	struct tool_conn *c = &u->c;
+	uint64_t meas_end = tool_meas_end(&g.p), drain_end = tool_drain_end(&g.p);
+
+	for (;;) {
+		uint64_t now = tool_now_ns(), wake;
+		struct corio_deadline dl;
+		const unsigned char *data;
+		struct corio_buf b;
+		ssize_t n;
+		int r;
+
+		if (now >= drain_end) {
+			tool_uconn_expire(u, UINT64_MAX);
+			return 0;
+		}
+		tool_uconn_expire(u, now);
+		if (closed && now < meas_end) {
+			while (tool_conn_room(c))
+				if ((r = cu_send(k, now)) < 0)
+					return r;
+		}
+		if (c->rx == c->tx && (closed ? now >= meas_end : k->send_done))
+			return 0;
+		wake = tool_uconn_next_loss(u);
+		if (wake == UINT64_MAX) /* nothing in flight: until the sender is done */
+			wake = meas_end > now + 1000000 ? meas_end : now + 1000000;
+		if (wake > drain_end)
+			wake = drain_end;
+		corio_deadline_push(&dl, wake);
+		if (g.recv_copy) {
+			n = corio_recvfrom(k->s, k->rx, 65536, NULL, NULL);
+			data = k->rx;
+		} else {
+			n = corio_recvfrom_buf(k->s, &b, NULL, NULL);
+			data = b.data;
+		}
+		corio_deadline_pop(&dl);
+		if (n == -ETIMEDOUT && tool_now_ns() < drain_end)
+			continue;
+		if (n < 0)
+			return (int)n;
+		r = tool_uconn_rx(u, data, (size_t)n, tool_now_ns());
+		if (!g.recv_copy)
+			corio_buf_release(&b);
+		if (r < 0)
+			return r;
+	}
+}
+
+static int cu_receiver(void *arg)
+{
+	struct cconn *k = arg;
+	struct corio_deadline dl;
+
+	corio_deadline_push(&dl, tool_drain_end(&g.p));
+	k->rx_status = cu_receive(k, 0);
+	corio_deadline_pop(&dl);
+	return 0;
+}
+
+static int cu_conn_fiber(void *arg)
+{
+	struct cconn *k = arg;
+	struct tool_conn *c = &k->u.c;
+	struct sockaddr_storage sa;
+	socklen_t sl;
+	struct corio_deadline dl;
+	int ret;
+
+	ret = corio_udp_bind("127.0.0.1:0", &k->s);
+	if (!ret && !(ret = corio_addr_parse(g.p.addr, &sa, &sl)) &&
+	    connect(corio_sock_fd(k->s), (struct sockaddr *)&sa, sl))
+		ret = -errno;
+	if (!ret)
+		big_rcvbuf(corio_sock_fd(k->s));
+	if (ret) {
+		tool_conn_fail(c, "conn %u: udp socket to %s: %s", c->id, g.p.addr, strerror(-ret));
+		atomic_fetch_add(&g.dead, 1);
+		if (k->s)
+			corio_close(k->s);
+		return 0;
+	}
+	atomic_fetch_add(&g.connected, 1);
+	if (corio_wait_go())
+		goto out;
+	corio_deadline_push(&dl, tool_drain_end(&g.p));
+	if (g.p.rate <= 0) {
+		ret = cu_receive(k, 1);
+	} else {
+		uint64_t meas_end = tool_meas_end(&g.p);
+		struct corio_fiber *rf;
+		unsigned n;
+
+		ret = corio_spawn(cu_receiver, k, NULL, &rf);
+		if (ret) {
+			tool_conn_fail(c, "conn %u: spawn: %s", c->id, strerror(-ret));
+			corio_deadline_pop(&dl);
+			goto out;
+		}
+		while ((n = paced_due(c, meas_end)) != 0) {
+			while (n-- && (ret = cu_send(k, 0)) == 0)
+				;
+			if (ret < 0)
+				break;
+		}
+		k->send_done = 1;
+		if (ret < 0)
+			corio_cancel(rf);
+		if (join_receiver(rf)) {
+			corio_deadline_pop(&dl);
+			tool_conn_fail(c, "conn %u: the receiver did not end", c->id);
+			return 0;
+		}
+		if (ret >= 0)
+			ret = k->rx_status;
+	}
+	corio_deadline_pop(&dl);
+	if (ret < 0 && ret != -EPROTO)
+		tool_conn_fail(c, "conn %u: %s after %llu datagrams", c->id, strerror(-ret),
+			     (unsigned long long)c->tx);
+out:
+	corio_close(k->s);
+	return 0;
+}
+
+static void corio_entry(void *arg)
+{
+	struct cconn *conns = arg;
+	unsigned me = corio_shard_id();
+
+	for (unsigned i = me; i < g.p.conns; i += g.workers) {
+		int ret = corio_spawn(g.p.udp ? cu_conn_fiber : corio_conn_fiber, &conns[i], NULL, NULL);
+
+		if (ret) {
+			tool_worker_fail(&g.ws[me], "spawn: %s", strerror(-ret));
+			atomic_fetch_add(&g.dead, 1);
+		}
+	}
+}
+
+/* ---- epoll engine -------------------------------------------------------------- */
+
+struct pconn {
+	struct tool_conn c;
+	struct tool_uconn u; /* --udp: instead of c */
+	int fd;
+	struct { unsigned char *p; size_t len, off, cap; } out;
+	unsigned ev;  /* registered events */
+	int wr_shut, closed;
+};
+
+struct pworker {
+	pthread_t th;
+	unsigned idx;
+	struct pconn *conns; /* every workers-th connection */
+	unsigned n;
+};
+
+static int fcntl_nonblock(int fd)
+{
+	int fl = fcntl(fd, F_GETFL);
+
+	return fl < 0 || fcntl(fd, F_SETFL, fl | O_NONBLOCK) < 0 ? -1 : 0;
+}
+
+static int p_queue(struct pconn *k, unsigned n, uint64_t t)
+{
+	size_t need = (size_t)n * k->c.size;
+
+	if (k->out.off == k->out.len)
+		k->out.off = k->out.len = 0;
+	if (k->out.len + need > k->out.cap) {
+		size_t cap = k->out.cap ? k->out.cap : 4096;
+		unsigned char *p;
+
+		if (k->out.off) {
+			memmove(k->out.p, k->out.p + k->out.off, k->out.len - k->out.off);
+			k->out.len -= k->out.off;
+			k->out.off = 0;
+		}
+		while (cap < k->out.len + need)
+			cap *= 2;
+		p = realloc(k->out.p, cap);
+		if (!p)
+			return -ENOMEM;
+		k->out.p = p;
+		k->out.cap = cap;
+	}
+	tool_conn_fill(&k->c, n, k->out.p + k->out.len, t);
+	k->out.len += need;
+	return 0;
+}
+
+static int p_events(int ep, struct pconn *k, unsigned ev)
+{
+	struct epoll_event e = { .events = ev, .data.ptr = k };
+
+	if (ev == k->ev)
+		return 0;
+	k->ev = ev;
+	return epoll_ctl(ep, EPOLL_CTL_MOD, k->fd, &e);
+}
+
+/* Send what is queued: 0, or -errno. */
+static int p_flush(int ep, struct pconn *k)
+{
+	while (k->out.off < k->out.len) {
+		ssize_t r = send(k->fd, k->out.p + k->out.off, k->out.len - k->out.off, MSG_NOSIGNAL);
+
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno == EAGAIN)
+				return p_events(ep, k, EPOLLIN | EPOLLOUT) ? -errno : 0;
+			return -errno;
+		}
+		k->out.off += (size_t)r;
+	}
+	return p_events(ep, k, EPOLLIN) ? -errno : 0;
+}
+
+static void p_close(struct pconn *k, unsigned *open)
+{
+	if (k->closed)
+		return;
+	k->closed = 1;
+	close(k->fd);
+	(*open)--;
+}
+
+static void *p_worker(void *arg)
+{
+	struct pworker *w = arg;
+	struct tool_worker_stats *ws = &g.ws[w->idx];
+	struct epoll_event ev[64];
+	unsigned char *rbuf = malloc(rx_len());
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	unsigned open = 0;
+	uint64_t meas_end, drain_end;
+	int closed = g.p.rate <= 0, v;
+
+	if (w->idx < g.ncpus) {
+		cpu_set_t cs;
+
+		CPU_ZERO(&cs);
+		CPU_SET(g.cpus[w->idx], &cs);
+		pthread_setaffinity_np(pthread_self(), sizeof(cs), &cs);
+	}
+	if (!rbuf || ep < 0) {
+		tool_worker_fail(ws, "worker %u: out of memory or epoll", w->idx);
+		atomic_fetch_add(&g.dead, w->n);
+		return NULL;
+	}
+	for (unsigned i = 0; i < w->n; i++) {
+		struct pconn *k = &w->conns[i];
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g.p.port) };
+		struct epoll_event e = { .events = EPOLLIN, .data.ptr = k };
+		int one = 1;
+
+		inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+		k->fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		if (k->fd < 0 || setsockopt(k->fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one)) ||
+		    connect(k->fd, (struct sockaddr *)&sa, sizeof(sa))) {
+			tool_conn_fail(&k->c, "conn %u: connect %s: %s", k->c.id, g.p.addr, strerror(errno));
+			if (k->fd >= 0)
+				close(k->fd);
+			k->closed = 1;
+			atomic_fetch_add(&g.dead, 1);
+			continue;
+		}
+		if (fcntl_nonblock(k->fd) || epoll_ctl(ep, EPOLL_CTL_ADD, k->fd, &e)) {
+			tool_conn_fail(&k->c, "conn %u: epoll: %s", k->c.id, strerror(errno));
+			close(k->fd);
+			k->closed = 1;
+			atomic_fetch_add(&g.dead, 1);
+			continue;
+		}
+		k->ev = EPOLLIN;
+		open++;
+		atomic_fetch_add(&g.connected, 1);
+	}
+	while (!(v = atomic_load(&g.go)))
+		usleep(50);
+	if (v < 0)
+		goto out;
+	meas_end = tool_meas_end(&g.p);
+	drain_end = tool_drain_end(&g.p);
+	if (closed) {
+		uint64_t now = tool_now_ns();
+
+		for (unsigned i = 0; i < w->n; i++) {
+			struct pconn *k = &w->conns[i];
+
+			if (!k->closed && (p_queue(k, g.p.pipeline, now) || p_flush(ep, k)))
+				tool_conn_fail(&k->c, "conn %u: send: %s", k->c.id, strerror(errno));
+		}
+	}
+	while (open) {
+		uint64_t now = tool_now_ns(), wake = drain_end;
+		struct timespec ts;
+		int n;
+
+		if (now >= drain_end) {
+			for (unsigned i = 0; i < w->n; i++) {
+				struct pconn *k = &w->conns[i];
+
+				if (!k->closed) {
+					tool_conn_fail(&k->c, "conn %u: echoes missing at the end of the drain "
+						     "time after %llu of %llu messages", k->c.id,
+						     (unsigned long long)k->c.rx, (unsigned long long)k->c.tx);
+					p_close(k, &open);
+				}
+			}
+			break;
+		}
+		for (unsigned i = 0; i < w->n; i++) {
+			struct pconn *k = &w->conns[i];
+
+			if (k->closed || k->wr_shut)
+				continue;
+			if (!closed && now < meas_end) {
+				unsigned d = tool_conn_due_count(&k->c, now, meas_end);
+
+				if (d) {
+					if (now - tool_conn_due(&k->c, k->c.tx) >= (uint64_t)k->c.interval_ns)
+						atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+					if (p_queue(k, d, 0) || p_flush(ep, k)) {
+						tool_conn_fail(&k->c, "conn %u: send: %s", k->c.id, strerror(errno));
+						p_close(k, &open);
+						continue;
+					}
+				}
+				if (tool_conn_room(&k->c)) {
+					uint64_t due = tool_conn_due(&k->c, k->c.tx);
+
+					if (due < wake)
+						wake = due;
+				}
+			} else if (now >= meas_end && k->out.off == k->out.len &&
+				   (!closed || k->c.rx == k->c.tx)) {
+				shutdown(k->fd, SHUT_WR);
+				k->wr_shut = 1;
+			}
+		}
+		if (now < meas_end && meas_end < wake)
+			wake = meas_end;
+		if (g.busy || wake <= now) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = 0;
+		} else {
+			ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
+			ts.tv_nsec = (long)((wake - now) % 1000000000ull);
+		}
+		n = epoll_pwait2(ep, ev, 64, &ts, NULL);
+		if (n < 0 && errno != EINTR) {
+			tool_worker_fail(ws, "epoll_pwait2: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct pconn *k = ev[i].data.ptr;
+			ssize_t r;
+			int done;
+
+			if (k->closed)
+				continue;
+			if ((ev[i].events & EPOLLOUT) && p_flush(ep, k)) {
+				tool_conn_fail(&k->c, "conn %u: send: %s", k->c.id, strerror(errno));
+				p_close(k, &open);
+				continue;
+			}
+			if (!(ev[i].events & (EPOLLIN | EPOLLERR | EPOLLHUP)))
+				continue;
+			r = recv(k->fd, rbuf, rx_len(), 0);
+			if (r < 0 && (errno == EAGAIN || errno == EINTR))
+				continue;
+			if (r <= 0) {
+				if (r < 0)
+					tool_conn_fail(&k->c, "conn %u: recv: %s", k->c.id, strerror(errno));
+				else if (k->c.rx != k->c.tx || !k->wr_shut)
+					tool_conn_fail(&k->c, "conn %u: server closed after %llu of %llu messages",
+						     k->c.id, (unsigned long long)k->c.rx,
+						     (unsigned long long)k->c.tx);
+				p_close(k, &open);
+				continue;
+			}
+			now = tool_now_ns();
+			done = tool_conn_rx(&k->c, rbuf, (size_t)r, now);
+			if (done < 0) {
+				p_close(k, &open);
+				continue;
+			}
+			if (closed && done && now < meas_end &&
+			    (p_queue(k, (unsigned)done, now) || p_flush(ep, k))) {
+				tool_conn_fail(&k->c, "conn %u: send: %s", k->c.id, strerror(errno));
+				p_close(k, &open);
+			}
+		}
+	}
+out:
+	for (unsigned i = 0; i < w->n; i++) {
+		p_close(&w->conns[i], &open);
+		free(w->conns[i].out.p);
+	}
+	close(ep);
+	free(rbuf);
+	return NULL;
+}
+
+/* ---- epoll engine, UDP ---------------------------------------------------------- */
+
+/* Send one datagram stamped t: 1 sent, 0 the socket is full (try later), -errno. */
+static int pu_send(struct pconn *k, unsigned char *buf, uint64_t t)
+{
+	tool_uconn_fill(&k->u, buf, t);
+	if (send(k->fd, buf, k->u.c.size, 0) == (ssize_t)k->u.c.size)
+		return 1;
+	tool_uconn_unfill(&k->u);
+	return errno == EAGAIN || errno == EINTR || errno == ENOBUFS ? 0 : -errno;
+}
+
+static void *pu_worker(void *arg)
+{
+	struct pworker *w = arg;
+	struct tool_worker_stats *ws = &g.ws[w->idx];
+	struct epoll_event ev[64];
+	unsigned char *rbuf = malloc(65536), *tbuf = malloc(g.p.size);
+	int ep = epoll_create1(EPOLL_CLOEXEC);
+	unsigned open = 0;
+	uint64_t meas_end, drain_end;
+	int closed = g.p.rate <= 0, v;
+
+	if (w->idx < g.ncpus) {
+		cpu_set_t cs;
+
+		CPU_ZERO(&cs);
+		CPU_SET(g.cpus[w->idx], &cs);
+		pthread_setaffinity_np(pthread_self(), sizeof(cs), &cs);
+	}
+	if (!rbuf || !tbuf || ep < 0) {
+		tool_worker_fail(ws, "worker %u: out of memory or epoll", w->idx);
+		atomic_fetch_add(&g.dead, w->n);
+		free(rbuf);
+		free(tbuf);
+		if (ep >= 0)
+			close(ep);
+		return NULL;
+	}
+	for (unsigned i = 0; i < w->n; i++) {
+		struct pconn *k = &w->conns[i];
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)g.p.port) };
+		struct epoll_event e = { .events = EPOLLIN, .data.ptr = k };
+
+		inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+		k->fd = socket(AF_INET, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+		if (k->fd >= 0)
+			big_rcvbuf(k->fd);
+		if (k->fd < 0 || connect(k->fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+		    epoll_ctl(ep, EPOLL_CTL_ADD, k->fd, &e)) {
+			tool_conn_fail(&k->u.c, "conn %u: udp socket to %s: %s", k->u.c.id, g.p.addr,
+				     strerror(errno));
+			if (k->fd >= 0)
+				close(k->fd);
+			k->closed = 1;
+			atomic_fetch_add(&g.dead, 1);
+			continue;
+		}
+		open++;
+		atomic_fetch_add(&g.connected, 1);
+	}
+	while (!(v = atomic_load(&g.go)))
+		usleep(50);
+	if (v < 0)
+		goto out;
+	meas_end = tool_meas_end(&g.p);
+	drain_end = tool_drain_end(&g.p);
+	while (open) {
+		uint64_t now = tool_now_ns(), wake = drain_end;
+		struct timespec ts;
+		int n;
+
+		if (now >= drain_end) {
+			for (unsigned i = 0; i < w->n; i++) {
+				tool_uconn_expire(&w->conns[i].u, UINT64_MAX);
+				p_close(&w->conns[i], &open);
+			}
+			break;
+		}
+		for (unsigned i = 0; i < w->n; i++) {
+			struct pconn *k = &w->conns[i];
+			struct tool_conn *c = &k->u.c;
+			int r = 1;
+
+			if (k->closed)
+				continue;
+			tool_uconn_expire(&k->u, now);
+			if (now < meas_end && closed) {
+				while (tool_conn_room(c) && (r = pu_send(k, tbuf, now)) > 0)
+					;
+			} else if (now < meas_end) {
+				unsigned d = tool_conn_due_count(c, now, meas_end);
+
+				if (d && now - tool_conn_due(c, c->tx) >= (uint64_t)c->interval_ns)
+					atomic_fetch_add_explicit(&g.late, 1, memory_order_relaxed);
+				while (d-- && (r = pu_send(k, tbuf, 0)) > 0)
+					;
+				if (tool_conn_room(c) && tool_conn_due(c, c->tx) < wake)
+					wake = tool_conn_due(c, c->tx);
+			}
+			if (r < 0) {
+				tool_conn_fail(c, "conn %u: send: %s", c->id, strerror(-r));
+				p_close(k, &open);
+				continue;
+			}
+			if (now >= meas_end && c->rx == c->tx) {
+				p_close(k, &open);
+				continue;
+			}
+			if (r == 0 || !tool_conn_room(c)) /* socket full / ring full: poll again soon */
+				wake = now + 20000 < wake ? now + 20000 : wake;
+			if (tool_uconn_next_loss(&k->u) < wake)
+				wake = tool_uconn_next_loss(&k->u);
+		}
+		if (!open)
+			break;
+		if (now < meas_end && meas_end < wake)
+			wake = meas_end;
+		if (g.busy || wake <= now) {
+			ts.tv_sec = 0;
+			ts.tv_nsec = 0;
+		} else {
+			ts.tv_sec = (time_t)((wake - now) / 1000000000ull);
+			ts.tv_nsec = (long)((wake - now) % 1000000000ull);
+		}
+		n = epoll_pwait2(ep, ev, 64, &ts, NULL);
+		if (n < 0 && errno != EINTR) {
+			tool_worker_fail(ws, "epoll_pwait2: %s", strerror(errno));
+			break;
+		}
+		for (int i = 0; i < n; i++) {
+			struct pconn *k = ev[i].data.ptr;
+
+			for (int j = 0; j < 64 && !k->closed; j++) {
+				ssize_t r = recv(k->fd, rbuf, 65536, 0);
+
+				if (r < 0 && (errno == EAGAIN || errno == EINTR))
+					break;
+				if (r < 0) {
+					tool_conn_fail(&k->u.c, "conn %u: recv: %s", k->u.c.id, strerror(errno));
+					p_close(k, &open);
+					break;
+				}
+				now = tool_now_ns();
+				if (tool_uconn_rx(&k->u, rbuf, (size_t)r, now) < 0) {
+					p_close(k, &open);
+					break;
+				}
+				/* closed loop: the next datagram goes out at once */
+				while (closed && now < meas_end && tool_conn_room(&k->u.c) &&
+				       pu_send(k, tbuf, now) > 0)
+					;
+			}
+		}
+	}
+out:
+	for (unsigned i = 0; i < w->n; i++)
+		p_close(&w->conns[i], &open);
+	close(ep);
+	free(rbuf);
+	free(tbuf);
+	return NULL;
+}
+
+/* ---- main --------------------------------------------------------------------- */
+
+static void usage(FILE *f)
+{
+	fprintf(f,
+		"usage: corio-load -p PORT [options]\n"
+		"  -p, --port P          echo server on 127.0.0.1:P (required)\n"
+		"  -c, --conns N         connections (1)\n"
+		"  -s, --size BYTES      message size, 1..64KiB (64)\n"
+		"  -P, --pipeline N      closed loop: messages in flight per connection (1)\n"
+		"  -r, --rate MSGS/S     open loop at this total rate (e.g. 100k); default closed loop\n"
+		"  -d, --duration SECS   measured time (5)\n"
+		"  -w, --warmup SECS     load before measuring, not recorded (0.5)\n"
+		"      --drain SECS      wait at most this long for the last echoes (2)\n"
+		"  -e, --engine E        corio (shards, fibers) or epoll (plain threads) (corio)\n"
+		"  -t, --workers N       shards / threads; default: one per --cpus entry, else 1\n"
+		"  -C, --cpus LIST       pin worker i to the i-th CPU of LIST (e.g. 0)\n"
+		"      --busy-poll       never sleep: corio idle=poll / epoll_wait(0)\n"
+		"      --recv MODE       corio engine: buf (provided buffers) or copy (buf)\n"
+		"  -u, --udp             UDP: one socket per conn, one datagram per message\n"
+		"                        (--size 12..65507); reports lost/late/dup/reordered\n"
+		"      --loss SECS       UDP: an echo this late is counted lost (0.5)\n"
+		"      --server-pid PID  report that process's CPU time per message\n"
+		"      --no-probe        skip the probe connection\n"
+		"      --json            one JSON object instead of the text report\n"
+		"      --label TEXT      copied into the JSON\n"
+		"      --spectrum FILE   write the latency percentile spectrum (percentile, us)\n"
+		"  -q, --quiet           no progress line\n"
+		"  -h, --help\n"
+		"Exit status: 0; 1 errors (wrong bytes, a connection failed); 2 bad options;\n"
+		"3 (--udp) datagrams lost, late, duplicated or reordered.\n");
+}
+
+int main(int argc, char **argv)
+{
+	static const struct option opts[] = {
+		{ "port", required_argument, NULL, 'p' },
+		{ "conns", required_argument, NULL, 'c' },
+		{ "size", required_argument, NULL, 's' },
+		{ "pipeline", required_argument, NULL, 'P' },
+		{ "rate", required_argument, NULL, 'r' },
+		{ "duration", required_argument, NULL, 'd' },
+		{ "warmup", required_argument, NULL, 'w' },
+		{ "drain", required_argument, NULL, 'D' },
+		{ "engine", required_argument, NULL, 'e' },
+		{ "workers", required_argument, NULL, 't' },
+		{ "cpus", required_argument, NULL, 'C' },
+		{ "busy-poll", no_argument, NULL, 'b' },
+		{ "recv", required_argument, NULL, 'R' },
+		{ "udp", no_argument, NULL, 'u' },
+		{ "loss", required_argument, NULL, 'l' },
+		{ "server-pid", required_argument, NULL, 'S' },
+		{ "no-probe", no_argument, NULL, 'n' },
+		{ "json", no_argument, NULL, 'j' },
+		{ "label", required_argument, NULL, 'L' },
+		{ "spectrum", required_argument, NULL, 'H' },
+		{ "quiet", no_argument, NULL, 'q' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	static const char *const engines[] = { "corio", "epoll", NULL };
+	static const char *const recvs[] = { "buf", "copy", NULL };
+	char addr[32];
+	const char *label = NULL, *spectrum = NULL;
+	int json = 0, quiet = 0, probe = 1, server_pid = 0, o, ret = 0;
+	uint64_t v;
+	struct tool_report rep = { 0 };
+	struct cconn *cc = NULL;
+	struct pworker *pw = NULL;
+	struct corio_rt *rt = NULL;
+	int64_t srv0 = -1, srv1 = -1, cli0 = 0, cli1 = 0;
+
+	tool_prog = "corio-load";
+	/* timed sleeps (open loop without --busy-poll) should wake on time, not
+	 * up to 50 us late: the default timer slack; threads inherit this */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	g.p.conns = 1;
+	g.p.size = 64;
+	g.p.pipeline = 1;
+	g.p.duration_s = 5;
+	g.p.warmup_s = 0.5;
+	g.p.drain_s = 2;
+	g.p.loss_s = 0.5;
+	g.p.port = -1;
+	while ((o = getopt_long(argc, argv, "p:c:s:P:r:d:w:e:t:C:uqh", opts, NULL)) != -1) {
+		switch (o) {
+		case 'p':
+			if (tool_opt_count("--port", optarg, 1, 65535, &v))
+				return 2;
+			g.p.port = (int)v;
+			break;
+		case 'c':
+			if (tool_opt_count("--conns", optarg, 1, MAX_CONNS, &v))
+				return 2;
+			g.p.conns = (unsigned)v;
+			break;
+		case 's':
+			if (tool_opt_size("--size", optarg, 1, 65536, &v))
+				return 2;
+			g.p.size = (size_t)v;
+			break;
+		case 'P':
+			if (tool_opt_count("--pipeline", optarg, 1, 1024, &v))
+				return 2;
+			g.p.pipeline = (unsigned)v;
+			break;
+		case 'r':
+			if (tool_opt_count("--rate", optarg, 1, 100000000, &v))
+				return 2;
+			g.p.rate = (double)v;
+			break;
+		case 'd':
+			if (tool_opt_seconds("--duration", optarg, 0.01, 3600, &g.p.duration_s))
+				return 2;
+			break;
+		case 'w':
+			if (tool_opt_seconds("--warmup", optarg, 0, 600, &g.p.warmup_s))
+				return 2;
+			break;
+		case 'D':
+			if (tool_opt_seconds("--drain", optarg, 0.01, 600, &g.p.drain_s))
+				return 2;
+			break;
+		case 'e':
+			if ((g.engine = tool_opt_choice("--engine", optarg, engines)) < 0)
+				return 2;
+			break;
+		case 't':
+			if (tool_opt_count("--workers", optarg, 1, MAX_WORKERS, &v))
+				return 2;
+			g.workers = (unsigned)v;
+			break;
+		case 'C':
+			if (tool_opt_cpus("--cpus", optarg, g.cpus, MAX_WORKERS, &g.ncpus))
+				return 2;
+			snprintf(g.cpus_str, sizeof(g.cpus_str), "%s", optarg);
+			break;
+		case 'b':
+			g.busy = 1;
+			break;
+		case 'R':
+			if ((g.recv_copy = tool_opt_choice("--recv", optarg, recvs)) < 0)
+				return 2;
+			break;
+		case 'u':
+			g.p.udp = 1;
+			break;
+		case 'l':
+			if (tool_opt_seconds("--loss", optarg, 0.001, 600, &g.p.loss_s))
+				return 2;
+			break;
+		case 'S':
+			if (tool_opt_count("--server-pid", optarg, 1, 1u << 30, &v))
+				return 2;
+			server_pid = (int)v;
+			break;
+		case 'n':
+			probe = 0;
+			break;
+		case 'j':
+			json = 1;
+			break;
+		case 'L':
+			label = optarg;
+			break;
+		case 'H':
+			spectrum = optarg;
+			break;
+		case 'q':
+			quiet = 1;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc || g.p.port < 0) {
+		fprintf(stderr, optind < argc ? "corio-load: unexpected argument '%s'\n"
+					      : "corio-load: --port is required\n", argv[optind]);
+		usage(stderr);
+		return 2;
+	}
+	if (!g.workers)
+		g.workers = g.ncpus ? g.ncpus : 1;
+	if (g.workers > g.p.conns)
+		g.workers = g.p.conns;
+	if (!g.ncpus)
+		snprintf(g.cpus_str, sizeof(g.cpus_str), "any");
+	if (g.p.rate > 0 && g.p.rate / g.p.conns > 1e7) {
+		fprintf(stderr, "corio-load: --rate: more than 10M msgs/s per connection\n");
+		return 2;
+	}
+	if (g.p.udp && (g.p.size < TOOL_HDR || g.p.size > 65507)) {
+		fprintf(stderr, "corio-load: --udp: --size must be %d..65507 (a datagram carries its "
+				"connection and sequence number)\n", TOOL_HDR);
+		return 2;
+	}
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", g.p.port);
+	g.p.addr = addr;
+	tool_load_global_init();
+	if (probe && (g.p.udp ? tool_probe_udp(&g.p) : tool_probe(&g.p, 0))) {
+		fprintf(stderr, "corio-load: the probe connection to %s failed; is an echo server there?\n",
+			addr);
+		return 1;
+	}
+	if (server_pid && tool_proc_cpu_ns(server_pid) < 0) {
+		fprintf(stderr, "corio-load: --server-pid %d: cannot read its CPU time\n", server_pid);
+		return 2;
+	}
+	g.ws = calloc(g.workers, sizeof(*g.ws));
+	if (!g.ws)
+		goto nomem;
+	for (unsigned i = 0; i < g.workers; i++)
+		tool_hist_init(&g.ws[i].hist);
+
+	if (g.engine == 0) {
+		struct corio_config cfg;
+
+		cc = calloc(g.p.conns, sizeof(*cc));
+		if (!cc)
+			goto nomem;
+		for (unsigned i = 0; i < g.p.conns; i++) {
+			size_t txn = g.p.size * (g.p.rate > 0 ? 4096 : g.p.pipeline);
+
+			if (g.p.udp ? tool_uconn_init(&cc[i].u, i, &g.p, &g.ws[i % g.workers])
+				    : tool_conn_init(&cc[i].c, i, &g.p, &g.ws[i % g.workers]))
+				goto nomem;
+			cc[i].tx = malloc(txn);
+			cc[i].rx = g.recv_copy ? malloc(g.p.udp ? 65536 : rx_len()) : NULL;
+			if (!cc[i].tx || (g.recv_copy && !cc[i].rx))
+				goto nomem;
+		}
+		corio_config_init(&cfg);
+		cfg.shards = g.workers;
+		cfg.cpus = g.ncpus ? g.cpus : NULL;
+		cfg.idle = g.busy ? CORIO_IDLE_POLL : CORIO_IDLE_BLOCK;
+		cfg.stall_ns = 0;
+		ret = corio_start(&cfg, corio_entry, cc, &rt);
+		if (ret) {
+			fprintf(stderr, "corio-load: corio_start: %s (%s)\n", strerror(-ret),
+				corio_last_error());
+			return 1;
+		}
+	} else {
+		pw = calloc(g.workers, sizeof(*pw));
+		if (!pw)
+			goto nomem;
+		for (unsigned w = 0; w < g.workers; w++) {
+			pw[w].idx = w;
+			pw[w].conns = calloc(g.p.conns / g.workers + 1, sizeof(struct pconn));
+			if (!pw[w].conns)
+				goto nomem;
+		}
+		for (unsigned i = 0; i < g.p.conns; i++) {
+			struct pworker *w = &pw[i % g.workers];
+
+			struct pconn *k = &w->conns[w->n++];
+
+			if (g.p.udp ? tool_uconn_init(&k->u, i, &g.p, &g.ws[w->idx])
+				    : tool_conn_init(&k->c, i, &g.p, &g.ws[w->idx]))
+				goto nomem;
+		}
+		for (unsigned w = 0; w < g.workers; w++) {
+			ret = pthread_create(&pw[w].th, NULL, g.p.udp ? pu_worker : p_worker, &pw[w]);
+			if (ret) {
+				fprintf(stderr, "corio-load: pthread_create: %s\n", strerror(ret));
+				return 1;
+			}
+		}
+	}
+
+	/* every connection up (or failed), then go */
+	{
+		uint64_t limit = tool_now_ns() + 10000000000ull;
+
+		while (atomic_load(&g.connected) + (unsigned)atomic_load(&g.dead) < g.p.conns &&
+		       tool_now_ns() < limit)
+			usleep(1000);
+	}
+	if (atomic_load(&g.connected) < g.p.conns) {
+		atomic_store(&g.go, -1);
+		ret = 1;
+	} else {
+		g.p.start_ns = tool_now_ns() + 2000000;
+		atomic_store(&g.go, 1);
+		/* progress every second; sample CPU times at the window's edges */
+		uint64_t w0 = tool_warm_end(&g.p), w1 = tool_meas_end(&g.p);
+		int progress = !quiet && g.p.warmup_s + g.p.duration_s > 3;
+		int tty = isatty(2);
+		uint64_t next = g.p.start_ns + 1000000000ull, last_done = 0, last_t = g.p.start_ns;
+
+		for (;;) {
+			uint64_t t = next < w0 && srv0 < 0 && cli0 == 0 ? next : next;
+
+			if (cli0 == 0 && w0 <= t)
+				t = w0;
+			if (w1 <= t)
+				t = w1;
+			sleep_until_ns(t);
+			if (cli0 == 0 && t == w0) {
+				srv0 = server_pid ? tool_proc_cpu_ns(server_pid) : -1;
+				cli0 = tool_self_cpu_ns();
+				if (!cli0)
+					cli0 = 1;
+			}
+			if (t == w1) {
+				srv1 = server_pid ? tool_proc_cpu_ns(server_pid) : -1;
+				cli1 = tool_self_cpu_ns();
+				break;
+			}
+			if (t == next) {
+				uint64_t done = 0, errs = 0;
+
+				for (unsigned i = 0; i < g.workers; i++) {
+					done += atomic_load_explicit(&g.ws[i].done_all, memory_order_relaxed);
+					errs += atomic_load(&g.ws[i].errors);
+				}
+				if (progress)
+					fprintf(stderr, "%s[%5.1f s] %10.0f msgs/s  %llu errors%s",
+						tty ? "\r" : "", (double)(t - g.p.start_ns) / 1e9,
+						(double)(done - last_done) * 1e9 / (double)(t - last_t),
+						(unsigned long long)errs, tty ? "  " : "\n");
+				last_done = done;
+				last_t = t;
+				next += 1000000000ull;
+			}
+		}
+		if (progress && tty)
+			fprintf(stderr, "\n");
+	}
+	if (g.engine == 0) {
+		int r2 = corio_wait(rt);
+
+		if (r2) {
+			fprintf(stderr, "corio-load: runtime: %s\n", strerror(-r2));
+			ret = 1;
+		}
+	} else {
+		for (unsigned w = 0; w < g.workers; w++)
+			pthread_join(pw[w].th, NULL);
+	}
+
+	rep.engine = engines[g.engine];
+	rep.label = label;
+	rep.workers = g.workers;
+	rep.cpus = g.cpus_str;
+	rep.busy_poll = g.busy;
+	rep.seconds = g.p.duration_s;
+	rep.late_sends = atomic_load(&g.late);
+	tool_hist_init(&rep.hist);
+	for (unsigned i = 0; i < g.workers; i++) {
+		tool_hist_merge(&rep.hist, &g.ws[i].hist);
+		rep.msgs += g.ws[i].msgs;
+		if (g.ws[i].errors && !rep.errors)
+			snprintf(rep.first_err, sizeof(rep.first_err), "%s", g.ws[i].err);
+		rep.errors += atomic_load(&g.ws[i].errors);
+		rep.lost += g.ws[i].lost;
+		rep.late += g.ws[i].late;
+		rep.dup += g.ws[i].dup;
+		rep.reordered += g.ws[i].reordered;
+	}
+	rep.server_cpu_ns = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : -1;
+	rep.client_cpu_ns = cli1 - cli0;
+	tool_report_print(stdout, &rep, &g.p, json);
+	if (spectrum) {
+		FILE *f = fopen(spectrum, "w");
+
+		if (!f) {
+			fprintf(stderr, "corio-load: %s: %s\n", spectrum, strerror(errno));
+			ret = 1;
+		} else {
+			tool_hist_spectrum(&rep.hist, f);
+			fclose(f);
+		}
+	}
+	if (rep.errors) {
+		fprintf(stderr, "corio-load: %llu errors; first: %s\n", (unsigned long long)rep.errors,
+			rep.first_err);
+		ret = 1;
+	}
+	if (!ret && (rep.lost || rep.late || rep.dup || rep.reordered)) {
+		fprintf(stderr, "corio-load: datagrams lost %llu, late %llu, duplicated %llu, "
+				"reordered %llu (exit status 3)\n", (unsigned long long)rep.lost,
+			(unsigned long long)rep.late, (unsigned long long)rep.dup,
+			(unsigned long long)rep.reordered);
+		ret = 3;
+	}
+	if (cc) {
+		for (unsigned i = 0; i < g.p.conns; i++) {
+			if (g.p.udp)
+				tool_uconn_free(&cc[i].u);
+			else
+				tool_conn_free(&cc[i].c);
+			free(cc[i].tx);
+			free(cc[i].rx);
+		}
+		free(cc);
+	}
+	if (pw) {
+		for (unsigned w = 0; w < g.workers; w++) {
+			for (unsigned i = 0; i < pw[w].n; i++) {
+				if (g.p.udp)
+					tool_uconn_free(&pw[w].conns[i].u);
+				else
+					tool_conn_free(&pw[w].conns[i].c);
+			}
+			free(pw[w].conns);
+		}
+		free(pw);
+	}
+	free(g.ws);
+	return ret;
+nomem:
+	fprintf(stderr, "corio-load: out of memory\n");
+	return 1;
+}
