@@ -3,7 +3,10 @@
 #   make            libcorio.a, libcorio.so (versioned), corio.pc, the tools
 #   make test       install missing Debian packages, build, run every test
 #   make bench      install missing Debian packages, build, run the benchmarks
-#   make install    PREFIX=/usr/local DESTDIR=
+#   make install    PREFIX=/usr/local DESTDIR= (BINDIR, MANDIR, ... too):
+#                   the library, headers, corio.pc, corio-stat, corio-kv
+#                   and the man pages; make uninstall removes them
+#   make man        the man pages in $(B)/man, generated from docs/
 #   make DEBUG=1    keep the asserts (build/debug): API misuse that release
 #                   builds answer with -EPERM/-EINVAL and a message aborts
 #                   with that message instead. Release builds (the default,
@@ -32,6 +35,8 @@ PREFIX     ?= /usr/local
 LIBDIR     ?= $(PREFIX)/lib
 INCLUDEDIR ?= $(PREFIX)/include
 PCDIR      ?= $(LIBDIR)/pkgconfig
+BINDIR     ?= $(PREFIX)/bin
+MANDIR     ?= $(PREFIX)/share/man
 
 CFLAGS ?= -O2 -g
 SAN    ?=
@@ -117,8 +122,8 @@ TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 STATIC := $(B)/libcorio.a
 SHARED := $(B)/libcorio.so.$(VERSION)
 
-.PHONY: all lib tools tests test bench fuzz soak check-layout install uninstall clean deps check-headers
-all: lib $(B)/corio.pc tools
+.PHONY: all lib tools tests test bench fuzz soak check-layout install uninstall clean deps check-headers man
+all: lib $(B)/corio.pc tools man
 
 lib: $(STATIC) $(SHARED)
 
@@ -176,6 +181,30 @@ $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(STATIC) $(TEST_LIBS) $(LIBS) -lm
 
+# Man pages: each docs/ page turned into roff by md2man.sh (sh + awk), so
+# they are the docs pages, not another copy; a tool's page also gets its
+# --help output as OPTIONS. NAME.SECTION: docs page.
+MAN_PAGES := corio.3:API corio-runtime.3:RUNTIME corio-backend.3:BACKEND \
+	corio-timer.3:TIMERS corio-msg.3:MSG corio-net.3:NET corio-select.3:SELECT \
+	corio-work.3:WORK corio-fs.3:FS corio-stats.3:STATS \
+	corio-stat.1:corio-stat corio-kv.1:corio-kv
+MAN_TOOLS := corio-stat corio-kv
+MAN_OUT   := $(foreach m,$(MAN_PAGES),$(B)/man/man$(subst .,,$(suffix $(word 1,$(subst :, ,$(m)))))/$(word 1,$(subst :, ,$(m))))
+man_src = docs/$(word 2,$(subst :, ,$(filter $(1):%,$(MAN_PAGES)))).md
+man: $(MAN_OUT)
+
+.SECONDEXPANSION:
+$(B)/man/man3/%.3: $$(call man_src,%.3) tools/scripts/md2man.sh
+	$(quiet) MAN $@
+	@mkdir -p $(dir $@)
+	$(Q)sh tools/scripts/md2man.sh $< $* 3 $(VERSION) > $@.tmp && mv $@.tmp $@
+
+$(B)/man/man1/%.1: $$(call man_src,%.1) tools/scripts/md2man.sh $(B)/tools/%
+	$(quiet) MAN $@
+	@mkdir -p $(dir $@)
+	$(Q)$(B)/tools/$* --help > $@.help 2>&1 || true
+	$(Q)sh tools/scripts/md2man.sh $< $* 1 $(VERSION) $@.help > $@.tmp && mv $@.tmp $@ && rm -f $@.help
+
 # Every public header compiles on its own, as C and as C++.
 check-headers: $(B)/.headers-ok
 $(B)/.headers-ok: $(wildcard include/*.h include/corio/*.h)
@@ -219,7 +248,7 @@ soak: deps
 fuzz: deps
 	$(Q)sh tools/scripts/fuzz.sh $(SECS)
 
-install: lib
+install: lib man $(MAN_TOOLS:%=$(B)/tools/%)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
@@ -229,10 +258,16 @@ install: lib
 	if [ -d include/corio ]; then install -d $(DESTDIR)$(INCLUDEDIR)/corio && \
 		install -m 644 include/corio/*.h $(DESTDIR)$(INCLUDEDIR)/corio/; fi
 	$(PC_SED) corio.pc.in > $(DESTDIR)$(PCDIR)/corio.pc # this PREFIX, not the build's
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
+	install -m 755 $(MAN_TOOLS:%=$(B)/tools/%) $(DESTDIR)$(BINDIR)/
+	install -m 644 $(filter %.1,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man1/
+	install -m 644 $(filter %.3,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man3/
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libcorio.* $(DESTDIR)$(PCDIR)/corio.pc $(DESTDIR)$(INCLUDEDIR)/corio.h
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/corio
+	rm -f $(MAN_TOOLS:%=$(DESTDIR)$(BINDIR)/%)
+	rm -f $(patsubst $(B)/man/%,$(DESTDIR)$(MANDIR)/%,$(MAN_OUT))
 
 clean:
 	rm -rf build bench-results

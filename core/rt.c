@@ -208,7 +208,7 @@ static void shard_teardown(struct corio__shard *s)
  * or the blocking fallback. Shard threads block SIGPIPE, so such a write
  * returns -EPIPE and the process lives; the signal stays pending on the
  * shard thread, blocked, and is never delivered. The application's own
- * threads and its SIGPIPE disposition are untouched (README, "How it runs").
+ * threads and its SIGPIPE disposition are untouched (docs/RUNTIME.md, "Signals").
  */
 static void block_sigpipe(void)
 {

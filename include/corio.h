@@ -79,8 +79,8 @@ enum corio_backend {
 	                            EACCES), said once on stderr                */
 	CORIO_BACKEND_URING = 1, /* io_uring only: fail to start without it       */
 	CORIO_BACKEND_EPOLL = 2, /* the readiness fallback: a ring emulator on
-	                            epoll and non-blocking syscalls (README,
-	                            "Kernel features", says what differs)       */
+	                            epoll and non-blocking syscalls (docs/BACKEND.md
+	                            says what differs)                          */
 };
 
 /* corio_config.flags */

@@ -11,7 +11,7 @@
  * the record, so nothing leaks at shutdown. The
  * alternative, IORING_OP_MSG_RING with IORING_MSG_SEND_FD, passes a
  * registered (fixed) file between rings; corio does not use registered
- * files for sockets (see the README's net section for why), so a plain fd
+ * files for sockets (see docs/NET.md for why), so a plain fd
  * number is all there is to pass.
  *
  * Least-loaded picks the shard holding the fewest connections handed to it

@@ -333,7 +333,8 @@ static void arm_hup(struct corio_sock *s)
 }
 
 /*
- * Since 6.16 (or so) a multishot recv takes a total byte limit in
+ * On newer kernels (docs/NET.md, "Fallbacks", says which) a multishot
+ * recv takes a total byte limit in
  * sqe->optlen (the 32 bits liburing 2.3 calls addr_len and __pad3) and ends
  * once it has received that much: the receive cap then holds exactly,
  * where cancelling it from a CQE lets the kernel fill a few dozen more

@@ -86,7 +86,7 @@ CORIO_API ssize_t corio_read_at(int fd, void *buf, size_t len, uint64_t off);
 
 /* Write up to len bytes at off: the count (may be short) or -errno. A pipe,
  * FIFO or socket whose reader has gone gives -EPIPE, never SIGPIPE (shard
- * threads block it; README, "How it runs"). */
+ * threads block it; docs/RUNTIME.md, "Signals"). */
 CORIO_API ssize_t corio_write_at(int fd, const void *buf, size_t len, uint64_t off);
 
 /* Vectored forms, like preadv(2)/pwritev(2); 1 <= iovcnt <= IOV_MAX. The

@@ -169,12 +169,14 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * -errno like corio_recv(). When the ring runs dry (-ENOBUFS from the
  * kernel) nothing is lost: the data waits in the socket, and the receive is
  * re-armed as soon as a buffer comes back. Flow control: a socket holds at
- * most CORIO_NET_RECV_QUEUE (default 16) received buffers that nobody has
- * taken yet; past that the receive stops and the data waits in the socket
- * (the peer's TCP window closes) until the reader has taken half of them,
- * so one connection that is not read cannot take the shard's ring (counted
- * in recv_capped; exact on kernels whose multishot recv takes a byte limit,
- * 6.18 here, approximate before). Over the per-socket caps, a shard-wide
+ * most CORIO_NET_RECV_QUEUE (default 16) received slices that nobody has
+ * taken yet (one per completion, each within one ring buffer: a whole
+ * buffer where the kernel does not consume buffers incrementally); past
+ * that the receive stops and the data waits in the socket (the peer's TCP
+ * window closes) until the reader has taken half of them, so one
+ * connection that is not read cannot take the shard's ring (counted in
+ * recv_capped; exact on kernels whose multishot recv takes a byte limit,
+ * approximate before: docs/NET.md, "Fallbacks", has the versions). Over the per-socket caps, a shard-wide
  * budget: CORIO_NET_RECV_RESERVE percent of the ring (default 50, 0: off)
  * is kept for sockets that hold nothing (no unread buffer, no queued
  * corio_send_buf), which can always take one buffer; a socket that holds

@@ -9,18 +9,9 @@
  * its shard and read by anyone without locks and without torn values; a
  * snapshot is consistent per counter, not as a whole.
  *
- * Control socket: with corio_config.control_path set, shard 0 serves a Unix
- * stream socket there (mode 0600; a stale socket file left by a dead
- * process is replaced; a live one, or a path that is not a socket, makes
- * corio_start() fail with the reason in corio_last_error()). An abstract
- * path ("@name") has no file mode: there the server checks each client's
- * SO_PEERCRED and serves only the runtime's effective uid and root (others
- * get "error: permission denied" and are closed). Commands, one per line:
- * "stats" (JSON), "prom" (Prometheus text format), "help". Each answer must
- * be sent within CORIO_CONTROL_TIMEOUT_MS (environment, default 5000), and
- * each whole command line must arrive within 12 times that (60 s) of the
- * previous one, else the client is dropped; at most 16 clients at a time.
- * The README documents both formats; tools/corio-stat is the client.
+ * Control socket (corio_config.control_path), the JSON schema and the
+ * Prometheus names: docs/STATS.md is their contract (man corio-stats);
+ * tools/stat/corio-stat is the client.
  *
  * Stall detector: with corio_config.stall_ns != 0, a fiber that runs longer
  * than stall_ns without giving the CPU back (or a loop turn whose callbacks

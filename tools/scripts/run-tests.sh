@@ -1,6 +1,6 @@
 #!/bin/sh
-# Run every Criterion test binary in $1/test and the README's example
-# programs; print one summary line at the end. Exit 1 on any failure.
+# Run every Criterion test binary in $1/test, the C examples of README.md
+# and docs/, and an install check; print one summary line at the end. Exit 1 on any failure.
 B=$1 CC=$2 CFLAGS=$3 LIBS=$4
 passed=0 failed=0 skipped=0 status=0
 fails=$(mktemp) # the failing tests' names, repeated under the summary
@@ -51,28 +51,86 @@ for t in "$B"/test/test_*; do
 	[ "$rc" = 0 ] || status=1
 done
 
-# README examples: every ```c block with a main() must compile and run.
-if [ -f README.md ]; then
-	mkdir -p "$B/examples"
-	awk -v dir="$B/examples" '
-		/^```c$/ { n++; f = sprintf("%s/readme-%d.c", dir, n); inb = 1; printf "" > f; next }
+# README examples, which moved to the docs/ pages: every ```c block with a
+# main() in README.md or docs/*.md must compile (with the build's flags,
+# -Werror included) and run. Each is named after its page and its place
+# there (net-1.c: the first C block of docs/NET.md).
+mkdir -p "$B/examples"
+rm -f "$B"/examples/*.c
+for page in README.md docs/*.md; do
+	[ -f "$page" ] || continue
+	base=$(basename "$page" .md | tr 'A-Z' 'a-z')
+	awk -v dir="$B/examples" -v base="$base" '
+		/^```c$/ { n++; f = sprintf("%s/%s-%d.c", dir, base, n); inb = 1; printf "" > f; next }
 		/^```$/ && inb { inb = 0; close(f); next }
 		inb { print >> f }
-	' README.md
-	for src in "$B"/examples/readme-*.c; do
-		[ -f "$src" ] || continue
-		grep -q 'int main' "$src" || continue
-		bin=${src%.c}
-		name=$(basename "$src")
-		if $CC $CFLAGS -Iinclude -o "$bin" "$src" "$B/libcorio.a" $LIBS && timeout 60 "$bin" >/dev/null; then
-			echo "[PASS] README example $name"
-			passed=$((passed + 1))
-		else
-			echo "[FAIL] README example $name (compile or run failed)"
-			echo "[FAIL] README example $name" >>"$fails"
-			failed=$((failed + 1)); status=1
-		fi
-	done
+	' "$page"
+done
+examples=0
+for src in "$B"/examples/*.c; do
+	[ -f "$src" ] || continue
+	grep -q 'int main' "$src" || continue
+	bin=${src%.c}
+	name=$(basename "$src")
+	examples=$((examples + 1))
+	if $CC $CFLAGS -Iinclude -o "$bin" "$src" "$B/libcorio.a" $LIBS && timeout 60 "$bin" >/dev/null; then
+		echo "[PASS] README example $name"
+		passed=$((passed + 1))
+	else
+		echo "[FAIL] README example $name (compile or run failed)"
+		echo "[FAIL] README example $name" >>"$fails"
+		failed=$((failed + 1)); status=1
+	fi
+done
+if [ "$examples" = 0 ]; then # the extraction itself broke: say so
+	echo "[FAIL] README example: no C example with a main() found"
+	echo "[FAIL] README example: none found" >>"$fails"
+	failed=$((failed + 1)); status=1
+fi
+
+# make install (into a scratch DESTDIR, with the flags of this build: make
+# passes them down in MAKEFLAGS) puts the man pages and the two tools where
+# they belong, and every page renders: groff (or mandoc) where installed,
+# else at least a .TH first line. Skipped when not run from make.
+if [ -n "${MAKEFLAGS+set}" ] && [ -d docs ]; then
+	inst=$(mktemp -d)
+	log=$(mktemp)
+	bad=
+	if ${MAKE:-make} --no-print-directory install DESTDIR="$inst" PREFIX=/usr >"$log" 2>&1; then
+		for f in usr/bin/corio-stat usr/bin/corio-kv usr/share/man/man3/corio.3 \
+			usr/share/man/man3/corio-net.3 usr/share/man/man3/corio-timer.3 \
+			usr/share/man/man1/corio-stat.1 usr/share/man/man1/corio-kv.1; do
+			[ -e "$inst/$f" ] || bad="$bad missing:$f"
+		done
+		for f in "$inst"/usr/share/man/man*/*; do
+			[ -f "$f" ] || continue
+			head -n 1 "$f" | grep -q '^\.TH ' || bad="$bad no-.TH:$(basename "$f")"
+			if command -v groff >/dev/null; then
+				w=$(groff -man -Tutf8 -ww -z "$f" 2>&1)
+			elif command -v mandoc >/dev/null; then
+				w=$(mandoc -Tlint -Wwarning "$f" 2>&1)
+			else
+				w=
+			fi
+			[ -z "$w" ] || bad="$bad render:$(basename "$f")"
+			[ -z "$w" ] || echo "$w" | head -n 5
+		done
+		${MAKE:-make} --no-print-directory uninstall DESTDIR="$inst" PREFIX=/usr >>"$log" 2>&1
+		left=$(find "$inst" -type f | sed "s|^$inst/||")
+		[ -z "$left" ] || bad="$bad left-after-uninstall:$(echo $left | tr ' ' ,)"
+	else
+		tail -n 20 "$log"
+		bad=" make-install-failed"
+	fi
+	if [ -z "$bad" ]; then
+		echo "[PASS] install: tools and man pages installed, rendered, uninstalled"
+		passed=$((passed + 1))
+	else
+		echo "[FAIL] install:$bad"
+		echo "[FAIL] install:$bad" >>"$fails"
+		failed=$((failed + 1)); status=1
+	fi
+	rm -rf "$inst" "$log"
 fi
 
 echo
