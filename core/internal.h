@@ -303,6 +303,7 @@ struct corio__shard {
 	bool stopping;           /* shutdown seen on this shard */
 	bool busy;               /* counted in rt->busy_shards */
 	bool dl_no_link;         /* kernel ops take no linked timeout (core/deadline.c) */
+	struct corio_event start_ev; /* cfg.setup: set once every shard's setup returned */
 
 	/* pools */
 	struct corio_fiber *fiber_free, *fiber_free_tail; /* FIFO, see fiber_alloc */
@@ -339,6 +340,20 @@ struct corio__shard {
 	char err[256];
 };
 
+#define CORIO__RT_MEMO_MAX 16
+
+/*
+ * A value made once per runtime and shared by every shard (core/rt.c): the
+ * first caller with key runs make(ctx, val) under the runtime's lock (it
+ * must not block: a few syscalls at most) and the value is kept if make
+ * returns 0; every later caller, on any shard, gets a copy. Returns 1 (made
+ * now), 0 (copied), make's error (nothing kept), -ENOSPC (table full) or
+ * -ENAMETOOLONG (key), -EPERM off a shard. The values are immutable once
+ * made: the only state shards share besides the message rings.
+ */
+int corio__rt_memo(const char *key, int (*make)(void *ctx, void *val), void *ctx, void *val,
+		   size_t size);
+
 struct corio_rt {
 	struct corio_config cfg;
 	const struct corio__part *const *parts; /* CORIO__PART_MAX slots, from ctl/ */
@@ -356,6 +371,15 @@ struct corio_rt {
 	unsigned ready, failed;
 	int first_err;
 	bool go;
+	unsigned setup_left; /* cfg.setup: shards whose setup has not returned */
+	int setup_err;       /* the first negative value a setup returned */
+	/* corio__rt_memo(): values made once per runtime, under lock */
+	struct corio__memo {
+		char key[120];
+		size_t size;
+		unsigned char val[136];
+	} memo[CORIO__RT_MEMO_MAX];
+	unsigned nmemo;
 	char err[256];
 };
 

@@ -15,6 +15,8 @@
 #include "core/internal.h"
 #include "core/sanitizer.h"
 
+#include <corio/msg.h>
+
 #include <errno.h>
 #include <numa.h>
 #include <sched.h>
@@ -118,6 +120,101 @@ static int entry_fiber(void *arg)
 
 	rt->entry(rt->entry_arg);
 	return 0;
+}
+
+struct corio_rt *corio_runtime(void)
+{
+	struct corio__shard *s = corio__shard();
+
+	return s ? s->rt : NULL;
+}
+
+/* cfg.setup: run it, tell corio_start() (which counts the shards down),
+ * and start entry once corio_start() says every setup is done (start_go,
+ * posted to every shard). A failed start cancels this wait instead. */
+static int setup_fiber(void *arg)
+{
+	struct corio_rt *rt = arg;
+	struct corio__shard *s = corio__shard();
+	struct corio_spawn_opts o = { .name = "entry" };
+	int ret = rt->cfg.setup(rt->entry_arg);
+
+	pthread_mutex_lock(&rt->lock);
+	if (ret < 0 && !rt->setup_err) {
+		rt->setup_err = ret;
+		snprintf(rt->err, sizeof(rt->err), "corio_start: setup on shard %u returned %d (%s)",
+			 s->id, ret, strerror(-ret));
+	}
+	rt->setup_left--;
+	pthread_cond_broadcast(&rt->cond);
+	pthread_mutex_unlock(&rt->lock);
+	if (corio_event_wait(&s->start_ev))
+		return 0; /* the start failed: the runtime stops */
+	if (corio_spawn(entry_fiber, rt, &o, NULL))
+		corio__rt_stop(rt); /* no entry on this shard: the start cannot hold */
+	return 0;
+}
+
+int corio__rt_memo(const char *key, int (*make)(void *ctx, void *val), void *ctx, void *val,
+		   size_t size)
+{
+	struct corio__shard *s = corio__shard();
+	struct corio_rt *rt;
+	struct corio__memo *m;
+	int ret = 0;
+
+	if (!s)
+		return -EPERM;
+	rt = s->rt;
+	if (size > sizeof(m->val) || strlen(key) >= sizeof(m->key))
+		return -ENAMETOOLONG;
+	pthread_mutex_lock(&rt->lock);
+	for (m = rt->memo; m < rt->memo + rt->nmemo; m++)
+		if (!strcmp(m->key, key))
+			break;
+	if (m < rt->memo + rt->nmemo) {
+		memcpy(val, m->val, size);
+	} else if (rt->nmemo == CORIO__RT_MEMO_MAX) {
+		ret = -ENOSPC;
+	} else {
+		ret = make(ctx, val);
+		if (!ret) {
+			snprintf(m->key, sizeof(m->key), "%s", key);
+			memcpy(m->val, val, size);
+			m->size = size;
+			rt->nmemo++;
+			ret = 1;
+		}
+	}
+	pthread_mutex_unlock(&rt->lock);
+	return ret;
+}
+
+/* Posted to every shard once the setups are done: let entry run. */
+static void start_go(void *arg)
+{
+	(void)arg;
+	corio_event_set(&corio__shard()->start_ev);
+}
+
+/* corio_start()'s thread: wait for every shard's setup, then release the
+ * entries; 0, or the first setup's error (the runtime is stopped then). */
+static int setups_wait(struct corio_rt *rt)
+{
+	int ret;
+
+	pthread_mutex_lock(&rt->lock);
+	while (rt->setup_left)
+		pthread_cond_wait(&rt->cond, &rt->lock);
+	ret = rt->setup_err;
+	pthread_mutex_unlock(&rt->lock);
+	for (unsigned i = 0; !ret && i < rt->nshards; i++) {
+		ret = corio_post_foreign(rt, i, start_go, NULL);
+		if (ret)
+			snprintf(rt->err, sizeof(rt->err),
+				 "corio_start: cannot start entry on shard %u: %s", i, strerror(-ret));
+	}
+	return ret;
 }
 
 static int shard_setup(struct corio__shard *s)
@@ -249,10 +346,11 @@ static void *shard_main(void *arg)
 	pthread_mutex_unlock(&rt->lock);
 
 	if (!ret && !rt->failed) {
-		struct corio_spawn_opts o = { .name = "entry" };
+		struct corio_spawn_opts o = { .name = rt->cfg.setup ? "setup" : "entry" };
 
 		corio__wakeup_arm(s);
-		ret = corio_spawn(entry_fiber, rt, &o, NULL);
+		corio_event_init(&s->start_ev);
+		ret = corio_spawn(rt->cfg.setup ? setup_fiber : entry_fiber, rt, &o, NULL);
 		if (ret == 0)
 			corio__loop(s);
 	}
@@ -380,6 +478,22 @@ static void rt_free(struct corio_rt *rt)
 	free(rt);
 }
 
+/* cfg.setup: corio_start() returns once every setup has returned; a failed
+ * one stops the runtime, and corio_start() returns its error. */
+static int start_after_setups(struct corio_rt *rt, struct corio_rt **out)
+{
+	char why[sizeof(rt->err)];
+	int ret = setups_wait(rt);
+
+	if (!ret)
+		return 0;
+	snprintf(why, sizeof(why), "%s", rt->err);
+	corio__rt_stop(rt);
+	corio_wait(rt); /* frees rt; its own census result gives way to ret */
+	*out = NULL;
+	return corio__error(ret, "%s", why);
+}
+
 int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *const *parts,
 		    void (*entry)(void *), void *arg, struct corio_rt **out)
 {
@@ -475,6 +589,9 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 	}
 	if (ret)
 		rt->failed++; /* tell the shards not to run */
+	else
+		*out = rt; /* published before any fiber runs (under the lock) */
+	rt->setup_left = rt->cfg.setup ? n : 0;
 	rt->go = true;
 	pthread_cond_broadcast(&rt->cond);
 	pthread_mutex_unlock(&rt->lock);
@@ -485,8 +602,7 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 		rt_free(rt);
 		return ret;
 	}
-	*out = rt;
-	return 0;
+	return rt->cfg.setup ? start_after_setups(rt, out) : 0;
 }
 
 int corio_wait(struct corio_rt *rt)

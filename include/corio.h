@@ -121,7 +121,20 @@ struct corio_config {
 	unsigned work_queue;      /* jobs that may wait for a pool thread before
 	                             corio_work() says -EAGAIN; 0: 1024          */
 	enum corio_backend backend; /* CORIO_BACKEND_AUTO                           */
-	unsigned reserved[9];     /* must be zero                                   */
+	unsigned reserved0;       /* must be zero                                   */
+	/* Optional: setup(arg) runs first, in a fiber on every shard at once,
+	 * with the arg given to corio_start(); entry runs on no shard until
+	 * every setup has returned. Build per-shard state here (listeners,
+	 * tables indexed by corio_shard_id()), so that no message from another
+	 * shard's entry can find it missing. A setup may do I/O and block on
+	 * its own shard; it should not wait for another shard (that one may
+	 * still be in its own setup). corio_start() returns once every setup
+	 * has returned: 0, or the first negative value one returned, after
+	 * stopping the runtime (entry never runs then; what the setups built
+	 * is the caller's to undo, so keep it in memory corio_wait() does not
+	 * check, or return errors before building). NULL: no setup.        */
+	int (*setup)(void *arg);
+	unsigned reserved[6];     /* must be zero                                   */
 };
 
 /* Set every field of *cfg to its default. Always call it first. */
@@ -134,10 +147,14 @@ struct corio_rt; /* a running runtime; opaque */
 
 /*
  * Start the shards described by cfg (NULL: defaults). Each shard is a thread
- * pinned to its CPU with its own io_uring ring; once every shard is up,
- * entry(arg) runs in a fiber on every shard. Returns 0 and the runtime in
- * *out, or -errno when a shard could not start (everything is undone then,
- * and corio_last_error() says why: bad config, io_uring disabled, ...).
+ * pinned to its CPU with its own io_uring ring; once every shard is up (and
+ * cfg->setup, if any, has returned on every shard), entry(arg) runs in a
+ * fiber on every shard. Returns 0 and the runtime in *out, or -errno when a
+ * shard could not start or a setup failed (everything is undone then, *out
+ * is NULL, and corio_last_error() says why: bad config, io_uring disabled,
+ * which shard's setup, ...). *out is written before any fiber runs, so
+ * entry may read it through a global the caller passed *out's address of;
+ * on a shard, corio_runtime() gives the same handle.
  */
 CORIO_API int corio_start(const struct corio_config *cfg, void (*entry)(void *arg),
 			  void *arg, struct corio_rt **out);
@@ -154,6 +171,11 @@ CORIO_API int corio_start(const struct corio_config *cfg, void (*entry)(void *ar
  * Call exactly once per corio_start(), from a thread that is not a shard.
  */
 CORIO_API int corio_wait(struct corio_rt *rt);
+
+/* The runtime the calling shard belongs to (for corio_stop(),
+ * corio_post_foreign() handed to another thread, stats); NULL when the
+ * caller is not a shard. */
+CORIO_API struct corio_rt *corio_runtime(void);
 
 /* corio_start() + corio_wait(). */
 CORIO_API int corio_run(const struct corio_config *cfg, void (*entry)(void *arg), void *arg);

@@ -226,6 +226,72 @@ int corio_tcp_listen(const char *host_port, const struct corio_listen_opts *o,
 	return listen_common(ss.ss_family, (struct sockaddr *)&ss, len, o, host_port, out);
 }
 
+/* corio_tcp_listen_shared: the first caller binds and resolves port 0. */
+struct shared_addr {
+	struct sockaddr_storage ss;
+	socklen_t len;
+};
+
+struct shared_make {
+	const char *host_port;
+	const struct corio_listen_opts *o;
+	struct corio_listener **out;
+};
+
+static int shared_make(void *ctx, void *val)
+{
+	struct shared_make *m = ctx;
+	struct shared_addr *a = val;
+	int ret = corio_addr_parse(m->host_port, &a->ss, &a->len);
+
+	if (!ret)
+		ret = listen_common(a->ss.ss_family, (struct sockaddr *)&a->ss, a->len, m->o,
+				    m->host_port, m->out);
+	if (!ret) {
+		a->len = sizeof(a->ss); /* the port the kernel chose for :0 */
+		if (getsockname((*m->out)->fd, (struct sockaddr *)&a->ss, &a->len) < 0) {
+			ret = corio__error(-errno, "corio_tcp_listen_shared %s: getsockname: %s",
+					   m->host_port, strerror(errno));
+			corio_listener_close(*m->out);
+			*m->out = NULL;
+		}
+	}
+	return ret;
+}
+
+int corio_tcp_listen_shared(const char *host_port, const struct corio_listen_opts *o,
+			    struct corio_listener **out)
+{
+	struct corio_listen_opts opts = { 0 };
+	struct shared_make m = { .host_port = host_port, .o = &opts, .out = out };
+	struct shared_addr a;
+	char key[120];
+	int ret;
+
+	if (!out)
+		return corio__error(-EINVAL, "corio_tcp_listen_shared: out is NULL");
+	*out = NULL;
+	if (!host_port)
+		return corio__error(-EINVAL, "corio_tcp_listen_shared: host_port is NULL");
+	ret = check_opts(o, "corio_tcp_listen_shared");
+	if (ret)
+		return ret;
+	if (!corio__net())
+		return corio__misuse(-EPERM, "corio_tcp_listen_shared", "not called on a shard");
+	if (o)
+		opts = *o;
+	opts.flags |= CORIO_LISTEN_REUSEPORT;
+	if ((size_t)snprintf(key, sizeof(key), "tcp_listen_shared %s", host_port) >= sizeof(key))
+		return corio__error(-EINVAL, "corio_tcp_listen_shared: host_port is too long");
+	ret = corio__rt_memo(key, shared_make, &m, &a, sizeof(a));
+	if (ret == -ENOSPC)
+		return corio__error(ret, "corio_tcp_listen_shared: %d addresses per runtime at most",
+				    CORIO__RT_MEMO_MAX);
+	if (ret != 0)
+		return ret < 0 ? ret : 0; /* 1: this call made the listener */
+	return listen_common(a.ss.ss_family, (struct sockaddr *)&a.ss, a.len, &opts, host_port, out);
+}
+
 static int unix_addr(const char *path, struct sockaddr_un *sun, socklen_t *len, const char *fn)
 {
 	size_t plen;

@@ -4198,3 +4198,113 @@ Test(net, stale_socket_handle_is_einval_not_a_double_free, .timeout = 30)
 
 	th_run(&cfg, stale_sock_entry, NULL);
 }
+
+/* ---- listen-all: one port, a listener on every shard ------------------- */
+
+#define LS_SHARDS 2
+#define LS_CLIENTS 32
+static struct {
+	struct corio_listener *l[LS_SHARDS];
+	char where[LS_SHARDS][64];
+	_Atomic int accepted[LS_SHARDS];
+} ls_;
+
+static int ls_setup(void *arg)
+{
+	unsigned me = corio_shard_id();
+	int ret = corio_tcp_listen_shared("127.0.0.1:0", NULL, &ls_.l[me]);
+
+	if (ret)
+		return ret;
+	addr_of(ls_.l[me], ls_.where[me], sizeof(ls_.where[me]));
+	return 0;
+}
+
+static int ls_acceptor(void *arg)
+{
+	unsigned me = corio_shard_id();
+	struct corio_sock *c;
+	uint8_t b;
+
+	while (corio_accept(ls_.l[me], &c) == 0) {
+		atomic_fetch_add(&ls_.accepted[me], 1);
+		if (corio_recv(c, &b, 1) == 1)
+			CHECK_EQ(corio_send(c, &b, 1), 1);
+		corio_close(c);
+	}
+	return 0;
+}
+
+static int ls_close(void *arg)
+{
+	CHECK_EQ(corio_listener_close(ls_.l[corio_shard_id()]), 0);
+	return 0;
+}
+
+static void ls_entry(void *arg)
+{
+	CHECK_EQ(corio_spawn(ls_acceptor, NULL, NULL, NULL), 0);
+	if (corio_shard_id() != 0)
+		return;
+	/* one port for all, resolved once from :0 */
+	CHECK(strcmp(ls_.where[0], ls_.where[1]) == 0);
+	CHECK(strcmp(ls_.where[0], "127.0.0.1:0") != 0);
+	for (int i = 0; i < LS_CLIENTS; i++) {
+		struct corio_sock *c;
+		uint8_t b = (uint8_t)i, back = 0;
+
+		CHECK_EQ(corio_tcp_connect(ls_.where[0], &c), 0);
+		CHECK_EQ(corio_send(c, &b, 1), 1);
+		CHECK_EQ(corio_recv(c, &back, 1), 1);
+		CHECK_EQ(back, b);
+		corio_close(c);
+	}
+	for (unsigned i = 0; i < LS_SHARDS; i++)
+		CHECK_EQ(corio_spawn_on(i, ls_close, NULL), 0);
+}
+
+Test(net, listen_shared_gives_every_shard_a_listener_on_one_port, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(LS_SHARDS);
+
+	memset(&ls_, 0, sizeof(ls_));
+	cfg.setup = ls_setup;
+	th_run(&cfg, ls_entry, NULL);
+	cr_assert_eq(atomic_load(&ls_.accepted[0]) + atomic_load(&ls_.accepted[1]), LS_CLIENTS);
+	/* SO_REUSEPORT spreads by a hash of the 4-tuple: 32 clients all on one
+	 * shard would happen once in 2^31 runs */
+	cr_assert(atomic_load(&ls_.accepted[0]) > 0 && atomic_load(&ls_.accepted[1]) > 0,
+		  "accepted %d and %d", atomic_load(&ls_.accepted[0]), atomic_load(&ls_.accepted[1]));
+}
+
+static void ls_bad_entry(void *arg)
+{
+	struct corio_listener *l[17];
+	char hp[32];
+	int i;
+
+	CHECK_EQ(corio_tcp_listen_shared("127.0.0.1:0", NULL, NULL), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_tcp_listen_shared") != NULL);
+	CHECK_EQ(corio_tcp_listen_shared(NULL, NULL, &l[0]), -EINVAL);
+	/* a failure is not remembered (else the 16 below would not fit) */
+	CHECK_EQ(corio_tcp_listen_shared("nohost", NULL, &l[0]), -EINVAL);
+	CHECK(l[0] == NULL);
+	for (i = 0; i < 16; i++) {
+		snprintf(hp, sizeof(hp), "127.0.0.%d:0", i + 1);
+		CHECK_EQ(corio_tcp_listen_shared(hp, NULL, &l[i]), 0);
+	}
+	CHECK_EQ(corio_tcp_listen_shared("127.0.0.100:0", NULL, &l[16]), -ENOSPC);
+	CHECK(strstr(corio_last_error(), "per runtime") != NULL);
+	/* a string seen before still works when the table is full */
+	CHECK_EQ(corio_tcp_listen_shared("127.0.0.1:0", NULL, &l[16]), 0);
+	CHECK_EQ(corio_listener_close(l[16]), 0);
+	for (i = 0; i < 16; i++)
+		CHECK_EQ(corio_listener_close(l[i]), 0);
+}
+
+Test(net, listen_shared_bad_input_and_its_bound, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, ls_bad_entry, NULL);
+}

@@ -373,3 +373,93 @@ Test(runtime, every_einval_names_its_call, .timeout = 30)
 	CHECK_EINVAL_NAMES(corio_wait(NULL), "corio_wait");
 	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
 }
+
+/* ---- sharded start: cfg.setup runs on every shard before any entry ------ */
+
+#define SETUP_SHARDS 3
+struct setup_test {
+	_Atomic int built[SETUP_SHARDS]; /* per-shard state, built by setup */
+	_Atomic int setups, entries;
+	_Atomic int seen_missing;        /* an entry found a shard not built */
+	struct corio_rt *published;      /* corio_start's *out */
+	int fail_on;                     /* setup of this shard fails (-1: none) */
+};
+static struct setup_test st_;
+
+static int slow_setup(void *arg)
+{
+	struct setup_test *t = arg;
+	unsigned me = corio_shard_id();
+
+	CHECK(t == &st_);
+	/* the last shard builds slowly, and blocks its own shard meanwhile */
+	if (me == SETUP_SHARDS - 1)
+		CHECK_EQ(corio_sleep_ns(30 * 1000 * 1000), 0);
+	atomic_fetch_add(&t->setups, 1);
+	if ((int)me == t->fail_on)
+		return -EADDRINUSE;
+	atomic_store(&t->built[me], 1);
+	return 0;
+}
+
+static void read_built(void *arg)
+{
+	struct setup_test *t = arg;
+
+	if (!atomic_load(&t->built[corio_shard_id()]))
+		atomic_store(&t->seen_missing, 1);
+}
+
+static void setup_entry(void *arg)
+{
+	struct setup_test *t = arg;
+
+	atomic_fetch_add(&t->entries, 1);
+	/* every shard's state exists before any entry runs ... */
+	for (unsigned i = 0; i < SETUP_SHARDS; i++)
+		CHECK_EQ(atomic_load(&t->built[i]), 1);
+	/* ... so a message to any shard finds it built */
+	for (unsigned i = 0; i < SETUP_SHARDS; i++)
+		CHECK_EQ(corio_post(i, read_built, t), 0);
+	/* the handle is published before any fiber runs */
+	CHECK(t->published != NULL);
+	CHECK(corio_runtime() == t->published);
+}
+
+Test(runtime, setup_runs_on_every_shard_before_any_entry, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(SETUP_SHARDS);
+	int ret;
+
+	memset(&st_, 0, sizeof(st_));
+	st_.fail_on = -1;
+	cfg.setup = slow_setup;
+	cr_assert_null(corio_runtime(), "not a shard: no runtime");
+	ret = corio_start(&cfg, setup_entry, &st_, &st_.published);
+	cr_assert_eq(ret, 0, "corio_start: %s", corio_last_error());
+	/* corio_start returned: every setup has returned */
+	cr_assert_eq(atomic_load(&st_.setups), SETUP_SHARDS);
+	cr_assert_eq(corio_wait(st_.published), 0, "%s", corio_last_error());
+	cr_assert_eq(atomic_load(&st_.entries), SETUP_SHARDS);
+	cr_assert_eq(atomic_load(&st_.seen_missing), 0);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+}
+
+Test(runtime, a_failed_setup_fails_the_start_and_no_entry_runs, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(SETUP_SHARDS);
+	struct corio_rt *rt = (struct corio_rt *)&cfg; /* must come back NULL */
+	int before = th_fd_count();
+	int ret;
+
+	memset(&st_, 0, sizeof(st_));
+	st_.fail_on = 1;
+	cfg.setup = slow_setup;
+	ret = corio_start(&cfg, setup_entry, &st_, &rt);
+	cr_assert_eq(ret, -EADDRINUSE, "corio_start: %d %s", ret, corio_last_error());
+	cr_assert_null(rt);
+	cr_assert(strstr(corio_last_error(), "setup on shard 1") != NULL, "%s", corio_last_error());
+	cr_assert_eq(atomic_load(&st_.setups), SETUP_SHARDS);
+	cr_assert_eq(atomic_load(&st_.entries), 0);
+	cr_assert_eq(th_fd_count(), before, "the failed start left file descriptors open");
+}

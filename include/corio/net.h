@@ -77,6 +77,21 @@ struct corio_listen_opts {
  */
 CORIO_API int corio_tcp_listen(const char *host_port, const struct corio_listen_opts *opts,
 			       struct corio_listener **out);
+/*
+ * Listen-all: one port served by every shard that calls this. The first
+ * call of the runtime for a host_port binds it (SO_REUSEPORT) and resolves
+ * port 0; every later call with the same host_port string, on any shard,
+ * gets its own listener on that same address and port, and the kernel
+ * spreads connections over them. So each shard calls
+ * corio_tcp_listen_shared("127.0.0.1:0", NULL, &l) in cfg.setup (or entry)
+ * and corio_listener_addr() gives every shard the one port. opts as for
+ * corio_tcp_listen (CORIO_LISTEN_REUSEPORT is implied). At most 16
+ * host_port strings per runtime (-ENOSPC after); the resolved addresses are
+ * the runtime's, shared read-only by its shards. Shard-local otherwise,
+ * does not block.
+ */
+CORIO_API int corio_tcp_listen_shared(const char *host_port, const struct corio_listen_opts *opts,
+				      struct corio_listener **out);
 /* Listen on a Unix stream socket at path ("@name": abstract namespace). */
 CORIO_API int corio_unix_listen(const char *path, const struct corio_listen_opts *opts,
 				struct corio_listener **out);
