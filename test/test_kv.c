@@ -10,8 +10,8 @@
  */
 #include "helpers.h"
 
-#define CORIO_KV_NO_MAIN
-#include "../tools/kv/corio-kv.c"
+#include "common/timing.h"
+#include "kv/kv.h"
 
 #include <math.h>
 #include <stdarg.h>
