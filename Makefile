@@ -108,14 +108,18 @@ LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 # generators and baseline servers), bench/ (micro-benchmarks, corio-echo and
 # the drivers), stat/ (corio-stat), examples/, scripts/ (build and CI).
 # Every program is built to $(B)/tools/NAME, examples to $(B)/tools/examples/.
-TOOL_DIRS := tools/load tools/bench tools/stat tools/kv
+TOOL_DIRS := tools/load tools/bench tools/stat
 TOOL_LIB  := $(sort $(wildcard tools/common/*.c))
 TOOL_LOBJ := $(TOOL_LIB:%.c=$(B)/obj/%.o)
 TOOL_SRCS := $(sort $(foreach d,$(TOOL_DIRS),$(wildcard $(d)/*.c)))
 TOOL_BINS := $(addprefix $(B)/tools/,$(basename $(notdir $(TOOL_SRCS))))
 vpath %.c $(TOOL_DIRS)
-EXAMPLE_SRCS := $(sort $(wildcard tools/examples/*.c))
-TOOL_BINS += $(EXAMPLE_SRCS:tools/examples/%.c=$(B)/tools/examples/%)
+# corio-kv and upper-echo are folders of units linked through their headers
+# (tools/kv/kv.h, tools/examples/upper-echo/upper.h); their tests link every
+# unit but main.o.
+KV_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/kv/*.c)))
+UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
+TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
 TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 
@@ -171,15 +175,35 @@ $(B)/tools/%: %.c $(STATIC) $(TOOL_LOBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
 
-$(B)/tools/examples/%: tools/examples/%.c $(STATIC)
+# corio-kv's units: -Itools, so they name the shared code "common/opt.h".
+$(B)/obj/tools/kv/%.o: tools/kv/%.c $(B)/.cflags
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+	$(Q)$(CC) $(CFLAGS) -Itools -c -o $@ $<
+
+$(B)/tools/corio-kv: $(KV_OBJS) $(TOOL_LOBJ) $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(KV_OBJS) $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
+
+$(B)/tools/examples/upper-echo: $(UE_OBJS) $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(STATIC) $(LIBS)
+
+# Tests that link tool units (through their headers) besides the library.
+TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))
+TEST_EXTRA_test_upper_echo := $(filter-out %/main.o,$(UE_OBJS))
+TEST_EXTRA_test_tools := $(TOOL_LOBJ)
+$(B)/test/test_kv: $(TEST_EXTRA_test_kv)
+$(B)/test/test_upper_echo: $(TEST_EXTRA_test_upper_echo)
+$(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 
 $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(STATIC) $(TEST_LIBS) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(STATIC) \
+		$(TEST_LIBS) $(LIBS) -lm
 
 # Man pages: each docs/ page turned into roff by md2man.sh (sh + awk), so
 # they are the docs pages, not another copy; a tool's page also gets its
@@ -237,8 +261,8 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B)
 
-check-layout: lib $(TOOL_LOBJ)
-	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ)
+check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS)
 
 SECS ?= 10
 soak: deps
@@ -272,4 +296,5 @@ uninstall:
 clean:
 	rm -rf build bench-results
 
--include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(TEST_BINS:=.d) $(TOOL_BINS:=.d)
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(TEST_BINS:=.d) \
+	$(TOOL_BINS:=.d)

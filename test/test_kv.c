@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tools/corio-kv: the RESP parser cut at every byte, then the real server
+ * tools/kv (corio-kv): the RESP parser cut at every byte, then the real server
  * (kv_shard_main(), in this process, 1 and 2 shards) driven over 127.0.0.1
  * by a small RESP client running in a fiber: every command, pipelines whose
  * keys live on both shards answered in order, expiry (lazy and the active
@@ -10,8 +10,8 @@
  */
 #include "helpers.h"
 
-#define CORIO_KV_NO_MAIN
-#include "../tools/kv/corio-kv.c"
+#include "common/timing.h"
+#include "kv/kv.h"
 
 #include <math.h>
 #include <stdarg.h>

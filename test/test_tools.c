@@ -1,13 +1,13 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * The benchmark tools (tools/): the option parser they share, compiled in
+ * The benchmark tools (tools/): the option parser they share, linked in
  * here, and the built programs started as children with a bounded wait.
  * The programs are looked up next to this test binary ($(B)/tools/), so
  * every build flavour runs its own; a test skips when they are not built.
  */
 #include "helpers.h"
 
-#include "../tools/common/opt.c"
+#include "common/opt.h"
 
 #include <arpa/inet.h>
 #include <limits.h>

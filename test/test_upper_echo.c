@@ -8,8 +8,7 @@
  */
 #include "helpers.h"
 
-#define UPPER_ECHO_NO_MAIN
-#include "../tools/examples/upper-echo.c"
+#include "examples/upper-echo/upper.h"
 
 #include <netinet/in.h>
 #include <signal.h>

@@ -8,8 +8,12 @@
  * exactly the bytes it consumed (lengths are canonical: no sign, no
  * leading zero), every inline one to words without blanks.
  */
-#define CORIO_KV_NO_MAIN
-#include "../../tools/kv/corio-kv.c"
+#include "kv/out.h"
+#include "kv/resp.h"
+
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -5,8 +5,11 @@
  * answers do not depend on the cuts, and every answer line is the input
  * line upper-cased plus "!!!", or the too-long error.
  */
-#define UPPER_ECHO_NO_MAIN
-#include "../../tools/examples/upper-echo.c"
+#include "examples/upper-echo/upper.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

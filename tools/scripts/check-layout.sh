@@ -97,7 +97,7 @@ if [ -s "$tmp/inc" ]; then
 fi
 
 # Tools and examples: the public API only, in what they include...
-for src in tools/*/*.c; do
+for src in tools/*/*.[ch] tools/*/*/*.[ch]; do
 	[ -f "$src" ] || continue
 	grep -Hn '^#include "\(uring\|timer\|core\|net\|fs\|ctl\)/' "$src" |
 		sed 's/^/layout: a tool includes a private header: /'

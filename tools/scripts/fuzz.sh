@@ -37,8 +37,12 @@ status=0
 for t in $TARGETS; do
 	src=test/fuzz/fuzz_$t.c
 	[ -f "$src" ] || { echo "fuzz: no target $src" >&2; status=1; continue; }
-	extra=""
-	[ "$t" = sockperf ] && extra=tools/common/sockperf.c
+	case $t in # the tool units a target links (through their headers)
+	sockperf) extra=tools/common/sockperf.c ;;
+	resp) extra="tools/kv/resp.c tools/kv/out.c" ;;
+	upper) extra=tools/examples/upper-echo/upper.c ;;
+	*) extra="" ;;
+	esac
 	# shellcheck disable=SC2086
 	if ! clang $FFLAGS -o $B/fuzz_$t $src $extra $B/libcorio.a -luring -lnuma -lpthread; then
 		echo "fuzz: $t: build failed" >&2

@@ -1,0 +1,230 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * upper-echo - the line-protocol server that introductions to async
+ * runtimes build, written against corio's public API only. Start here.
+ *
+ *	upper-echo [-b host] [-p port] [-s shards] [-m max_line] [-i idle_s]
+ *
+ * It accepts TCP connections and answers every line with the line
+ * upper-cased and followed by "!!!":
+ *
+ *	$ printf 'hello\r\nworld\n' | nc 127.0.0.1 7000
+ *	HELLO!!!
+ *	WORLD!!!
+ *
+ * The protocol, precisely:
+ *  - A line ends at LF; a CR right before the LF belongs to the line ending
+ *    (CRLF), and the answer ends the same way the line did (CRLF or LF).
+ *  - Lines may arrive split across any number of receives, and one receive
+ *    may hold many lines: answers keep the order of the lines.
+ *  - Upper-casing is ASCII-only and byte-wise (a-z -> A-Z, as toupper() in
+ *    the C locale). Every other byte - UTF-8, invalid UTF-8, NUL - passes
+ *    through unchanged; nothing is decoded or validated.
+ *  - A line longer than max_line bytes (-m, default 64 KiB; the line ending
+ *    not counted) is answered, as soon as it gets too long, with
+ *	ERROR line too long (max N bytes)
+ *    and the rest of it, up to its LF, is skipped. The connection is kept:
+ *    the next line is answered normally. Memory per connection is bounded
+ *    by max_line.
+ *  - When the client closes its side, a last line without LF is still
+ *    answered (with LF), then the server closes.
+ *  - With -i, a connection idle for that many seconds gets
+ *	ERROR idle timeout
+ *    and is closed.
+ *
+ * How it is built (each piece is the usual way to do it with corio):
+ *  - one listener per shard on the same port (CORIO_LISTEN_REUSEPORT: the
+ *    kernel spreads connections); shard 0 binds first so that port 0 picks
+ *    one port for all, then starts the others with corio_spawn_on();
+ *  - each shard's connections run in a fiber group: when the runtime stops
+ *    (SIGINT/SIGTERM -> corio_stop()) every fiber is cancelled, the accept
+ *    loop leaves, and corio_group_close() waits until every connection
+ *    fiber has closed its socket;
+ *  - a connection waits with corio_select() for bytes or the idle deadline
+ *    (a deadline scope around corio_recv() would do as well; the select
+ *    shows how to add more sources, such as a shutdown event or a channel);
+ *  - the protocol (struct ue_line) does no I/O, so it is easy to test.
+ *
+ * The files: main.c (this one: options, signals, starting the shards),
+ * upper.h (the protocol and the server, as main.c and the tests use them)
+ * and upper.c (their code). test/test_upper_echo.c links upper.c and
+ * drives ue_serve() over 127.0.0.1, and also runs the built binary.
+ */
+#include "upper.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* ---- the program ------------------------------------------------------------------ */
+
+struct ue_opts {
+	const char *host;
+	unsigned port;
+	unsigned shards;
+	size_t max_line;
+	uint64_t idle_ns;
+	char addr[300]; /* the address every shard listens on */
+};
+
+static struct ue_opts opts;
+static volatile sig_atomic_t failed;
+
+/* Block until the runtime is stopped: the process exits through main. */
+static void park_forever(void)
+{
+	while (corio_sleep_ns(UINT64_MAX / 2) == 0)
+		;
+}
+
+static void fatal(const char *what, int err)
+{
+	fprintf(stderr, "upper-echo: %s: %s (%s)\n", what, strerror(-err), corio_last_error());
+	failed = 1;
+	kill(getpid(), SIGTERM); /* main's sigwait() stops the runtime */
+	park_forever();
+}
+
+static int shard_main(void *arg)
+{
+	struct ue_server srv = { .max_line = opts.max_line, .idle_ns = opts.idle_ns };
+	int ret;
+
+	(void)arg;
+	ret = ue_listen(&srv, opts.addr);
+	if (ret < 0) {
+		fatal("listen", ret);
+		return ret;
+	}
+	ue_serve(&srv);
+	return 0;
+}
+
+static void entry(void *arg)
+{
+	struct ue_server srv = { .max_line = opts.max_line, .idle_ns = opts.idle_ns };
+	struct sockaddr_storage ss;
+	socklen_t len;
+	char name[128];
+	int ret;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return; /* shard 0 starts the others once the port is known */
+	snprintf(opts.addr, sizeof(opts.addr), "%s:%u", opts.host, opts.port);
+	ret = ue_listen(&srv, opts.addr);
+	if (ret < 0) {
+		fatal("listen", ret);
+		return;
+	}
+	ret = corio_listener_addr(srv.l, &ss, &len);
+	if (ret < 0 || corio_addr_format((struct sockaddr *)&ss, len, name, sizeof(name)) < 0) {
+		fatal("listener address", ret < 0 ? ret : -EINVAL);
+		return;
+	}
+	snprintf(opts.addr, sizeof(opts.addr), "%s", name);
+	for (unsigned i = 1; i < corio_shard_count(); i++) {
+		ret = corio_spawn_on(i, shard_main, NULL);
+		if (ret < 0)
+			fatal("corio_spawn_on", ret);
+	}
+	printf("upper-echo: listening on %s (%u shards)\n", name, corio_shard_count());
+	fflush(stdout);
+	ue_serve(&srv);
+}
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: upper-echo [-b host] [-p port] [-s shards] [-m max_line] [-i idle_s]\n"
+		   "  -b host      address to listen on (127.0.0.1; * for all)\n"
+		   "  -p port      TCP port (7000; 0: pick one and print it)\n"
+		   "  -s shards    shards (threads) to run (1; 0: one per CPU)\n"
+		   "  -m bytes     longest line answered (65536); longer ones get an error line\n"
+		   "  -i seconds   close connections idle this long (0: never)\n"
+		   "Stops on SIGINT or SIGTERM.\n");
+}
+
+static int num(const char *s, unsigned long long max, unsigned long long *out)
+{
+	char *end;
+
+	errno = 0;
+	*out = strtoull(s, &end, 10);
+	return errno || end == s || *end || *out > max || s[0] == '-' ? -1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+	struct corio_config cfg;
+	struct corio_rt *rt;
+	unsigned long long v;
+	sigset_t set;
+	int c, sig, ret;
+
+	opts.host = "127.0.0.1";
+	opts.port = 7000;
+	opts.shards = 1;
+	opts.max_line = UE_MAX_LINE_DEFAULT;
+	while ((c = getopt(argc, argv, "b:p:s:m:i:h")) != -1) {
+		switch (c) {
+		case 'b':
+			opts.host = optarg;
+			break;
+		case 'p':
+			if (num(optarg, 65535, &v))
+				goto bad;
+			opts.port = (unsigned)v;
+			break;
+		case 's':
+			if (num(optarg, 1024, &v))
+				goto bad;
+			opts.shards = (unsigned)v;
+			break;
+		case 'm':
+			if (num(optarg, 1ull << 30, &v) || !v)
+				goto bad;
+			opts.max_line = (size_t)v;
+			break;
+		case 'i':
+			if (num(optarg, 1000000, &v))
+				goto bad;
+			opts.idle_ns = v * 1000000000ull;
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			goto bad;
+		}
+	}
+	if (optind != argc)
+		goto bad;
+
+	/* Signals: blocked in every thread (shards inherit the mask), taken
+	 * here with sigwait(), then the runtime is stopped. */
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+
+	corio_config_init(&cfg);
+	cfg.shards = opts.shards;
+	cfg.flags |= CORIO_F_NO_PIN;
+	ret = corio_start(&cfg, entry, NULL, &rt);
+	if (ret < 0) {
+		fprintf(stderr, "upper-echo: %s\n", corio_last_error());
+		return 1;
+	}
+	sigwait(&set, &sig);
+	corio_stop(rt);
+	ret = corio_wait(rt);
+	return ret < 0 || failed ? 1 : 0;
+bad:
+	usage(stderr);
+	return 2;
+}

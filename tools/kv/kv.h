@@ -1,0 +1,218 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/kv/kv.h - corio-kv's internal header: what crosses its units.
+ *
+ * Design (shared nothing, like Seastar's memcached and Dragonfly):
+ *  - Each shard owns the keys whose hash maps to it (a seeded 64-bit hash;
+ *    the high half picks the shard, the low half the bucket). Its table,
+ *    expiry heap, memory count and counters are touched by its thread only.
+ *  - Every shard listens on the same port (CORIO_LISTEN_REUSEPORT); a
+ *    connection is a fiber on the shard that accepted it.
+ *  - A connection receives into its own query buffer (corio_recv: the
+ *    kernel writes there directly) and parses every complete command in it
+ *    in place: arguments are (pointer, length) pairs into that buffer.
+ *  - The commands of one receive form a batch. Each command becomes one or
+ *    more ops, one per key (MGET/MSET/DEL/EXISTS fan out per key) or one per
+ *    shard (DBSIZE, FLUSHALL). Ops owned by other shards run there first,
+ *    one corio_call per shard (corio_gather when several shards are
+ *    involved), each writing its replies into that shard's reply buffer of
+ *    the connection. Then the connection walks the batch in request order,
+ *    running its own shard's ops right there into the output buffer and
+ *    copying the remote replies, so replies leave in request order. Each
+ *    shard runs a batch's ops in request order, so a pipeline sees its own
+ *    writes. The output of a batch goes out with one send (or in
+ *    parts of half the output limit, when larger).
+ *  - Expiry: an absolute CLOCK_MONOTONIC deadline in ms per key; checked
+ *    lazily on every access, and an active sweep: a min-heap of expiring
+ *    keys per shard and one corio_timer armed at its earliest deadline. The
+ *    timer callback deletes at most KV_SWEEP_BUDGET keys per loop turn and
+ *    re-arms in the past when more are due, so a mass expiry never stalls
+ *    the loop.
+ *  - The table rehashes incrementally (Redis's scheme): a few buckets move
+ *    per operation, never the whole table at once.
+ *  - Limits: a bulk longer than proto-max-bulk-len, a multi-bulk count over
+ *    max-multibulk, a command larger than the query-buffer limit, or
+ *    malformed RESP get "-ERR Protocol error: ..." and the connection is
+ *    closed (replies to the commands before it are sent first). The output
+ *    limit bounds the replies a connection holds: they are sent at half of
+ *    it, mid-batch, the fiber waiting while the client does not read (see
+ *    kv_remote_budget()); a client that reads is never closed. With
+ *    --maxmemory, writes are refused with -OOM once a shard uses more than
+ *    its share (maxmemory / shards) - no eviction.
+ *  - MULTI copies the commands after it into a queue; EXEC makes them a
+ *    batch of their own, replied to as one array.
+ *
+ * Not atomic across shards: MSET, FLUSHALL and EXEC apply per shard
+ * (another client may see part of an MSET); single-key commands are
+ * atomic, and each shard runs its part of an EXEC back to back while the
+ * replies stay under the output budgets.
+ *
+ * The units, in the order a request meets them:
+ *	resp.[ch]   limits and the RESP parser (no I/O)
+ *	out.[ch]    growable output buffers and the RESP replies
+ *	store.[ch]  a shard's keyspace: the table, the expiry heap and sweep
+ *	conn.c      connections: receive, parse a batch, run it, send; the
+ *	            listeners and the server's setup
+ *	plan.c      planning: a parsed command becomes ops
+ *	batch.c     a batch: the remote ops, then the replies in order
+ *	cmd.c       the command table, and the ops run on the key's shard
+ *	reply.c     replies made on the connection's shard (INFO, HELLO, ...)
+ *	main.c      the program: options, signals, the runtime
+ *
+ * test/test_kv.c links every unit but main.c and drives kv_shard_main()
+ * over 127.0.0.1; test/fuzz/fuzz_resp.c fuzzes resp_parse() (resp.c, out.c).
+ */
+#ifndef CORIO_KV_KV_H
+#define CORIO_KV_KV_H
+
+#include <corio.h>
+
+#include "out.h"
+#include "resp.h"
+#include "store.h"
+
+#define KV_VERSION "7.0.0" /* the Redis version whose replies we follow */
+#define KV_QBUF_INIT (16 * 1024)
+#define KV_BIG_BUF (1024 * 1024)  /* buffers above this shrink when idle */
+#define KV_BATCH_CMDS 256         /* commands per batch */
+#define KV_BATCH_OPS 4096         /* ops per batch (one command may exceed it) */
+#define KV_NONE UINT32_MAX
+#define KV_NAME_MAX 64            /* CLIENT SETNAME: bytes, with the NUL */
+
+/* ---- the server and its commands ------------------------------------------------ */
+
+struct kv_server {
+	struct kv_limits lim;
+	unsigned nshards;
+	uint64_t seed;
+	const char *host;         /* "127.0.0.1" */
+	int port;                 /* 0: pick one (shard 0 binds, the others join) */
+	struct kv_shard *sh;      /* [nshards], each touched by its shard only */
+	uint64_t start_ns;
+	_Atomic int bound_port;
+	_Atomic unsigned listening;
+	_Atomic int failed;
+};
+
+static inline unsigned kv_owner(const struct kv_server *srv, uint64_t h)
+{
+	return (unsigned)(((h >> 32) * srv->nshards) >> 32);
+}
+
+enum kv_kind {
+	C_UNKNOWN, C_ARITY, C_ERR, /* replies made from the command alone */
+	C_PING, C_ECHO, C_GET, C_SET, C_DEL, C_EXISTS, C_INCR, C_MGET, C_MSET, C_EXPIRE,
+	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
+	C_SELECT, C_QUIT, C_HELLO, C_MULTI, C_EXEC, C_DISCARD, C_QUEUED,
+};
+
+/* set / expire flags */
+#define F_NX 0x1u
+#define F_XX 0x2u
+#define F_GET 0x4u
+#define F_KEEPTTL 0x8u
+#define F_GT 0x10u
+#define F_LT 0x20u
+#define F_PX 0x40u  /* TTL: milliseconds */
+#define F_EXP 0x80u /* SET: an expiry was given (in n, ms) */
+#define F_NEG 0x100u /* DECRBY: negate the argument */
+#define F_EXAT 0x200u /* SET: n is a Unix time in ms (EXAT, PXAT) */
+
+struct kv_spec {
+	const char *name;
+	int arity; /* Redis's: > 0 exactly, < 0 at least -arity */
+	enum kv_kind kind;
+	long long n;  /* INCR's step, ... */
+	unsigned flags;
+	const char *cflags; /* COMMAND's flags */
+	int first, last, step;
+};
+
+const struct kv_spec *kv_find_spec(const struct kv_arg *a);
+bool kv_is(const struct kv_arg *a, const char *word);
+
+/* One command of a batch. */
+struct kv_cmd {
+	enum kv_kind kind;
+	unsigned flags;
+	const struct kv_spec *spec;
+	uint32_t arg0, argc; /* its arguments: batch argv[arg0 .. arg0 + argc) */
+	uint32_t op0, nops;  /* its ops */
+	long long n;         /* INCR step, expiry in ms, ... */
+	const char *err;     /* C_ERR: the reply, without "-" and CRLF */
+	bool resp3;          /* reply in RESP3 (the protocol when it was planned) */
+};
+
+/* An op: the part of a command that one shard runs. */
+enum kv_op_kind { OP_GET, OP_SET, OP_MSET1, OP_DEL, OP_EXISTS, OP_INCR, OP_EXPIRE, OP_TTL,
+		  OP_PERSIST, OP_DBSIZE, OP_FLUSH };
+
+struct kv_op {
+	uint8_t kind;
+	uint8_t ran;    /* remote: its shard has run it (reply or v is there) */
+	uint16_t shard;
+	uint32_t cmd;   /* its command */
+	uint32_t key;   /* argv index of its key (MSET: then its value) */
+	uint32_t next;  /* next op of the same shard in this batch, KV_NONE */
+	uint64_t hash;
+	size_t roff, rlen; /* remote: its reply in the shard's reply buffer */
+	long long v;       /* DEL/EXISTS/DBSIZE: count; MSET: 1 when refused (OOM) */
+};
+
+/* What the connection keeps per shard for a batch. */
+struct kv_remote {
+	uint32_t head, tail; /* its ops not run yet, KV_NONE: none */
+	struct kv_buf out;   /* the replies that shard wrote */
+};
+
+struct kv_conn {
+	struct kv_server *srv;
+	struct kv_shard *sh;
+	struct corio_sock *s;
+	uint64_t id;
+	char *q;               /* query buffer: [qpos, qlen) not parsed yet */
+	size_t qlen, qcap, qpos;
+	struct kv_buf out;
+	struct kv_argv av;
+	struct kv_cmd *cmds;
+	size_t ncmds, cmdcap;
+	struct kv_op *ops;
+	size_t nops, opcap;
+	struct kv_remote *rem; /* [nshards] */
+	char name[KV_NAME_MAX];
+	uint8_t resp;          /* 2 or 3: the protocol of the commands planned next */
+	bool in_multi;         /* after MULTI: commands are queued, not run */
+	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
+	bool exec;             /* this batch is an EXEC: one array of replies */
+	struct kv_buf mq;      /* MULTI's queue: (argc, (len, bytes)...) per command */
+	uint32_t mq_cmds;      /* commands queued */
+	bool closing;          /* QUIT or a protocol error: send, then close */
+};
+
+extern const char kv_oom_msg[];
+
+#define KV_PLAN_EXEC 1 /* kv_plan(): EXEC of a transaction; nothing was planned */
+
+/* cmd.c: an op on its key's shard (sh), its reply (if any) to o. */
+void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct kv_buf *o);
+void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+
+/* plan.c: a parsed command becomes ops. */
+int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);
+int kv_plan_exec(struct kv_conn *c);
+void kv_multi_reset(struct kv_conn *c);
+
+/* reply.c: replies made on the connection's shard. */
+int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n);
+void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+
+/* batch.c: run a planned batch and write its replies to c->out. */
+int kv_run_batch(struct kv_conn *c);
+
+/* conn.c: a shard's listener and connections; the server's setup. */
+void kv_shard_main(struct kv_server *srv);
+int kv_server_init(struct kv_server *srv, unsigned nshards);
+void kv_server_free(struct kv_server *srv);
+
+#endif

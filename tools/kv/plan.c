@@ -1,0 +1,404 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/kv/plan.c - planning: a parsed command becomes ops, queued per shard. */
+#include "kv.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+
+static int kv_add_op(struct kv_conn *c, enum kv_op_kind kind, uint32_t key, int shard)
+{
+	struct kv_op *op;
+
+	if (c->nops == c->opcap) {
+		size_t cap = c->opcap ? c->opcap * 2 : 64;
+		struct kv_op *ops = realloc(c->ops, cap * sizeof(*ops));
+
+		if (!ops)
+			return -ENOMEM;
+		c->ops = ops;
+		c->opcap = cap;
+	}
+	op = &c->ops[c->nops];
+	op->kind = (uint8_t)kind;
+	op->cmd = (uint32_t)c->ncmds;
+	op->key = key;
+	op->next = KV_NONE;
+	op->v = 0;
+	op->ran = 0;
+	op->roff = op->rlen = 0;
+	if (shard < 0) {
+		const struct kv_arg *k = &c->av.v[key];
+
+		op->hash = kv_hash(c->srv->seed, k->p, k->n);
+		shard = (int)kv_owner(c->srv, op->hash);
+	}
+	op->shard = (uint16_t)shard;
+	if ((unsigned)shard != c->sh->id) { /* queue it for that shard */
+		struct kv_remote *r = &c->rem[shard];
+
+		if (r->head == KV_NONE)
+			r->head = (uint32_t)c->nops;
+		else
+			c->ops[r->tail].next = (uint32_t)c->nops;
+		r->tail = (uint32_t)c->nops;
+	}
+	c->cmds[c->ncmds].nops++;
+	c->nops++;
+	return 0;
+}
+
+static void kv_cmd_err(struct kv_cmd *cmd, const char *err)
+{
+	cmd->kind = C_ERR;
+	cmd->err = err;
+}
+
+/*
+ * SET key value [NX|XX] [GET] [EX s|PX ms|EXAT unix-s|PXAT unix-ms|KEEPTTL],
+ * parsed as Redis 7.0 parses it: an option may repeat (the last expiry of
+ * one unit wins: "EX 10 EX 20" is EX 20), options that conflict (NX with
+ * XX, two units, a unit with KEEPTTL) are a syntax error, and only the
+ * expiry that wins is checked, after the loop.
+ */
+static void kv_plan_set(struct kv_cmd *cmd, const struct kv_arg *a)
+{
+	static const char *const units[] = { "ex", "px", "exat", "pxat" };
+	const struct kv_arg *exp = NULL;
+	int unit = -1; /* units[] index of the expiry given */
+	long long v;
+
+	for (uint32_t i = 3; i < cmd->argc; i++) {
+		const struct kv_arg *o = &a[i];
+		int u = -1;
+
+		for (int j = 0; j < 4; j++)
+			if (kv_is(o, units[j]))
+				u = j;
+		if (kv_is(o, "nx") && !(cmd->flags & F_XX)) {
+			cmd->flags |= F_NX;
+		} else if (kv_is(o, "xx") && !(cmd->flags & F_NX)) {
+			cmd->flags |= F_XX;
+		} else if (kv_is(o, "get")) {
+			cmd->flags |= F_GET;
+		} else if (kv_is(o, "keepttl") && unit < 0) {
+			cmd->flags |= F_KEEPTTL;
+		} else if (u >= 0 && !(cmd->flags & F_KEEPTTL) && (unit < 0 || unit == u) &&
+			   i + 1 < cmd->argc) {
+			unit = u;
+			exp = &a[++i];
+		} else {
+			kv_cmd_err(cmd, "ERR syntax error");
+			return;
+		}
+	}
+	if (!exp)
+		return;
+	if (!kv_str2ll(exp->p, exp->n, &v)) {
+		kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		return;
+	}
+	/* seconds (EX, EXAT) become ms; a relative one must not overflow once
+	 * the Unix time is added (Redis's checks, in its order) */
+	if (v <= 0 || (unit % 2 == 0 && v > LLONG_MAX / 1000) ||
+	    (unit < 2 && (unit == 0 ? v * 1000 : v) > LLONG_MAX - kv_unix_ms())) {
+		kv_cmd_err(cmd, "ERR invalid expire time in 'set' command");
+		return;
+	}
+	cmd->n = unit % 2 == 0 ? v * 1000 : v;
+	cmd->flags |= F_EXP | (unit >= 2 ? F_EXAT : 0);
+}
+
+/* EXPIRE / PEXPIRE key n [NX|XX|GT|LT] */
+static void kv_plan_expire(struct kv_cmd *cmd, const struct kv_arg *a)
+{
+	long long v;
+
+	if (!kv_str2ll(a[2].p, a[2].n, &v)) {
+		kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		return;
+	}
+	for (uint32_t i = 3; i < cmd->argc; i++) {
+		if (kv_is(&a[i], "nx"))
+			cmd->flags |= F_NX;
+		else if (kv_is(&a[i], "xx"))
+			cmd->flags |= F_XX;
+		else if (kv_is(&a[i], "gt"))
+			cmd->flags |= F_GT;
+		else if (kv_is(&a[i], "lt"))
+			cmd->flags |= F_LT;
+		else {
+			kv_cmd_err(cmd, "ERR Unsupported option");
+			return;
+		}
+	}
+	if (cmd->flags & F_NX && cmd->flags & (F_XX | F_GT | F_LT)) {
+		kv_cmd_err(cmd, "ERR NX and XX, GT or LT options at the same time are not compatible");
+		return;
+	}
+	if ((cmd->flags & (F_GT | F_LT)) == (F_GT | F_LT)) {
+		kv_cmd_err(cmd, "ERR GT and LT options at the same time are not compatible");
+		return;
+	}
+	/* Redis's bounds: seconds must fit as ms and the deadline must not pass
+	 * LLONG_MAX; any time in the past, however far, deletes the key */
+	if (__builtin_mul_overflow(v, cmd->spec->n, &v) || v > LLONG_MAX - kv_unix_ms()) {
+		kv_cmd_err(cmd, cmd->spec->n == 1 ? "ERR invalid expire time in 'pexpire' command"
+						  : "ERR invalid expire time in 'expire' command");
+		return;
+	}
+	cmd->n = v;
+}
+
+/* Forget the transaction (EXEC ran it, DISCARD, EXECABORT). */
+void kv_multi_reset(struct kv_conn *c)
+{
+	c->in_multi = c->multi_dirty = false;
+	c->mq.len = 0;
+	c->mq_cmds = 0;
+	if (c->mq.cap > KV_BIG_BUF)
+		kv_buf_free(&c->mq);
+}
+
+/*
+ * Queue a command after MULTI: its arguments are copied (they live in the
+ * query buffer, which the next receive reuses). The queue is bounded by the
+ * query buffer limit; past it the command is refused and EXEC will abort.
+ */
+static int kv_multi_queue(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	size_t need = 4 + 4 * (size_t)argc;
+	uint32_t n;
+
+	for (uint32_t i = 0; i < argc; i++)
+		need += a[i].n;
+	if (c->mq.len + need > c->srv->lim.qbuf_limit) {
+		c->multi_dirty = true;
+		kv_cmd_err(cmd, "ERR corio-kv: the transaction is larger than the query buffer limit");
+		return 0;
+	}
+	if (!kv_reserve(&c->mq, need))
+		return -ENOMEM;
+	kv_put(&c->mq, &argc, 4);
+	for (uint32_t i = 0; i < argc; i++) {
+		n = (uint32_t)a[i].n;
+		kv_put(&c->mq, &n, 4);
+		kv_put(&c->mq, a[i].p, n);
+	}
+	c->mq_cmds++;
+	cmd->kind = C_QUEUED;
+	return 0;
+}
+
+/* EXEC: the queued commands become this batch, whose replies go out as one
+ * array; their arguments point into the queue until the batch is done. */
+int kv_plan_exec(struct kv_conn *c)
+{
+	size_t at = 0;
+	int ret = 0;
+
+	c->in_multi = false; /* plan them to run, not to queue again */
+	c->exec = true;
+	for (uint32_t i = 0; i < c->mq_cmds && !ret; i++) {
+		uint32_t argc, n, arg0 = (uint32_t)c->av.n;
+
+		memcpy(&argc, c->mq.p + at, 4);
+		at += 4;
+		for (uint32_t j = 0; j < argc && !ret; j++) {
+			memcpy(&n, c->mq.p + at, 4);
+			ret = kv_argv_push(&c->av, c->mq.p + at + 4, n);
+			at += 4 + (size_t)n;
+		}
+		if (!ret)
+			ret = kv_plan(c, arg0, argc);
+	}
+	return ret;
+}
+
+/* The commands that change the connection's state take effect when planned,
+ * in request order: QUIT, MULTI, EXEC (refused), DISCARD, HELLO. */
+static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
+{
+	switch (cmd->kind) {
+	case C_QUIT:
+		c->closing = true;
+		break;
+	case C_MULTI:
+		if (c->in_multi)
+			kv_cmd_err(cmd, "ERR MULTI calls can not be nested");
+		c->in_multi = true;
+		break;
+	case C_EXEC: /* one that runs never gets here: kv_plan() returns KV_PLAN_EXEC */
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR EXEC without MULTI");
+		else
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of previous errors.");
+		kv_multi_reset(c);
+		break;
+	case C_DISCARD:
+		if (!c->in_multi)
+			kv_cmd_err(cmd, "ERR DISCARD without MULTI");
+		kv_multi_reset(c);
+		break;
+	case C_HELLO: {
+		/* the protocol switches here, when planned: the commands after it
+		 * in this batch (remote ones run before the replies are written)
+		 * and HELLO's own reply already speak the new one */
+		char err[200];
+		int ver = kv_hello(c, cmd, false, err, sizeof(err));
+	
+		if (ver > 0)
+			c->resp = (uint8_t)ver;
+		cmd->resp3 = c->resp == 3;
+		cmd->n = c->resp;
+		break;
+	}
+	default:
+		break;
+	}
+}
+
+#define KV_PLAN_DONE 2 /* kv_plan_gate(): answered without being planned */
+
+/*
+ * What comes before planning cmd (its spec looked up): refused (unknown
+ * name, wrong arity: a transaction then aborts), queued after MULTI, or the
+ * EXEC that runs a transaction. 0: plan it; KV_PLAN_DONE, KV_PLAN_EXEC, or
+ * -ENOMEM.
+ */
+static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	const struct kv_spec *sp = cmd->spec;
+	int ret;
+
+	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
+	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
+	    (sp->kind == C_MSET && argc % 2 == 0)) {
+		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
+		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
+		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
+					"wrong number of arguments for 'exec' command");
+			kv_multi_reset(c);
+		}
+		return KV_PLAN_DONE;
+	}
+	if (c->in_multi && sp->kind != C_MULTI && sp->kind != C_EXEC && sp->kind != C_DISCARD &&
+	    sp->kind != C_QUIT) {
+		ret = kv_multi_queue(c, cmd, a, argc);
+		return ret ? ret : KV_PLAN_DONE;
+	}
+	if (sp->kind == C_EXEC && c->in_multi && !c->multi_dirty)
+		return KV_PLAN_EXEC;
+	return 0;
+}
+
+/*
+ * Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops: 0,
+ * -ENOMEM, or KV_PLAN_EXEC for the EXEC of a transaction without errors,
+ * which must start a batch of its own (kv_plan_exec()).
+ */
+int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
+{
+	struct kv_cmd *cmd;
+	const struct kv_arg *a = &c->av.v[arg0];
+	const struct kv_spec *sp;
+	int ret = 0;
+
+	if (c->ncmds == c->cmdcap) {
+		size_t cap = c->cmdcap ? c->cmdcap * 2 : 64;
+		struct kv_cmd *cmds = realloc(c->cmds, cap * sizeof(*cmds));
+
+		if (!cmds)
+			return -ENOMEM;
+		c->cmds = cmds;
+		c->cmdcap = cap;
+	}
+	cmd = &c->cmds[c->ncmds];
+	memset(cmd, 0, sizeof(*cmd));
+	cmd->arg0 = arg0;
+	cmd->argc = argc;
+	cmd->op0 = (uint32_t)c->nops;
+	cmd->resp3 = c->resp == 3;
+	sp = cmd->spec = kv_find_spec(&a[0]);
+	ret = kv_plan_gate(c, cmd, a, argc);
+	if (ret == KV_PLAN_EXEC)
+		return ret;
+	if (ret)
+		goto out;
+	cmd->kind = sp->kind;
+	cmd->flags = sp->flags;
+	cmd->n = sp->n;
+	switch (sp->kind) {
+	case C_GET:
+		ret = kv_add_op(c, OP_GET, arg0 + 1, -1);
+		break;
+	case C_SET:
+		kv_plan_set(cmd, a);
+		if (cmd->kind == C_SET)
+			ret = kv_add_op(c, OP_SET, arg0 + 1, -1);
+		break;
+	case C_INCR:
+		if (!cmd->n) {
+			if (!kv_str2ll(a[2].p, a[2].n, &cmd->n)) {
+				kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+				break;
+			}
+			if (cmd->flags & F_NEG) {
+				if (cmd->n == LLONG_MIN) {
+					kv_cmd_err(cmd, "ERR decrement would overflow");
+					break;
+				}
+				cmd->n = -cmd->n;
+			}
+		}
+		ret = kv_add_op(c, OP_INCR, arg0 + 1, -1);
+		break;
+	case C_EXPIRE:
+		kv_plan_expire(cmd, a);
+		if (cmd->kind == C_EXPIRE)
+			ret = kv_add_op(c, OP_EXPIRE, arg0 + 1, -1);
+		break;
+	case C_TTL:
+		ret = kv_add_op(c, OP_TTL, arg0 + 1, -1);
+		break;
+	case C_PERSIST:
+		ret = kv_add_op(c, OP_PERSIST, arg0 + 1, -1);
+		break;
+	case C_MGET:
+	case C_DEL:
+	case C_EXISTS:
+		for (uint32_t i = 1; i < argc && !ret; i++)
+			ret = kv_add_op(c, sp->kind == C_MGET ? OP_GET : sp->kind == C_DEL ? OP_DEL : OP_EXISTS,
+					arg0 + i, -1);
+		break;
+	case C_MSET:
+		for (uint32_t i = 1; i < argc && !ret; i += 2)
+			ret = kv_add_op(c, OP_MSET1, arg0 + i, -1);
+		break;
+	case C_FLUSHALL: /* [ASYNC|SYNC]: anything else must not flush (Redis) */
+		if (argc > 2 || (argc == 2 && !kv_is(&a[1], "async") && !kv_is(&a[1], "sync"))) {
+			kv_cmd_err(cmd, "ERR syntax error");
+			break;
+		}
+		/* fall through */
+	case C_DBSIZE:
+		for (unsigned i = 0; i < c->srv->nshards && !ret; i++)
+			ret = kv_add_op(c, sp->kind == C_DBSIZE ? OP_DBSIZE : OP_FLUSH, arg0, (int)i);
+		break;
+	case C_QUIT:
+	case C_MULTI:
+	case C_EXEC:
+	case C_DISCARD:
+	case C_HELLO:
+		kv_plan_session(c, cmd);
+		break;
+	default:
+		break;
+	}
+out:
+	c->ncmds++;
+	return ret == KV_PLAN_DONE ? 0 : ret;
+}

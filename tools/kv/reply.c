@@ -1,0 +1,412 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/kv/reply.c - replies made on the connection's shard: the commands that
+ * need no op (PING, INFO, CONFIG, CLIENT, HELLO, ...). */
+#include "kv.h"
+
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+
+/* An error reply whose text comes from the client: CR and LF become spaces. */
+static void kv_err_sanitized(struct kv_buf *o, const char *msg)
+{
+	size_t start = o->len;
+
+	kv_err(o, msg);
+	for (size_t i = start; o->p && i + 2 < o->len; i++)
+		if (o->p[i] == '\r' || o->p[i] == '\n')
+			o->p[i] = ' ';
+}
+
+void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	char msg[512];
+	int n = snprintf(msg, sizeof(msg), "ERR unknown command '%.*s', with args beginning with: ",
+			 (int)(a[0].n > 128 ? 128 : a[0].n), a[0].p);
+	int args = 0;
+
+	for (uint32_t i = 1; i < cmd->argc && args < 128; i++) {
+		int room = 128 - args;
+		int m = snprintf(msg + n, sizeof(msg) - (size_t)n, "'%.*s' ",
+				 (int)(a[i].n > (size_t)room ? (size_t)room : a[i].n), a[i].p);
+
+		args += m;
+		n += m;
+		if ((size_t)n >= sizeof(msg) - 1)
+			break;
+	}
+	/* a NUL in an argument ends the message early: harmless */
+	kv_err_sanitized(o, msg);
+}
+
+static uint64_t kv_rss(void)
+{
+	char buf[128];
+	unsigned long long size = 0, res = 0;
+	int fd = open("/proc/self/statm", O_RDONLY | O_CLOEXEC);
+	ssize_t n;
+
+	if (fd < 0)
+		return 0;
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = 0;
+	if (sscanf(buf, "%llu %llu", &size, &res) != 2)
+		return 0;
+	return res * (uint64_t)sysconf(_SC_PAGESIZE);
+}
+
+#define KV_SUM(srv, field) ({                                        \
+	uint64_t s_ = 0;                                             \
+	for (unsigned i_ = 0; i_ < (srv)->nshards; i_++)             \
+		s_ += KV_GET((srv)->sh[i_].st.field);                 \
+	s_; })
+
+/* The largest output one connection held, over every shard's connections. */
+static uint64_t kv_max_peak(struct kv_server *srv)
+{
+	uint64_t m = 0;
+
+	for (unsigned i = 0; i < srv->nshards; i++)
+		if (KV_GET(srv->sh[i].st.out_peak) > m)
+			m = KV_GET(srv->sh[i].st.out_peak);
+	return m;
+}
+
+static void kv_line(struct kv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void kv_line(struct kv_buf *b, const char *fmt, ...)
+{
+	va_list ap;
+	int n;
+
+	if (!kv_reserve(b, 256))
+		return;
+	va_start(ap, fmt);
+	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+	va_end(ap);
+	if (n > 0 && (size_t)n < b->cap - b->len)
+		b->len += (size_t)n;
+}
+
+static bool kv_want(const struct kv_arg *sec, const char *name, bool dflt)
+{
+	if (!sec)
+		return dflt;
+	return kv_is(sec, name) || kv_is(sec, "all") || kv_is(sec, "everything") ||
+	       (dflt && kv_is(sec, "default"));
+}
+
+static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	struct kv_server *srv = c->srv;
+	const struct kv_arg *sec = cmd->argc > 1 ? &c->av.v[cmd->arg0 + 1] : NULL;
+	struct kv_buf b = { 0 };
+	uint64_t up = (corio_now_ns() - srv->start_ns) / 1000000000ull;
+
+	if (kv_want(sec, "server", true)) {
+		kv_line(&b, "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\n"
+			    "server_name:corio-kv\r\nmultiplexing_api:io_uring\r\nprocess_id:%d\r\n"
+			    "tcp_port:%d\r\nuptime_in_seconds:%llu\r\nshards:%u\r\n\r\n",
+			KV_VERSION, (int)getpid(), atomic_load(&srv->bound_port),
+			(unsigned long long)up, srv->nshards);
+	}
+	if (kv_want(sec, "clients", true))
+		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\nclients_waiting_output:%llu\r\n\r\n",
+			(unsigned long long)KV_SUM(srv, conns), (unsigned long long)KV_SUM(srv, out_waiting));
+	if (kv_want(sec, "memory", true)) {
+		uint64_t used = KV_SUM(srv, used_memory), rss = kv_rss();
+
+		kv_line(&b, "# Memory\r\nused_memory:%llu\r\nused_memory_human:%.2fM\r\n"
+			    "used_memory_rss:%llu\r\nmaxmemory:%llu\r\nmaxmemory_policy:noeviction\r\n"
+			    "mem_fragmentation_ratio:%.2f\r\nclient_output_peak:%llu\r\n\r\n",
+			(unsigned long long)used, (double)used / 1048576.0, (unsigned long long)rss,
+			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0,
+			(unsigned long long)kv_max_peak(srv));
+	}
+	if (kv_want(sec, "stats", true)) {
+		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"
+			    "expired_keys:%llu\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
+			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:0\r\n"
+			    "client_output_flushes:%llu\r\noom_refused:%llu\r\n\r\n",
+			(unsigned long long)KV_SUM(srv, conns_total), (unsigned long long)KV_SUM(srv, cmds),
+			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
+			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)KV_SUM(srv, proto_errors),
+			(unsigned long long)KV_SUM(srv, out_flushes),
+			(unsigned long long)KV_SUM(srv, oom_refused));
+	}
+	if (kv_want(sec, "keyspace", true)) {
+		uint64_t keys = KV_SUM(srv, keys);
+
+		kv_line(&b, "# Keyspace\r\n");
+		if (keys)
+			kv_line(&b, "db0:keys=%llu,expires=%llu,avg_ttl=0\r\n", (unsigned long long)keys,
+				(unsigned long long)KV_SUM(srv, expires));
+		kv_line(&b, "\r\n");
+	}
+	if (kv_want(sec, "corio", false) || (sec && kv_is(sec, "default")) || !sec) {
+		kv_line(&b, "# Corio\r\n");
+		for (unsigned i = 0; i < srv->nshards; i++) {
+			struct kv_counters *st = &srv->sh[i].st;
+			struct corio_stats cs = { 0 };
+			struct corio_msg_stats ms = { 0 };
+
+			corio_stats_get(NULL, i, &cs);
+			corio_msg_stats_get(NULL, i, CORIO_MSG_PEER_ALL, &ms);
+			kv_line(&b, "shard%u:cpu=%llu,keys=%llu,conns=%llu,cmds=%llu,remote_ops_run=%llu,"
+				    "remote_calls=%llu,batches=%llu,used_memory=%llu,loop_turns=%llu,"
+				    "busy_ms=%llu,idle_ms=%llu,msgs_sent=%llu,msgs_received=%llu,"
+				    "msg_calls=%llu,doorbells=%llu\r\n",
+				i, (unsigned long long)cs.cpu, (unsigned long long)KV_GET(st->keys),
+				(unsigned long long)KV_GET(st->conns), (unsigned long long)KV_GET(st->cmds),
+				(unsigned long long)KV_GET(st->remote_ops),
+				(unsigned long long)KV_GET(st->remote_calls),
+				(unsigned long long)KV_GET(st->batches),
+				(unsigned long long)KV_GET(st->used_memory),
+				(unsigned long long)cs.loop_turns, (unsigned long long)(cs.busy_ns / 1000000),
+				(unsigned long long)(cs.idle_ns / 1000000), (unsigned long long)ms.sent,
+				(unsigned long long)ms.received, (unsigned long long)ms.calls,
+				(unsigned long long)ms.doorbells);
+		}
+		kv_line(&b, "\r\n");
+	}
+	if (b.nomem)
+		kv_err(o, "ERR out of memory");
+	else
+		kv_verbatim(o, b.p ? b.p : "", b.len, cmd->resp3);
+	kv_buf_free(&b);
+}
+
+/* CONFIG GET pattern: the few parameters redis-benchmark and redis-cli ask for. */
+static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	struct kv_server *srv = c->srv;
+	char v[5][24];
+	const char *names[] = { "save", "appendonly", "maxmemory", "proto-max-bulk-len",
+				"client-query-buffer-limit", "databases" };
+	const char *vals[6];
+	int match[6], n = 0;
+
+	if (!kv_is(&a[1], "get")) {
+		kv_err(o, "ERR CONFIG subcommand not supported by corio-kv (only CONFIG GET)");
+		return;
+	}
+	if (cmd->argc != 3) {
+		kv_err(o, "ERR wrong number of arguments for 'config|get' command");
+		return;
+	}
+	snprintf(v[0], sizeof(v[0]), "%llu", (unsigned long long)srv->lim.maxmemory);
+	snprintf(v[1], sizeof(v[1]), "%llu", (unsigned long long)srv->lim.proto_max_bulk_len);
+	snprintf(v[2], sizeof(v[2]), "%llu", (unsigned long long)srv->lim.qbuf_limit);
+	vals[0] = "";
+	vals[1] = "no";
+	vals[2] = v[0];
+	vals[3] = v[1];
+	vals[4] = v[2];
+	vals[5] = "1";
+	for (int i = 0; i < 6; i++) {
+		match[i] = kv_is(&a[2], names[i]) || (a[2].n == 1 && a[2].p[0] == '*');
+		n += match[i];
+	}
+	if (cmd->resp3)
+		kv_num(o, '%', n);
+	else
+		kv_num(o, '*', 2 * n);
+	for (int i = 0; i < 6; i++) {
+		if (match[i]) {
+			kv_bulkstr(o, names[i]);
+			kv_bulkstr(o, vals[i]);
+		}
+	}
+}
+
+/* NULL when CLIENT SETNAME takes name, else the error reply. */
+static const char *kv_name_check(const struct kv_arg *name)
+{
+	for (size_t i = 0; i < name->n; i++)
+		if (name->p[i] <= ' ' || name->p[i] > '~')
+			return "ERR Client names cannot contain spaces, newlines or special characters.";
+	if (name->n >= KV_NAME_MAX)
+		return "ERR client name too long for corio-kv (63 bytes)";
+	return NULL;
+}
+
+static void kv_set_name(struct kv_conn *c, const struct kv_arg *name)
+{
+	memcpy(c->name, name->p, name->n);
+	c->name[name->n] = 0;
+}
+
+static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+
+	if (kv_is(&a[1], "setname") && cmd->argc == 3) {
+		const char *bad = kv_name_check(&a[2]);
+
+		if (bad) {
+			kv_err(o, bad);
+			return;
+		}
+		kv_set_name(c, &a[2]);
+		KV_LIT(o, "+OK\r\n");
+	} else if (kv_is(&a[1], "getname") && cmd->argc == 2) {
+		if (c->name[0])
+			kv_bulkstr(o, c->name);
+		else
+			kv_null(o, cmd->resp3);
+	} else if (kv_is(&a[1], "id") && cmd->argc == 2) {
+		kv_num(o, ':', (long long)c->id);
+	} else if (kv_is(&a[1], "info") && cmd->argc == 2) {
+		char line[160];
+
+		snprintf(line, sizeof(line), "id=%llu name=%s shard=%u db=0 resp=%u\n",
+			 (unsigned long long)c->id, c->name, c->sh->id, cmd->resp3 ? 3u : 2u);
+		kv_verbatim(o, line, strlen(line), cmd->resp3);
+	} else if (kv_is(&a[1], "setinfo") && cmd->argc == 4) {
+		KV_LIT(o, "+OK\r\n");
+	} else {
+		kv_err(o, "ERR unknown subcommand or wrong number of arguments for 'client'");
+	}
+}
+
+/*
+ * HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 answers it
+ * with no password set: the "default" user takes any password, others are
+ * refused. Options act in order (a SETNAME before a bad option stays, as in
+ * Redis). Returns the protocol asked for (0: none), or -1 with the error
+ * reply (no "-") in err. apply: SETNAME sets the name; false only checks.
+ */
+int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	long long ver = 0;
+
+	if (cmd->argc >= 2 && !kv_str2ll(a[1].p, a[1].n, &ver)) {
+		snprintf(err, n, "ERR Protocol version is not an integer or out of range");
+		return -1;
+	}
+	if (cmd->argc >= 2 && (ver < 2 || ver > 3)) {
+		snprintf(err, n, "NOPROTO unsupported protocol version");
+		return -1;
+	}
+	for (uint32_t j = 2; j < cmd->argc; j++) {
+		uint32_t more = cmd->argc - 1 - j;
+		const char *bad;
+
+		if (kv_is(&a[j], "auth") && more >= 2) {
+			if (!kv_is(&a[j + 1], "default")) {
+				snprintf(err, n, "WRONGPASS invalid username-password pair or user is disabled.");
+				return -1;
+			}
+			j += 2;
+		} else if (kv_is(&a[j], "setname") && more >= 1) {
+			if ((bad = kv_name_check(&a[j + 1]))) {
+				snprintf(err, n, "%s", bad);
+				return -1;
+			}
+			if (apply)
+				kv_set_name(c, &a[j + 1]);
+			j++;
+		} else {
+			snprintf(err, n, "ERR Syntax error in HELLO option '%.*s'",
+				 (int)(a[j].n > 128 ? 128 : a[j].n), a[j].p);
+			return -1;
+		}
+	}
+	return (int)ver;
+}
+
+/* The server's facts, a map in RESP3 and a flat array in RESP2 (Redis's
+ * fields; "server" says redis because clients read it to pick features). */
+static void kv_reply_hello(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	char err[200];
+
+	if (kv_hello(c, cmd, true, err, sizeof(err)) < 0) {
+		kv_err_sanitized(o, err);
+		return;
+	}
+	kv_num(o, cmd->resp3 ? '%' : '*', cmd->resp3 ? 7 : 14);
+	kv_bulkstr(o, "server");
+	kv_bulkstr(o, "redis");
+	kv_bulkstr(o, "version");
+	kv_bulkstr(o, KV_VERSION);
+	kv_bulkstr(o, "proto");
+	kv_num(o, ':', cmd->n);
+	kv_bulkstr(o, "id");
+	kv_num(o, ':', (long long)c->id);
+	kv_bulkstr(o, "mode");
+	kv_bulkstr(o, "standalone");
+	kv_bulkstr(o, "role");
+	kv_bulkstr(o, "master");
+	kv_bulkstr(o, "modules");
+	KV_LIT(o, "*0\r\n");
+}
+
+/* The replies that need no op: made from the command and the connection. */
+void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+
+	switch (cmd->kind) {
+	case C_PING:
+		if (cmd->argc == 1)
+			KV_LIT(o, "+PONG\r\n");
+		else if (cmd->argc == 2)
+			kv_bulk(o, a[1].p, a[1].n);
+		else
+			kv_err(o, "ERR wrong number of arguments for 'ping' command");
+		break;
+	case C_ECHO:
+		kv_bulk(o, a[1].p, a[1].n);
+		break;
+	case C_INFO:
+		kv_reply_info(c, cmd, o);
+		break;
+	case C_CONFIG:
+		kv_reply_config(c, cmd, o);
+		break;
+	case C_COMMAND:
+		kv_reply_command(c, cmd, o);
+		break;
+	case C_CLIENT:
+		kv_reply_client(c, cmd, o);
+		break;
+	case C_SELECT: {
+		long long db;
+
+		if (!kv_str2ll(a[1].p, a[1].n, &db))
+			kv_err(o, "ERR value is not an integer or out of range");
+		else if (db != 0)
+			kv_err(o, "ERR DB index is out of range");
+		else
+			KV_LIT(o, "+OK\r\n");
+		break;
+	}
+	case C_QUIT:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_HELLO:
+		kv_reply_hello(c, cmd, o);
+		break;
+	case C_MULTI:
+	case C_DISCARD:
+		KV_LIT(o, "+OK\r\n");
+		break;
+	case C_QUEUED:
+		KV_LIT(o, "+QUEUED\r\n");
+		break;
+	case C_EXEC: /* planned as C_ERR or as its commands */
+		break;
+	default:
+		break;
+	}
+}

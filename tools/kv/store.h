@@ -1,0 +1,91 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/kv/store.h - a shard's keyspace: the table (rehashed incrementally),
+ * the expiry heap and its sweep timer, the memory count and the counters.
+ * Everything here is touched by the shard's own thread only, except the
+ * counters, which INFO reads from any shard.
+ */
+#ifndef CORIO_KV_STORE_H
+#define CORIO_KV_STORE_H
+
+#include <corio.h>
+
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "resp.h"
+
+#define KV_SWEEP_BUDGET 200 /* expired keys deleted per loop turn */
+#define KV_TABLE_INIT 1024   /* buckets */
+
+/* A key and its value, in one allocation. */
+struct kv_entry {
+	struct kv_entry *next; /* bucket chain */
+	uint64_t hash;
+	int64_t expire;        /* CLOCK_MONOTONIC ms; 0: none */
+	uint32_t hidx;         /* expiry heap slot + 1; 0: not in the heap */
+	uint32_t klen;
+	uint32_t vlen;
+	char data[];           /* key, then value */
+};
+
+struct kv_table {
+	struct kv_entry **b;
+	size_t mask; /* buckets - 1; b == NULL: none */
+};
+
+/* One shard's counters: written by their shard with relaxed stores, read
+ * by INFO on any shard (each value untorn; the set is not a snapshot). */
+struct kv_counters {
+	_Atomic uint64_t keys, expires, used_memory;
+	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired;
+	_Atomic uint64_t remote_ops;   /* ops this shard ran for other shards' connections */
+	_Atomic uint64_t remote_calls; /* corio_call/gather this shard's connections made */
+	_Atomic uint64_t batches, proto_errors, oom_refused;
+	_Atomic uint64_t out_flushes; /* sends made at half the output limit, mid-batch */
+	_Atomic uint64_t out_waiting; /* connections waiting in such a send now */
+	_Atomic uint64_t out_peak;    /* most bytes one connection's replies held */
+};
+
+#define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
+					    memory_order_relaxed)
+#define KV_GET(x) atomic_load_explicit(&(x), memory_order_relaxed)
+#define KV_SET(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
+
+struct kv_server;
+
+struct kv_shard {
+	struct kv_server *srv;
+	unsigned id;
+	struct kv_table t[2]; /* t[1] is the rehash target */
+	size_t rehash;        /* next t[0] bucket to move while t[1].b != NULL */
+	size_t count;
+	struct kv_entry **heap; /* entries with an expiry, min-heap by expire */
+	size_t hn, hcap;
+	struct corio_timer sweep;
+	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
+	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
+	uint64_t next_conn_id;
+	struct kv_counters st;
+};
+
+/* Clocks: CLOCK_MONOTONIC ms (expiries), CLOCK_REALTIME ms (Unix times),
+ * and the monotonic deadline of an expiry (see store.c). */
+int64_t kv_now_ms(void);
+int64_t kv_unix_ms(void);
+int64_t kv_deadline_ms(long long n, bool at_unix);
+
+uint64_t kv_hash(uint64_t seed, const char *p, size_t n);
+struct kv_entry *kv_lookup(struct kv_shard *sh, uint64_t h, const struct kv_arg *k,
+			   struct kv_entry ***lp);
+struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_entry *old,
+			  uint64_t h, const struct kv_arg *k, const void *v, size_t vn,
+			  bool keep_ttl);
+void kv_unlink(struct kv_shard *sh, struct kv_entry **l);
+bool kv_set_expire(struct kv_shard *sh, struct kv_entry *e, int64_t when);
+void kv_flush(struct kv_shard *sh);
+int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem);
+void kv_shard_free(struct kv_shard *sh);
+
+#endif
