@@ -166,10 +166,11 @@ $(B)/tools/%: %.c $(STATIC) $(TOOL_LOBJ)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
 
-$(B)/tools/examples/%: tools/examples/%.c $(STATIC)
+# Examples take only the tools' option parser from tools/common/.
+$(B)/tools/examples/%: tools/examples/%.c $(STATIC) $(B)/obj/tools/common/opt.o
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
+	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
 	$(quiet) CC $@

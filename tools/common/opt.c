@@ -277,7 +277,6 @@ static int apply(const struct tool_opt *o, const char *value)
 /* "  -p, --port P", "      --drain SECS", "  -b host" or "  SOCKET". */
 static int left_column(const struct tool_opt *o, char *buf, size_t len)
 {
-	const char *meta = o->kind == TOOL_K_SET ? NULL : o->meta;
 	int n;
 
 	if (is_positional(o))
@@ -285,8 +284,8 @@ static int left_column(const struct tool_opt *o, char *buf, size_t len)
 	n = snprintf(buf, len, "  %c%c%s%s%s", o->letter ? '-' : ' ', o->letter ? o->letter : ' ',
 		     o->letter && o->name ? ", " : o->name ? "  " : "", o->name ? "--" : "",
 		     o->name ? o->name : "");
-	if (meta && n >= 0 && (size_t)n < len)
-		n += snprintf(buf + n, len - (size_t)n, " %s", meta);
+	if (o->meta && n >= 0 && (size_t)n < len)
+		n += snprintf(buf + n, len - (size_t)n, " %s", o->meta);
 	return n;
 }
 
@@ -303,8 +302,9 @@ static void usage_line(FILE *f, const char *left, const char *help, int width)
 
 void tool_opt_usage(const struct tool_cli *cli, FILE *f)
 {
+	static const char help[] = "  -h, --help";
 	char left[96];
-	int width = 0;
+	int width = (int)sizeof(help) - 1;
 
 	for (const struct tool_opt *o = cli->opts; !is_end(o); o++) {
 		int n = left_column(o, left, sizeof(left));
@@ -318,7 +318,7 @@ void tool_opt_usage(const struct tool_cli *cli, FILE *f)
 		left_column(o, left, sizeof(left));
 		usage_line(f, left, o->help, width);
 	}
-	usage_line(f, "  -h, --help", "print this help", width);
+	usage_line(f, help, "print this help", width);
 	if (cli->footer)
 		fputs(cli->footer, f);
 }
@@ -331,7 +331,7 @@ static int build(const struct tool_cli *cli, struct option *lo, char *so, int *c
 	so[s++] = ':'; /* report a missing value as ':', not '?' */
 	so[s++] = 'h';
 	for (const struct tool_opt *o = cli->opts; !is_end(o); o++, n++) {
-		int arg = o->kind == TOOL_K_SET ? no_argument : required_argument;
+		int arg = o->meta ? required_argument : no_argument;
 
 		if (n >= MAX_OPTS) {
 			fprintf(stderr, "%s: more than %d options in the table\n", cli->prog, MAX_OPTS);

@@ -57,7 +57,8 @@ enum tool_opt_kind {
 	TOOL_K_CHOICE,	/* tool_opt_choice(): the index, into an int */
 	TOOL_K_STRING,	/* the argument itself (argv outlives main), into a const char * */
 	TOOL_K_CPUS,	/* tool_opt_cpus() into a struct tool_cpus */
-	TOOL_K_CALL,	/* fn(label, value, to): 0, or -EINVAL with its message printed */
+	TOOL_K_CALL,	/* fn(label, value, to): 0, or -EINVAL with its message printed;
+			 * without a meta it takes no value and value is NULL */
 };
 
 /* The type a number is stored as (COUNT, SIZE): picked from the target. */
@@ -81,7 +82,9 @@ struct tool_opt {
 	int val;		 /* SET: the value stored */
 	const char *const *choices;			     /* CHOICE: NULL-terminated */
 	int (*fn)(const char *label, const char *value, void *to); /* CALL */
-	const char *meta; /* the value's name in the usage ("N", "SECS"); a positional's name */
+	const char *meta; /* the value's name in the usage ("N", "SECS"), a positional's
+			   * name; an option without one takes no value (SET; a CALL
+			   * then gets NULL) */
 	const char *help; /* the usage text; each '\n' starts an indented line */
 	int required;	  /* an error when not given */
 };
