@@ -115,8 +115,17 @@ static struct {
 	const char *label, *path;
 	int cpu[4];
 	struct tool_cpus cpus;
-	int called;
+	int called, poked;
 } t;
+
+/* A call without a value: gets NULL, counts the times it was given. */
+static int poke(const char *label, const char *value, void *to)
+{
+	(void)label;
+	cr_assert_null(value);
+	++*(int *)to;
+	return 0;
+}
 
 static int odd_only(const char *label, const char *value, void *to)
 {
@@ -158,6 +167,7 @@ static int parse(char **args, char *out, char *err, size_t len)
 		{ TOOL_OPT_STRING("label", 0, t.label, "TEXT", "a label") },
 		{ TOOL_OPT_CPUS("cpus", 'C', t.cpus, "LIST", "CPUs") },
 		{ TOOL_OPT_CALL("odd", 0, odd_only, &t.called, "N", "an odd number") },
+		{ TOOL_OPT_CALL("poke", 'k', poke, &t.poked, NULL, "a call without a value") },
 		{ TOOL_OPT_STRING(NULL, 0, t.path, "PATH", "a positional") },
 		{ 0 },
 	};
@@ -213,10 +223,17 @@ Test(tools, opt_table_sets_every_kind)
 	cr_assert_str_eq(t.label, "x y");
 	cr_assert(t.cpus.n == 1 && t.cpu[0] == 0 && !strcmp(t.cpus.arg, "0"));
 	cr_assert_eq(t.called, 7);
+	cr_assert_eq(t.poked, 0);
 	cr_assert_str_eq(t.path, "the/path");
 	cr_assert_str_eq(tool_prog, "tt");
 	cr_assert_str_eq(out, "");
 	cr_assert_str_eq(err, "");
+	/* a call without a value takes none: the next word stays a positional */
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "1", "--poke", "-k", "the/path"), out, err, sizeof(out)), 0,
+		     "stderr: %s", err);
+	cr_assert_eq(t.poked, 2);
+	cr_assert_str_eq(t.path, "the/path");
 	/* defaults stay where an option is not given */
 	t_reset();
 	cr_assert_eq(parse(ARGS("--port", "1"), out, err, sizeof(out)), 0, "stderr: %s", err);
