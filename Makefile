@@ -191,10 +191,11 @@ $(B)/tools/corio-kv: $(KV_OBJS) $(TOOL_LOBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(KV_OBJS) $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
 
-$(B)/tools/examples/upper-echo: $(UE_OBJS) $(STATIC)
+# upper-echo takes only the tools' option parser from tools/common/.
+$(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(STATIC) $(LIBS)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))

@@ -104,6 +104,242 @@ Test(tools, numbers_are_decimal_digits_only)
 	cr_assert(strstr(msg, "--port") && strstr(msg, "0..65535"), "%s", msg);
 }
 
+/* ---- the option table parser ---------------------------------------------------------- */
+
+/* The targets of the test table, with their defaults. */
+static struct {
+	int port, json, mode;
+	unsigned conns;
+	unsigned long size;
+	double rate, secs;
+	const char *label, *path;
+	int cpu[4];
+	struct tool_cpus cpus;
+	int called, poked;
+} t;
+
+/* A call without a value: gets NULL, counts the times it was given. */
+static int poke(const char *label, const char *value, void *to)
+{
+	(void)label;
+	cr_assert_null(value);
+	++*(int *)to;
+	return 0;
+}
+
+static int odd_only(const char *label, const char *value, void *to)
+{
+	uint64_t v;
+
+	if (tool_opt_count(label, value, 0, 99, &v))
+		return -EINVAL;
+	if (!(v & 1)) {
+		fprintf(stderr, "%s: %s: %s is even\n", tool_prog, label, value);
+		return -EINVAL;
+	}
+	*(int *)to = (int)v;
+	return 0;
+}
+
+static void t_reset(void)
+{
+	memset(&t, 0, sizeof(t));
+	t.port = -1;
+	t.conns = 1;
+	t.size = 64;
+	t.secs = 5;
+	t.cpus = (struct tool_cpus){ t.cpu, 4, 0, NULL };
+}
+
+/* Parse args (NULL-terminated, program name first) with stdout and stderr
+ * in out and err (through files: a pipe could fill). */
+static int parse(char **args, char *out, char *err, size_t len)
+{
+	static const char *const modes[] = { "fast", "slow", NULL };
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("port", 'p', t.port, 1, 65535, "P", "the port"), .required = 1 },
+		{ TOOL_OPT_COUNT("conns", 'c', t.conns, 1, 8, "N", "connections (1)") },
+		{ TOOL_OPT_SIZE("size", 's', t.size, 1, 65536, "BYTES", "message size\nsecond line") },
+		{ TOOL_OPT_COUNT("rate", 0, t.rate, 1, 1000000, "R", "rate") },
+		{ TOOL_OPT_SECONDS("duration", 'd', t.secs, 0.01, 60, "SECS", "time (5)") },
+		{ TOOL_OPT_CHOICE("mode", 0, t.mode, modes, "M", "fast or slow") },
+		{ TOOL_OPT_FLAG("json", 'j', t.json, "JSON") },
+		{ TOOL_OPT_STRING("label", 0, t.label, "TEXT", "a label") },
+		{ TOOL_OPT_CPUS("cpus", 'C', t.cpus, "LIST", "CPUs") },
+		{ TOOL_OPT_CALL("odd", 0, odd_only, &t.called, "N", "an odd number") },
+		{ TOOL_OPT_CALL("poke", 'k', poke, &t.poked, NULL, "a call without a value") },
+		{ TOOL_OPT_STRING(NULL, 0, t.path, "PATH", "a positional") },
+		{ 0 },
+	};
+	const struct tool_cli cli = { "tt", "-p P [options] [PATH]", "the footer\n", opts };
+	FILE *fo = tmpfile(), *fe = tmpfile();
+	int so = dup(1), se = dup(2), argc = 0, ret;
+	size_t n;
+
+	cr_assert(fo && fe && so >= 0 && se >= 0);
+	while (args[argc])
+		argc++;
+	fflush(stdout);
+	fflush(stderr);
+	dup2(fileno(fo), 1);
+	dup2(fileno(fe), 2);
+	ret = tool_opt_parse(&cli, argc, args);
+	fflush(stdout);
+	fflush(stderr);
+	dup2(so, 1);
+	dup2(se, 2);
+	close(so);
+	close(se);
+	rewind(fo);
+	rewind(fe);
+	n = fread(out, 1, len - 1, fo);
+	out[n] = '\0';
+	n = fread(err, 1, len - 1, fe);
+	err[n] = '\0';
+	fclose(fo);
+	fclose(fe);
+	return ret;
+}
+
+#define ARGS(...) ((char *[]){ "tt", __VA_ARGS__, NULL })
+
+Test(tools, opt_table_sets_every_kind)
+{
+	char out[4096], err[4096];
+
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "80", "--conns=8", "-s4k", "--rate", "2k", "-d", "500ms",
+				"--mode", "slow", "-j", "--label", "x y", "-C", "0", "--odd", "7",
+				"the/path"),
+			   out, err, sizeof(out)),
+		     0, "stderr: %s", err);
+	cr_assert_eq(t.port, 80);
+	cr_assert_eq(t.conns, 8);
+	cr_assert_eq(t.size, 4096);
+	cr_assert_eq(t.rate, 2000);
+	cr_assert_eq(t.secs, 0.5);
+	cr_assert_eq(t.mode, 1);
+	cr_assert_eq(t.json, 1);
+	cr_assert_str_eq(t.label, "x y");
+	cr_assert(t.cpus.n == 1 && t.cpu[0] == 0 && !strcmp(t.cpus.arg, "0"));
+	cr_assert_eq(t.called, 7);
+	cr_assert_eq(t.poked, 0);
+	cr_assert_str_eq(t.path, "the/path");
+	cr_assert_str_eq(tool_prog, "tt");
+	cr_assert_str_eq(out, "");
+	cr_assert_str_eq(err, "");
+	/* a call without a value takes none: the next word stays a positional */
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "1", "--poke", "-k", "the/path"), out, err, sizeof(out)), 0,
+		     "stderr: %s", err);
+	cr_assert_eq(t.poked, 2);
+	cr_assert_str_eq(t.path, "the/path");
+	/* defaults stay where an option is not given */
+	t_reset();
+	cr_assert_eq(parse(ARGS("--port", "1"), out, err, sizeof(out)), 0, "stderr: %s", err);
+	cr_assert(t.conns == 1 && t.size == 64 && t.secs == 5 && !t.json && !t.path);
+}
+
+Test(tools, opt_table_bad_value_names_option_and_value)
+{
+	static const char *const cases[][3] = {
+		{ "-c", "x9", "--conns" },   { "--size", "4q", "--size" },
+		{ "-d", "1e2", "--duration" }, { "--mode", "medium", "--mode" },
+		{ "-C", "0-", "--cpus" },    { "--odd", "8", "--odd" },
+		{ "-p", "0x50", "--port" },
+	};
+	char out[4096], err[4096];
+
+	for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+		t_reset();
+		cr_assert_eq(parse(ARGS("-p", "80", (char *)cases[i][0], (char *)cases[i][1]), out,
+				   err, sizeof(out)),
+			     -EINVAL, "%s %s", cases[i][0], cases[i][1]);
+		cr_assert(strstr(err, cases[i][2]) && strstr(err, cases[i][1]),
+			  "%s %s: message does not name the option and value: %s", cases[i][0],
+			  cases[i][1], err);
+		cr_assert_str_eq(out, "");
+	}
+}
+
+Test(tools, opt_table_bounds)
+{
+	char out[4096], err[4096];
+
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "65535", "-c", "8", "-d", "60"), out, err, sizeof(out)), 0);
+	cr_assert(t.port == 65535 && t.conns == 8 && t.secs == 60);
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "1", "-c", "9"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--conns") && strstr(err, "1..8"), "%s", err);
+	cr_assert_eq(t.conns, 1, "a refused value must not be stored");
+	cr_assert_eq(parse(ARGS("-p", "0"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--port") && strstr(err, "1..65535"), "%s", err);
+	cr_assert_eq(parse(ARGS("-p", "1", "-d", "61"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--duration") && strstr(err, "60"), "%s", err);
+	cr_assert_eq(parse(ARGS("-p", "1", "-s", "65537"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--size") && strstr(err, "65536"), "%s", err);
+}
+
+Test(tools, opt_table_unknown_option)
+{
+	char out[4096], err[4096];
+
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "1", "--nope"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "unknown option '--nope'"), "%s", err);
+	cr_assert(strstr(err, "usage: tt"), "no usage after the message: %s", err);
+	cr_assert_eq(parse(ARGS("-p", "1", "-jz"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "-z: unknown option"), "%s", err);
+	cr_assert_eq(parse(ARGS("-p", "1", "--json=1"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--json=1") && strstr(err, "takes no value"), "%s", err);
+	cr_assert_eq(parse(ARGS("-p", "1", "a", "b"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "unexpected argument 'b'"), "%s", err);
+	cr_assert_str_eq(out, "");
+}
+
+Test(tools, opt_table_missing_value_or_required)
+{
+	char out[4096], err[4096];
+
+	t_reset();
+	cr_assert_eq(parse(ARGS("-p", "1", "-c"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--conns: missing value"), "%s", err);
+	cr_assert_eq(parse(ARGS("-p", "1", "--rate"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--rate: missing value"), "%s", err);
+	cr_assert_eq(parse(ARGS("-c", "2"), out, err, sizeof(out)), -EINVAL);
+	cr_assert(strstr(err, "--port is required"), "%s", err);
+	cr_assert_str_eq(out, "");
+}
+
+Test(tools, opt_table_help)
+{
+	char out[4096], err[4096];
+
+	t_reset();
+	cr_assert_eq(parse(ARGS("-c", "2", "--help"), out, err, sizeof(out)), TOOL_OPT_HELP);
+	cr_assert_str_eq(err, "");
+	cr_assert(!strncmp(out, "usage: tt -p P [options] [PATH]\n", 32), "%s", out);
+	cr_assert(strstr(out, "  -p, --port P "), "%s", out);
+	cr_assert(strstr(out, "      --rate R "), "%s", out);
+	cr_assert(strstr(out, "  -j, --json "), "%s", out);
+	cr_assert(strstr(out, "  PATH "), "%s", out);
+	cr_assert(strstr(out, "  -h, --help "), "%s", out);
+	/* a continuation line starts at the help column */
+	{
+		const char *line = strstr(out, "  -p, --port P "), *help = strstr(out, "the port");
+		char want[128];
+		int col;
+
+		cr_assert(line && help && help > line);
+		col = (int)(help - line);
+		snprintf(want, sizeof(want), "message size\n%*ssecond line\n", col, "");
+		cr_assert(strstr(out, want), "no '%s' in:\n%s", want, out);
+	}
+	cr_assert(strstr(out, "the footer\n"), "%s", out);
+	cr_assert_eq(parse(ARGS("-h"), out, err, sizeof(out)), TOOL_OPT_HELP, "-h: %s", err);
+}
+
 /* ---- the programs, as children ------------------------------------------------------ */
 
 /* $(B)/tools/name, from this binary's path ($(B)/test/test_tools). */

@@ -8,6 +8,8 @@
  */
 #include <corio.h>
 
+#include "common/opt.h"
+
 #include <liburing.h>
 #include <sched.h>
 #include <stdio.h>
@@ -183,13 +185,37 @@ static double median(struct result *r)
 	return r->ns[RUNS / 2];
 }
 
+static void print_results(void)
+{
+	printf("| benchmark | median | min | max | unit | goal |\n|---|---|---|---|---|---|\n");
+	for (int i = 0; i < NRES; i++) {
+		double m = median(&res[i]);
+
+		printf("| %s | %.1f | %.1f | %.1f | %s | ", res[i].name, m, res[i].ns[0],
+		       res[i].ns[RUNS - 1], res[i].unit);
+		if (res[i].goal)
+			printf("<= %.0f |\n", res[i].goal);
+		else if (i == R_NOP64)
+			printf("<= 1.3x bare (%.2fx) |\n", m / median(&res[R_RAW64]));
+		else
+			printf("- |\n");
+	}
+}
+
+static const struct tool_opt opts[] = {
+	{ TOOL_OPT_FLAG("quick", 0, quick, "shorter runs, for CI smoke tests") },
+	{ 0 },
+};
+static const struct tool_cli cli = { "bench-core", "[--quick]", NULL, opts };
+
 int main(int argc, char **argv)
 {
 	struct corio_config cfg;
 	struct utsname u;
 	int cpu = 1, ret;
 
-	quick = argc > 1 && !strcmp(argv[1], "--quick");
+	if ((ret = tool_opt_parse(&cli, argc, argv)))
+		return ret > 0 ? 0 : 2;
 	corio_config_init(&cfg);
 	stall_default = cfg.stall_ns;
 	cfg.shards = 1;
@@ -225,18 +251,6 @@ int main(int argc, char **argv)
 	       final_stats.ring_flags & IORING_SETUP_DEFER_TASKRUN ? " (DEFER_TASKRUN" : "",
 	       final_stats.ring_flags & IORING_SETUP_DEFER_TASKRUN ? "+SINGLE_ISSUER)" : "",
 	       cfg.sq_entries, (unsigned long long)stall_default, __VERSION__, RUNS);
-	printf("| benchmark | median | min | max | unit | goal |\n|---|---|---|---|---|---|\n");
-	for (int i = 0; i < NRES; i++) {
-		double m = median(&res[i]);
-
-		printf("| %s | %.1f | %.1f | %.1f | %s | ", res[i].name, m, res[i].ns[0],
-		       res[i].ns[RUNS - 1], res[i].unit);
-		if (res[i].goal)
-			printf("<= %.0f |\n", res[i].goal);
-		else if (i == R_NOP64)
-			printf("<= 1.3x bare (%.2fx) |\n", m / median(&res[R_RAW64]));
-		else
-			printf("- |\n");
-	}
+	print_results();
 	return 0;
 }

@@ -22,6 +22,7 @@
  */
 #include <corio.h>
 
+#include "common/opt.h"
 #include "common/timing.h"
 
 #include <errno.h>
@@ -544,84 +545,124 @@ static void print_cell(const struct result *r)
 	       r->per_core / 1e3, r->p50, r->p99);
 }
 
-static void parse_qd(const char *s)
+/* --qd 1,32,128: up to 8 queue depths in 1..MAXQD. */
+static int parse_qd(const char *label, const char *s, void *to)
 {
-	nqd = 0;
-	for (char *e; *s && nqd < 8; s = *e ? e + 1 : e) {
-		long v = strtol(s, &e, 10);
+	char one[24];
+	uint64_t v;
+	int n = 0;
 
-		if (v < 1 || v > MAXQD) {
-			fprintf(stderr, "bench-fs: queue depth %ld out of 1..%d\n", v, MAXQD);
-			exit(2);
+	(void)to;
+	for (const char *p = s;; p++) {
+		size_t len = strcspn(p, ",");
+
+		if (n == 8 || len >= sizeof(one)) {
+			fprintf(stderr, "bench-fs: %s: bad value '%s' (at most 8 depths)\n", label, s);
+			return -EINVAL;
 		}
-		qds[nqd++] = (int)v;
+		memcpy(one, p, len);
+		one[len] = '\0';
+		if (tool_opt_count(label, one, 1, MAXQD, &v))
+			return -EINVAL;
+		qds[n++] = (int)v;
+		p += len;
+		if (!*p)
+			break;
 	}
+	nqd = n;
+	return 0;
 }
 
-int main(int argc, char **argv)
+/* --modes buffered,direct: which of the two to run. */
+static int parse_modes(const char *label, const char *s, void *to)
+{
+	static const char *const modes[] = { "buffered", "direct", NULL };
+	int want[2] = { 0, 0 };
+	char one[24];
+
+	(void)to;
+	for (const char *p = s;; p++) {
+		size_t len = strcspn(p, ",");
+		int m;
+
+		snprintf(one, sizeof(one), "%.*s", (int)len, p);
+		if ((m = tool_opt_choice(label, one, modes)) < 0)
+			return -EINVAL;
+		want[m] = 1;
+		p += len;
+		if (!*p)
+			break;
+	}
+	do_buffered = want[0];
+	do_direct = want[1];
+	return 0;
+}
+
+static int parse_options(int argc, char **argv)
+{
+	static uint64_t size_mib = 1024;
+	static const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("size", 0, size_mib, 1, 1u << 20, "MiB", "file size (1024)") },
+		{ TOOL_OPT_SECONDS("seconds", 0, seconds, 0.001, 3600, "S",
+				   "measured per run, after 0.2 s warm-up (1)") },
+		{ TOOL_OPT_CALL("qd", 0, parse_qd, NULL, "1,32,128", "queue depths (1,32,128)") },
+		{ TOOL_OPT_COUNT("reps", 0, reps, 1, MAXREPS, "N", "runs per cell, medians (1)") },
+		{ TOOL_OPT_COUNT("cpu", 0, cpu, 0, CPU_SETSIZE - 1, "C",
+				 "the CPU (the last of the affinity mask)") },
+		{ TOOL_OPT_STRING("dir", 0, dir, "DIR", "where the file goes ($TMPDIR, else /var/tmp)") },
+		{ TOOL_OPT_CALL("modes", 0, parse_modes, NULL, "buffered,direct",
+				"page cache, O_DIRECT or both (both)") },
+		{ 0 },
+	};
+	static const struct tool_cli cli = {
+		"bench-fs",
+		"[--size MiB] [--seconds S] [--qd 1,32,128] [--reps N] [--cpu C] [--dir DIR] "
+		"[--modes buffered,direct]",
+		NULL, opts,
+	};
+	int ret = tool_opt_parse(&cli, argc, argv);
+
+	file_size = size_mib << 20;
+	return ret;
+}
+
+/* The CPU's model name, or "?". */
+static void cpu_model(char *model, size_t len)
+{
+	FILE *f = fopen("/proc/cpuinfo", "r");
+	char line[256];
+
+	snprintf(model, len, "?");
+	if (!f)
+		return;
+	while (fgets(line, sizeof(line), f))
+		if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
+			snprintf(model, len, "%s", strchr(line, ':') + 2);
+			model[strcspn(model, "\n")] = 0;
+			break;
+		}
+	fclose(f);
+}
+
+/* The setup lines, before the file is made. */
+static void print_setup(const cpu_set_t *mask)
 {
 	struct utsname un;
-	cpu_set_t mask;
-	char model[128] = "?";
-	FILE *f;
-	double ratio32[2] = { 0, 0 };
+	char model[128];
 
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-
-		if (!strcmp(a, "--size") && v)
-			file_size = strtoull(v, NULL, 10) << 20, i++;
-		else if (!strcmp(a, "--seconds") && v)
-			seconds = atof(v), i++;
-		else if (!strcmp(a, "--qd") && v)
-			parse_qd(v), i++;
-		else if (!strcmp(a, "--reps") && v)
-			reps = atoi(v), i++;
-		else if (!strcmp(a, "--cpu") && v)
-			cpu = atoi(v), i++;
-		else if (!strcmp(a, "--dir") && v)
-			dir = v, i++;
-		else if (!strcmp(a, "--modes") && v)
-			do_buffered = !!strstr(v, "buffered"), do_direct = !!strstr(v, "direct"), i++;
-		else {
-			fprintf(stderr, "usage: bench-fs [--size MiB] [--seconds S] [--qd 1,32,128] "
-					"[--reps N] [--cpu C] [--dir DIR] [--modes buffered,direct]\n");
-			return 2;
-		}
-	}
-	if (reps < 1 || reps > MAXREPS || seconds <= 0 || file_size < (1u << 20)) {
-		fprintf(stderr, "bench-fs: need 1 <= reps <= %d, seconds > 0, size >= 1 MiB\n", MAXREPS);
-		return 2;
-	}
-	if (!dir)
-		dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
-	sched_getaffinity(0, sizeof(mask), &mask);
-	orig_mask = mask;
-	if (cpu < 0) /* the last CPU of the mask: CPU 0 takes more interrupts */
-		for (int c = 0; c < CPU_SETSIZE; c++)
-			if (CPU_ISSET(c, &mask))
-				cpu = c;
-	if ((f = fopen("/proc/cpuinfo", "r"))) {
-		char line[256];
-
-		while (fgets(line, sizeof(line), f))
-			if (!strncmp(line, "model name", 10) && strchr(line, ':')) {
-				snprintf(model, sizeof(model), "%s", strchr(line, ':') + 2);
-				model[strcspn(model, "\n")] = 0;
-				break;
-			}
-		fclose(f);
-	}
+	cpu_model(model, sizeof(model));
 	uname(&un);
 	printf("bench-fs: 4 KiB random reads, every engine pinned to CPU %d of %d (%s), "
-	       "kernel %s\n", cpu, CPU_COUNT(&mask), model, un.release);
+	       "kernel %s\n", cpu, CPU_COUNT(mask), model, un.release);
 	printf("corio: 1 shard, QD fibers each in corio_read_at(), buffers from corio_dma_alloc()\n");
 	printf("pool: 1 requester + QD pread workers (hand-off via mutex/condvar); "
 	       "threads: QD threads in pread(), no hand-off\n");
 	printf("dir: %s (%s); %.1f s measured per run after %.1f s warm-up; %d rep%s, medians\n",
 	       dir, fs_name(dir), seconds, warm, reps, reps > 1 ? "s" : "");
-	if (create_file())
-		return 1;
+}
+
+static void print_columns(void)
+{
 	printf("columns per engine: IOPS, CPU use of the process, IOPS per busy core, p50 and p99 "
 	       "latency of one read in us\n\n");
 	printf("%-8s %4s | %-39s | %-39s | %-39s | %s\n", "", "", "corio", "pool (hand-off)",
@@ -630,39 +671,70 @@ int main(int argc, char **argv)
 	for (int i = 0; i < 3; i++)
 		printf(" | %8s %5s %9s %6s %7s", "IOPS", "cpu", "IOPS/core", "p50", "p99");
 	printf(" | %s\n", "per core");
+}
+
+/* One mode's rows, every queue depth; the QD32 corio/pool ratio, or 0. */
+static double run_mode(int direct)
+{
+	double ratio32 = 0;
+
+	for (int qi = 0; qi < nqd; qi++) {
+		struct result rc[MAXREPS], rp[MAXREPS], rt[MAXREPS], c, p, t;
+
+		for (int k = 0; k < reps; k++) { /* alternate: A B C A B C */
+			rc[k] = run_corio(direct, qds[qi]);
+			rp[k] = run_pool(direct, qds[qi]);
+			rt[k] = run_threads(direct, qds[qi]);
+		}
+		c = median(rc, reps);
+		p = median(rp, reps);
+		t = median(rt, reps);
+		printf("%-8s %4d", direct ? "direct" : "buffered", qds[qi]);
+		print_cell(&c);
+		print_cell(&p);
+		print_cell(&t);
+		if (!c.err && !p.err && p.per_core > 0) {
+			printf(" | %.2fx\n", c.per_core / p.per_core);
+			if (qds[qi] == 32)
+				ratio32 = c.per_core / p.per_core;
+		} else {
+			printf(" |\n");
+		}
+		fflush(stdout);
+		if (c.err == -EINVAL && direct) {
+			printf("direct: O_DIRECT not supported in %s: skipped\n", dir);
+			break;
+		}
+	}
+	return ratio32;
+}
+
+int main(int argc, char **argv)
+{
+	cpu_set_t mask;
+	double ratio32[2] = { 0, 0 };
+	int ret = parse_options(argc, argv);
+
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	if (!dir)
+		dir = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/var/tmp";
+	sched_getaffinity(0, sizeof(mask), &mask);
+	orig_mask = mask;
+	if (cpu < 0) /* the last CPU of the mask: CPU 0 takes more interrupts */
+		for (int c = 0; c < CPU_SETSIZE; c++)
+			if (CPU_ISSET(c, &mask))
+				cpu = c;
+	print_setup(&mask);
+	if (create_file())
+		return 1;
+	print_columns();
 	for (int m = 0; m < 2; m++) {
 		int direct = m == 1;
 
 		if ((direct && !do_direct) || (!direct && !do_buffered))
 			continue;
-		for (int qi = 0; qi < nqd; qi++) {
-			struct result rc[MAXREPS], rp[MAXREPS], rt[MAXREPS], c, p, t;
-
-			for (int k = 0; k < reps; k++) { /* alternate: A B C A B C */
-				rc[k] = run_corio(direct, qds[qi]);
-				rp[k] = run_pool(direct, qds[qi]);
-				rt[k] = run_threads(direct, qds[qi]);
-			}
-			c = median(rc, reps);
-			p = median(rp, reps);
-			t = median(rt, reps);
-			printf("%-8s %4d", direct ? "direct" : "buffered", qds[qi]);
-			print_cell(&c);
-			print_cell(&p);
-			print_cell(&t);
-			if (!c.err && !p.err && p.per_core > 0) {
-				printf(" | %.2fx\n", c.per_core / p.per_core);
-				if (qds[qi] == 32)
-					ratio32[m] = c.per_core / p.per_core;
-			} else {
-				printf(" |\n");
-			}
-			fflush(stdout);
-			if (c.err == -EINVAL && direct) {
-				printf("direct: O_DIRECT not supported in %s: skipped\n", dir);
-				break;
-			}
-		}
+		ratio32[m] = run_mode(direct);
 	}
 	unlink(path);
 	for (int m = 0; m < 2; m++)

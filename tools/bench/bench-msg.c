@@ -7,11 +7,12 @@
  * (tools/common/msgq.c). Every contender runs once per round, in turn, for
  * ROUNDS rounds; the table shows medians and the spread.
  *
- * Usage: bench-msg [rounds]   (default 3)
+ * Usage: bench-msg [ROUNDS]   (1..15, default 3)
  */
 #include <corio.h>
 
 #include "common/msgq.h"
+#include "common/opt.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -298,20 +299,81 @@ static void base_rtt(enum mq_kind kind, unsigned n, double *p50, double *p99)
 
 /* ---- main ------------------------------------------------------------------------------ */
 
+/* Every contender's figures over the rounds. */
+struct results {
+	struct series tp11, tp21, tpm, tpe;
+	struct series busy50, busy99, mr50, mr99;
+	struct series ef50, ef99, bm50, bm99;
+	struct series be50, be99;
+};
+
+/* One round: each contender once, in turn. */
+static void run_round(struct results *r)
+{
+	double p50, p99;
+
+	add(&r->tp11, corio_oneway(1));
+	add(&r->tpm, base_oneway(MQ_MUTEX_CONDVAR, TP_MUTEX));
+	add(&r->tp21, corio_oneway(2));
+	add(&r->tpe, base_oneway(MQ_EVENTFD, TP_EFD));
+	corio_rtt(CORIO_IDLE_POLL, "msg_ring", RTT_BUSY, &p50, &p99);
+	add(&r->busy50, p50), add(&r->busy99, p99);
+	corio_rtt(CORIO_IDLE_BLOCK, "msg_ring", RTT_SLEEP, &p50, &p99);
+	add(&r->mr50, p50), add(&r->mr99, p99);
+	base_rtt(MQ_MUTEX_CONDVAR, RTT_SLEEP, &p50, &p99);
+	add(&r->bm50, p50), add(&r->bm99, p99);
+	corio_rtt(CORIO_IDLE_BLOCK, "eventfd", RTT_SLEEP, &p50, &p99);
+	add(&r->ef50, p50), add(&r->ef99, p99);
+	base_rtt(MQ_EVENTFD, RTT_SLEEP, &p50, &p99);
+	add(&r->be50, p50), add(&r->be99, p99);
+}
+
+static void print_results(struct results *r)
+{
+	double lo, hi, m;
+
+	printf("\none-way throughput, M msgs/s          median   [min .. max]\n");
+#define TP(name, s)                                                                 \
+	m = med(&s, &lo, &hi);                                                      \
+	printf("  %-36s %6.2f   [%.2f .. %.2f]\n", name, m / 1e6, lo / 1e6, hi / 1e6)
+	TP("corio_post 1->1", r->tp11);
+	TP("corio_post 2->1 (3 shards, 2 CPUs)", r->tp21);
+	TP("mutex+condvar queue 1->1", r->tpm);
+	TP("eventfd-per-message queue 1->1", r->tpe);
+	printf("\nround trip, us                            p50 [min .. max]        p99 [min .. max]\n");
+#define RT(name, a, b)                                                              \
+	do {                                                                        \
+		double l2, h2, m2;                                                  \
+		m = med(&a, &lo, &hi);                                              \
+		m2 = med(&b, &l2, &h2);                                             \
+		printf("  %-38s %6.2f [%.2f .. %.2f]   %7.2f [%.2f .. %.2f]\n", name, m, lo, \
+		       hi, m2, l2, h2);                                             \
+	} while (0)
+	RT("corio_call, target busy (idle=POLL)", r->busy50, r->busy99);
+	RT("corio_call, asleep, MSG_RING doorbell", r->mr50, r->mr99);
+	RT("corio_call, asleep, eventfd doorbell", r->ef50, r->ef99);
+	RT("mutex+condvar ping-pong (threads sleep)", r->bm50, r->bm99);
+	RT("eventfd-per-message ping-pong", r->be50, r->be99);
+	printf("\ngoals: >= 20 M msgs/s 1->1; call p50 <= 1 us busy, <= 10 us asleep\n");
+}
+
+static unsigned rounds = 3;
+static const struct tool_opt opts[] = {
+	{ TOOL_OPT_COUNT(NULL, 0, rounds, 1, MAXR, "ROUNDS", "rounds of every contender (3)") },
+	{ 0 },
+};
+static const struct tool_cli cli = { "bench-msg", "[ROUNDS]", NULL, opts };
+
 int main(int argc, char **argv)
 {
-	int rounds = argc > 1 ? atoi(argv[1]) : 3;
-	struct series tp11 = { 0 }, tp21 = { 0 }, tpm = { 0 }, tpe = { 0 };
-	struct series busy50 = { 0 }, busy99 = { 0 }, mr50 = { 0 }, mr99 = { 0 };
-	struct series ef50 = { 0 }, ef99 = { 0 }, bm50 = { 0 }, bm99 = { 0 };
-	struct series be50 = { 0 }, be99 = { 0 };
+	static struct results res;
 	struct utsname u;
 	cpu_set_t mask;
-	double p50, p99, lo, hi, m;
-	int k = 0;
+	int k = 0, ret;
 
-	if (rounds < 1 || rounds > MAXR)
-		rounds = 3;
+	ret = tool_opt_parse(&cli, argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
 	sched_getaffinity(0, sizeof(mask), &mask);
 	all_cpus = mask;
 	for (int c = 0; c < CPU_SETSIZE && k < 2; c++)
@@ -324,53 +386,15 @@ int main(int argc, char **argv)
 	samples = calloc(RTT_BUSY, sizeof(*samples));
 	uname(&u);
 	printf("bench-msg: cross-shard messages; kernel %s, %ld CPUs online, sender CPU %d, "
-	       "receiver CPU %d, %d rounds (contenders alternate each round)\n",
+	       "receiver CPU %d, %u rounds (contenders alternate each round)\n",
 	       u.release, sysconf(_SC_NPROCESSORS_ONLN), cpu_a, cpu_b, rounds);
 	printf("msg_slots 4096 (default); one-way: %llu msgs per run (baselines: mutex %llu, "
 	       "eventfd %llu); calls: %u busy / %u asleep round trips after %u warm-up\n",
 	       TP_CORIO, TP_MUTEX, TP_EFD, RTT_BUSY, RTT_SLEEP, WARMUP);
 	fflush(stdout);
-
-	for (int r = 0; r < rounds; r++) {
-		add(&tp11, corio_oneway(1));
-		add(&tpm, base_oneway(MQ_MUTEX_CONDVAR, TP_MUTEX));
-		add(&tp21, corio_oneway(2));
-		add(&tpe, base_oneway(MQ_EVENTFD, TP_EFD));
-		corio_rtt(CORIO_IDLE_POLL, "msg_ring", RTT_BUSY, &p50, &p99);
-		add(&busy50, p50), add(&busy99, p99);
-		corio_rtt(CORIO_IDLE_BLOCK, "msg_ring", RTT_SLEEP, &p50, &p99);
-		add(&mr50, p50), add(&mr99, p99);
-		base_rtt(MQ_MUTEX_CONDVAR, RTT_SLEEP, &p50, &p99);
-		add(&bm50, p50), add(&bm99, p99);
-		corio_rtt(CORIO_IDLE_BLOCK, "eventfd", RTT_SLEEP, &p50, &p99);
-		add(&ef50, p50), add(&ef99, p99);
-		base_rtt(MQ_EVENTFD, RTT_SLEEP, &p50, &p99);
-		add(&be50, p50), add(&be99, p99);
-	}
-
-	printf("\none-way throughput, M msgs/s          median   [min .. max]\n");
-#define TP(name, s)                                                                 \
-	m = med(&s, &lo, &hi);                                                      \
-	printf("  %-36s %6.2f   [%.2f .. %.2f]\n", name, m / 1e6, lo / 1e6, hi / 1e6)
-	TP("corio_post 1->1", tp11);
-	TP("corio_post 2->1 (3 shards, 2 CPUs)", tp21);
-	TP("mutex+condvar queue 1->1", tpm);
-	TP("eventfd-per-message queue 1->1", tpe);
-	printf("\nround trip, us                            p50 [min .. max]        p99 [min .. max]\n");
-#define RT(name, a, b)                                                              \
-	do {                                                                        \
-		double l2, h2, m2;                                                  \
-		m = med(&a, &lo, &hi);                                              \
-		m2 = med(&b, &l2, &h2);                                             \
-		printf("  %-38s %6.2f [%.2f .. %.2f]   %7.2f [%.2f .. %.2f]\n", name, m, lo, \
-		       hi, m2, l2, h2);                                             \
-	} while (0)
-	RT("corio_call, target busy (idle=POLL)", busy50, busy99);
-	RT("corio_call, asleep, MSG_RING doorbell", mr50, mr99);
-	RT("corio_call, asleep, eventfd doorbell", ef50, ef99);
-	RT("mutex+condvar ping-pong (threads sleep)", bm50, bm99);
-	RT("eventfd-per-message ping-pong", be50, be99);
-	printf("\ngoals: >= 20 M msgs/s 1->1; call p50 <= 1 us busy, <= 10 us asleep\n");
+	for (unsigned r = 0; r < rounds; r++)
+		run_round(&res);
+	print_results(&res);
 	free(samples);
 	return 0;
 }

@@ -11,11 +11,12 @@
  * prints medians: messages per second and the server shard's CPU time per
  * message (thread CPU clock), the robust number on a small shared machine.
  *
- * usage: bench-net [seconds-per-run (0.5)] [repetitions (3)]
+ * usage: bench-net [seconds-per-run (0.5)] [repetitions, 1..15 (3)]
  * BENCH_NET_DEBUG=1 also prints the server shard's loop counters per run.
  */
 #include <corio.h>
 
+#include "common/opt.h"
 #include "common/timing.h"
 
 #include <errno.h>
@@ -187,19 +188,25 @@ static int cmp(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+static double secs = 0.5;
+static int reps = 3;
+static const struct tool_opt opts[] = {
+	{ TOOL_OPT_SECONDS(NULL, 0, secs, 0.001, 3600, "SECONDS", "seconds per run (0.5)") },
+	{ TOOL_OPT_COUNT(NULL, 0, reps, 1, 15, "REPS", "repetitions, 1..15 (3)") },
+	{ 0 },
+};
+static const struct tool_cli cli = { "bench-net", "[SECONDS [REPS]]", NULL, opts };
+
 int main(int argc, char **argv)
 {
-	double secs = argc > 1 ? atof(argv[1]) : 0.5;
-	int reps = argc > 2 ? atoi(argv[2]) : 3;
 	static const struct { unsigned conns; size_t size; } cases[] = {
 		{ 1, 64 }, { 32, 64 }, { 32, 4096 }, { 8, 65536 },
 	};
 	struct corio_config cfg;
+	int parsed;
 
-	if (secs <= 0 || reps < 1 || reps > 15) {
-		fprintf(stderr, "usage: bench-net [seconds-per-run] [repetitions (1..15)]\n");
-		return 2;
-	}
+	if ((parsed = tool_opt_parse(&cli, argc, argv)))
+		return parsed > 0 ? 0 : 2;
 	corio_config_init(&cfg);
 	cfg.shards = 2;
 	printf("bench-net: TCP echo over 127.0.0.1, server on shard 1, closed-loop clients on "

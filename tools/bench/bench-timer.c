@@ -30,6 +30,7 @@
  */
 #include <corio.h>
 
+#include "common/opt.h"
 #include "common/timing.h"
 
 #include <errno.h>
@@ -725,25 +726,140 @@ static void million_child(int which, unsigned n, struct million *m)
 	}
 }
 
-int main(int argc, char **argv)
+/* 1M timers, each contender in a fresh process (clean RSS), before the
+ * other phases leave freed memory around: 0 or 1. */
+static int million_phase(unsigned million)
+{
+	struct million *m = mmap(NULL, 3 * sizeof(*m), PROT_READ | PROT_WRITE,
+				 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+
+	if (m == MAP_FAILED)
+		return 1;
+	memset(m, 0, 3 * sizeof(*m));
+	for (int c = 0; c < 3; c++) {
+		pid_t pid;
+
+		fflush(stdout);
+		pid = fork();
+		if (pid == 0) {
+			million_child(c, million, &m[c]);
+			_exit(0);
+		}
+		if (pid > 0)
+			waitpid(pid, NULL, 0);
+	}
+	printf("%u timers on one shard (goal: corio <= 256 MiB)\n", million);
+	printf("  %-10s arm %6.0f ms (%4.0f ns/timer), cancel all %5.0f ms, RSS +%6.1f MiB "
+	       "(%3.0f B/timer), timeout SQEs sent %llu\n",
+	       "corio", m[0].arm_s * 1e3, m[0].arm_s * 1e9 / million, m[0].end_s * 1e3,
+	       m[0].mem_kib / 1024.0, m[0].mem_kib * 1024.0 / million, m[0].sqes);
+	printf("  %-10s arm %6.0f ms (%4.0f ns/timer), ring teardown %5.0f ms, kernel slab "
+	       "+%6.1f MiB (%3.0f B/timer; system-wide figure)\n",
+	       "sqe/timer", m[1].arm_s * 1e3, m[1].arm_s * 1e9 / million, m[1].end_s * 1e3,
+	       m[1].mem_kib / 1024.0, m[1].mem_kib * 1024.0 / million);
+	printf("  %-10s arm %6.0f ms (%4.0f ns/timer), RSS +%6.1f MiB (%3.0f B/timer)\n",
+	       "timerfd", m[2].arm_s * 1e3, m[2].arm_s * 1e9 / million, m[2].mem_kib / 1024.0,
+	       m[2].mem_kib * 1024.0 / million);
+	printf("\n");
+	return 0;
+}
+
+static void arm_cancel_phase(uint64_t pairs)
 {
 	static const unsigned bgs[] = { 0, 1000, 100000 };
+	double r_c[3], r_s[3], r_t[3];
+	struct cjob j;
+
+	for (unsigned b = 0; b < 3; b++) {
+		memset(&j, 0, sizeof(j));
+		j.kind = 0;
+		j.bg = bgs[b];
+		j.pairs = pairs;
+		corio_job(&j);
+		r_c[b] = j.rate;
+		r_s[b] = sqe_arm_cancel(bgs[b], pairs, quick ? 0.2 : 0.5);
+		r_t[b] = tfd_arm_cancel(bgs[b], pairs);
+	}
+	printf("arm+cancel (cancel the timer armed 1024 pairs earlier), million pairs/s (goal: corio >= 2.0)\n");
+	printf("  %-22s %10s %10s %10s\n", "other timers armed", "corio", "sqe/timer", "timerfd");
+	for (unsigned b = 0; b < 3; b++)
+		printf("  %-22u %10.2f %10.4f %10.2f\n", bgs[b], r_c[b] / 1e6, r_s[b] / 1e6,
+		       r_t[b] / 1e6);
+}
+
+/* Lateness with p timers armed: corio (blocking, then busy-polling),
+ * one SQE per timer, timerfd. */
+static void lateness_row(unsigned p)
+{
+	size_t cap = (size_t)(lat_seconds * 30000) + 1000;
+	struct lat ls = { calloc(cap, 8), 0, cap }, lt = { calloc(cap, 8), 0, cap };
+	struct cjob j;
+
+	memset(&j, 0, sizeof(j));
+	j.kind = 2;
+	j.p = p;
+	j.window = window_for(p);
+	j.lat.v = calloc(cap, 8);
+	j.lat.cap = cap;
+	corio_job(&j);
+	sqe_lateness(p, &ls);
+	tfd_lateness(p, &lt);
+	lat_print("corio", p, &j.lat);
+	lat_print("sqe/timer", p, &ls);
+	lat_print("timerfd", p, &lt);
+	printf("  %-10s %7u  (corio's own stats histogram: p50 <= %.1f, p99 <= %.1f, "
+	       "p99.9 <= %.1f)\n",
+	       "", p, corio_timer_lateness_quantile(&j.st, 0.5) / 1e3,
+	       corio_timer_lateness_quantile(&j.st, 0.99) / 1e3,
+	       corio_timer_lateness_quantile(&j.st, 0.999) / 1e3);
+	/* the same with a busy-polling shard: no kernel wake-up in the path */
+	j.idle = CORIO_IDLE_POLL;
+	j.lat.n = 0;
+	corio_job(&j);
+	lat_print("corio/poll", p, &j.lat);
+	free(j.lat.v);
+	free(ls.v);
+	free(lt.v);
+}
+
+static void lateness_phase(void)
+{
 	static const unsigned lps[] = { 1000, 100000 };
+	size_t cap = (size_t)(lat_seconds * 30000) + 1000;
+	struct lat ln;
+
+	printf("\nlateness in us, ~10k expirations/s for %.1f s (goal: corio p99 <= 50 at 100k)\n",
+	       lat_seconds);
+	printf("  %-10s %7s  %8s  %9s  %9s  %9s  %9s\n", "", "armed", "samples", "p50", "p99",
+	       "p99.9", "max");
+	for (unsigned k = 0; k < 2; k++)
+		lateness_row(lps[k]);
+	ln = (struct lat){ calloc(cap, 8), 0, cap };
+	nanosleep_lateness(&ln);
+	lat_print("nanosleep", 1, &ln);
+	free(ln.v);
+	printf("  (nanosleep: one thread, clock_nanosleep to absolute deadlines: the "
+	       "wake-up floor of this machine)\n");
+}
+
+static const struct tool_opt opts[] = {
+	{ TOOL_OPT_FLAG("quick", 0, quick, "shorter runs, for CI smoke tests") },
+	{ 0 },
+};
+static const struct tool_cli cli = { "bench-timer", "[--quick]", NULL, opts };
+
+int main(int argc, char **argv)
+{
 	unsigned million = 1000000;
 	uint64_t pairs = 4000000;
 	struct utsname u;
 	cpu_set_t mask;
 	struct cjob j;
-	double r_c[3], r_s[3], r_t[3];
+	int ret;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--quick")) {
-			quick = 1;
-		} else {
-			fprintf(stderr, "usage: %s [--quick]\n", argv[0]);
-			return 2;
-		}
-	}
+	ret = tool_opt_parse(&cli, argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
 	if (quick) {
 		lat_seconds = 0.3;
 		pairs = 400000;
@@ -768,105 +884,9 @@ int main(int argc, char **argv)
 	       cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release, ring_flags_str(j.ring_flags), quick ? ", --quick" : "");
 	printf("contenders: corio = heap + 1 timeout SQE; sqe/timer = 1 IORING_OP_TIMEOUT per "
 	       "timer (bare liburing); timerfd = binary heap + timerfd + epoll\n\n");
-
-	/* ---- 1M timers, each contender in a fresh process (clean RSS), before
-	 * the other phases leave freed memory around ---- */
-	{
-		struct million *m = mmap(NULL, 3 * sizeof(*m), PROT_READ | PROT_WRITE,
-					 MAP_SHARED | MAP_ANONYMOUS, -1, 0);
-
-		if (m == MAP_FAILED)
-			return 1;
-		memset(m, 0, 3 * sizeof(*m));
-		for (int c = 0; c < 3; c++) {
-			pid_t pid;
-
-			fflush(stdout);
-			pid = fork();
-			if (pid == 0) {
-				million_child(c, million, &m[c]);
-				_exit(0);
-			}
-			if (pid > 0)
-				waitpid(pid, NULL, 0);
-		}
-		printf("%u timers on one shard (goal: corio <= 256 MiB)\n", million);
-		printf("  %-10s arm %6.0f ms (%4.0f ns/timer), cancel all %5.0f ms, RSS +%6.1f MiB "
-		       "(%3.0f B/timer), timeout SQEs sent %llu\n",
-		       "corio", m[0].arm_s * 1e3, m[0].arm_s * 1e9 / million, m[0].end_s * 1e3,
-		       m[0].mem_kib / 1024.0, m[0].mem_kib * 1024.0 / million, m[0].sqes);
-		printf("  %-10s arm %6.0f ms (%4.0f ns/timer), ring teardown %5.0f ms, kernel slab "
-		       "+%6.1f MiB (%3.0f B/timer; system-wide figure)\n",
-		       "sqe/timer", m[1].arm_s * 1e3, m[1].arm_s * 1e9 / million, m[1].end_s * 1e3,
-		       m[1].mem_kib / 1024.0, m[1].mem_kib * 1024.0 / million);
-		printf("  %-10s arm %6.0f ms (%4.0f ns/timer), RSS +%6.1f MiB (%3.0f B/timer)\n",
-		       "timerfd", m[2].arm_s * 1e3, m[2].arm_s * 1e9 / million, m[2].mem_kib / 1024.0,
-		       m[2].mem_kib * 1024.0 / million);
-		printf("\n");
-	}
-
-	/* ---- arm + cancel ---- */
-	for (unsigned b = 0; b < 3; b++) {
-		memset(&j, 0, sizeof(j));
-		j.kind = 0;
-		j.bg = bgs[b];
-		j.pairs = pairs;
-		corio_job(&j);
-		r_c[b] = j.rate;
-		r_s[b] = sqe_arm_cancel(bgs[b], pairs, quick ? 0.2 : 0.5);
-		r_t[b] = tfd_arm_cancel(bgs[b], pairs);
-	}
-	printf("arm+cancel (cancel the timer armed 1024 pairs earlier), million pairs/s (goal: corio >= 2.0)\n");
-	printf("  %-22s %10s %10s %10s\n", "other timers armed", "corio", "sqe/timer", "timerfd");
-	for (unsigned b = 0; b < 3; b++)
-		printf("  %-22u %10.2f %10.4f %10.2f\n", bgs[b], r_c[b] / 1e6, r_s[b] / 1e6,
-		       r_t[b] / 1e6);
-
-	/* ---- lateness ---- */
-	printf("\nlateness in us, ~10k expirations/s for %.1f s (goal: corio p99 <= 50 at 100k)\n",
-	       lat_seconds);
-	printf("  %-10s %7s  %8s  %9s  %9s  %9s  %9s\n", "", "armed", "samples", "p50", "p99",
-	       "p99.9", "max");
-	for (unsigned k = 0; k < 2; k++) {
-		size_t cap = (size_t)(lat_seconds * 30000) + 1000;
-		struct lat ls = { calloc(cap, 8), 0, cap }, lt = { calloc(cap, 8), 0, cap };
-
-		memset(&j, 0, sizeof(j));
-		j.kind = 2;
-		j.p = lps[k];
-		j.window = window_for(lps[k]);
-		j.lat.v = calloc(cap, 8);
-		j.lat.cap = cap;
-		corio_job(&j);
-		sqe_lateness(lps[k], &ls);
-		tfd_lateness(lps[k], &lt);
-		lat_print("corio", lps[k], &j.lat);
-		lat_print("sqe/timer", lps[k], &ls);
-		lat_print("timerfd", lps[k], &lt);
-		printf("  %-10s %7u  (corio's own stats histogram: p50 <= %.1f, p99 <= %.1f, "
-		       "p99.9 <= %.1f)\n",
-		       "", lps[k], corio_timer_lateness_quantile(&j.st, 0.5) / 1e3,
-		       corio_timer_lateness_quantile(&j.st, 0.99) / 1e3,
-		       corio_timer_lateness_quantile(&j.st, 0.999) / 1e3);
-		/* the same with a busy-polling shard: no kernel wake-up in the path */
-		j.idle = CORIO_IDLE_POLL;
-		j.lat.n = 0;
-		corio_job(&j);
-		lat_print("corio/poll", lps[k], &j.lat);
-		free(j.lat.v);
-		free(ls.v);
-		free(lt.v);
-	}
-	{
-		size_t cap = (size_t)(lat_seconds * 30000) + 1000;
-		struct lat ln = { calloc(cap, 8), 0, cap };
-
-		nanosleep_lateness(&ln);
-		lat_print("nanosleep", 1, &ln);
-		free(ln.v);
-		printf("  (nanosleep: one thread, clock_nanosleep to absolute deadlines: the "
-		       "wake-up floor of this machine)\n");
-	}
-
+	if (million_phase(million))
+		return 1;
+	arm_cancel_phase(pairs);
+	lateness_phase();
 	return 0;
 }

@@ -44,7 +44,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -63,7 +62,7 @@ enum accept_model { ACC_REUSEPORT, ACC_DISPATCH, ACC_DISPATCH_LEAST };
 static struct {
 	unsigned shards;
 	int port;
-	enum accept_model accept;
+	int accept;               /* enum accept_model */
 	int sockperf;
 	int recv_copy;
 	int send_wait;            /* --send wait: corio_sendv and wait */
@@ -421,31 +420,166 @@ static void entry(void *arg)
 
 /* ---- main -------------------------------------------------------------------- */
 
-static void usage(FILE *f)
+static const char *const accepts[] = { "reuseport", "dispatch", "dispatch-least", NULL };
+static const char *const recvs[] = { "bufs", "copy", NULL };
+static const char *const sends[] = { "buf", "wait", NULL };
+
+/* What main()'s steps share. */
+static struct {
+	struct corio_config cfg;
+	const char *idle_name;
+	int cpu[MAX_SHARDS];
+	struct tool_cpus cpus;
+	int sqpoll, stats;
+	double timeout;
+} m = { .idle_name = "block", .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
+
+/* --idle block | spin[:US] | poll (or busy-poll); --busy-poll (value NULL)
+ * is --idle poll. The last one given wins. */
+static int parse_idle(const char *label, const char *s, void *to)
 {
-	fprintf(f,
-		"usage: corio-echo [options]\n"
-		"  -n, --shards N        shards (1)\n"
-		"  -C, --cpus LIST       pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1);\n"
-		"                        default: the CPUs of the affinity mask in order\n"
-		"  -p, --port P          TCP (UDP) port on 127.0.0.1; 0 picks one and prints it (0)\n"
-		"  -u, --udp             UDP echo: one SO_REUSEPORT socket per shard, each\n"
-		"                        datagram sent back to its sender\n"
-		"  -a, --accept MODEL    reuseport | dispatch | dispatch-least (reuseport)\n"
-		"  -i, --idle MODE       block | spin[:US] | poll (busy-poll) (block)\n"
-		"      --busy-poll       same as --idle poll\n"
-		"      --sqpoll          kernel SQ polling thread per shard (CORIO_F_SQPOLL)\n"
-		"      --recv MODE       bufs (provided-buffer multishot) | copy (bufs)\n"
-		"      --send MODE       buf (corio_send_buf, no wait) | wait (one\n"
-		"                        corio_sendv per batch, waited for) (buf)\n"
-		"      --recv-queue N    received buffers a connection may hold unread (16)\n"
-		"      --send-queue N    corio_send_buf sends a connection may queue (16)\n"
-		"      --sockperf        reflect sockperf's TCP (with --udp: UDP) framing instead\n"
-		"                        of echoing\n"
-		"      --control PATH    control socket (stats) at PATH\n"
-		"      --stats           print per-shard loop and net counters at exit\n"
-		"      --timeout SECS    exit after SECS (default: run until SIGINT/SIGTERM)\n"
-		"  -h, --help\n");
+	struct corio_config *cfg = to;
+	uint64_t v;
+
+	(void)label;
+	if (!s || !strcmp(s, "poll") || !strcmp(s, "busy-poll")) {
+		cfg->idle = CORIO_IDLE_POLL;
+	} else if (!strcmp(s, "block")) {
+		cfg->idle = CORIO_IDLE_BLOCK;
+	} else if (!strncmp(s, "spin", 4) && (!s[4] || s[4] == ':')) {
+		cfg->idle = CORIO_IDLE_SPIN;
+		if (s[4] && tool_opt_count("--idle spin:US", s + 5, 1, 10000000, &v))
+			return -EINVAL;
+		if (s[4])
+			cfg->spin_us = (unsigned)v;
+	} else {
+		fprintf(stderr, "corio-echo: --idle: bad value '%s' (expected block, "
+				"spin, spin:US or poll)\n", s);
+		return -EINVAL;
+	}
+	m.idle_name = cfg->idle == CORIO_IDLE_POLL ? "poll" :
+		      cfg->idle == CORIO_IDLE_SPIN ? "spin" : "block";
+	return 0;
+}
+
+/* --recv-queue / --send-queue: to is the variable the shards read at
+ * start (net/part.c). */
+static int set_queue(const char *label, const char *s, void *to)
+{
+	char num[24];
+	uint64_t v;
+
+	if (tool_opt_count(label, s, 1, 65535, &v))
+		return -EINVAL;
+	snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
+	setenv(to, num, 1);
+	return 0;
+}
+
+static int parse_options(int argc, char **argv)
+{
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("shards", 'n', m.cfg.shards, 1, MAX_SHARDS, "N", "shards (1)") },
+		{ TOOL_OPT_CPUS("cpus", 'C', m.cpus, "LIST",
+				"pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1);\n"
+				"default: the CPUs of the affinity mask in order") },
+		{ TOOL_OPT_COUNT("port", 'p', g.port, 0, 65535, "P",
+				 "TCP (UDP) port on 127.0.0.1; 0 picks one and prints it (0)") },
+		{ TOOL_OPT_FLAG("udp", 'u', g.udp,
+				"UDP echo: one SO_REUSEPORT socket per shard, each\n"
+				"datagram sent back to its sender") },
+		{ TOOL_OPT_CHOICE("accept", 'a', g.accept, accepts, "MODEL",
+				  "reuseport | dispatch | dispatch-least (reuseport)") },
+		{ TOOL_OPT_CALL("idle", 'i', parse_idle, &m.cfg, "MODE",
+				"block | spin[:US] | poll (busy-poll) (block)") },
+		{ TOOL_OPT_CALL("busy-poll", 0, parse_idle, &m.cfg, NULL, "same as --idle poll") },
+		{ TOOL_OPT_FLAG("sqpoll", 0, m.sqpoll,
+				"kernel SQ polling thread per shard (CORIO_F_SQPOLL)") },
+		{ TOOL_OPT_CHOICE("recv", 0, g.recv_copy, recvs, "MODE",
+				  "bufs (provided-buffer multishot) | copy (bufs)") },
+		{ TOOL_OPT_CHOICE("send", 0, g.send_wait, sends, "MODE",
+				  "buf (corio_send_buf, no wait) | wait (one\n"
+				  "corio_sendv per batch, waited for) (buf)") },
+		{ TOOL_OPT_CALL("recv-queue", 0, set_queue, "CORIO_NET_RECV_QUEUE", "N",
+				"received buffers a connection may hold unread (16)") },
+		{ TOOL_OPT_CALL("send-queue", 0, set_queue, "CORIO_NET_SEND_QUEUE", "N",
+				"corio_send_buf sends a connection may queue (16)") },
+		{ TOOL_OPT_FLAG("sockperf", 0, g.sockperf,
+				"reflect sockperf's TCP (with --udp: UDP) framing instead\n"
+				"of echoing") },
+		{ TOOL_OPT_STRING("control", 0, m.cfg.control_path, "PATH",
+				  "control socket (stats) at PATH") },
+		{ TOOL_OPT_FLAG("stats", 0, m.stats, "print per-shard loop and net counters at exit") },
+		{ TOOL_OPT_SECONDS("timeout", 0, m.timeout, 0.001, 1e6, "SECS",
+				   "exit after SECS (default: run until SIGINT/SIGTERM)") },
+		{ 0 },
+	};
+	const struct tool_cli cli = { "corio-echo", "[options]", NULL, opts };
+
+	corio_config_init(&m.cfg);
+	m.cfg.shards = 1;
+	m.cfg.stall_ns = 0;
+	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* The checks that span options, and the CPU list: 0 or 2. */
+static int check_options(void)
+{
+	if (g.udp && g.accept != ACC_REUSEPORT) {
+		fprintf(stderr, "corio-echo: --udp: there is nothing to accept (--accept %s)\n",
+			accepts[g.accept]);
+		return 2;
+	}
+	if (m.sqpoll)
+		m.cfg.flags |= CORIO_F_SQPOLL;
+	if (m.cpus.n) {
+		/* repeat the list: shard i on cpus[i % n] */
+		for (unsigned i = m.cpus.n; i < m.cfg.shards; i++)
+			m.cpu[i] = m.cpu[i % m.cpus.n];
+		m.cfg.cpus = m.cpu;
+	}
+	g.shards = m.cfg.shards;
+	return 0;
+}
+
+static void print_listening(void)
+{
+	printf("corio-echo: listening on 127.0.0.1:%d shards=%u cpus=", atomic_load(&g.bound_port),
+	       g.shards);
+	for (unsigned i = 0; i < g.shards; i++) {
+		if (m.cpus.n)
+			printf("%s%d", i ? "," : "", m.cpu[i]);
+		else
+			printf("%sauto", i ? "," : "");
+	}
+	printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
+	       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], m.idle_name,
+	       m.cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
+	       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
+	fflush(stdout);
+}
+
+/* Print the listening line once every listener is up; return on a failed
+ * shard, the timeout, SIGINT or SIGTERM (blocked in set). */
+static void wait_for_stop(sigset_t *set)
+{
+	uint64_t until = m.timeout > 0 ? corio_now_ns() + tool_s_to_ns(m.timeout) : UINT64_MAX;
+	unsigned want = g.accept == ACC_REUSEPORT || g.udp ? g.shards : 1;
+	int printed = 0, sig;
+
+	for (;;) {
+		struct timespec ts = { .tv_nsec = 50000000 };
+
+		if (!printed && atomic_load(&g.listening) == want) {
+			print_listening();
+			printed = 1;
+		}
+		if (atomic_load(&g.failed) || corio_now_ns() >= until)
+			break;
+		sig = sigtimedwait(set, NULL, &ts);
+		if (sig == SIGINT || sig == SIGTERM)
+			break;
+	}
 }
 
 static void print_stats(struct corio_rt *rt)
@@ -475,194 +609,27 @@ static void print_stats(struct corio_rt *rt)
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "shards", required_argument, NULL, 'n' },
-		{ "cpus", required_argument, NULL, 'C' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "accept", required_argument, NULL, 'a' },
-		{ "idle", required_argument, NULL, 'i' },
-		{ "busy-poll", no_argument, NULL, 'b' },
-		{ "sqpoll", no_argument, NULL, 'Q' },
-		{ "recv", required_argument, NULL, 'R' },
-		{ "send", required_argument, NULL, 'W' },
-		{ "sockperf", no_argument, NULL, 's' },
-		{ "udp", no_argument, NULL, 'u' },
-		{ "recv-queue", required_argument, NULL, 'q' },
-		{ "send-queue", required_argument, NULL, 'w' },
-		{ "control", required_argument, NULL, 'c' },
-		{ "stats", no_argument, NULL, 'S' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	static const char *const accepts[] = { "reuseport", "dispatch", "dispatch-least", NULL };
-	static const char *const recvs[] = { "bufs", "copy", NULL };
-	static const char *const sends[] = { "buf", "wait", NULL };
-	static int cpus[MAX_SHARDS];
-	unsigned ncpus = 0;
-	struct corio_config cfg;
 	struct corio_rt *rt;
-	double timeout = 0;
-	int o, ret, stats = 0;
-	uint64_t v, until;
 	sigset_t set;
-	const char *idle_name = "block";
+	int ret;
 
-	tool_prog = "corio-echo";
-	corio_config_init(&cfg);
-	cfg.shards = 1;
-	cfg.stall_ns = 0;
-	while ((o = getopt_long(argc, argv, "n:C:p:a:i:uh", opts, NULL)) != -1) {
-		switch (o) {
-		case 'n':
-			if (tool_opt_count("--shards", optarg, 1, MAX_SHARDS, &v))
-				return 2;
-			cfg.shards = (unsigned)v;
-			break;
-		case 'C':
-			if (tool_opt_cpus("--cpus", optarg, cpus, MAX_SHARDS, &ncpus))
-				return 2;
-			break;
-		case 'p':
-			if (tool_opt_count("--port", optarg, 0, 65535, &v))
-				return 2;
-			g.port = (int)v;
-			break;
-		case 'a':
-			if ((o = tool_opt_choice("--accept", optarg, accepts)) < 0)
-				return 2;
-			g.accept = (enum accept_model)o;
-			break;
-		case 'i':
-			if (!strcmp(optarg, "block")) {
-				cfg.idle = CORIO_IDLE_BLOCK;
-			} else if (!strcmp(optarg, "poll") || !strcmp(optarg, "busy-poll")) {
-				cfg.idle = CORIO_IDLE_POLL;
-			} else if (!strncmp(optarg, "spin", 4) && (!optarg[4] || optarg[4] == ':')) {
-				cfg.idle = CORIO_IDLE_SPIN;
-				if (optarg[4] && tool_opt_count("--idle spin:US", optarg + 5, 1, 10000000, &v))
-					return 2;
-				if (optarg[4])
-					cfg.spin_us = (unsigned)v;
-			} else {
-				fprintf(stderr, "corio-echo: --idle: bad value '%s' (expected block, "
-						"spin, spin:US or poll)\n", optarg);
-				return 2;
-			}
-			idle_name = cfg.idle == CORIO_IDLE_POLL ? "poll" :
-				    cfg.idle == CORIO_IDLE_SPIN ? "spin" : "block";
-			break;
-		case 'b':
-			cfg.idle = CORIO_IDLE_POLL;
-			idle_name = "poll";
-			break;
-		case 'Q':
-			cfg.flags |= CORIO_F_SQPOLL;
-			break;
-		case 'R':
-			if ((g.recv_copy = tool_opt_choice("--recv", optarg, recvs)) < 0)
-				return 2;
-			break;
-		case 'W':
-			if ((g.send_wait = tool_opt_choice("--send", optarg, sends)) < 0)
-				return 2;
-			break;
-		case 's':
-			g.sockperf = 1;
-			break;
-		case 'u':
-			g.udp = 1;
-			break;
-		case 'q':
-		case 'w':
-			/* the shards read them at start (net/part.c) */
-			if (tool_opt_count(o == 'q' ? "--recv-queue" : "--send-queue", optarg, 1, 65535, &v))
-				return 2;
-			{
-				char num[24];
-
-				snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
-				setenv(o == 'q' ? "CORIO_NET_RECV_QUEUE" : "CORIO_NET_SEND_QUEUE", num, 1);
-			}
-			break;
-		case 'c':
-			cfg.control_path = optarg;
-			break;
-		case 'S':
-			stats = 1;
-			break;
-		case 'T':
-			if (tool_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
-				return 2;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "corio-echo: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
+	ret = parse_options(argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	if (check_options())
 		return 2;
-	}
-	if (g.udp && g.accept != ACC_REUSEPORT) {
-		fprintf(stderr, "corio-echo: --udp: there is nothing to accept (--accept %s)\n",
-			accepts[g.accept]);
-		return 2;
-	}
-	if (ncpus) {
-		if (ncpus < cfg.shards) { /* repeat the list: shard i on cpus[i % n] */
-			for (unsigned i = ncpus; i < cfg.shards; i++)
-				cpus[i] = cpus[i % ncpus];
-		}
-		cfg.cpus = cpus;
-	}
-	g.shards = cfg.shards;
 	/* shards inherit this mask: only the main thread takes the signals */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	ret = corio_start(&cfg, entry, NULL, &rt);
+	ret = corio_start(&m.cfg, entry, NULL, &rt);
 	if (ret) {
 		fprintf(stderr, "corio-echo: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
 		return 1;
 	}
-	until = timeout > 0 ? corio_now_ns() + tool_s_to_ns(timeout) : UINT64_MAX;
-	{
-		unsigned want = g.accept == ACC_REUSEPORT || g.udp ? g.shards : 1;
-		int printed = 0;
-
-		for (;;) {
-			struct timespec ts = { .tv_nsec = 50000000 };
-
-			if (!printed && atomic_load(&g.listening) == want) {
-				printf("corio-echo: listening on 127.0.0.1:%d shards=%u cpus=", atomic_load(&g.bound_port),
-				       g.shards);
-				for (unsigned i = 0; i < g.shards; i++) {
-					if (ncpus)
-						printf("%s%d", i ? "," : "", cpus[i]);
-					else
-						printf("%sauto", i ? "," : "");
-				}
-				printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
-				       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], idle_name,
-				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
-				       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
-				fflush(stdout);
-				printed = 1;
-			}
-			if (atomic_load(&g.failed) || corio_now_ns() >= until)
-				break;
-			o = sigtimedwait(&set, NULL, &ts);
-			if (o == SIGINT || o == SIGTERM)
-				break;
-		}
-	}
-	if (stats)
+	wait_for_stop(&set);
+	if (m.stats)
 		print_stats(rt);
 	if (g.udp && (atomic_load(&g.udp_errors) || atomic_load(&g.proto_errors)))
 		fprintf(stderr, "corio-echo: udp: %llu receive/send errors, %llu bad sockperf datagrams\n",

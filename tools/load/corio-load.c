@@ -40,7 +40,6 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <arpa/inet.h>
@@ -893,80 +892,69 @@ out:
 
 /* ---- main --------------------------------------------------------------------- */
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: corio-load -p PORT [options]\n"
-		"  -p, --port P          echo server on 127.0.0.1:P (required)\n"
-		"  -c, --conns N         connections (1)\n"
-		"  -s, --size BYTES      message size, 1..64KiB (64)\n"
-		"  -P, --pipeline N      closed loop: messages in flight per connection (1)\n"
-		"  -r, --rate MSGS/S     open loop at this total rate (e.g. 100k); default closed loop\n"
-		"  -d, --duration SECS   measured time (5)\n"
-		"  -w, --warmup SECS     load before measuring, not recorded (0.5)\n"
-		"      --drain SECS      wait at most this long for the last echoes (2)\n"
-		"  -e, --engine E        corio (shards, fibers) or epoll (plain threads) (corio)\n"
-		"  -t, --workers N       shards / threads; default: one per --cpus entry, else 1\n"
-		"  -C, --cpus LIST       pin worker i to the i-th CPU of LIST (e.g. 0)\n"
-		"      --busy-poll       never sleep: corio idle=poll / epoll_wait(0)\n"
-		"      --recv MODE       corio engine: buf (provided buffers) or copy (buf)\n"
-		"  -u, --udp             UDP: one socket per conn, one datagram per message\n"
-		"                        (--size 12..65507); reports lost/late/dup/reordered\n"
-		"      --loss SECS       UDP: an echo this late is counted lost (0.5)\n"
-		"      --server-pid PID  report that process's CPU time per message\n"
-		"      --no-probe        skip the probe connection\n"
-		"      --json            one JSON object instead of the text report\n"
-		"      --label TEXT      copied into the JSON\n"
-		"      --spectrum FILE   write the latency percentile spectrum (percentile, us)\n"
-		"  -q, --quiet           no progress line\n"
-		"  -h, --help\n"
-		"Exit status: 0; 1 errors (wrong bytes, a connection failed); 2 bad options;\n"
-		"3 (--udp) datagrams lost, late, duplicated or reordered.\n");
-}
+static const char *const engines[] = { "corio", "epoll", NULL };
+static const char *const recvs[] = { "buf", "copy", NULL };
 
-int main(int argc, char **argv)
+/* What main()'s steps share: the options only main reads, and the run. */
+static struct {
+	const char *label, *spectrum;
+	int json, quiet, probe, server_pid;
+	struct tool_cpus cpus;
+	struct cconn *cc;   /* corio engine */
+	struct pworker *pw; /* epoll engine */
+	struct corio_rt *rt;
+	int64_t srv0, srv1, cli0, cli1; /* CPU times at the measured window's edges */
+} m = { .probe = 1, .cpus = { g.cpus, MAX_WORKERS, 0, NULL }, .srv0 = -1, .srv1 = -1 };
+
+static int parse_options(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "port", required_argument, NULL, 'p' },
-		{ "conns", required_argument, NULL, 'c' },
-		{ "size", required_argument, NULL, 's' },
-		{ "pipeline", required_argument, NULL, 'P' },
-		{ "rate", required_argument, NULL, 'r' },
-		{ "duration", required_argument, NULL, 'd' },
-		{ "warmup", required_argument, NULL, 'w' },
-		{ "drain", required_argument, NULL, 'D' },
-		{ "engine", required_argument, NULL, 'e' },
-		{ "workers", required_argument, NULL, 't' },
-		{ "cpus", required_argument, NULL, 'C' },
-		{ "busy-poll", no_argument, NULL, 'b' },
-		{ "recv", required_argument, NULL, 'R' },
-		{ "udp", no_argument, NULL, 'u' },
-		{ "loss", required_argument, NULL, 'l' },
-		{ "server-pid", required_argument, NULL, 'S' },
-		{ "no-probe", no_argument, NULL, 'n' },
-		{ "json", no_argument, NULL, 'j' },
-		{ "label", required_argument, NULL, 'L' },
-		{ "spectrum", required_argument, NULL, 'H' },
-		{ "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("port", 'p', g.p.port, 1, 65535, "P",
+				 "echo server on 127.0.0.1:P (required)"), .required = 1 },
+		{ TOOL_OPT_COUNT("conns", 'c', g.p.conns, 1, MAX_CONNS, "N", "connections (1)") },
+		{ TOOL_OPT_SIZE("size", 's', g.p.size, 1, 65536, "BYTES",
+				"message size, 1..64KiB (64)") },
+		{ TOOL_OPT_COUNT("pipeline", 'P', g.p.pipeline, 1, 1024, "N",
+				 "closed loop: messages in flight per connection (1)") },
+		{ TOOL_OPT_COUNT("rate", 'r', g.p.rate, 1, 100000000, "MSGS/S",
+				 "open loop at this total rate (e.g. 100k); default closed loop") },
+		{ TOOL_OPT_SECONDS("duration", 'd', g.p.duration_s, 0.01, 3600, "SECS",
+				   "measured time (5)") },
+		{ TOOL_OPT_SECONDS("warmup", 'w', g.p.warmup_s, 0, 600, "SECS",
+				   "load before measuring, not recorded (0.5)") },
+		{ TOOL_OPT_SECONDS("drain", 0, g.p.drain_s, 0.01, 600, "SECS",
+				   "wait at most this long for the last echoes (2)") },
+		{ TOOL_OPT_CHOICE("engine", 'e', g.engine, engines, "E",
+				  "corio (shards, fibers) or epoll (plain threads) (corio)") },
+		{ TOOL_OPT_COUNT("workers", 't', g.workers, 1, MAX_WORKERS, "N",
+				 "shards / threads; default: one per --cpus entry, else 1") },
+		{ TOOL_OPT_CPUS("cpus", 'C', m.cpus, "LIST",
+				"pin worker i to the i-th CPU of LIST (e.g. 0)") },
+		{ TOOL_OPT_FLAG("busy-poll", 0, g.busy, "never sleep: corio idle=poll / epoll_wait(0)") },
+		{ TOOL_OPT_CHOICE("recv", 0, g.recv_copy, recvs, "MODE",
+				  "corio engine: buf (provided buffers) or copy (buf)") },
+		{ TOOL_OPT_FLAG("udp", 'u', g.p.udp,
+				"UDP: one socket per conn, one datagram per message\n"
+				"(--size 12..65507); reports lost/late/dup/reordered") },
+		{ TOOL_OPT_SECONDS("loss", 0, g.p.loss_s, 0.001, 600, "SECS",
+				   "UDP: an echo this late is counted lost (0.5)") },
+		{ TOOL_OPT_COUNT("server-pid", 0, m.server_pid, 1, 1u << 30, "PID",
+				 "report that process's CPU time per message") },
+		{ TOOL_OPT_SET("no-probe", 0, m.probe, 0, "skip the probe connection") },
+		{ TOOL_OPT_FLAG("json", 0, m.json, "one JSON object instead of the text report") },
+		{ TOOL_OPT_STRING("label", 0, m.label, "TEXT", "copied into the JSON") },
+		{ TOOL_OPT_STRING("spectrum", 0, m.spectrum, "FILE",
+				  "write the latency percentile spectrum (percentile, us)") },
+		{ TOOL_OPT_FLAG("quiet", 'q', m.quiet, "no progress line") },
 		{ 0 },
 	};
-	static const char *const engines[] = { "corio", "epoll", NULL };
-	static const char *const recvs[] = { "buf", "copy", NULL };
-	char addr[32];
-	const char *label = NULL, *spectrum = NULL;
-	int json = 0, quiet = 0, probe = 1, server_pid = 0, o, ret = 0;
-	uint64_t v;
-	struct tool_report rep = { 0 };
-	struct cconn *cc = NULL;
-	struct pworker *pw = NULL;
-	struct corio_rt *rt = NULL;
-	int64_t srv0 = -1, srv1 = -1, cli0 = 0, cli1 = 0;
+	const struct tool_cli cli = {
+		"corio-load", "-p PORT [options]",
+		"Exit status: 0; 1 errors (wrong bytes, a connection failed); 2 bad options;\n"
+		"3 (--udp) datagrams lost, late, duplicated or reordered.\n",
+		opts,
+	};
 
-	tool_prog = "corio-load";
-	/* timed sleeps (open loop without --busy-poll) should wake on time, not
-	 * up to 50 us late: the default timer slack; threads inherit this */
-	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
 	g.p.conns = 1;
 	g.p.size = 64;
 	g.p.pipeline = 1;
@@ -975,113 +963,18 @@ int main(int argc, char **argv)
 	g.p.drain_s = 2;
 	g.p.loss_s = 0.5;
 	g.p.port = -1;
-	while ((o = getopt_long(argc, argv, "p:c:s:P:r:d:w:e:t:C:uqh", opts, NULL)) != -1) {
-		switch (o) {
-		case 'p':
-			if (tool_opt_count("--port", optarg, 1, 65535, &v))
-				return 2;
-			g.p.port = (int)v;
-			break;
-		case 'c':
-			if (tool_opt_count("--conns", optarg, 1, MAX_CONNS, &v))
-				return 2;
-			g.p.conns = (unsigned)v;
-			break;
-		case 's':
-			if (tool_opt_size("--size", optarg, 1, 65536, &v))
-				return 2;
-			g.p.size = (size_t)v;
-			break;
-		case 'P':
-			if (tool_opt_count("--pipeline", optarg, 1, 1024, &v))
-				return 2;
-			g.p.pipeline = (unsigned)v;
-			break;
-		case 'r':
-			if (tool_opt_count("--rate", optarg, 1, 100000000, &v))
-				return 2;
-			g.p.rate = (double)v;
-			break;
-		case 'd':
-			if (tool_opt_seconds("--duration", optarg, 0.01, 3600, &g.p.duration_s))
-				return 2;
-			break;
-		case 'w':
-			if (tool_opt_seconds("--warmup", optarg, 0, 600, &g.p.warmup_s))
-				return 2;
-			break;
-		case 'D':
-			if (tool_opt_seconds("--drain", optarg, 0.01, 600, &g.p.drain_s))
-				return 2;
-			break;
-		case 'e':
-			if ((g.engine = tool_opt_choice("--engine", optarg, engines)) < 0)
-				return 2;
-			break;
-		case 't':
-			if (tool_opt_count("--workers", optarg, 1, MAX_WORKERS, &v))
-				return 2;
-			g.workers = (unsigned)v;
-			break;
-		case 'C':
-			if (tool_opt_cpus("--cpus", optarg, g.cpus, MAX_WORKERS, &g.ncpus))
-				return 2;
-			snprintf(g.cpus_str, sizeof(g.cpus_str), "%s", optarg);
-			break;
-		case 'b':
-			g.busy = 1;
-			break;
-		case 'R':
-			if ((g.recv_copy = tool_opt_choice("--recv", optarg, recvs)) < 0)
-				return 2;
-			break;
-		case 'u':
-			g.p.udp = 1;
-			break;
-		case 'l':
-			if (tool_opt_seconds("--loss", optarg, 0.001, 600, &g.p.loss_s))
-				return 2;
-			break;
-		case 'S':
-			if (tool_opt_count("--server-pid", optarg, 1, 1u << 30, &v))
-				return 2;
-			server_pid = (int)v;
-			break;
-		case 'n':
-			probe = 0;
-			break;
-		case 'j':
-			json = 1;
-			break;
-		case 'L':
-			label = optarg;
-			break;
-		case 'H':
-			spectrum = optarg;
-			break;
-		case 'q':
-			quiet = 1;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc || g.p.port < 0) {
-		fprintf(stderr, optind < argc ? "corio-load: unexpected argument '%s'\n"
-					      : "corio-load: --port is required\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
+	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* The checks that span options, and the derived settings: 0 or 2. */
+static int check_options(void)
+{
+	g.ncpus = m.cpus.n;
+	snprintf(g.cpus_str, sizeof(g.cpus_str), "%s", g.ncpus ? m.cpus.arg : "any");
 	if (!g.workers)
 		g.workers = g.ncpus ? g.ncpus : 1;
 	if (g.workers > g.p.conns)
 		g.workers = g.p.conns;
-	if (!g.ncpus)
-		snprintf(g.cpus_str, sizeof(g.cpus_str), "any");
 	if (g.p.rate > 0 && g.p.rate / g.p.conns > 1e7) {
 		fprintf(stderr, "corio-load: --rate: more than 10M msgs/s per connection\n");
 		return 2;
@@ -1091,141 +984,180 @@ int main(int argc, char **argv)
 				"connection and sequence number)\n", TOOL_HDR);
 		return 2;
 	}
-	snprintf(addr, sizeof(addr), "127.0.0.1:%d", g.p.port);
+	return 0;
+}
+
+/* The probe connection and the --server-pid check: 0, 1 or 2. */
+static int probe_target(char *addr, size_t len)
+{
+	snprintf(addr, len, "127.0.0.1:%d", g.p.port);
 	g.p.addr = addr;
 	tool_load_global_init();
-	if (probe && (g.p.udp ? tool_probe_udp(&g.p) : tool_probe(&g.p, 0))) {
+	if (m.probe && (g.p.udp ? tool_probe_udp(&g.p) : tool_probe(&g.p, 0))) {
 		fprintf(stderr, "corio-load: the probe connection to %s failed; is an echo server there?\n",
 			addr);
 		return 1;
 	}
-	if (server_pid && tool_proc_cpu_ns(server_pid) < 0) {
-		fprintf(stderr, "corio-load: --server-pid %d: cannot read its CPU time\n", server_pid);
+	if (m.server_pid && tool_proc_cpu_ns(m.server_pid) < 0) {
+		fprintf(stderr, "corio-load: --server-pid %d: cannot read its CPU time\n", m.server_pid);
 		return 2;
 	}
-	g.ws = calloc(g.workers, sizeof(*g.ws));
-	if (!g.ws)
-		goto nomem;
-	for (unsigned i = 0; i < g.workers; i++)
-		tool_hist_init(&g.ws[i].hist);
+	return 0;
+}
 
-	if (g.engine == 0) {
-		struct corio_config cfg;
+/* The corio engine: one shard per worker, the connections spread over them. */
+static int start_corio(void)
+{
+	struct corio_config cfg;
+	int ret;
 
-		cc = calloc(g.p.conns, sizeof(*cc));
-		if (!cc)
-			goto nomem;
-		for (unsigned i = 0; i < g.p.conns; i++) {
-			size_t txn = g.p.size * (g.p.rate > 0 ? 4096 : g.p.pipeline);
+	m.cc = calloc(g.p.conns, sizeof(*m.cc));
+	if (!m.cc)
+		return -ENOMEM;
+	for (unsigned i = 0; i < g.p.conns; i++) {
+		struct cconn *c = &m.cc[i];
+		size_t txn = g.p.size * (g.p.rate > 0 ? 4096 : g.p.pipeline);
 
-			if (g.p.udp ? tool_uconn_init(&cc[i].u, i, &g.p, &g.ws[i % g.workers])
-				    : tool_conn_init(&cc[i].c, i, &g.p, &g.ws[i % g.workers]))
-				goto nomem;
-			cc[i].tx = malloc(txn);
-			cc[i].rx = g.recv_copy ? malloc(g.p.udp ? 65536 : rx_len()) : NULL;
-			if (!cc[i].tx || (g.recv_copy && !cc[i].rx))
-				goto nomem;
-		}
-		corio_config_init(&cfg);
-		cfg.shards = g.workers;
-		cfg.cpus = g.ncpus ? g.cpus : NULL;
-		cfg.idle = g.busy ? CORIO_IDLE_POLL : CORIO_IDLE_BLOCK;
-		cfg.stall_ns = 0;
-		ret = corio_start(&cfg, corio_entry, cc, &rt);
+		if (g.p.udp ? tool_uconn_init(&c->u, i, &g.p, &g.ws[i % g.workers])
+			    : tool_conn_init(&c->c, i, &g.p, &g.ws[i % g.workers]))
+			return -ENOMEM;
+		c->tx = malloc(txn);
+		c->rx = g.recv_copy ? malloc(g.p.udp ? 65536 : rx_len()) : NULL;
+		if (!c->tx || (g.recv_copy && !c->rx))
+			return -ENOMEM;
+	}
+	corio_config_init(&cfg);
+	cfg.shards = g.workers;
+	cfg.cpus = g.ncpus ? g.cpus : NULL;
+	cfg.idle = g.busy ? CORIO_IDLE_POLL : CORIO_IDLE_BLOCK;
+	cfg.stall_ns = 0;
+	ret = corio_start(&cfg, corio_entry, m.cc, &m.rt);
+	if (ret) {
+		fprintf(stderr, "corio-load: corio_start: %s (%s)\n", strerror(-ret),
+			corio_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+/* The epoll engine: one plain thread per worker. */
+static int start_epoll(void)
+{
+	int ret;
+
+	m.pw = calloc(g.workers, sizeof(*m.pw));
+	if (!m.pw)
+		return -ENOMEM;
+	for (unsigned w = 0; w < g.workers; w++) {
+		m.pw[w].idx = w;
+		m.pw[w].conns = calloc(g.p.conns / g.workers + 1, sizeof(struct pconn));
+		if (!m.pw[w].conns)
+			return -ENOMEM;
+	}
+	for (unsigned i = 0; i < g.p.conns; i++) {
+		struct pworker *w = &m.pw[i % g.workers];
+		struct pconn *k = &w->conns[w->n++];
+
+		if (g.p.udp ? tool_uconn_init(&k->u, i, &g.p, &g.ws[w->idx])
+			    : tool_conn_init(&k->c, i, &g.p, &g.ws[w->idx]))
+			return -ENOMEM;
+	}
+	for (unsigned w = 0; w < g.workers; w++) {
+		ret = pthread_create(&m.pw[w].th, NULL, g.p.udp ? pu_worker : p_worker, &m.pw[w]);
 		if (ret) {
-			fprintf(stderr, "corio-load: corio_start: %s (%s)\n", strerror(-ret),
-				corio_last_error());
+			fprintf(stderr, "corio-load: pthread_create: %s\n", strerror(ret));
 			return 1;
 		}
-	} else {
-		pw = calloc(g.workers, sizeof(*pw));
-		if (!pw)
-			goto nomem;
-		for (unsigned w = 0; w < g.workers; w++) {
-			pw[w].idx = w;
-			pw[w].conns = calloc(g.p.conns / g.workers + 1, sizeof(struct pconn));
-			if (!pw[w].conns)
-				goto nomem;
-		}
-		for (unsigned i = 0; i < g.p.conns; i++) {
-			struct pworker *w = &pw[i % g.workers];
+	}
+	return 0;
+}
 
-			struct pconn *k = &w->conns[w->n++];
+/* Per-worker stats, then the engine: 0 or 1 (out of memory said). */
+static int start_workers(void)
+{
+	int ret = -ENOMEM;
 
-			if (g.p.udp ? tool_uconn_init(&k->u, i, &g.p, &g.ws[w->idx])
-				    : tool_conn_init(&k->c, i, &g.p, &g.ws[w->idx]))
-				goto nomem;
+	g.ws = calloc(g.workers, sizeof(*g.ws));
+	if (g.ws) {
+		for (unsigned i = 0; i < g.workers; i++)
+			tool_hist_init(&g.ws[i].hist);
+		ret = g.engine == 0 ? start_corio() : start_epoll();
+	}
+	if (ret == -ENOMEM) {
+		fprintf(stderr, "corio-load: out of memory\n");
+		return 1;
+	}
+	return ret;
+}
+
+/* Progress every second; CPU times sampled at the window's edges. */
+static void measure(void)
+{
+	uint64_t w0 = tool_warm_end(&g.p), w1 = tool_meas_end(&g.p);
+	int progress = !m.quiet && g.p.warmup_s + g.p.duration_s > 3;
+	int tty = isatty(2);
+	uint64_t next = g.p.start_ns + 1000000000ull, last_done = 0, last_t = g.p.start_ns;
+
+	for (;;) {
+		uint64_t t = next;
+
+		if (m.cli0 == 0 && w0 <= t)
+			t = w0;
+		if (w1 <= t)
+			t = w1;
+		sleep_until_ns(t);
+		if (m.cli0 == 0 && t == w0) {
+			m.srv0 = m.server_pid ? tool_proc_cpu_ns(m.server_pid) : -1;
+			m.cli0 = tool_self_cpu_ns();
+			if (!m.cli0)
+				m.cli0 = 1;
 		}
-		for (unsigned w = 0; w < g.workers; w++) {
-			ret = pthread_create(&pw[w].th, NULL, g.p.udp ? pu_worker : p_worker, &pw[w]);
-			if (ret) {
-				fprintf(stderr, "corio-load: pthread_create: %s\n", strerror(ret));
-				return 1;
+		if (t == w1) {
+			m.srv1 = m.server_pid ? tool_proc_cpu_ns(m.server_pid) : -1;
+			m.cli1 = tool_self_cpu_ns();
+			break;
+		}
+		if (t == next) {
+			uint64_t done = 0, errs = 0;
+
+			for (unsigned i = 0; i < g.workers; i++) {
+				done += atomic_load_explicit(&g.ws[i].done_all, memory_order_relaxed);
+				errs += atomic_load(&g.ws[i].errors);
 			}
+			if (progress)
+				fprintf(stderr, "%s[%5.1f s] %10.0f msgs/s  %llu errors%s",
+					tty ? "\r" : "", (double)(t - g.p.start_ns) / 1e9,
+					(double)(done - last_done) * 1e9 / (double)(t - last_t),
+					(unsigned long long)errs, tty ? "  " : "\n");
+			last_done = done;
+			last_t = t;
+			next += 1000000000ull;
 		}
 	}
+	if (progress && tty)
+		fprintf(stderr, "\n");
+}
 
-	/* every connection up (or failed), then go */
-	{
-		uint64_t limit = tool_now_ns() + 10000000000ull;
+/* Every connection up (or failed), then go, measure, and wait for the
+ * workers to end: 0 or 1. */
+static int run(void)
+{
+	uint64_t limit = tool_now_ns() + 10000000000ull;
+	int ret = 0;
 
-		while (atomic_load(&g.connected) + (unsigned)atomic_load(&g.dead) < g.p.conns &&
-		       tool_now_ns() < limit)
-			usleep(1000);
-	}
+	while (atomic_load(&g.connected) + (unsigned)atomic_load(&g.dead) < g.p.conns &&
+	       tool_now_ns() < limit)
+		usleep(1000);
 	if (atomic_load(&g.connected) < g.p.conns) {
 		atomic_store(&g.go, -1);
 		ret = 1;
 	} else {
 		g.p.start_ns = tool_now_ns() + 2000000;
 		atomic_store(&g.go, 1);
-		/* progress every second; sample CPU times at the window's edges */
-		uint64_t w0 = tool_warm_end(&g.p), w1 = tool_meas_end(&g.p);
-		int progress = !quiet && g.p.warmup_s + g.p.duration_s > 3;
-		int tty = isatty(2);
-		uint64_t next = g.p.start_ns + 1000000000ull, last_done = 0, last_t = g.p.start_ns;
-
-		for (;;) {
-			uint64_t t = next < w0 && srv0 < 0 && cli0 == 0 ? next : next;
-
-			if (cli0 == 0 && w0 <= t)
-				t = w0;
-			if (w1 <= t)
-				t = w1;
-			sleep_until_ns(t);
-			if (cli0 == 0 && t == w0) {
-				srv0 = server_pid ? tool_proc_cpu_ns(server_pid) : -1;
-				cli0 = tool_self_cpu_ns();
-				if (!cli0)
-					cli0 = 1;
-			}
-			if (t == w1) {
-				srv1 = server_pid ? tool_proc_cpu_ns(server_pid) : -1;
-				cli1 = tool_self_cpu_ns();
-				break;
-			}
-			if (t == next) {
-				uint64_t done = 0, errs = 0;
-
-				for (unsigned i = 0; i < g.workers; i++) {
-					done += atomic_load_explicit(&g.ws[i].done_all, memory_order_relaxed);
-					errs += atomic_load(&g.ws[i].errors);
-				}
-				if (progress)
-					fprintf(stderr, "%s[%5.1f s] %10.0f msgs/s  %llu errors%s",
-						tty ? "\r" : "", (double)(t - g.p.start_ns) / 1e9,
-						(double)(done - last_done) * 1e9 / (double)(t - last_t),
-						(unsigned long long)errs, tty ? "  " : "\n");
-				last_done = done;
-				last_t = t;
-				next += 1000000000ull;
-			}
-		}
-		if (progress && tty)
-			fprintf(stderr, "\n");
+		measure();
 	}
 	if (g.engine == 0) {
-		int r2 = corio_wait(rt);
+		int r2 = corio_wait(m.rt);
 
 		if (r2) {
 			fprintf(stderr, "corio-load: runtime: %s\n", strerror(-r2));
@@ -1233,36 +1165,49 @@ int main(int argc, char **argv)
 		}
 	} else {
 		for (unsigned w = 0; w < g.workers; w++)
-			pthread_join(pw[w].th, NULL);
+			pthread_join(m.pw[w].th, NULL);
 	}
+	return ret;
+}
 
-	rep.engine = engines[g.engine];
-	rep.label = label;
-	rep.workers = g.workers;
-	rep.cpus = g.cpus_str;
-	rep.busy_poll = g.busy;
-	rep.seconds = g.p.duration_s;
-	rep.late_sends = atomic_load(&g.late);
-	tool_hist_init(&rep.hist);
+/* The workers' results summed into one report. */
+static void gather(struct tool_report *rep)
+{
+	rep->engine = engines[g.engine];
+	rep->label = m.label;
+	rep->workers = g.workers;
+	rep->cpus = g.cpus_str;
+	rep->busy_poll = g.busy;
+	rep->seconds = g.p.duration_s;
+	rep->late_sends = atomic_load(&g.late);
+	tool_hist_init(&rep->hist);
 	for (unsigned i = 0; i < g.workers; i++) {
-		tool_hist_merge(&rep.hist, &g.ws[i].hist);
-		rep.msgs += g.ws[i].msgs;
-		if (g.ws[i].errors && !rep.errors)
-			snprintf(rep.first_err, sizeof(rep.first_err), "%s", g.ws[i].err);
-		rep.errors += atomic_load(&g.ws[i].errors);
-		rep.lost += g.ws[i].lost;
-		rep.late += g.ws[i].late;
-		rep.dup += g.ws[i].dup;
-		rep.reordered += g.ws[i].reordered;
+		tool_hist_merge(&rep->hist, &g.ws[i].hist);
+		rep->msgs += g.ws[i].msgs;
+		if (g.ws[i].errors && !rep->errors)
+			snprintf(rep->first_err, sizeof(rep->first_err), "%s", g.ws[i].err);
+		rep->errors += atomic_load(&g.ws[i].errors);
+		rep->lost += g.ws[i].lost;
+		rep->late += g.ws[i].late;
+		rep->dup += g.ws[i].dup;
+		rep->reordered += g.ws[i].reordered;
 	}
-	rep.server_cpu_ns = srv0 >= 0 && srv1 >= 0 ? srv1 - srv0 : -1;
-	rep.client_cpu_ns = cli1 - cli0;
-	tool_report_print(stdout, &rep, &g.p, json);
-	if (spectrum) {
-		FILE *f = fopen(spectrum, "w");
+	rep->server_cpu_ns = m.srv0 >= 0 && m.srv1 >= 0 ? m.srv1 - m.srv0 : -1;
+	rep->client_cpu_ns = m.cli1 - m.cli0;
+}
+
+/* Print the report (and the spectrum); the exit status from ret and it. */
+static int report(int ret)
+{
+	struct tool_report rep = { 0 };
+
+	gather(&rep);
+	tool_report_print(stdout, &rep, &g.p, m.json);
+	if (m.spectrum) {
+		FILE *f = fopen(m.spectrum, "w");
 
 		if (!f) {
-			fprintf(stderr, "corio-load: %s: %s\n", spectrum, strerror(errno));
+			fprintf(stderr, "corio-load: %s: %s\n", m.spectrum, strerror(errno));
 			ret = 1;
 		} else {
 			tool_hist_spectrum(&rep.hist, f);
@@ -1281,32 +1226,57 @@ int main(int argc, char **argv)
 			(unsigned long long)rep.reordered);
 		ret = 3;
 	}
-	if (cc) {
+	return ret;
+}
+
+static void free_conn(struct tool_conn *c, struct tool_uconn *u)
+{
+	if (g.p.udp)
+		tool_uconn_free(u);
+	else
+		tool_conn_free(c);
+}
+
+static void free_all(void)
+{
+	if (m.cc) {
 		for (unsigned i = 0; i < g.p.conns; i++) {
-			if (g.p.udp)
-				tool_uconn_free(&cc[i].u);
-			else
-				tool_conn_free(&cc[i].c);
-			free(cc[i].tx);
-			free(cc[i].rx);
+			free_conn(&m.cc[i].c, &m.cc[i].u);
+			free(m.cc[i].tx);
+			free(m.cc[i].rx);
 		}
-		free(cc);
+		free(m.cc);
 	}
-	if (pw) {
+	if (m.pw) {
 		for (unsigned w = 0; w < g.workers; w++) {
-			for (unsigned i = 0; i < pw[w].n; i++) {
-				if (g.p.udp)
-					tool_uconn_free(&pw[w].conns[i].u);
-				else
-					tool_conn_free(&pw[w].conns[i].c);
-			}
-			free(pw[w].conns);
+			for (unsigned i = 0; i < m.pw[w].n; i++)
+				free_conn(&m.pw[w].conns[i].c, &m.pw[w].conns[i].u);
+			free(m.pw[w].conns);
 		}
-		free(pw);
+		free(m.pw);
 	}
 	free(g.ws);
+}
+
+int main(int argc, char **argv)
+{
+	char addr[32];
+	int ret;
+
+	/* timed sleeps (open loop without --busy-poll) should wake on time, not
+	 * up to 50 us late: the default timer slack; threads inherit this */
+	prctl(PR_SET_TIMERSLACK, 1UL, 0, 0, 0);
+	ret = parse_options(argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	ret = check_options();
+	if (!ret)
+		ret = probe_target(addr, sizeof(addr));
+	if (!ret)
+		ret = start_workers();
+	if (ret)
+		return ret;
+	ret = report(run());
+	free_all();
 	return ret;
-nomem:
-	fprintf(stderr, "corio-load: out of memory\n");
-	return 1;
 }

@@ -24,7 +24,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -284,94 +283,49 @@ out:
 	return NULL; /* connections still open are closed by exit */
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f,
-		"usage: epoll-echo [options]\n"
-		"  -t, --threads N      worker threads, one SO_REUSEPORT listener each (1)\n"
-		"      --shards N       same as --threads\n"
-		"  -C, --cpus LIST      pin thread i to the i-th CPU of LIST (e.g. 1 or 0-1)\n"
-		"  -p, --port P         TCP port on 127.0.0.1; 0 picks one and prints it (0)\n"
-		"      --busy-poll      spin in epoll_wait(0) instead of sleeping\n"
-		"  -u, --udp            UDP echo: one SO_REUSEPORT socket per thread, each\n"
-		"                       datagram sent back to its sender\n"
-		"      --sockperf       reflect sockperf's TCP (with --udp: UDP) framing\n"
-		"      --timeout SECS   exit after SECS (default: run until SIGINT/SIGTERM)\n"
-		"  -h, --help\n"
-		"Prints 'epoll-echo: listening on 127.0.0.1:PORT ...' when ready.\n");
-}
+static struct worker workers[MAX_THREADS];
+static int cpu[MAX_THREADS];
+static struct tool_cpus cpus = { cpu, MAX_THREADS, 0, NULL };
+static double timeout;
 
-int main(int argc, char **argv)
+static int parse_options(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "threads", required_argument, NULL, 't' },
-		{ "shards", required_argument, NULL, 't' },
-		{ "cpus", required_argument, NULL, 'C' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "busy-poll", no_argument, NULL, 'b' },
-		{ "sockperf", no_argument, NULL, 's' },
-		{ "udp", no_argument, NULL, 'u' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("threads", 't', g.threads, 1, MAX_THREADS, "N",
+				 "worker threads, one SO_REUSEPORT listener each (1)") },
+		{ TOOL_OPT_COUNT("shards", 0, g.threads, 1, MAX_THREADS, "N", "same as --threads") },
+		{ TOOL_OPT_CPUS("cpus", 'C', cpus, "LIST",
+				"pin thread i to the i-th CPU of LIST (e.g. 1 or 0-1)") },
+		{ TOOL_OPT_COUNT("port", 'p', g.port, 0, 65535, "P",
+				 "TCP port on 127.0.0.1; 0 picks one and prints it (0)") },
+		{ TOOL_OPT_FLAG("busy-poll", 0, g.busy, "spin in epoll_wait(0) instead of sleeping") },
+		{ TOOL_OPT_FLAG("udp", 'u', g.udp,
+				"UDP echo: one SO_REUSEPORT socket per thread, each\n"
+				"datagram sent back to its sender") },
+		{ TOOL_OPT_FLAG("sockperf", 0, g.sockperf,
+				"reflect sockperf's TCP (with --udp: UDP) framing") },
+		{ TOOL_OPT_SECONDS("timeout", 0, timeout, 0.001, 1e6, "SECS",
+				   "exit after SECS (default: run until SIGINT/SIGTERM)") },
 		{ 0 },
 	};
-	static struct worker w[MAX_THREADS];
-	int cpus[MAX_THREADS];
-	unsigned ncpus = 0;
-	double timeout = 0;
-	uint64_t v;
-	int o, ret = 0;
+	const struct tool_cli cli = {
+		"epoll-echo", "[options]",
+		"Prints 'epoll-echo: listening on 127.0.0.1:PORT ...' when ready.\n", opts,
+	};
 
-	tool_prog = "epoll-echo";
 	g.threads = 1;
-	while ((o = getopt_long(argc, argv, "t:C:p:uh", opts, NULL)) != -1) {
-		switch (o) {
-		case 't':
-			if (tool_opt_count("--threads", optarg, 1, MAX_THREADS, &v))
-				return 2;
-			g.threads = (unsigned)v;
-			break;
-		case 'C':
-			if (tool_opt_cpus("--cpus", optarg, cpus, MAX_THREADS, &ncpus))
-				return 2;
-			break;
-		case 'p':
-			if (tool_opt_count("--port", optarg, 0, 65535, &v))
-				return 2;
-			g.port = (int)v;
-			break;
-		case 'b':
-			g.busy = 1;
-			break;
-		case 's':
-			g.sockperf = 1;
-			break;
-		case 'u':
-			g.udp = 1;
-			break;
-		case 'T':
-			if (tool_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
-				return 2;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "epoll-echo: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
+	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* One listener and epoll set per thread, in the main thread (port 0 is
+ * resolved by the first), and the stop eventfd in every set: 0 or 1. */
+static int listen_all(void)
+{
 	g.stopfd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	if (g.stopfd < 0) {
 		perror("epoll-echo: eventfd");
 		return 1;
 	}
-	/* listeners first, in the main thread: port 0 is resolved by the first */
 	for (unsigned i = 0; i < g.threads; i++) {
 		struct epoll_event le = { .events = EPOLLIN, .data.ptr = &listener_tag };
 		struct epoll_event se = { .events = EPOLLIN, .data.ptr = &stop_tag };
@@ -383,19 +337,56 @@ int main(int argc, char **argv)
 		}
 		if (!g.port)
 			g.port = tool_local_port(fd);
-		w[i].idx = i;
-		w[i].lfd = fd;
-		w[i].cpu = ncpus ? cpus[i % ncpus] : -1;
-		w[i].epfd = epoll_create1(EPOLL_CLOEXEC);
-		if (w[i].epfd < 0 || epoll_ctl(w[i].epfd, EPOLL_CTL_ADD, fd, &le) ||
-		    epoll_ctl(w[i].epfd, EPOLL_CTL_ADD, g.stopfd, &se)) {
+		workers[i].idx = i;
+		workers[i].lfd = fd;
+		workers[i].cpu = cpus.n ? cpu[i % cpus.n] : -1;
+		workers[i].epfd = epoll_create1(EPOLL_CLOEXEC);
+		if (workers[i].epfd < 0 || epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, fd, &le) ||
+		    epoll_ctl(workers[i].epfd, EPOLL_CTL_ADD, g.stopfd, &se)) {
 			perror("epoll-echo: epoll");
 			return 1;
 		}
 	}
+	return 0;
+}
+
+/* Wake every thread, join them, print their counters: the exit status. */
+static int stop_all(void)
+{
+	uint64_t v = 1;
+	int ret = 0;
+
+	atomic_store(&g.stop, 1);
+	if (write(g.stopfd, &v, sizeof(v)) != sizeof(v))
+		perror("epoll-echo: eventfd write");
+	for (unsigned i = 0; i < g.threads; i++) {
+		pthread_join(workers[i].th, NULL);
+		if (workers[i].err) {
+			fprintf(stderr, "epoll-echo: thread %u: %s\n", i, strerror(-workers[i].err));
+			ret = 1;
+		}
+		fprintf(stderr, "epoll-echo: thread %u: %llu accepts, %llu reads, %llu bytes, %llu errors, "
+			"%llu send waits\n", i, (unsigned long long)workers[i].accepts,
+			(unsigned long long)workers[i].msgs_in, (unsigned long long)workers[i].bytes_in,
+			(unsigned long long)workers[i].errors, (unsigned long long)workers[i].send_waits);
+		close(workers[i].lfd);
+		close(workers[i].epfd);
+	}
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	int ret;
+
+	ret = parse_options(argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	if (listen_all())
+		return 1;
 	tool_block_stop_signals();
 	for (unsigned i = 0; i < g.threads; i++) {
-		ret = tool_thread_pinned(&w[i].th, w[i].cpu, worker_main, &w[i]);
+		ret = tool_thread_pinned(&workers[i].th, workers[i].cpu, worker_main, &workers[i]);
 		if (ret) {
 			fprintf(stderr, "epoll-echo: pthread_create: %s\n", strerror(ret));
 			return 1;
@@ -403,30 +394,11 @@ int main(int argc, char **argv)
 	}
 	printf("epoll-echo: listening on 127.0.0.1:%d threads=%u cpus=", g.port, g.threads);
 	for (unsigned i = 0; i < g.threads; i++)
-		printf("%s%d", i ? "," : "", w[i].cpu);
+		printf("%s%d", i ? "," : "", workers[i].cpu);
 	printf(" proto=%s idle=%s mode=%s pid=%d\n", g.udp ? "udp" : "tcp", g.busy ? "busy-poll" : "block",
 	       g.sockperf ? "sockperf" : "echo", (int)getpid());
 	fflush(stdout);
-
 	/* SIGINT/SIGTERM or the timeout; EINTR (a tracer attaching) is not a stop */
 	tool_wait_stop(timeout);
-	atomic_store(&g.stop, 1);
-	v = 1;
-	if (write(g.stopfd, &v, sizeof(v)) != sizeof(v))
-		perror("epoll-echo: eventfd write");
-	ret = 0;
-	for (unsigned i = 0; i < g.threads; i++) {
-		pthread_join(w[i].th, NULL);
-		if (w[i].err) {
-			fprintf(stderr, "epoll-echo: thread %u: %s\n", i, strerror(-w[i].err));
-			ret = 1;
-		}
-		fprintf(stderr, "epoll-echo: thread %u: %llu accepts, %llu reads, %llu bytes, %llu errors, "
-			"%llu send waits\n", i, (unsigned long long)w[i].accepts,
-			(unsigned long long)w[i].msgs_in, (unsigned long long)w[i].bytes_in,
-			(unsigned long long)w[i].errors, (unsigned long long)w[i].send_waits);
-		close(w[i].lfd);
-		close(w[i].epfd);
-	}
-	return ret;
+	return stop_all();
 }

@@ -25,7 +25,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -275,67 +274,39 @@ static void *worker(void *arg)
 	return NULL;
 }
 
-static void usage(FILE *f)
+static int parse_options(int argc, char **argv)
 {
-	fprintf(f, "usage: soak-load -p PORT [-t THREADS] [-d SECS] [--io-timeout SECS]\n"
-		   "  -p, --port P         echo server on 127.0.0.1:P (required)\n"
-		   "  -t, --threads N      client threads, each with one long-lived connection (4)\n"
-		   "  -d, --duration SECS  how long to churn (10)\n"
-		   "      --io-timeout S   an echo must arrive within S seconds (5)\n");
-}
-
-int main(int argc, char **argv)
-{
-	static const struct option opts[] = {
-		{ "port", required_argument, NULL, 'p' },
-		{ "threads", required_argument, NULL, 't' },
-		{ "duration", required_argument, NULL, 'd' },
-		{ "io-timeout", required_argument, NULL, 'i' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("port", 'p', g.port, 1, 65535, "P",
+				 "echo server on 127.0.0.1:P (required)"), .required = 1 },
+		{ TOOL_OPT_COUNT("threads", 't', g.threads, 1, MAX_THREADS, "N",
+				 "client threads, each with one long-lived connection (4)") },
+		{ TOOL_OPT_SECONDS("duration", 'd', g.secs, 0.1, 86400, "SECS",
+				   "how long to churn (10)") },
+		{ TOOL_OPT_SECONDS("io-timeout", 0, g.io_timeout, 0.01, 600, "S",
+				   "an echo must arrive within S seconds (5)") },
+		{ 0 },
 	};
-	pthread_t th[MAX_THREADS];
-	unsigned long long errs = 0;
-	uint64_t v;
-	int o;
+	const struct tool_cli cli = {
+		"soak-load", "-p PORT [-t THREADS] [-d SECS] [--io-timeout SECS]", NULL, opts,
+	};
 
-	tool_prog = "soak-load";
 	g.port = -1;
 	g.threads = 4;
 	g.secs = 10;
 	g.io_timeout = 5;
-	while ((o = getopt_long(argc, argv, "p:t:d:h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'p':
-			if (tool_opt_count("--port", optarg, 1, 65535, &v))
-				return 2;
-			g.port = (int)v;
-			break;
-		case 't':
-			if (tool_opt_count("--threads", optarg, 1, MAX_THREADS, &v))
-				return 2;
-			g.threads = (unsigned)v;
-			break;
-		case 'd':
-			if (tool_opt_seconds("--duration", optarg, 0.1, 86400, &g.secs))
-				return 2;
-			break;
-		case 'i':
-			if (tool_opt_seconds("--io-timeout", optarg, 0.01, 600, &g.io_timeout))
-				return 2;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (g.port < 0 || optind < argc) {
-		usage(stderr);
-		return 2;
-	}
+	return tool_opt_parse(&cli, argc, argv);
+}
+
+int main(int argc, char **argv)
+{
+	pthread_t th[MAX_THREADS];
+	unsigned long long errs = 0;
+	int ret;
+
+	ret = parse_options(argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
 	g.end = now_s() + g.secs;
 	for (unsigned i = 0; i < g.threads; i++)
 		if (pthread_create(&th[i], NULL, worker, (void *)(uintptr_t)i)) {

@@ -37,7 +37,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <getopt.h>
 #include <liburing.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -512,121 +511,67 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
+static struct worker workers[MAX_THREADS];
+static int cpu[MAX_THREADS];
+static struct tool_cpus cpus = { cpu, MAX_THREADS, 0, NULL };
+static double timeout;
 
-static void usage(FILE *f)
+/* --bufs and --entries: a count in [1 or 8, 32768] that is a power of two. */
+static int pow2(const char *label, const char *s, void *to)
 {
-	fprintf(f,
-		"usage: uring-echo [options]\n"
-		"  -t, --threads N     threads, one ring and listener each (1)\n"
-		"  -C, --cpus LIST     pin thread i to the i-th CPU of LIST (0-3,6)\n"
-		"  -p, --port N        TCP port on 127.0.0.1; 0 picks one (0)\n"
-		"  -b, --busy-poll     spin on the completion queue instead of sleeping\n"
-		"  -u, --udp           UDP echo: one SO_REUSEPORT socket per thread, multishot\n"
-		"                      recvmsg, each datagram sent back to its sender\n"
-		"      --bufs N        provided buffers per thread, power of two (4096)\n"
-		"      --buf-size N    bytes per buffer (4k)\n"
-		"      --max-held N    buffers one connection may hold before its receive\n"
-		"                      is paused (64)\n"
-		"      --entries N     submission queue entries (1024)\n"
-		"  -T, --timeout SECS  stop after SECS (default: run until SIGINT/SIGTERM)\n");
+	uint64_t v;
+
+	if (tool_opt_count(label, s, to == &g.entries ? 8 : 1, 32768, &v))
+		return -EINVAL;
+	if (v & (v - 1)) {
+		fprintf(stderr, "uring-echo: %s: %s is not a power of two\n", label, s);
+		return -EINVAL;
+	}
+	*(unsigned *)to = (unsigned)v;
+	return 0;
 }
 
-int main(int argc, char **argv)
+static int parse_options(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "threads", required_argument, NULL, 't' },
-		{ "cpus", required_argument, NULL, 'C' },
-		{ "port", required_argument, NULL, 'p' },
-		{ "busy-poll", no_argument, NULL, 'b' },
-		{ "udp", no_argument, NULL, 'u' },
-		{ "bufs", required_argument, NULL, 'n' },
-		{ "buf-size", required_argument, NULL, 'z' },
-		{ "max-held", required_argument, NULL, 'm' },
-		{ "entries", required_argument, NULL, 'e' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{ NULL, 0, NULL, 0 },
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("threads", 't', g.threads, 1, MAX_THREADS, "N",
+				 "threads, one ring and listener each (1)") },
+		{ TOOL_OPT_CPUS("cpus", 'C', cpus, "LIST",
+				"pin thread i to the i-th CPU of LIST (0-3,6)") },
+		{ TOOL_OPT_COUNT("port", 'p', g.port, 0, 65535, "N",
+				 "TCP port on 127.0.0.1; 0 picks one (0)") },
+		{ TOOL_OPT_FLAG("busy-poll", 'b', g.busy,
+				"spin on the completion queue instead of sleeping") },
+		{ TOOL_OPT_FLAG("udp", 'u', g.udp,
+				"UDP echo: one SO_REUSEPORT socket per thread, multishot\n"
+				"recvmsg, each datagram sent back to its sender") },
+		{ TOOL_OPT_CALL("bufs", 0, pow2, &g.nbufs, "N",
+				"provided buffers per thread, power of two (4096)") },
+		{ TOOL_OPT_SIZE("buf-size", 0, g.buf_size, 64, 1u << 20, "N",
+				"bytes per buffer (4k)") },
+		{ TOOL_OPT_COUNT("max-held", 0, g.max_held, 1, 32768, "N",
+				 "buffers one connection may hold before its receive\n"
+				 "is paused (64)") },
+		{ TOOL_OPT_CALL("entries", 0, pow2, &g.entries, "N",
+				"submission queue entries (1024)") },
+		{ TOOL_OPT_SECONDS("timeout", 'T', timeout, 0.001, 1e6, "SECS",
+				   "stop after SECS (default: run until SIGINT/SIGTERM)") },
+		{ 0 },
 	};
-	static struct worker w[MAX_THREADS];
-	int cpus[MAX_THREADS];
-	unsigned ncpus = 0;
-	double timeout = 0;
-	uint64_t v;
-	int o, ret;
+	const struct tool_cli cli = { "uring-echo", "[options]", NULL, opts };
 
-	tool_prog = "uring-echo";
 	g.threads = 1;
 	g.nbufs = 4096;
 	g.buf_size = 4096;
 	g.max_held = 64;
 	g.entries = 1024;
-	while ((o = getopt_long(argc, argv, "t:C:p:buT:h", opts, NULL)) != -1) {
-		switch (o) {
-		case 't':
-			if (tool_opt_count("--threads", optarg, 1, MAX_THREADS, &v))
-				return 2;
-			g.threads = (unsigned)v;
-			break;
-		case 'C':
-			if (tool_opt_cpus("--cpus", optarg, cpus, MAX_THREADS, &ncpus))
-				return 2;
-			break;
-		case 'p':
-			if (tool_opt_count("--port", optarg, 0, 65535, &v))
-				return 2;
-			g.port = (int)v;
-			break;
-		case 'b':
-			g.busy = 1;
-			break;
-		case 'u':
-			g.udp = 1;
-			break;
-		case 'n':
-			if (tool_opt_count("--bufs", optarg, 1, 32768, &v))
-				return 2;
-			if (v & (v - 1)) {
-				fprintf(stderr, "uring-echo: --bufs: %s is not a power of two\n", optarg);
-				return 2;
-			}
-			g.nbufs = (unsigned)v;
-			break;
-		case 'z':
-			if (tool_opt_size("--buf-size", optarg, 64, 1u << 20, &v))
-				return 2;
-			g.buf_size = (unsigned)v;
-			break;
-		case 'm':
-			if (tool_opt_count("--max-held", optarg, 1, 32768, &v))
-				return 2;
-			g.max_held = (unsigned)v;
-			break;
-		case 'e':
-			if (tool_opt_count("--entries", optarg, 8, 32768, &v))
-				return 2;
-			if (v & (v - 1)) {
-				fprintf(stderr, "uring-echo: --entries: %s is not a power of two\n", optarg);
-				return 2;
-			}
-			g.entries = (unsigned)v;
-			break;
-		case 'T':
-			if (tool_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
-				return 2;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc) {
-		fprintf(stderr, "uring-echo: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
+	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* The stop eventfd and one listener per thread, in the main thread (port 0
+ * is resolved by the first): 0 or 1. */
+static int listen_all(void)
+{
 	g.stopfd = eventfd(0, EFD_CLOEXEC | EFD_SEMAPHORE);
 	if (g.stopfd < 0) {
 		perror("uring-echo: eventfd");
@@ -641,13 +586,57 @@ int main(int argc, char **argv)
 		}
 		if (!g.port)
 			g.port = tool_local_port(fd);
-		w[i].idx = i;
-		w[i].lfd = fd;
-		w[i].cpu = ncpus ? cpus[i % ncpus] : -1;
+		workers[i].idx = i;
+		workers[i].lfd = fd;
+		workers[i].cpu = cpus.n ? cpu[i % cpus.n] : -1;
 	}
+	return 0;
+}
+
+/* Wake every thread, join them, print their counters: the exit status. */
+static int stop_all(void)
+{
+	int ret = 0;
+
+	/* A semaphore eventfd: each thread's read takes one count, so one
+	 * write per thread wakes every thread. */
+	for (unsigned i = 0; i < g.threads; i++) {
+		uint64_t v = 1;
+
+		if (write(g.stopfd, &v, sizeof(v)) != sizeof(v))
+			perror("uring-echo: eventfd write");
+	}
+	for (unsigned i = 0; i < g.threads; i++) {
+		struct worker *w = &workers[i];
+
+		pthread_join(w->th, NULL);
+		if (w->err) {
+			fprintf(stderr, "uring-echo: thread %u: %s\n", i, strerror(-w->err));
+			ret = 1;
+		}
+		fprintf(stderr,
+			"uring-echo: thread %u: ring flags 0x%x, %llu accepts, %llu recvs, %llu bytes, "
+			"%llu sends (%llu short), %llu enobufs stops, %llu held stops, %llu errors\n",
+			i, w->flags, (unsigned long long)w->accepts, (unsigned long long)w->recvs,
+			(unsigned long long)w->bytes_in, (unsigned long long)w->sends,
+			(unsigned long long)w->short_sends, (unsigned long long)w->enobufs,
+			(unsigned long long)w->held_stops, (unsigned long long)w->errors);
+	}
+	return ret;
+}
+
+int main(int argc, char **argv)
+{
+	int ret;
+
+	ret = parse_options(argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	if (listen_all())
+		return 1;
 	tool_block_stop_signals();
 	for (unsigned i = 0; i < g.threads; i++) {
-		ret = tool_thread_pinned(&w[i].th, w[i].cpu, worker_main, &w[i]);
+		ret = tool_thread_pinned(&workers[i].th, workers[i].cpu, worker_main, &workers[i]);
 		if (ret) {
 			fprintf(stderr, "uring-echo: pthread_create: %s\n", strerror(ret));
 			return 1;
@@ -655,34 +644,12 @@ int main(int argc, char **argv)
 	}
 	printf("uring-echo: listening on 127.0.0.1:%d threads=%u cpus=", g.port, g.threads);
 	for (unsigned i = 0; i < g.threads; i++)
-		printf("%s%d", i ? "," : "", w[i].cpu);
+		printf("%s%d", i ? "," : "", workers[i].cpu);
 	printf(" proto=%s idle=%s bufs=%ux%u max-held=%u pid=%d\n", g.udp ? "udp" : "tcp",
 	       g.busy ? "busy-poll" : "block", g.nbufs,
 	       g.buf_size, g.max_held, (int)getpid());
 	fflush(stdout);
 	/* SIGINT/SIGTERM or the timeout; EINTR (a tracer attaching) is not a stop */
 	tool_wait_stop(timeout);
-	/* A semaphore eventfd: each thread's read takes one count, so one
-	 * write per thread wakes every thread. */
-	for (unsigned i = 0; i < g.threads; i++) {
-		v = 1;
-		if (write(g.stopfd, &v, sizeof(v)) != sizeof(v))
-			perror("uring-echo: eventfd write");
-	}
-	ret = 0;
-	for (unsigned i = 0; i < g.threads; i++) {
-		pthread_join(w[i].th, NULL);
-		if (w[i].err) {
-			fprintf(stderr, "uring-echo: thread %u: %s\n", i, strerror(-w[i].err));
-			ret = 1;
-		}
-		fprintf(stderr,
-			"uring-echo: thread %u: ring flags 0x%x, %llu accepts, %llu recvs, %llu bytes, "
-			"%llu sends (%llu short), %llu enobufs stops, %llu held stops, %llu errors\n",
-			i, w[i].flags, (unsigned long long)w[i].accepts, (unsigned long long)w[i].recvs,
-			(unsigned long long)w[i].bytes_in, (unsigned long long)w[i].sends,
-			(unsigned long long)w[i].short_sends, (unsigned long long)w[i].enobufs,
-			(unsigned long long)w[i].held_stops, (unsigned long long)w[i].errors);
-	}
-	return ret;
+	return stop_all();
 }

@@ -7,9 +7,11 @@
  * Default: a per-shard table like top's; with --watch, one every SECONDS,
  * with rates between samples (the first table shows averages since start).
  * --json / --prom print the server's answer as it is (repeatedly with
- * --watch). Exit status: 0, 1 on a usage error, 2 when the socket cannot be
- * reached or answers garbage.
+ * --watch). Exit status: 0 (also after --help), 1 on a usage error, 2 when
+ * the socket cannot be reached or answers garbage.
  */
+#include "common/opt.h"
+
 #include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
@@ -278,12 +280,6 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 	}
 }
 
-static void usage(void)
-{
-	fprintf(stderr, "usage: corio-stat SOCKET [--json | --prom] [--watch SECONDS]\n");
-	exit(1);
-}
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -292,29 +288,31 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
 }
 
+static const char *path;
+static double watch;
+static int form; /* 0: the table; 1 --json, 2 --prom: the answer as it is */
+static const struct tool_opt opts[] = {
+	{ TOOL_OPT_STRING(NULL, 0, path, "SOCKET", "the runtime's control socket"), .required = 1 },
+	{ TOOL_OPT_SET("json", 0, form, 1, "print the server's JSON answer as it is") },
+	{ TOOL_OPT_SET("prom", 0, form, 2, "print the server's Prometheus answer as it is") },
+	{ TOOL_OPT_SECONDS("watch", 0, watch, 0, 1e6, "SECONDS",
+			   "repeat every SECONDS, with rates between samples") },
+	{ 0 },
+};
+static const struct tool_cli cli = { "corio-stat", "SOCKET [--json | --prom] [--watch SECONDS]",
+				     NULL, opts };
+
 int main(int argc, char **argv)
 {
-	const char *path = NULL, *raw = NULL;
-	double watch = 0;
+	static const char *const answers[] = { NULL, "stats\n", "prom\n" };
+	const char *raw;
 	struct flat f[2] = { { 0 } };
 	unsigned shards;
-	int cur = 0, have_prev = 0;
+	int cur = 0, have_prev = 0, ret;
 
-	for (int i = 1; i < argc; i++) {
-		if (!strcmp(argv[i], "--json"))
-			raw = "stats\n";
-		else if (!strcmp(argv[i], "--prom"))
-			raw = "prom\n";
-		else if (!strcmp(argv[i], "--watch") && i + 1 < argc)
-			watch = atof(argv[++i]);
-		else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help") || argv[i][0] == '-' ||
-			 path)
-			usage();
-		else
-			path = argv[i];
-	}
-	if (!path || watch < 0)
-		usage();
+	if ((ret = tool_opt_parse(&cli, argc, argv))) /* usage: 1; 2 says the socket failed */
+		return ret > 0 ? 0 : 1;
+	raw = answers[form];
 	for (;;) {
 		double t = now_s(), secs;
 		static double prev_t;

@@ -51,9 +51,9 @@
  * drives ue_serve() over 127.0.0.1, and also runs the built binary.
  */
 #include "upper.h"
+#include "../../common/opt.h" /* the tools' option parser */
 
 #include <errno.h>
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
@@ -138,72 +138,39 @@ static void entry(void *arg)
 	ue_serve(&srv);
 }
 
-static void usage(FILE *f)
-{
-	fprintf(f, "usage: upper-echo [-b host] [-p port] [-s shards] [-m max_line] [-i idle_s]\n"
-		   "  -b host      address to listen on (127.0.0.1; * for all)\n"
-		   "  -p port      TCP port (7000; 0: pick one and print it)\n"
-		   "  -s shards    shards (threads) to run (1; 0: one per CPU)\n"
-		   "  -m bytes     longest line answered (65536); longer ones get an error line\n"
-		   "  -i seconds   close connections idle this long (0: never)\n"
-		   "Stops on SIGINT or SIGTERM.\n");
-}
-
-static int num(const char *s, unsigned long long max, unsigned long long *out)
-{
-	char *end;
-
-	errno = 0;
-	*out = strtoull(s, &end, 10);
-	return errno || end == s || *end || *out > max || s[0] == '-' ? -1 : 0;
-}
-
 int main(int argc, char **argv)
 {
 	struct corio_config cfg;
 	struct corio_rt *rt;
-	unsigned long long v;
+	unsigned idle_s = 0;
 	sigset_t set;
-	int c, sig, ret;
+	int sig, ret;
+	const struct tool_opt table[] = {
+		{ TOOL_OPT_STRING(NULL, 'b', opts.host, "host",
+				  "address to listen on (127.0.0.1; * for all)") },
+		{ TOOL_OPT_COUNT(NULL, 'p', opts.port, 0, 65535, "port",
+				 "TCP port (7000; 0: pick one and print it)") },
+		{ TOOL_OPT_COUNT(NULL, 's', opts.shards, 0, 1024, "shards",
+				 "shards (threads) to run (1; 0: one per CPU)") },
+		{ TOOL_OPT_SIZE(NULL, 'm', opts.max_line, 1, 1u << 30, "bytes",
+				"longest line answered (65536); longer ones get an error line") },
+		{ TOOL_OPT_COUNT(NULL, 'i', idle_s, 0, 1000000, "seconds",
+				 "close connections idle this long (0: never)") },
+		{ 0 },
+	};
+	const struct tool_cli cli = {
+		"upper-echo", "[-b host] [-p port] [-s shards] [-m max_line] [-i idle_s]",
+		"Stops on SIGINT or SIGTERM.\n", table,
+	};
 
 	opts.host = "127.0.0.1";
 	opts.port = 7000;
 	opts.shards = 1;
 	opts.max_line = UE_MAX_LINE_DEFAULT;
-	while ((c = getopt(argc, argv, "b:p:s:m:i:h")) != -1) {
-		switch (c) {
-		case 'b':
-			opts.host = optarg;
-			break;
-		case 'p':
-			if (num(optarg, 65535, &v))
-				goto bad;
-			opts.port = (unsigned)v;
-			break;
-		case 's':
-			if (num(optarg, 1024, &v))
-				goto bad;
-			opts.shards = (unsigned)v;
-			break;
-		case 'm':
-			if (num(optarg, 1ull << 30, &v) || !v)
-				goto bad;
-			opts.max_line = (size_t)v;
-			break;
-		case 'i':
-			if (num(optarg, 1000000, &v))
-				goto bad;
-			opts.idle_ns = v * 1000000000ull;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			goto bad;
-		}
-	}
-	if (optind != argc)
-		goto bad;
+	ret = tool_opt_parse(&cli, argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	opts.idle_ns = idle_s * 1000000000ull;
 
 	/* Signals: blocked in every thread (shards inherit the mask), taken
 	 * here with sigwait(), then the runtime is stopped. */
@@ -224,7 +191,4 @@ int main(int argc, char **argv)
 	corio_stop(rt);
 	ret = corio_wait(rt);
 	return ret < 0 || failed ? 1 : 0;
-bad:
-	usage(stderr);
-	return 2;
 }
