@@ -1029,7 +1029,7 @@ static int msg_init(struct corio__shard *s)
 	 * the kernel takes the SQE and fails it afterwards, as it may with
 	 * -EOVERFLOW or -ENOMEM */
 	m->db_badfd = m->use_msg_ring && db == 1;
-	s->parts[CORIO__PART_MSG] = m;
+	__atomic_store_n(&s->parts[CORIO__PART_MSG], m, __ATOMIC_RELEASE); /* stats readers */
 	return 0;
 }
 
@@ -1086,17 +1086,18 @@ int corio_msg_stats_get(struct corio_rt *rt, unsigned shard, unsigned peer,
 {
 	struct msg *m;
 
-	if (!rt) {
-		if (!corio__shard())
-			return corio__error(-EPERM, "corio_msg_stats_get: rt is NULL off a shard");
-		rt = corio__shard()->rt;
-	}
-	if (!out || shard >= rt->nshards || !(m = part(rt->shards[shard])))
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return corio__error(-EPERM, "corio_msg_stats_get: rt is NULL off a shard");
+	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return corio__error(-EINVAL, "corio_msg_stats_get: %s",
 				    out ? "no such shard" : "out is NULL");
 	if (peer != CORIO_MSG_PEER_ALL && peer != CORIO_MSG_PEER_FOREIGN && peer >= rt->nshards)
 		return corio__error(-EINVAL, "corio_msg_stats_get: no peer %u", peer);
 	memset(out, 0, sizeof(*out));
+	m = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_MSG], __ATOMIC_ACQUIRE);
+	if (!m)
+		return 0; /* the part has not started: zeros, as every getter */
 	if (peer == CORIO_MSG_PEER_ALL) {
 		for (unsigned i = 0; i < rt->nshards; i++)
 			add_peer(out, &m->peers[i]);
