@@ -347,7 +347,7 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 		if (from && now > from)
 			out->idle_ns += corio__ticks_ns(now - from);
 	}
-	idle_monotonic(&s->ls.idle_shown, &out->idle_ns);
+	idle_monotonic(&rt->idle_shown[shard], &out->idle_ns);
 	if (!out->cpu_ns) {
 		/* Still running: its thread's clock. Once it has ended, that
 		 * read fails and the final value it stored is there. */
