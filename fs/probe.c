@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fs/part.c - the fs part of each shard: probes which file ops the ring can
+ * fs/probe.c - the fs part of each shard: probes which file ops the ring can
  * do (the rest fall back to blocking syscalls), honours CORIO_FS_SYNC, owns
  * the counters and the aligned-buffer cache.
  */
