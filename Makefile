@@ -171,10 +171,12 @@ $(B)/tools/examples/%: tools/examples/%.c $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(STATIC) $(LIBS)
 
-$(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
+# Tests read JSON with the tools' reader (tools/common/json.h).
+TEST_TOOL_OBJS := $(B)/obj/tools/common/json.o
+$(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(STATIC) $(TEST_LIBS) $(LIBS) -lm
+	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_TOOL_OBJS) $(STATIC) $(TEST_LIBS) $(LIBS) -lm
 
 # Every public header compiles on its own, as C and as C++.
 check-headers: $(B)/.headers-ok
