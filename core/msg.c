@@ -1085,8 +1085,7 @@ int corio_msg_stats_get(struct corio_rt *rt, unsigned shard, unsigned peer,
 	if (peer != CORIO_MSG_PEER_ALL && peer != CORIO_MSG_PEER_FOREIGN && peer >= rt->nshards)
 		return corio__error(-EINVAL, "corio_msg_stats_get: no peer %u", peer);
 	memset(out, 0, sizeof(*out));
-	m = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_MSG], __ATOMIC_ACQUIRE);
-	if (!m)
+	if (!(m = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_MSG], __ATOMIC_ACQUIRE)))
 		return 0; /* the part has not started: zeros, as every getter */
 	if (peer == CORIO_MSG_PEER_ALL) {
 		for (unsigned i = 0; i < rt->nshards; i++)
