@@ -205,10 +205,12 @@ $(B)/test/test_kv: $(TEST_EXTRA_test_kv)
 $(B)/test/test_upper_echo: $(TEST_EXTRA_test_upper_echo)
 $(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 
-$(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC)
+# Tests read JSON with the tools' reader (tools/common/json.h).
+TEST_TOOL_OBJS := $(B)/obj/tools/common/json.o
+$(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(STATIC) \
+	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(filter-out $(TEST_EXTRA_$*),$(TEST_TOOL_OBJS)) $(STATIC) \
 		$(TEST_LIBS) $(LIBS) -lm
 
 # Man pages: each docs/ page turned into roff by md2man.sh (sh + awk), so

@@ -247,11 +247,6 @@ struct corio__loopstat {
 	 * reader on another thread adds it to idle_ns (corio_stats_get), so a
 	 * shard blocked for a long time does not look like it has no time */
 	uint64_t idle_from;
-	/* the largest idle_ns any reader was given: a reader that loads
-	 * idle_ns just before a period ends and idle_from just after sees
-	 * neither the period nor its mark; clamping to this keeps every
-	 * reading at or above the ones before it (written by readers only) */
-	uint64_t idle_shown;
 	/* On-CPU time for stall reports (core/stats.c). The per-switch check
 	 * is on wall time; when it trips, the thread's CPU clock says how much
 	 * of it the fiber really ran. That needs a reading from before the
@@ -361,6 +356,12 @@ struct corio_rt {
 	int *cpus;
 	struct corio__shard **shards;
 	struct corio__pool *pool; /* the blocking-work pool (core/work.c) */
+	/* Per shard, the largest idle_ns any corio_stats_get() reader was
+	 * given: a reader that loads idle_ns just before a period ends and
+	 * idle_from just after sees neither the period nor its mark; clamping
+	 * to this keeps every reading at or above the ones before it. The
+	 * readers' state, not the shard's: written by readers only (CAS). */
+	uint64_t *idle_shown;
 	void (*entry)(void *);
 	void *entry_arg;
 	_Atomic int stopping;

@@ -243,14 +243,6 @@ static int push(struct msg *t, void (*fn)(void *), void *arg, void (*release)(vo
 	}
 }
 
-static void efd_write(struct corio__shard *t)
-{
-	uint64_t one = 1;
-	ssize_t r = write(t->efd, &one, sizeof(one));
-
-	(void)r; /* EAGAIN: the counter is saturated, so a wake-up is pending anyway */
-}
-
 /* After publishing something t will look at: wake t if it sleeps. s is the
  * calling shard (NULL: a foreign thread). Returns 1 if a doorbell was sent. */
 static int wake(struct corio__shard *s, struct corio__shard *t)
@@ -262,7 +254,7 @@ static int wake(struct corio__shard *s, struct corio__shard *t)
 		return 0;
 	if (!s || !part(s)->use_msg_ring) {
 		if (atomic_exchange(&t->sleeping, 0)) {
-			efd_write(t);
+			corio__shard_wake(t);
 			rang = 1;
 		}
 		return rang;
@@ -272,7 +264,7 @@ static int wake(struct corio__shard *s, struct corio__shard *t)
 	if (atomic_exchange(&t->sleeping, 0)) {
 		if (corio__ring_msg_doorbell(&s->ring, part(s)->db_badfd ? -1 : t->ring.ring.ring_fd,
 					     &part(s)->db_ops[t->id]) < 0)
-			efd_write(t); /* could not submit now: the eventfd never fails us */
+			corio__shard_wake(t); /* could not submit now: the eventfd never fails us */
 		rang = 1;
 	}
 	atomic_fetch_sub(&tm->db_inflight, 1);
@@ -300,7 +292,7 @@ static void doorbell_failed(struct corio__op *op, int32_t res, uint32_t flags)
 	(void)flags;
 	if (res >= 0)
 		return;
-	efd_write(s->rt->shards[to]);
+	corio__shard_wake(s->rt->shards[to]);
 	CORIO__STAT_ADD(part(s)->peers[to].doorbell_failed, 1);
 }
 
@@ -382,6 +374,18 @@ static struct corio__shard *sender(const char *who, unsigned to, const void *fn,
 	return s;
 }
 
+/* The blocking calls' prologue, written once: sender()'s checks, then
+ * corio__may_block() (off a fiber, cancelled, past the deadline). */
+static struct corio__shard *blocking_sender(const char *who, unsigned to, const void *fn,
+					    int *err)
+{
+	struct corio__shard *s = sender(who, to, fn, err);
+
+	if (s && (*err = corio__may_block(who)))
+		return NULL;
+	return s;
+}
+
 int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 {
 	int err;
@@ -395,12 +399,9 @@ int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 int corio_post_wait(unsigned shard, void (*fn)(void *), void *arg)
 {
 	int err;
-	struct corio__shard *s = sender("corio_post_wait", shard, (const void *)fn, &err);
+	struct corio__shard *s = blocking_sender("corio_post_wait", shard, (const void *)fn, &err);
 
 	if (CORIO__UNLIKELY(!s))
-		return err;
-	err = corio__may_block("corio_post_wait");
-	if (err)
 		return err;
 	return send_wait(s, shard, &(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST });
 }
@@ -416,7 +417,10 @@ static int spawn_on(const char *who, unsigned shard, int (*fn)(void *), void *ar
 		    void (*release)(void *), unsigned flags)
 {
 	int err;
-	struct corio__shard *s = sender(who, shard, (const void *)fn, &err);
+	bool bad = flags & ~CORIO_SPAWN_ON_WAIT; /* said after sender's checks, before blocking */
+	struct corio__shard *s = !bad && (flags & CORIO_SPAWN_ON_WAIT)
+					 ? blocking_sender(who, shard, (const void *)fn, &err)
+					 : sender(who, shard, (const void *)fn, &err);
 	/* The function pointer travels as void (*)(void *) and is converted
 	 * back before the call (C11 6.3.2.3p8); the detour through
 	 * void (*)(void) tells gcc the cast is deliberate. */
@@ -425,13 +429,8 @@ static int spawn_on(const char *who, unsigned shard, int (*fn)(void *), void *ar
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
-	if (flags & ~CORIO_SPAWN_ON_WAIT)
+	if (bad)
 		return corio__error(-EINVAL, "%s: unknown flags 0x%x", who, flags);
-	if (flags & CORIO_SPAWN_ON_WAIT) {
-		err = corio__may_block(who);
-		if (err)
-			return err;
-	}
 	atomic_fetch_add(&s->rt->busy_shards, 1);
 	err = (flags & CORIO_SPAWN_ON_WAIT) ? send_wait(s, shard, &mi) : send_try(s, shard, &mi, true);
 	if (err)
@@ -458,12 +457,9 @@ int corio_spawn_on_wait(unsigned shard, int (*fn)(void *), void *arg)
 int corio_broadcast(void (*fn)(void *), void *arg)
 {
 	int err, n = 0;
-	struct corio__shard *s = sender("corio_broadcast", 0, (const void *)fn, &err);
+	struct corio__shard *s = blocking_sender("corio_broadcast", 0, (const void *)fn, &err);
 
 	if (CORIO__UNLIKELY(!s))
-		return err;
-	err = corio__may_block("corio_broadcast");
-	if (err)
 		return err;
 	for (unsigned i = 0; i < s->rt->nshards; i++) {
 		if (corio_cancelled() || expired())
@@ -662,15 +658,12 @@ static int call_send(struct corio__shard *s, unsigned to, struct call *c, struct
 int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *result)
 {
 	int err;
-	struct corio__shard *s = sender("corio_call", shard, (const void *)fn, &err);
+	struct corio__shard *s = blocking_sender("corio_call", shard, (const void *)fn, &err);
 	struct callwait cw;
 	struct call *c;
 	struct msg *m;
 
 	if (CORIO__UNLIKELY(!s))
-		return err;
-	err = corio__may_block("corio_call");
-	if (err)
 		return err;
 	m = part(s);
 	c = call_get(m);
@@ -701,16 +694,13 @@ int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *resu
 int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 {
 	int err, first = 0;
-	struct corio__shard *s = sender("corio_gather", 0, (const void *)fn, &err);
+	struct corio__shard *s = blocking_sender("corio_gather", 0, (const void *)fn, &err);
 	struct call *c[GATHER_WAVE];
 	struct callwait cw;
 	struct msg *m;
 	unsigned n;
 
 	if (CORIO__UNLIKELY(!s))
-		return err;
-	err = corio__may_block("corio_gather");
-	if (err)
 		return err;
 	m = part(s);
 	n = s->rt->nshards;
@@ -1029,7 +1019,7 @@ static int msg_init(struct corio__shard *s)
 	 * the kernel takes the SQE and fails it afterwards, as it may with
 	 * -EOVERFLOW or -ENOMEM */
 	m->db_badfd = m->use_msg_ring && db == 1;
-	s->parts[CORIO__PART_MSG] = m;
+	__atomic_store_n(&s->parts[CORIO__PART_MSG], m, __ATOMIC_RELEASE); /* stats readers */
 	return 0;
 }
 
@@ -1086,17 +1076,17 @@ int corio_msg_stats_get(struct corio_rt *rt, unsigned shard, unsigned peer,
 {
 	struct msg *m;
 
-	if (!rt) {
-		if (!corio__shard())
-			return corio__error(-EPERM, "corio_msg_stats_get: rt is NULL off a shard");
-		rt = corio__shard()->rt;
-	}
-	if (!out || shard >= rt->nshards || !(m = part(rt->shards[shard])))
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return corio__error(-EPERM, "corio_msg_stats_get: rt is NULL off a shard");
+	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return corio__error(-EINVAL, "corio_msg_stats_get: %s",
 				    out ? "no such shard" : "out is NULL");
 	if (peer != CORIO_MSG_PEER_ALL && peer != CORIO_MSG_PEER_FOREIGN && peer >= rt->nshards)
 		return corio__error(-EINVAL, "corio_msg_stats_get: no peer %u", peer);
 	memset(out, 0, sizeof(*out));
+	if (!(m = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_MSG], __ATOMIC_ACQUIRE)))
+		return 0; /* the part has not started: zeros, as every getter */
 	if (peer == CORIO_MSG_PEER_ALL) {
 		for (unsigned i = 0; i < rt->nshards; i++)
 			add_peer(out, &m->peers[i]);

@@ -461,6 +461,22 @@ static struct corio__shard *shard_alloc(int cpu)
 	return s;
 }
 
+/* The runtime's per-shard arrays: 0 or -ENOMEM (rt_free frees what there is). */
+static int rt_arrays_new(struct corio_rt *rt, unsigned n)
+{
+	rt->cpus = calloc(n, sizeof(int));
+	rt->shards = calloc(n, sizeof(*rt->shards));
+	rt->idle_shown = calloc(n, sizeof(*rt->idle_shown));
+	return rt->cpus && rt->shards && rt->idle_shown ? 0 : -ENOMEM;
+}
+
+static void rt_arrays_free(struct corio_rt *rt)
+{
+	free(rt->shards);
+	free(rt->cpus);
+	free(rt->idle_shown);
+}
+
 static void rt_free(struct corio_rt *rt)
 {
 	/* Every shard thread has ended: nothing can read a part any more. */
@@ -470,8 +486,7 @@ static void rt_free(struct corio_rt *rt)
 				rt->parts[k]->release(rt->shards[i]);
 	for (unsigned i = 0; i < rt->nshards; i++)
 		shard_free(rt->shards[i]);
-	free(rt->shards);
-	free(rt->cpus);
+	rt_arrays_free(rt);
 	corio__pool_free(rt);
 	pthread_mutex_destroy(&rt->lock);
 	pthread_cond_destroy(&rt->cond);
@@ -541,9 +556,7 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 	atomic_init(&rt->busy_shards, n);
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
-	rt->cpus = calloc(n, sizeof(int));
-	rt->shards = calloc(n, sizeof(*rt->shards));
-	if (!rt->cpus || !rt->shards || corio__pool_new(rt, &mask)) {
+	if (rt_arrays_new(rt, n) || corio__pool_new(rt, &mask)) {
 		rt_free(rt);
 		return -ENOMEM;
 	}

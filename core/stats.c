@@ -134,17 +134,34 @@ static uint64_t thread_cpu_ns(clockid_t cid)
 	return clock_gettime(cid, &ts) ? 0 : corio__ts_ns(&ts);
 }
 
-int corio__loopstat_init(struct corio__shard *s)
+/*
+ * CORIO_STATS_TEST (test hooks): read_gap widens a reader's race (see
+ * corio__loopstat.read_gap); setup_log says one line while the shard sets
+ * up, before any part has started, so that a log hook on the shard's
+ * thread can see what the stats getters answer then (DESIGN's rule).
+ */
+static int stats_test_env(struct corio__shard *s)
 {
-	static const char *const test_words[] = { "read_gap", NULL };
-	struct corio__loopstat *sp = &s->ls;
-	uint64_t stall_ns = s->rt->cfg.stall_ns;
+	static const char *const test_words[] = { "read_gap", "setup_log", NULL };
 	unsigned test = UINT32_MAX;
-	struct timespec res;
 
 	if (corio__env_choice("CORIO_STATS_TEST", test_words, &test, s->err, sizeof(s->err)) < 0)
 		return -EINVAL;
-	sp->read_gap = test == 0;
+	s->ls.read_gap = test == 0;
+	if (test == 1)
+		corio__log("corio: shard %u: CORIO_STATS_TEST=setup_log: no part started yet",
+			   s->id);
+	return 0;
+}
+
+int corio__loopstat_init(struct corio__shard *s)
+{
+	struct corio__loopstat *sp = &s->ls;
+	uint64_t stall_ns = s->rt->cfg.stall_ns;
+	struct timespec res;
+
+	if (stats_test_env(s) < 0)
+		return -EINVAL;
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
 	sp->refresh_ticks = stall_ns ? corio__ns_ticks(stall_ns / 4) : UINT64_MAX;
 	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
@@ -330,7 +347,7 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 		if (from && now > from)
 			out->idle_ns += corio__ticks_ns(now - from);
 	}
-	idle_monotonic(&s->ls.idle_shown, &out->idle_ns);
+	idle_monotonic(&rt->idle_shown[shard], &out->idle_ns);
 	if (!out->cpu_ns) {
 		/* Still running: its thread's clock. Once it has ended, that
 		 * read fails and the final value it stored is there. */

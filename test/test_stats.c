@@ -4,6 +4,7 @@
  * the control socket and the stall detector.
  */
 #include "helpers.h"
+#include "common/json.h" /* tool_json_get: the tools' JSON reader */
 
 #include <ctype.h>
 #include <arpa/inet.h>
@@ -18,171 +19,6 @@
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
-
-/* ---- a small strict JSON parser that can fetch one number by path ---------- */
-
-struct jp {
-	const char *p;
-	char path[256];     /* current path, "a.b.0.c" */
-	const char *want;   /* path whose number we want */
-	uint64_t got;
-	int found;
-	int depth;
-};
-
-static void jws(struct jp *j)
-{
-	while (*j->p == ' ' || *j->p == '\n' || *j->p == '\t' || *j->p == '\r')
-		j->p++;
-}
-
-static int jvalue(struct jp *j);
-
-static int jstring(struct jp *j, char *out, size_t cap)
-{
-	size_t n = 0;
-
-	if (*j->p++ != '"')
-		return -1;
-	while (*j->p != '"') {
-		unsigned char c = (unsigned char)*j->p++;
-
-		if (c < 0x20 || c == 0)
-			return -1;
-		if (c == '\\') {
-			c = (unsigned char)*j->p++;
-			if (!strchr("\"\\/bfnrtu", c))
-				return -1;
-		}
-		if (out && n + 1 < cap)
-			out[n++] = (char)c;
-	}
-	j->p++;
-	if (out)
-		out[n] = '\0';
-	return 0;
-}
-
-static int jnumber(struct jp *j)
-{
-	const char *s = j->p;
-	uint64_t v = 0;
-
-	if (*j->p == '-')
-		j->p++;
-	if (!isdigit((unsigned char)*j->p))
-		return -1;
-	if (*j->p == '0' && isdigit((unsigned char)j->p[1]))
-		return -1;
-	while (isdigit((unsigned char)*j->p))
-		v = v * 10 + (uint64_t)(*j->p++ - '0');
-	if (*j->p == '.' || *j->p == 'e' || *j->p == 'E')
-		return -1; /* corio's JSON has integers only */
-	if (j->want && !strcmp(j->path, j->want) && *s != '-') {
-		j->got = v;
-		j->found++;
-	}
-	return 0;
-}
-
-static int jmember(struct jp *j, const char *key)
-{
-	size_t len = strlen(j->path);
-	int ret;
-
-	if (len + strlen(key) + 2 >= sizeof(j->path))
-		return -1;
-	if (len)
-		strcat(j->path, ".");
-	strcat(j->path, key);
-	ret = jvalue(j);
-	j->path[len] = '\0';
-	return ret;
-}
-
-static int jvalue(struct jp *j)
-{
-	char key[64];
-	int i = 0;
-
-	if (++j->depth > 16)
-		return -1;
-	jws(j);
-	if (*j->p == '{') {
-		j->p++;
-		jws(j);
-		if (*j->p == '}') {
-			j->p++;
-		} else {
-			for (;;) {
-				jws(j);
-				if (jstring(j, key, sizeof(key)))
-					return -1;
-				jws(j);
-				if (*j->p++ != ':')
-					return -1;
-				if (jmember(j, key))
-					return -1;
-				jws(j);
-				if (*j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (*j->p++ != '}')
-					return -1;
-				break;
-			}
-		}
-	} else if (*j->p == '[') {
-		j->p++;
-		jws(j);
-		if (*j->p == ']') {
-			j->p++;
-		} else {
-			for (;; i++) {
-				snprintf(key, sizeof(key), "%d", i);
-				if (jmember(j, key))
-					return -1;
-				jws(j);
-				if (*j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (*j->p++ != ']')
-					return -1;
-				break;
-			}
-		}
-	} else if (*j->p == '"') {
-		if (jstring(j, NULL, 0))
-			return -1;
-	} else if (!strncmp(j->p, "true", 4) || !strncmp(j->p, "null", 4)) {
-		j->p += 4;
-	} else if (!strncmp(j->p, "false", 5)) {
-		j->p += 5;
-	} else if (jnumber(j)) {
-		return -1;
-	}
-	j->depth--;
-	return 0;
-}
-
-/* 0 and the number at path in *out; -1 bad JSON; -2 path not found. */
-static int json_get(const char *doc, const char *path, uint64_t *out)
-{
-	struct jp j = { .p = doc, .want = path };
-
-	if (jvalue(&j))
-		return -1;
-	jws(&j);
-	if (*j.p)
-		return -1;
-	if (path && j.found != 1)
-		return -2;
-	if (out)
-		*out = j.got;
-	return 0;
-}
 
 /* ---- Prometheus text format check -------------------------------------------- */
 
@@ -566,6 +402,79 @@ Test(stats, idle_time_never_goes_backwards, .timeout = 60)
 	cr_assert_eq(back, 0, "%d of %d readings went backwards", back, i);
 }
 
+/*
+ * The stats-getter rule (docs/DESIGN.md): before an area has started, its
+ * getter copies zeros and returns 0, whichever area it is. The log hook
+ * runs on the shard's own thread; CORIO_STATS_TEST=setup_log makes the
+ * shard say a line while it sets up, before any part has started, and
+ * there the hook asks every area's getter for its own shard. msg and fs
+ * answered -EINVAL there while timer, net and work copied zeros.
+ */
+enum { EARLY_CORE, EARLY_MSG, EARLY_TIMER, EARLY_WORK, EARLY_NET, EARLY_FS, EARLY_N };
+static const char *const early_names[EARLY_N] = { "core", "msg", "timer", "work", "net", "fs" };
+static int early_ret[EARLY_N];
+static bool early_zero[EARLY_N];
+static _Atomic int early_calls;
+
+static bool all_zero(const void *p, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		if (((const unsigned char *)p)[i])
+			return false;
+	return true;
+}
+
+/* Each getter's out is filled with garbage first, so "zeros" is what the
+ * getter wrote. */
+#define EARLY_GET(k, type, call)                                      \
+	do {                                                          \
+		type o_;                                              \
+		memset(&o_, 0xa5, sizeof(o_));                        \
+		early_ret[k] = call;                                  \
+		early_zero[k] = all_zero(&o_, sizeof(o_));            \
+	} while (0)
+
+static void early_hook(void *arg, const char *line)
+{
+	unsigned me = corio_shard_id();
+
+	(void)arg;
+	if (me == UINT32_MAX || !strstr(line, "setup_log"))
+		return; /* the backend's line from corio_start's thread, ... */
+	EARLY_GET(EARLY_CORE, struct corio_stats, corio_stats_get(NULL, me, &o_));
+	EARLY_GET(EARLY_MSG, struct corio_msg_stats,
+		  corio_msg_stats_get(NULL, me, CORIO_MSG_PEER_ALL, &o_));
+	EARLY_GET(EARLY_TIMER, struct corio_timer_stats, corio_timer_stats_get(NULL, me, &o_));
+	EARLY_GET(EARLY_WORK, struct corio_work_stats, corio_work_stats_get(NULL, me, &o_));
+	EARLY_GET(EARLY_NET, struct corio_net_stats, corio_net_stats_get(NULL, me, &o_));
+	EARLY_GET(EARLY_FS, struct corio_fs_stats, corio_fs_stats_get(NULL, me, &o_));
+	atomic_fetch_add(&early_calls, 1);
+}
+
+static void early_entry(void *arg)
+{
+	(void)arg;
+}
+
+Test(stats, getters_copy_zeros_before_their_area_starts, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_STATS_TEST", "setup_log", 1);
+	corio_set_log(early_hook, NULL);
+	cr_assert_eq(corio_run(&cfg, early_entry, NULL), 0, "%s", corio_last_error());
+	corio_set_log(NULL, NULL);
+	cr_assert_eq(atomic_load(&early_calls), 1, "the hook ran %d times on the shard",
+		     atomic_load(&early_calls));
+	cr_assert_eq(early_ret[EARLY_CORE], 0, "core: %d", early_ret[EARLY_CORE]);
+	for (int k = EARLY_MSG; k < EARLY_N; k++) {
+		cr_expect_eq(early_ret[k], 0, "%s: the getter returned %d before its area started",
+			     early_names[k], early_ret[k]);
+		cr_expect(early_zero[k], "%s: out is not all zeros before its area started",
+			  early_names[k]);
+	}
+}
+
 Test(stats, hist_buckets)
 {
 	cr_assert_eq(corio_stats_hist_bucket_ns(0), 256);
@@ -607,29 +516,29 @@ static void render_entry(void *arg)
 	CHECK(out && len == strlen(out) && out[len - 1] == '\n');
 	if (!out)
 		return;
-	CHECK_EQ(json_get(out, NULL, NULL), 0);
-	CHECK_EQ(json_get(out, "version", &v), 0);
+	CHECK_EQ(tool_json_get(out, NULL, NULL), 0);
+	CHECK_EQ(tool_json_get(out, "version", &v), 0);
 	CHECK_EQ(v, 1);
-	CHECK_EQ(json_get(out, "shards", &v), 0);
+	CHECK_EQ(tool_json_get(out, "shards", &v), 0);
 	CHECK_EQ(v, 2);
-	CHECK_EQ(json_get(out, "per_shard.0.fibers.switches", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.0.fibers.switches", &v), 0);
 	CHECK_EQ(v, st.switches);
-	CHECK_EQ(json_get(out, "per_shard.0.ring.sqes", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.0.ring.sqes", &v), 0);
 	CHECK_EQ(v, st.sqes);
-	CHECK_EQ(json_get(out, "per_shard.0.loop.turns", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.0.loop.turns", &v), 0);
 	CHECK_EQ(v, st.loop_turns);
-	CHECK_EQ(json_get(out, "per_shard.0.loop.turn_hist.0", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.0.loop.turn_hist.0", &v), 0);
 	CHECK_EQ(v, st.turn_hist[0]);
-	CHECK_EQ(json_get(out, "per_shard.0.net.accepts", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.0.net.accepts", &v), 0);
 	CHECK_EQ(v, ns.accepts);
-	CHECK_EQ(json_get(out, "per_shard.1.shard", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.1.shard", &v), 0);
 	CHECK_EQ(v, 1);
-	CHECK_EQ(json_get(out, "per_shard.0.fs.kinds.read.ops", &v), 0);
-	CHECK_EQ(json_get(out, "totals.fibers.spawned", &v), 0);
+	CHECK_EQ(tool_json_get(out, "per_shard.0.fs.kinds.read.ops", &v), 0);
+	CHECK_EQ(tool_json_get(out, "totals.fibers.spawned", &v), 0);
 	CHECK(v >= st.fibers_spawned); /* shard 1 may not have started its entry yet */
-	CHECK_EQ(json_get(out, "hist_bounds_ns.0", &v), 0);
+	CHECK_EQ(tool_json_get(out, "hist_bounds_ns.0", &v), 0);
 	CHECK_EQ(v, 256);
-	CHECK_EQ(json_get(out, "per_shard.2.shard", &v), -2);
+	CHECK_EQ(tool_json_get(out, "per_shard.2.shard", &v), -2);
 	free(out);
 
 	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_PROM, &out, &len), 0);
@@ -756,10 +665,10 @@ Test(stats, control_socket_commands, .init = ctl_setup, .fini = ctl_teardown, .t
 
 	send_all(fd, "stats\r\n", 7);
 	n = read_until(fd, buf, sizeof(buf), "\n");
-	cr_assert_eq(json_get(buf, NULL, NULL), 0, "bad JSON: %s", buf);
-	cr_assert_eq(json_get(buf, "shards", &v), 0);
+	cr_assert_eq(tool_json_get(buf, NULL, NULL), 0, "bad JSON: %s", buf);
+	cr_assert_eq(tool_json_get(buf, "shards", &v), 0);
 	cr_assert_eq(v, 2);
-	cr_assert_eq(json_get(buf, "per_shard.0.fibers.live", &v), 0);
+	cr_assert_eq(tool_json_get(buf, "per_shard.0.fibers.live", &v), 0);
 	cr_assert_geq(v, 3); /* entry, control server, this client */
 
 	send_all(fd, "  prom\n", 7);

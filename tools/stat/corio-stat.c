@@ -12,7 +12,6 @@
  */
 #include "common/opt.h"
 
-#include <ctype.h>
 #include <errno.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -23,6 +22,8 @@
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "common/json.h"
 
 /* ---- talking to the socket --------------------------------------------------- */
 
@@ -98,116 +99,22 @@ struct flat {
 	size_t n, cap;
 };
 
-struct jp {
-	const char *p;
-	char path[64];
-	struct flat *out;
-	int depth;
-};
-
-static int jvalue(struct jp *j);
-
-static void ws(struct jp *j)
+/* tool_json_walk's callback: keep the number under its path. */
+static int keep(void *arg, const char *path, uint64_t mag, bool neg)
 {
-	while (isspace((unsigned char)*j->p))
-		j->p++;
-}
+	struct flat *f = arg;
 
-static int jstr(struct jp *j, char *out, size_t cap)
-{
-	size_t n = 0;
+	if (f->n == f->cap) {
+		size_t nc = f->cap ? f->cap * 2 : 1024;
+		struct kv *nk = realloc(f->kv, nc * sizeof(*nk));
 
-	if (*j->p++ != '"')
-		return -1;
-	while (*j->p && *j->p != '"') {
-		if (*j->p == '\\' && j->p[1])
-			j->p++;
-		if (n + 1 < cap)
-			out[n++] = *j->p;
-		j->p++;
-	}
-	if (*j->p++ != '"')
-		return -1;
-	out[n] = '\0';
-	return 0;
-}
-
-static int jmember(struct jp *j, const char *key)
-{
-	size_t len = strlen(j->path);
-	int ret;
-
-	if (len + strlen(key) + 2 >= sizeof(j->path))
-		return -1;
-	snprintf(j->path + len, sizeof(j->path) - len, "%s%s", len ? "." : "", key);
-	ret = jvalue(j);
-	j->path[len] = '\0';
-	return ret;
-}
-
-static int jvalue(struct jp *j)
-{
-	char key[64];
-	int i = 0;
-
-	if (++j->depth > 16)
-		return -1;
-	ws(j);
-	if (*j->p == '{' || *j->p == '[') {
-		char close = *j->p == '{' ? '}' : ']';
-		int obj = close == '}';
-
-		j->p++;
-		ws(j);
-		if (*j->p == close) {
-			j->p++;
-		} else {
-			for (;; i++) {
-				ws(j);
-				if (obj) {
-					if (jstr(j, key, sizeof(key)))
-						return -1;
-					ws(j);
-					if (*j->p++ != ':')
-						return -1;
-				} else {
-					snprintf(key, sizeof(key), "%d", i);
-				}
-				if (jmember(j, key))
-					return -1;
-				ws(j);
-				if (*j->p == ',') {
-					j->p++;
-					continue;
-				}
-				if (*j->p++ != close)
-					return -1;
-				break;
-			}
-		}
-	} else if (*j->p == '"') {
-		if (jstr(j, key, sizeof(key)))
+		if (!nk)
 			return -1;
-	} else {
-		char *end;
-		double v = strtod(j->p, &end);
-
-		if (end == j->p)
-			return -1;
-		j->p = end;
-		if (j->out->n == j->out->cap) {
-			size_t nc = j->out->cap ? j->out->cap * 2 : 1024;
-			struct kv *nk = realloc(j->out->kv, nc * sizeof(*nk));
-
-			if (!nk)
-				return -1;
-			j->out->kv = nk;
-			j->out->cap = nc;
-		}
-		snprintf(j->out->kv[j->out->n].path, sizeof(j->out->kv[0].path), "%s", j->path);
-		j->out->kv[j->out->n++].v = v;
+		f->kv = nk;
+		f->cap = nc;
 	}
-	j->depth--;
+	snprintf(f->kv[f->n].path, sizeof(f->kv[0].path), "%s", path);
+	f->kv[f->n++].v = neg ? -(double)mag : (double)mag;
 	return 0;
 }
 
@@ -225,11 +132,10 @@ static double get(const struct flat *f, unsigned shard, const char *key)
 static int sample(const char *path, struct flat *f, unsigned *shards)
 {
 	char *doc = ask(path, "stats\n", NULL);
-	struct jp j = { .p = doc, .out = f };
 	int ret;
 
 	f->n = 0;
-	ret = jvalue(&j);
+	ret = tool_json_walk(doc, keep, f);
 	free(doc);
 	if (ret)
 		return -1;

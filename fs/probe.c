@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * fs/part.c - the fs part of each shard: probes which file ops the ring can
+ * fs/probe.c - the fs part of each shard: probes which file ops the ring can
  * do (the rest fall back to blocking syscalls), honours CORIO_FS_SYNC, owns
  * the counters and the aligned-buffer cache.
  */
@@ -43,7 +43,7 @@ static int fs_init(struct corio__shard *s)
 	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
 		fs->sync[k] = !corio__ring_has_op(&s->ring, kinds[k].op[0]) ||
 			      !corio__ring_has_op(&s->ring, kinds[k].op[1]) || (sync >> k & 1);
-	s->parts[CORIO__PART_FS] = fs;
+	__atomic_store_n(&s->parts[CORIO__PART_FS], fs, __ATOMIC_RELEASE); /* stats readers */
 	return 0;
 }
 
@@ -74,11 +74,11 @@ int corio_fs_stats_get(struct corio_rt *rt, unsigned shard, struct corio_fs_stat
 	rt = corio__rt_or_own(rt);
 	if (!rt)
 		return -EPERM;
-	if (!out || shard >= rt->nshards)
+	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return corio__error(-EINVAL, "corio_fs_stats_get: %s", out ? "no such shard" : "out is NULL");
-	fs = rt->shards[shard]->parts[CORIO__PART_FS];
-	if (!fs)
-		return corio__error(-EINVAL, "corio_fs_stats_get: shard %u has no fs state", shard);
-	corio__stats_copy(out, &fs->st, sizeof(*out));
+	fs = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_FS], __ATOMIC_ACQUIRE);
+	memset(out, 0, sizeof(*out)); /* the part has not started: zeros, as every getter */
+	if (fs)
+		corio__stats_copy(out, &fs->st, sizeof(*out));
 	return 0;
 }

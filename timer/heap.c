@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * timer/timer.c - the shard's clock and timers: a 4-ary min-heap of struct
+ * timer/heap.c - the shard's clock and timers: a 4-ary min-heap of struct
  * corio_timer with one IORING_OP_TIMEOUT armed for the earliest deadline,
  * firing callbacks; statistics. Sleeps, timer waits and deadlines are
  * core's (core/timer.c, core/deadline.c): nothing here knows fibers.
