@@ -15,12 +15,18 @@
 #include "helpers.h"
 #include "uring/fault.h"
 
+#include <pthread.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 
 #ifndef CORIO_FAULTS
 #define NEED_FAULTS() cr_skip_test("fault injection is built only with make test FAULTS=1")
 #else
 #define NEED_FAULTS() ((void)0)
+
+/* The backend of the child's runtime: AUTO (CORIO_BACKEND decides), or
+ * the epoll fallback for the tests of its own failure paths. */
+static enum corio_backend child_backend;
 
 /* The child's verdict: the runtime returned 0 (census included), no CHECK
  * failed, no fd left open. Prints the faults it injected. */
@@ -31,6 +37,10 @@ static int child_run(unsigned shards, void (*entry)(void *), void *arg)
 
 	corio_config_init(&cfg);
 	cfg.shards = shards;
+	if (child_backend) {
+		unsetenv("CORIO_BACKEND"); /* the config decides */
+		cfg.backend = child_backend;
+	}
 	ret = corio_run(&cfg, entry, arg);
 	fprintf(stderr, "  faults:");
 	for (unsigned k = 0; k < CORIO__FK_MAX; k++)
@@ -415,5 +425,212 @@ Test(faults, msg_calls_run_exactly_once, .timeout = 60)
 	static char spec[] = "seed=13,rate=0.05,kinds=transparent+surfacing";
 
 	th_child_ok(msg_child, spec, 30000, spec);
+#endif
+}
+
+/* ---- the epoll fallback's own failure paths (uring/emu.c's syscall sites) ---------------- */
+
+#ifdef CORIO_FAULTS
+/* An echo on the fallback under one spec: each kind named must have been
+ * injected (the path was reached); exact: no error and every byte back. */
+struct emu_case {
+	char *spec;
+	bool borrow, exact;
+	enum corio__fault_kind kinds[2];
+	unsigned nkinds;
+};
+
+static int emu_stream_child(void *arg)
+{
+	struct emu_case *c = arg;
+	int ret;
+
+	child_backend = CORIO_BACKEND_EPOLL;
+	st.borrow = c->borrow;
+	ret = stream_child(c->spec);
+	if (!ret && c->exact &&
+	    (atomic_load(&st.errors) || atomic_load(&st.bytes_ok) != NCONN * CONN_BYTES))
+		ret = 4;
+	for (unsigned i = 0; i < c->nkinds && !ret; i++)
+		if (!corio__fault_count(c->kinds[i]))
+			ret = 9; /* the emulator's path was never reached */
+	return ret;
+}
+
+#define EMU_CASE(name, spec_, borrow_, exact_, ...)                                       \
+	Test(faults, name, .timeout = 120)                                                 \
+	{                                                                                  \
+		NEED_FAULTS();                                                             \
+		static char spec[] = spec_;                                                \
+		static struct emu_case c = { spec, borrow_, exact_, { __VA_ARGS__ },       \
+					     sizeof((int[]){ __VA_ARGS__ }) / sizeof(int) }; \
+		th_child_ok(emu_stream_child, &c, 60000, spec);                           \
+	}
+#else
+#define EMU_CASE(name, spec_, borrow_, exact_, ...)                                       \
+	Test(faults, name, .timeout = 120) { NEED_FAULTS(); }
+#endif
+
+/* EAGAIN storms: recv, send, accept and the wake-up read answer EAGAIN
+ * though epoll said ready, 30% of the time: each op waits for the next
+ * edge and completes then. */
+EMU_CASE(emu_eagain_storm_every_byte, "seed=21,rate=0.3,kinds=eagain", true, true,
+	 CORIO__FK_EAGAIN)
+EMU_CASE(emu_eagain_storm_copying_every_byte, "seed=22,rate=0.5,kinds=eagain", false, true,
+	 CORIO__FK_EAGAIN)
+/* Short transfers from the syscall: the CQE says how many bytes moved, as
+ * io_uring's does (no MSG_WAITALL), and corio sends the rest. */
+EMU_CASE(emu_short_transfers_every_byte, "seed=23,rate=0.3,kinds=short", true, true,
+	 CORIO__FK_SHORT)
+/* EPOLLERR|EPOLLHUP on edges of files that have neither. */
+EMU_CASE(emu_err_hup_edges_every_byte, "seed=24,rate=0.2,kinds=hup", true, true, CORIO__FK_HUP)
+/* Resets and broken pipes from the syscalls: prefixes only, errors seen. */
+EMU_CASE(emu_reset_pipe_prefix_only, "seed=25,rate=0.05,kinds=reset+pipe+short+eagain", false,
+	 false, CORIO__FK_RESET, CORIO__FK_PIPE)
+
+#ifdef CORIO_FAULTS
+/* ---- a reset in the middle of a send: *sent is exactly what the peer got ------------------ */
+
+#define MID_BYTES (256 * 1024)
+
+static struct {
+	int fd;
+	size_t got;
+	uint8_t *in;
+	int midsend;
+} mid;
+
+static void *mid_reader(void *arg)
+{
+	ssize_t n;
+
+	(void)arg;
+	mid.got = 0;
+	while (mid.got < MID_BYTES && (n = read(mid.fd, mid.in + mid.got, MID_BYTES - mid.got)) > 0)
+		mid.got += (size_t)n;
+	return NULL;
+}
+
+static void mid_entry(void *arg)
+{
+	static uint8_t out[MID_BYTES];
+
+	(void)arg;
+	for (size_t i = 0; i < MID_BYTES; i++)
+		out[i] = pat(i, 3);
+	for (int round = 0; round < 300 && mid.midsend < 3; round++) {
+		struct corio_sock *s;
+		pthread_t t;
+		size_t sent = 0;
+		ssize_t r;
+		int sv[2];
+
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+		CHECK(corio_sock_from_fd(sv[0], &s) == 0);
+		mid.fd = sv[1];
+		CHECK(pthread_create(&t, NULL, mid_reader, NULL) == 0);
+		r = corio_send_ex(s, out, MID_BYTES, 0, &sent);
+		CHECK(r == MID_BYTES || r == -EPIPE || r == -ECONNRESET);
+		if (r < 0 && sent > 0)
+			mid.midsend++; /* some bytes went, then the error */
+		CHECK(corio_close(s) == 0); /* the reader sees the end */
+		pthread_join(t, NULL);
+		close(sv[1]);
+		CHECK(mid.got == (r < 0 ? sent : MID_BYTES));
+		CHECK(memcmp(mid.in, out, mid.got) == 0);
+	}
+}
+
+static int mid_child(void *arg)
+{
+	int ret;
+
+	setenv("CORIO_FAULTS", arg, 1);
+	child_backend = CORIO_BACKEND_EPOLL;
+	mid.in = malloc(MID_BYTES);
+	ret = child_run(1, mid_entry, NULL);
+	fprintf(stderr, "  %s: %d sends failed mid-way\n", (char *)arg, mid.midsend);
+	if (!ret && (mid.midsend < 1 || !corio__fault_count(CORIO__FK_SHORT)))
+		ret = 10;
+	free(mid.in);
+	return ret;
+}
+#endif
+
+/* A send that fails after part of it went (EPIPE or ECONNRESET from the
+ * syscall after short writes): corio_send_ex returns the error and *sent
+ * the bytes that went, and the peer got exactly those. */
+Test(faults, emu_reset_mid_send_reports_what_went, .timeout = 120)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=26,rate=0.1,kinds=short+pipe+reset";
+
+	th_child_ok(mid_child, spec, 60000, spec);
+#endif
+}
+
+#ifdef CORIO_FAULTS
+/* ---- an op parked after an injected EAGAIN waits for an edge: no busy loop ----------------- */
+
+static int idle_recv(void *arg)
+{
+	char buf[64];
+
+	return (int)corio_recv(arg, buf, sizeof(buf));
+}
+
+static uint64_t thread_cpu_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static void storm_idle_entry(void *arg)
+{
+	struct corio_sock *a, *b;
+	struct corio_fiber *fa, *fb;
+	uint64_t c0, c1;
+	int sv[2], st_a, st_b;
+
+	(void)arg;
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	CHECK(corio_sock_from_fd(sv[0], &a) == 0);
+	CHECK(corio_sock_from_fd(sv[1], &b) == 0);
+	CHECK(corio_spawn(idle_recv, a, NULL, &fa) == 0);
+	CHECK(corio_spawn(idle_recv, b, NULL, &fb) == 0);
+	corio_yield(); /* both receives try (EAGAIN, injected) and park */
+	/* every syscall answers EAGAIN (rate 1): a loop that retried without
+	 * an edge would spin through the whole sleep */
+	c0 = thread_cpu_ns();
+	CHECK(corio_sleep_ns(200 * 1000000ull) == 0);
+	c1 = thread_cpu_ns();
+	CHECK(c1 - c0 < 20 * 1000000ull);
+	CHECK(corio__fault_count(CORIO__FK_EAGAIN) > 0);
+	corio_cancel(fa);
+	corio_cancel(fb);
+	CHECK(corio_join(fa, &st_a) == 0 && st_a == -ECANCELED);
+	CHECK(corio_join(fb, &st_b) == 0 && st_b == -ECANCELED);
+	CHECK(corio_close(a) == 0);
+	CHECK(corio_close(b) == 0);
+}
+
+static int storm_idle_child(void *arg)
+{
+	setenv("CORIO_FAULTS", arg, 1);
+	child_backend = CORIO_BACKEND_EPOLL;
+	return child_run(1, storm_idle_entry, NULL);
+}
+#endif
+
+Test(faults, emu_eagain_storm_parks_without_spinning, .timeout = 60)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=27,rate=1,kinds=eagain";
+
+	th_child_ok(storm_idle_child, spec, 30000, spec);
 #endif
 }
