@@ -85,6 +85,7 @@ enum {
 	POOL_CHUNK = 128,   /* op and fd records allocated at a time             */
 	MAX_BUFRINGS = 16,  /* registered provided-buffer rings per ring         */
 	HARVEST_NS = 50000, /* busy loop: look at epoll at least this often      */
+	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
 /* Interest bits of a parked op (which edges retry it). */
@@ -115,8 +116,9 @@ struct emu_op {
 struct emu_fd {
 	int fd;
 	uint32_t ready;           /* edges seen since the last EAGAIN               */
-	bool registered, on_ready, nonblock;
+	bool registered, on_ready, nonblock, retry;
 	struct emu_op *head, *tail;
+	struct emu_fd *xnext;     /* retry list                                     */
 	struct emu_fd *hnext;     /* fd hash chain                                  */
 	struct emu_fd *rnext;     /* ready list                                     */
 };
@@ -145,6 +147,8 @@ struct corio__emu {
 	struct emu_op **uds;      /* hash by user_data, parked ops and timeouts     */
 	unsigned nud_buckets, nuds;
 	struct emu_fd *ready_head, *ready_tail;
+	struct emu_fd *retry;     /* connects with no edge to wait for (try_connect) */
+	uint64_t retry_at;
 	struct emu_op *timeouts;  /* sorted by deadline                             */
 	struct emu_op *op_free;
 	struct emu_fd *fd_free;
@@ -668,7 +672,42 @@ static int try_accept(struct corio__ring *r, struct emu_op *o)
 	}
 }
 
-static int try_connect(struct emu_op *o)
+/*
+ * A Unix connect answers EAGAIN while the listener's backlog is full, and
+ * no edge comes when it drains: the wake-up goes to the listener's queue,
+ * not to the connecting socket (io_uring connects from a worker that
+ * blocks). Such records are retried every RETRY_NS: a bounded poll that
+ * lasts only while a backlog overflows.
+ */
+static void retry_later(struct corio__emu *e, struct emu_fd *f)
+{
+	if (f->retry)
+		return;
+	if (!e->retry)
+		e->retry_at = mono_ns(CLOCK_MONOTONIC) + RETRY_NS;
+	f->retry = true;
+	f->xnext = e->retry;
+	e->retry = f;
+}
+
+static void ready_add(struct corio__emu *e, struct emu_fd *f);
+
+static void fire_retries(struct corio__emu *e, uint64_t now)
+{
+	struct emu_fd *f = e->retry;
+
+	if (!f || now < e->retry_at)
+		return;
+	e->retry = NULL;
+	for (struct emu_fd *nx; f; f = nx) {
+		nx = f->xnext;
+		f->retry = false;
+		f->ready |= EPOLLOUT;
+		ready_add(e, f);
+	}
+}
+
+static int try_connect(struct corio__ring *r, struct emu_op *o)
 {
 	int ret, e;
 	socklen_t len = sizeof(e);
@@ -692,7 +731,9 @@ static int try_connect(struct emu_op *o)
 		o->connecting = true;
 		return T_AGAIN;
 	}
-	return err(); /* EAGAIN: a Unix listener's backlog is full; retry on EPOLLOUT */
+	if (errno == EAGAIN)
+		retry_later(r->em, o->f); /* a Unix listener's backlog is full */
+	return err();
 }
 
 static int try_sendmsg(struct corio__ring *r, struct emu_op *o)
@@ -767,7 +808,7 @@ static int try_op(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	case IORING_OP_ACCEPT:
 		return try_accept(r, o);
 	case IORING_OP_CONNECT:
-		return try_connect(o);
+		return try_connect(r, o);
 	case IORING_OP_POLL_ADD:
 		return try_poll(o);
 	default:
@@ -997,9 +1038,10 @@ static void fire_timeouts(struct corio__ring *r)
 	struct corio__emu *e = r->em;
 	uint64_t now;
 
-	if (!e->timeouts)
+	if (!e->timeouts && !e->retry)
 		return;
 	now = mono_ns(CLOCK_MONOTONIC);
+	fire_retries(e, now);
 	while (e->timeouts && e->timeouts->deadline <= now) {
 		struct emu_op *o = e->timeouts;
 
@@ -1235,7 +1277,8 @@ bool corio__emu_poll_due(const struct corio__ring *r)
 		return false;
 	now = mono_ns(CLOCK_MONOTONIC);
 	return (e->parked && now - e->last_harvest >= HARVEST_NS) ||
-	       (e->timeouts && e->timeouts->deadline <= now);
+	       (e->timeouts && e->timeouts->deadline <= now) ||
+	       (e->retry && e->retry_at <= now);
 }
 
 int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
@@ -1265,6 +1308,12 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 
 		if (e->timeouts)
 			ns = e->timeouts->deadline > now ? (int64_t)(e->timeouts->deadline - now) : 0;
+		if (e->retry) {
+			int64_t r_ns = e->retry_at > now ? (int64_t)(e->retry_at - now) : 0;
+
+			if (ns < 0 || r_ns < ns)
+				ns = r_ns;
+		}
 		if (until) {
 			int64_t left = until > now ? (int64_t)(until - now) : 0;
 
@@ -1371,7 +1420,7 @@ void corio__emu_forget_fd(struct corio__ring *r, int fd)
 	struct emu_fd *f = fd_find(e, fd);
 	struct emu_fd **pp;
 
-	if (!f || f->head || f->on_ready)
+	if (!f || f->head || f->on_ready || f->retry)
 		return;
 	if (f->registered)
 		epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);
