@@ -17,7 +17,6 @@
 
 #include <pthread.h>
 #include <stdlib.h>
-#include <sys/resource.h>
 
 #ifndef CORIO_FAULTS
 #define NEED_FAULTS() cr_skip_test("fault injection is built only with make test FAULTS=1")
@@ -570,70 +569,5 @@ Test(faults, emu_reset_mid_send_reports_what_went, .timeout = 120)
 	static char spec[] = "seed=26,rate=0.1,kinds=short+pipe+reset";
 
 	th_child_ok(mid_child, spec, 60000, spec);
-#endif
-}
-
-#ifdef CORIO_FAULTS
-/* ---- an op parked after an injected EAGAIN waits for an edge: no busy loop ----------------- */
-
-static int idle_recv(void *arg)
-{
-	char buf[64];
-
-	return (int)corio_recv(arg, buf, sizeof(buf));
-}
-
-static uint64_t thread_cpu_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
-
-static void storm_idle_entry(void *arg)
-{
-	struct corio_sock *a, *b;
-	struct corio_fiber *fa, *fb;
-	uint64_t c0, c1;
-	int sv[2], st_a, st_b;
-
-	(void)arg;
-	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
-	CHECK(corio_sock_from_fd(sv[0], &a) == 0);
-	CHECK(corio_sock_from_fd(sv[1], &b) == 0);
-	CHECK(corio_spawn(idle_recv, a, NULL, &fa) == 0);
-	CHECK(corio_spawn(idle_recv, b, NULL, &fb) == 0);
-	corio_yield(); /* both receives try (EAGAIN, injected) and park */
-	/* every syscall answers EAGAIN (rate 1): a loop that retried without
-	 * an edge would spin through the whole sleep */
-	c0 = thread_cpu_ns();
-	CHECK(corio_sleep_ns(200 * 1000000ull) == 0);
-	c1 = thread_cpu_ns();
-	CHECK(c1 - c0 < 20 * 1000000ull);
-	CHECK(corio__fault_count(CORIO__FK_EAGAIN) > 0);
-	corio_cancel(fa);
-	corio_cancel(fb);
-	CHECK(corio_join(fa, &st_a) == 0 && st_a == -ECANCELED);
-	CHECK(corio_join(fb, &st_b) == 0 && st_b == -ECANCELED);
-	CHECK(corio_close(a) == 0);
-	CHECK(corio_close(b) == 0);
-}
-
-static int storm_idle_child(void *arg)
-{
-	setenv("CORIO_FAULTS", arg, 1);
-	child_backend = CORIO_BACKEND_EPOLL;
-	return child_run(1, storm_idle_entry, NULL);
-}
-#endif
-
-Test(faults, emu_eagain_storm_parks_without_spinning, .timeout = 60)
-{
-	NEED_FAULTS();
-#ifdef CORIO_FAULTS
-	static char spec[] = "seed=27,rate=1,kinds=eagain";
-
-	th_child_ok(storm_idle_child, spec, 30000, spec);
 #endif
 }
