@@ -778,3 +778,213 @@ Test(backend, ten_thousand_idle_connections_pin_no_buffers_and_no_cpu, .timeout 
 	cr_assert_eq(waitpid(pid, &st, 0), pid);
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "the client child ended 0x%x", st);
 }
+
+/* ---- bad input and edges, on both backends ---------------------------------------------------- */
+
+static bool uring_runs(void)
+{
+	static int ok; /* 0 unknown, 1 yes, 2 no */
+
+	if (!ok) {
+		struct corio_config cfg = th_cfg(1);
+		char *env = getenv("CORIO_BACKEND");
+		char saved[32] = "";
+
+		if (env)
+			snprintf(saved, sizeof(saved), "%s", env);
+		unsetenv("CORIO_BACKEND");
+		cfg.backend = CORIO_BACKEND_URING;
+		ok = corio_run(&cfg, nothing, NULL) == 0 ? 1 : 2;
+		if (*saved)
+			setenv("CORIO_BACKEND", saved, 1);
+	}
+	return ok == 1;
+}
+
+/* Run entry on the fallback, then on io_uring where the host allows it. */
+static void on_both(unsigned shards, void (*entry)(void *))
+{
+	struct corio_config cfg = epoll_cfg(shards);
+
+	th_run(&cfg, entry, NULL);
+	if (!uring_runs())
+		return;
+	cfg.backend = CORIO_BACKEND_URING;
+	th_run(&cfg, entry, NULL);
+}
+
+/* A regular file is not pollable (epoll_ctl refuses it). Given to the
+ * socket calls: corio_sock_from_fd refuses it (-ENOTSOCK); behind a
+ * wrapped socket's number (dup2 by the caller), a receive and a send fail
+ * at once with the syscall's -ENOTSOCK; corio_poll reports it ready, as
+ * poll(2) does. Never a hang. */
+static void not_pollable_entry(void *arg)
+{
+	char path[] = "/tmp/corio-notpoll-XXXXXX", buf[8];
+	int file = mkstemp(path), sv[2];
+	struct corio_sock *s = NULL;
+
+	(void)arg;
+	CHECK(file >= 0);
+	unlink(path);
+	CHECK_EQ(corio_sock_from_fd(file, &s), -ENOTSOCK);
+	CHECK(s == NULL);
+	CHECK_EQ(corio_poll(file, POLLIN), POLLIN);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+	CHECK_EQ(corio_sock_from_fd(sv[0], &s), 0);
+	CHECK(dup2(file, sv[0]) == sv[0]); /* the number now names the file */
+	CHECK_EQ(corio_recv(s, buf, sizeof(buf)), -ENOTSOCK);
+	CHECK_EQ(corio_send(s, "x", 1), -ENOTSOCK);
+	CHECK_EQ(corio_close(s), 0);
+	close(sv[1]);
+	close(file);
+}
+
+Test(backend, not_pollable_fd_gives_enotsock_on_both_backends, .timeout = 30)
+{
+	on_both(1, not_pollable_entry);
+}
+
+/* The peer shuts its write side down having sent nothing (EPOLLIN|
+ * EPOLLRDHUP, no data): every receive form returns 0, end of stream. */
+static void eof_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *c, *s;
+	struct corio_buf b;
+	char buf[16];
+
+	(void)arg;
+	pair(&l, &c, &s);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(corio_recv_buf(s, &b), 0);
+	CHECK_EQ(corio_recv(s, buf, sizeof(buf)), 0);
+	CHECK_EQ(corio_shutdown_write(s), 0);
+	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(backend, hangup_without_data_is_end_of_stream_on_both_backends, .timeout = 30)
+{
+	on_both(1, eof_entry);
+}
+
+/*
+ * A listener whose accept queue overflows: backlog 1, and 32 clients (8
+ * over TCP) on shard 1 connect before shard 0 accepts anything. The kernel drops what
+ * does not fit (TCP: SYNs, retried by the client a second later; Unix:
+ * the connect answers EAGAIN). Every connection is accepted in the end,
+ * each client's id arrives once, and the shards do not spin meanwhile.
+ */
+#define OVF_CLIENTS 32
+
+static struct {
+	bool unix_path;
+	unsigned n; /* clients: TCP's SYN retries back off (1 s, 3 s, 7 s...) */
+	char path[64];
+	_Atomic int port, started;
+	_Atomic uint64_t seen; /* one bit per client id */
+} ovf;
+
+static int ovf_client(void *arg)
+{
+	unsigned id = (unsigned)(uintptr_t)arg;
+	struct corio_sock *c = NULL;
+	char where[32];
+	uint8_t b = (uint8_t)id;
+	int ret;
+
+	snprintf(where, sizeof(where), "127.0.0.1:%d", atomic_load(&ovf.port));
+	atomic_fetch_add(&ovf.started, 1);
+	ret = ovf.unix_path ? corio_unix_connect(ovf.path, &c) : corio_tcp_connect(where, &c);
+	CHECK_EQ(ret, 0);
+	if (ret)
+		return 1;
+	CHECK_EQ(corio_send(c, &b, 1), 1);
+	CHECK_EQ(corio_close(c), 0);
+	return 0;
+}
+
+static void ovf_entry(void *arg)
+{
+	struct corio_stats a, b;
+	uint64_t t0, t1;
+
+	(void)arg;
+	if (corio_shard_id() == 1) {
+		struct corio_fiber *f[OVF_CLIENTS];
+
+		while (!atomic_load(&ovf.port))
+			corio_sleep_ns(100000);
+		for (unsigned i = 0; i < ovf.n; i++)
+			CHECK_EQ(corio_spawn(ovf_client, (void *)(uintptr_t)i, NULL, &f[i]), 0);
+		for (unsigned i = 0; i < ovf.n; i++)
+			CHECK_EQ(corio_join(f[i], NULL), 0);
+		return;
+	}
+	struct corio_listen_opts o = { .backlog = 1 };
+	struct corio_listener *l;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+
+	if (ovf.unix_path)
+		CHECK_EQ(corio_unix_listen(ovf.path, &o, &l), 0);
+	else
+		CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &o, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	atomic_store(&ovf.port, ovf.unix_path ? 1 : corio_addr_port((struct sockaddr *)&ss));
+	while (atomic_load(&ovf.started) < (int)ovf.n)
+		corio_sleep_ns(1000000); /* every client is connecting */
+	CHECK_EQ(corio_sleep_ns(20 * 1000000ull), 0); /* and the queue is full by now */
+	CHECK_EQ(corio_stats_get(NULL, 1, &a), 0);
+	t0 = corio_now_ns();
+	for (unsigned i = 0; i < ovf.n; i++) {
+		struct corio_sock *s;
+		uint8_t id = 0xff;
+
+		CHECK_EQ(corio_accept(l, &s), 0);
+		/* TCP: a client that took the dropped handshake for done sent
+		 * its byte and closed before its connection got in; count it */
+		if (ovf.unix_path)
+			CHECK_EQ(corio_recv(s, &id, 1), 1);
+		else
+			id = (uint8_t)i;
+		CHECK(id < OVF_CLIENTS && !(atomic_load(&ovf.seen) & (1ull << id)));
+		atomic_fetch_or(&ovf.seen, 1ull << (id & 63));
+		CHECK_EQ(corio_close(s), 0);
+	}
+	t1 = corio_now_ns();
+	CHECK_EQ(corio_stats_get(NULL, 1, &b), 0);
+	/* the clients' shard waited (TCP: for SYN retries) without spinning */
+	CHECK(b.cpu_ns - a.cpu_ns < (t1 - t0) / 4 + 50 * 1000000ull);
+	CHECK_EQ(corio_listener_close(l), 0);
+	if (ovf.unix_path)
+		unlink(ovf.path);
+}
+
+static void run_ovf(bool unix_path, unsigned n)
+{
+	struct corio_config cfg = epoll_cfg(2);
+
+	ovf.unix_path = unix_path;
+	ovf.n = n;
+	snprintf(ovf.path, sizeof(ovf.path), "/tmp/corio-ovf-%d", (int)getpid());
+	unlink(ovf.path);
+	atomic_store(&ovf.port, 0);
+	atomic_store(&ovf.started, 0);
+	atomic_store(&ovf.seen, 0);
+	th_run(&cfg, ovf_entry, NULL);
+	cr_assert_eq(atomic_load(&ovf.seen), (1ull << n) - 1);
+}
+
+Test(backend, tcp_accept_queue_overflow_loses_no_connection, .timeout = 60)
+{
+	run_ovf(false, 8);
+}
+
+Test(backend, unix_accept_queue_overflow_loses_no_connection, .timeout = 60)
+{
+	run_ovf(true, OVF_CLIENTS);
+}

@@ -15,12 +15,17 @@
 #include "helpers.h"
 #include "uring/fault.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 
 #ifndef CORIO_FAULTS
 #define NEED_FAULTS() cr_skip_test("fault injection is built only with make test FAULTS=1")
 #else
 #define NEED_FAULTS() ((void)0)
+
+/* The backend of the child's runtime: AUTO (CORIO_BACKEND decides), or
+ * the epoll fallback for the tests of its own failure paths. */
+static enum corio_backend child_backend;
 
 /* The child's verdict: the runtime returned 0 (census included), no CHECK
  * failed, no fd left open. Prints the faults it injected. */
@@ -31,6 +36,10 @@ static int child_run(unsigned shards, void (*entry)(void *), void *arg)
 
 	corio_config_init(&cfg);
 	cfg.shards = shards;
+	if (child_backend) {
+		unsetenv("CORIO_BACKEND"); /* the config decides */
+		cfg.backend = child_backend;
+	}
 	ret = corio_run(&cfg, entry, arg);
 	fprintf(stderr, "  faults:");
 	for (unsigned k = 0; k < CORIO__FK_MAX; k++)
@@ -354,6 +363,9 @@ static int fs_child(void *arg)
 Test(faults, fs_each_error_reaches_the_caller, .timeout = 60)
 {
 	NEED_FAULTS();
+	/* the injector rewrites file SQEs; the fallback's file ops run on
+	 * their blocking path and never reach a ring */
+	TH_URING_ONLY("file I/O through the ring");
 #ifdef CORIO_FAULTS
 	static char spec[] = "seed=11,rate=0.05,kinds=eio+enomem+cancel";
 
@@ -415,5 +427,147 @@ Test(faults, msg_calls_run_exactly_once, .timeout = 60)
 	static char spec[] = "seed=13,rate=0.05,kinds=transparent+surfacing";
 
 	th_child_ok(msg_child, spec, 30000, spec);
+#endif
+}
+
+/* ---- the epoll fallback's own failure paths (uring/emu.c's syscall sites) ---------------- */
+
+#ifdef CORIO_FAULTS
+/* An echo on the fallback under one spec: each kind named must have been
+ * injected (the path was reached); exact: no error and every byte back. */
+struct emu_case {
+	char *spec;
+	bool borrow, exact;
+	enum corio__fault_kind kinds[2];
+	unsigned nkinds;
+};
+
+static int emu_stream_child(void *arg)
+{
+	struct emu_case *c = arg;
+	int ret;
+
+	child_backend = CORIO_BACKEND_EPOLL;
+	st.borrow = c->borrow;
+	ret = stream_child(c->spec);
+	if (!ret && c->exact &&
+	    (atomic_load(&st.errors) || atomic_load(&st.bytes_ok) != NCONN * CONN_BYTES))
+		ret = 4;
+	for (unsigned i = 0; i < c->nkinds && !ret; i++)
+		if (!corio__fault_count(c->kinds[i]))
+			ret = 9; /* the emulator's path was never reached */
+	return ret;
+}
+
+#define EMU_CASE(name, spec_, borrow_, exact_, ...)                                       \
+	Test(faults, name, .timeout = 120)                                                 \
+	{                                                                                  \
+		NEED_FAULTS();                                                             \
+		static char spec[] = spec_;                                                \
+		static struct emu_case c = { spec, borrow_, exact_, { __VA_ARGS__ },       \
+					     sizeof((int[]){ __VA_ARGS__ }) / sizeof(int) }; \
+		th_child_ok(emu_stream_child, &c, 60000, spec);                           \
+	}
+#else
+#define EMU_CASE(name, spec_, borrow_, exact_, ...)                                       \
+	Test(faults, name, .timeout = 120) { NEED_FAULTS(); }
+#endif
+
+/* EAGAIN storms: recv, send, accept and the wake-up read answer EAGAIN
+ * though epoll said ready, 30% of the time: each op waits for the next
+ * edge and completes then. */
+EMU_CASE(emu_eagain_storm_every_byte, "seed=21,rate=0.3,kinds=eagain", true, true,
+	 CORIO__FK_EAGAIN)
+EMU_CASE(emu_eagain_storm_copying_every_byte, "seed=22,rate=0.5,kinds=eagain", false, true,
+	 CORIO__FK_EAGAIN)
+/* Short transfers from the syscall: the CQE says how many bytes moved, as
+ * io_uring's does (no MSG_WAITALL), and corio sends the rest. */
+EMU_CASE(emu_short_transfers_every_byte, "seed=23,rate=0.3,kinds=short", true, true,
+	 CORIO__FK_SHORT)
+/* EPOLLERR|EPOLLHUP on edges of files that have neither. */
+EMU_CASE(emu_err_hup_edges_every_byte, "seed=24,rate=0.2,kinds=hup", true, true, CORIO__FK_HUP)
+/* Resets and broken pipes from the syscalls: prefixes only, errors seen. */
+EMU_CASE(emu_reset_pipe_prefix_only, "seed=25,rate=0.05,kinds=reset+pipe+short+eagain", false,
+	 false, CORIO__FK_RESET, CORIO__FK_PIPE)
+
+#ifdef CORIO_FAULTS
+/* ---- a reset in the middle of a send: *sent is exactly what the peer got ------------------ */
+
+#define MID_BYTES (256 * 1024)
+
+static struct {
+	int fd;
+	size_t got;
+	uint8_t *in;
+	int midsend;
+} mid;
+
+static void *mid_reader(void *arg)
+{
+	ssize_t n;
+
+	(void)arg;
+	mid.got = 0;
+	while (mid.got < MID_BYTES && (n = read(mid.fd, mid.in + mid.got, MID_BYTES - mid.got)) > 0)
+		mid.got += (size_t)n;
+	return NULL;
+}
+
+static void mid_entry(void *arg)
+{
+	static uint8_t out[MID_BYTES];
+
+	(void)arg;
+	for (size_t i = 0; i < MID_BYTES; i++)
+		out[i] = pat(i, 3);
+	for (int round = 0; round < 300 && mid.midsend < 3; round++) {
+		struct corio_sock *s;
+		pthread_t t;
+		size_t sent = 0;
+		ssize_t r;
+		int sv[2];
+
+		CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+		CHECK(corio_sock_from_fd(sv[0], &s) == 0);
+		mid.fd = sv[1];
+		CHECK(pthread_create(&t, NULL, mid_reader, NULL) == 0);
+		r = corio_send_ex(s, out, MID_BYTES, 0, &sent);
+		CHECK(r == MID_BYTES || r == -EPIPE || r == -ECONNRESET);
+		if (r < 0 && sent > 0)
+			mid.midsend++; /* some bytes went, then the error */
+		CHECK(corio_close(s) == 0); /* the reader sees the end */
+		pthread_join(t, NULL);
+		close(sv[1]);
+		CHECK(mid.got == (r < 0 ? sent : MID_BYTES));
+		CHECK(memcmp(mid.in, out, mid.got) == 0);
+	}
+}
+
+static int mid_child(void *arg)
+{
+	int ret;
+
+	setenv("CORIO_FAULTS", arg, 1);
+	child_backend = CORIO_BACKEND_EPOLL;
+	mid.in = malloc(MID_BYTES);
+	ret = child_run(1, mid_entry, NULL);
+	fprintf(stderr, "  %s: %d sends failed mid-way\n", (char *)arg, mid.midsend);
+	if (!ret && (mid.midsend < 1 || !corio__fault_count(CORIO__FK_SHORT)))
+		ret = 10;
+	free(mid.in);
+	return ret;
+}
+#endif
+
+/* A send that fails after part of it went (EPIPE or ECONNRESET from the
+ * syscall after short writes): corio_send_ex returns the error and *sent
+ * the bytes that went, and the peer got exactly those. */
+Test(faults, emu_reset_mid_send_reports_what_went, .timeout = 120)
+{
+	NEED_FAULTS();
+#ifdef CORIO_FAULTS
+	static char spec[] = "seed=26,rate=0.1,kinds=short+pipe+reset";
+
+	th_child_ok(mid_child, spec, 60000, spec);
 #endif
 }

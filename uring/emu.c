@@ -74,12 +74,18 @@
 
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
 
+/* include/uapi/linux/io_uring.h, Linux 6.10+; liburing 2.3 lacks it */
+#ifndef IORING_NOP_INJECT_RESULT
+#define IORING_NOP_INJECT_RESULT (1U << 0)
+#endif
+
 enum {
 	MSHOT_BUDGET = 16,  /* CQEs per multishot op per pass                    */
 	NEVENTS = 256,      /* epoll events per wait                             */
 	POOL_CHUNK = 128,   /* op and fd records allocated at a time             */
 	MAX_BUFRINGS = 16,  /* registered provided-buffer rings per ring         */
 	HARVEST_NS = 50000, /* busy loop: look at epoll at least this often      */
+	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
 /* Interest bits of a parked op (which edges retry it). */
@@ -110,8 +116,9 @@ struct emu_op {
 struct emu_fd {
 	int fd;
 	uint32_t ready;           /* edges seen since the last EAGAIN               */
-	bool registered, on_ready, nonblock;
+	bool registered, on_ready, nonblock, retry;
 	struct emu_op *head, *tail;
+	struct emu_fd *xnext;     /* retry list                                     */
 	struct emu_fd *hnext;     /* fd hash chain                                  */
 	struct emu_fd *rnext;     /* ready list                                     */
 };
@@ -140,6 +147,8 @@ struct corio__emu {
 	struct emu_op **uds;      /* hash by user_data, parked ops and timeouts     */
 	unsigned nud_buckets, nuds;
 	struct emu_fd *ready_head, *ready_tail;
+	struct emu_fd *retry;     /* connects with no edge to wait for (try_connect) */
+	uint64_t retry_at;
 	struct emu_op *timeouts;  /* sorted by deadline                             */
 	struct emu_op *op_free;
 	struct emu_fd *fd_free;
@@ -454,6 +463,30 @@ static int err(void)
 	return errno == EAGAIN || errno == EWOULDBLOCK ? T_AGAIN : -errno;
 }
 
+/*
+ * Fault injection at the syscall sites (uring/fault.h; test builds): 0 to
+ * make the call, *len perhaps shrunk (a short transfer); or the errno the
+ * call "returned", set in errno. An injected EAGAIN stands for the kernel's
+ * after a stale edge (another reader took the data): the next arrival's
+ * edge follows it, given here by re-arming the record (EPOLL_CTL_MOD
+ * reports the file's state as a fresh edge; an unregistered record gets
+ * it from park()).
+ */
+static int fault_at(struct corio__ring *r, struct emu_op *o, size_t *len, int what)
+{
+	int e = corio__fault_syscall(r, o->fd, len, what);
+
+	if (UNLIKELY(e)) {
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+					  .data.fd = o->fd };
+
+		if (e == EAGAIN && o->f->registered)
+			epoll_ctl(r->em->epfd, EPOLL_CTL_MOD, o->fd, &ev);
+		errno = e;
+	}
+	return e;
+}
+
 static int set_nonblock(struct emu_fd *f)
 {
 	int fl;
@@ -490,7 +523,9 @@ static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
 			len = o->len;
 		if (o->limit && o->limit < len)
 			len = o->limit;
-		n = recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
+		n = fault_at(r, o, &len, CORIO__FAULT_RECV)
+			    ? -1
+			    : recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 		if (n <= 0)
 			return n == 0 ? 0 : err();
 		fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
@@ -529,7 +564,9 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 	if (!buf)
 		return -ENOBUFS;
 	len = o->len && o->len < buf->len ? o->len : buf->len;
-	if (o->opcode == IORING_OP_RECVMSG) {
+	if (fault_at(r, o, o->opcode == IORING_OP_RECV ? &len : NULL, CORIO__FAULT_RECV)) {
+		n = -1;
+	} else if (o->opcode == IORING_OP_RECVMSG) {
 		struct msghdr *mh = (struct msghdr *)(uintptr_t)o->addr;
 		struct iovec iov = { (void *)(uintptr_t)buf->addr, len };
 		struct iovec *saved = mh->msg_iov;
@@ -594,7 +631,9 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 			.msg_iov = &iov,
 			.msg_iovlen = 1,
 		};
-		n = recvmsg(o->fd, &mh, o->msg_flags | MSG_DONTWAIT | MSG_TRUNC);
+		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
+			    ? -1
+			    : recvmsg(o->fd, &mh, o->msg_flags | MSG_DONTWAIT | MSG_TRUNC);
 		if (n < 0)
 			return err();
 		out->namelen = mh.msg_namelen;
@@ -618,8 +657,10 @@ static int try_accept(struct corio__ring *r, struct emu_op *o)
 	if (ret)
 		return ret;
 	for (;;) {
-		int fd = accept4(o->fd, (struct sockaddr *)(uintptr_t)o->addr,
-				 (socklen_t *)(uintptr_t)o->addr2, (int)o->accept_flags);
+		int fd = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
+				 ? -1
+				 : accept4(o->fd, (struct sockaddr *)(uintptr_t)o->addr,
+					   (socklen_t *)(uintptr_t)o->addr2, (int)o->accept_flags);
 
 		if (fd < 0)
 			return err();
@@ -631,7 +672,42 @@ static int try_accept(struct corio__ring *r, struct emu_op *o)
 	}
 }
 
-static int try_connect(struct emu_op *o)
+/*
+ * A Unix connect answers EAGAIN while the listener's backlog is full, and
+ * no edge comes when it drains: the wake-up goes to the listener's queue,
+ * not to the connecting socket (io_uring connects from a worker that
+ * blocks). Such records are retried every RETRY_NS: a bounded poll that
+ * lasts only while a backlog overflows.
+ */
+static void retry_later(struct corio__emu *e, struct emu_fd *f)
+{
+	if (f->retry)
+		return;
+	if (!e->retry)
+		e->retry_at = mono_ns(CLOCK_MONOTONIC) + RETRY_NS;
+	f->retry = true;
+	f->xnext = e->retry;
+	e->retry = f;
+}
+
+static void ready_add(struct corio__emu *e, struct emu_fd *f);
+
+static void fire_retries(struct corio__emu *e, uint64_t now)
+{
+	struct emu_fd *f = e->retry;
+
+	if (!f || now < e->retry_at)
+		return;
+	e->retry = NULL;
+	for (struct emu_fd *nx; f; f = nx) {
+		nx = f->xnext;
+		f->retry = false;
+		f->ready |= EPOLLOUT;
+		ready_add(e, f);
+	}
+}
+
+static int try_connect(struct corio__ring *r, struct emu_op *o)
 {
 	int ret, e;
 	socklen_t len = sizeof(e);
@@ -655,7 +731,29 @@ static int try_connect(struct emu_op *o)
 		o->connecting = true;
 		return T_AGAIN;
 	}
-	return err(); /* EAGAIN: a Unix listener's backlog is full; retry on EPOLLOUT */
+	if (errno == EAGAIN)
+		retry_later(r->em, o->f); /* a Unix listener's backlog is full */
+	return err();
+}
+
+static int try_sendmsg(struct corio__ring *r, struct emu_op *o)
+{
+	const struct msghdr *mh = (const struct msghdr *)(uintptr_t)o->addr;
+	struct msghdr m = *mh;
+	struct iovec first;
+	size_t len = mh->msg_iovlen ? mh->msg_iov[0].iov_len : 0;
+	ssize_t n;
+
+	if (fault_at(r, o, &len, CORIO__FAULT_SEND))
+		return err();
+	if (UNLIKELY(mh->msg_iovlen && len < mh->msg_iov[0].iov_len)) {
+		/* a short write (test builds): part of the first iovec only */
+		first = (struct iovec){ mh->msg_iov[0].iov_base, len };
+		m.msg_iov = &first;
+		m.msg_iovlen = 1;
+	}
+	n = sendmsg(o->fd, &m, o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+	return n < 0 ? err() : (int)n;
 }
 
 static int try_poll(struct emu_op *o)
@@ -670,6 +768,7 @@ static int try_poll(struct emu_op *o)
 /* One attempt at op o; flags gets CQE flags for a result posted by the caller. */
 static int try_op(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
+	size_t len = o->len;
 	ssize_t n;
 
 	*flags = 0;
@@ -677,32 +776,39 @@ static int try_op(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	case IORING_OP_RECV:
 		if (o->bsel)
 			return o->mshot ? try_recv_bsel(r, o) : recv_bsel_once(r, o, flags);
-		n = recv(o->fd, (void *)(uintptr_t)o->addr, o->len, o->msg_flags | MSG_DONTWAIT);
+		n = fault_at(r, o, &len, CORIO__FAULT_RECV)
+			    ? -1
+			    : recv(o->fd, (void *)(uintptr_t)o->addr, len, o->msg_flags | MSG_DONTWAIT);
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_RECVMSG:
 		if (o->mshot)
 			return try_recvmsg_mshot(r, o);
 		if (o->bsel)
 			return recv_bsel_once(r, o, flags);
-		n = recvmsg(o->fd, (struct msghdr *)(uintptr_t)o->addr, o->msg_flags | MSG_DONTWAIT);
+		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
+			    ? -1
+			    : recvmsg(o->fd, (struct msghdr *)(uintptr_t)o->addr,
+				      o->msg_flags | MSG_DONTWAIT);
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_SEND:
-		n = send(o->fd, (const void *)(uintptr_t)o->addr, o->len,
-			 o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+		n = fault_at(r, o, &len, CORIO__FAULT_SEND)
+			    ? -1
+			    : send(o->fd, (const void *)(uintptr_t)o->addr, len,
+				   o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_SENDMSG:
-		n = sendmsg(o->fd, (const struct msghdr *)(uintptr_t)o->addr,
-			    o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
-		return n < 0 ? err() : (int)n;
+		return try_sendmsg(r, o);
 	case IORING_OP_READ:
-		n = read(o->fd, (void *)(uintptr_t)o->addr, o->len);
+		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
+			    ? -1
+			    : read(o->fd, (void *)(uintptr_t)o->addr, o->len);
 		if (n < 0 && errno == EAGAIN && (o->msg_flags & RWF_NOWAIT))
 			return -EAGAIN; /* RWF_NOWAIT: the old kernels' answer, for tests */
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_ACCEPT:
 		return try_accept(r, o);
 	case IORING_OP_CONNECT:
-		return try_connect(o);
+		return try_connect(r, o);
 	case IORING_OP_POLL_ADD:
 		return try_poll(o);
 	default:
@@ -871,7 +977,7 @@ static void harvest(struct corio__ring *r, int n)
 
 		if (!f || !f->head)
 			continue; /* idle: re-registered (and re-read) when it waits again */
-		f->ready |= e->evs[i].events;
+		f->ready |= corio__fault_events(r, e->evs[i].events);
 		ready_add(e, f);
 	}
 	e->last_harvest = mono_ns(CLOCK_MONOTONIC);
@@ -932,9 +1038,10 @@ static void fire_timeouts(struct corio__ring *r)
 	struct corio__emu *e = r->em;
 	uint64_t now;
 
-	if (!e->timeouts)
+	if (!e->timeouts && !e->retry)
 		return;
 	now = mono_ns(CLOCK_MONOTONIC);
+	fire_retries(e, now);
 	while (e->timeouts && e->timeouts->deadline <= now) {
 		struct emu_op *o = e->timeouts;
 
@@ -1071,7 +1178,9 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	}
 	switch (sqe->opcode) {
 	case IORING_OP_NOP:
-		post(r, sqe->user_data, 0, 0);
+		/* NOP_INJECT_RESULT (6.10): the fault injector's errors */
+		post(r, sqe->user_data,
+		     sqe->rw_flags & IORING_NOP_INJECT_RESULT ? (int32_t)sqe->len : 0, 0);
 		return;
 	case IORING_OP_TIMEOUT_REMOVE:
 		post(r, sqe->user_data, timeout_remove(r, sqe), 0);
@@ -1168,7 +1277,8 @@ bool corio__emu_poll_due(const struct corio__ring *r)
 		return false;
 	now = mono_ns(CLOCK_MONOTONIC);
 	return (e->parked && now - e->last_harvest >= HARVEST_NS) ||
-	       (e->timeouts && e->timeouts->deadline <= now);
+	       (e->timeouts && e->timeouts->deadline <= now) ||
+	       (e->retry && e->retry_at <= now);
 }
 
 int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
@@ -1198,6 +1308,12 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 
 		if (e->timeouts)
 			ns = e->timeouts->deadline > now ? (int64_t)(e->timeouts->deadline - now) : 0;
+		if (e->retry) {
+			int64_t r_ns = e->retry_at > now ? (int64_t)(e->retry_at - now) : 0;
+
+			if (ns < 0 || r_ns < ns)
+				ns = r_ns;
+		}
 		if (until) {
 			int64_t left = until > now ? (int64_t)(until - now) : 0;
 
@@ -1304,7 +1420,7 @@ void corio__emu_forget_fd(struct corio__ring *r, int fd)
 	struct emu_fd *f = fd_find(e, fd);
 	struct emu_fd **pp;
 
-	if (!f || f->head || f->on_ready)
+	if (!f || f->head || f->on_ready || f->retry)
 		return;
 	if (f->registered)
 		epoll_ctl(e->epfd, EPOLL_CTL_DEL, fd, NULL);

@@ -39,6 +39,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -57,14 +58,17 @@ static const char *const names[CORIO__FK_MAX + 3] = {
 	[CORIO__FK_SQBUSY] = "sqbusy",
 	[CORIO__FK_RESET] = "reset",   [CORIO__FK_PIPE] = "pipe",
 	[CORIO__FK_EIO] = "eio",       [CORIO__FK_ENOMEM] = "enomem",
-	[CORIO__FK_CANCEL] = "cancel",
+	[CORIO__FK_CANCEL] = "cancel", [CORIO__FK_EAGAIN] = "eagain",
+	[CORIO__FK_HUP] = "hup",
 	[CORIO__FK_MAX] = "transparent", [CORIO__FK_MAX + 1] = "surfacing", /* aliases */
 };
 
 #define TRANSPARENT                                                                   \
 	((1u << CORIO__FK_SHORT) | (1u << CORIO__FK_MSHOT) | (1u << CORIO__FK_ENOBUFS) | \
 	 (1u << CORIO__FK_RETRY) | (1u << CORIO__FK_SQFULL) | (1u << CORIO__FK_BUSY) |    \
-	 (1u << CORIO__FK_SQBUSY))
+	 (1u << CORIO__FK_SQBUSY) | (1u << CORIO__FK_EAGAIN))
+/* kinds only the emulator's sites inject */
+#define EMU_SITE ((1u << CORIO__FK_EAGAIN) | (1u << CORIO__FK_HUP))
 #define SURFACING                                                                    \
 	((1u << CORIO__FK_RESET) | (1u << CORIO__FK_PIPE) | (1u << CORIO__FK_EIO) |     \
 	 (1u << CORIO__FK_ENOMEM) | (1u << CORIO__FK_CANCEL))
@@ -83,11 +87,13 @@ static int parse_kinds(const char *p, size_t len, uint32_t *kinds)
 
 	if (corio__env_mask(p, len, "+:|", names, &m, &bad, &badlen))
 		return -EINVAL;
+	if (m == UINT32_MAX)
+		m = TRANSPARENT | SURFACING; /* "all": hup only by its name (fault.h) */
 	if (m & (1u << CORIO__FK_MAX))
 		m |= TRANSPARENT;
 	if (m & (1u << (CORIO__FK_MAX + 1)))
 		m |= SURFACING;
-	*kinds |= m & (TRANSPARENT | SURFACING);
+	*kinds |= m & (TRANSPARENT | SURFACING | (1u << CORIO__FK_HUP));
 	return 0;
 }
 
@@ -225,7 +231,9 @@ void corio__fault_init(struct corio__ring *r)
 
 	if (!f->kinds)
 		return;
-	if (f->kinds & ((1u << CORIO__FK_ENOBUFS) | (1u << CORIO__FK_RETRY) | SURFACING))
+	if (r->emu)
+		f->nop_inject = true; /* emu.c honours it (and the probe is per process) */
+	else if (f->kinds & ((1u << CORIO__FK_ENOBUFS) | (1u << CORIO__FK_RETRY) | SURFACING))
 		f->nop_inject = probe_nop_inject(r);
 	if (!atomic_exchange(&exit_hooked, 1)) {
 		snprintf(summary_hdr, sizeof(summary_hdr), "seed=%llu rate=%g%s",
@@ -383,8 +391,11 @@ void corio__fault_sq(struct corio__ring *r)
 	struct corio__fault_ring *f = &r->fault;
 	struct io_uring_sq *sq = &r->ring.sq;
 	uint32_t per_sqe = f->kinds & ~((1u << CORIO__FK_SQFULL) | (1u << CORIO__FK_BUSY) |
-					(1u << CORIO__FK_SQBUSY));
+					(1u << CORIO__FK_SQBUSY) | EMU_SITE);
 
+	if (r->emu) /* injected at the emulator's syscall sites instead */
+		per_sqe &= ~(EMU_SITE | (1u << CORIO__FK_SHORT) | (1u << CORIO__FK_RESET) |
+			     (1u << CORIO__FK_PIPE));
 	if (!f->threshold || !per_sqe)
 		return;
 	if (!f->nop_inject)
@@ -437,6 +448,63 @@ int corio__fault_enter(struct corio__ring *r, bool sq_full)
 		return 0;
 	count(k);
 	return (next(f) & 1) ? -EBUSY : -EAGAIN;
+}
+/*
+ * The emulator's syscall sites (uring/emu.c). As with SQEs, nothing is lost
+ * by the injection: the call is not made (EAGAIN, ECONNRESET, EPIPE: it
+ * moved no byte) or asks for fewer bytes (short: the kernel moves at most
+ * that many, a real partial transfer). One roll per call.
+ */
+int corio__fault_syscall(struct corio__ring *r, int fd, size_t *len, int what)
+{
+	struct corio__fault_ring *f = &r->fault;
+	uint32_t m = f->kinds & (1u << CORIO__FK_EAGAIN);
+	unsigned n = 0, pick;
+
+	if (!f->threshold || !roll(f))
+		return 0;
+	if (what != CORIO__FAULT_OTHER && (f->kinds & ((1u << CORIO__FK_SHORT) |
+						       (1u << CORIO__FK_RESET) |
+						       (1u << CORIO__FK_PIPE))) &&
+	    sock_type(fd) == SOCK_STREAM) {
+		if (len && *len > 1)
+			m |= f->kinds & (1u << CORIO__FK_SHORT);
+		m |= f->kinds & (1u << CORIO__FK_RESET);
+		if (what == CORIO__FAULT_SEND)
+			m |= f->kinds & (1u << CORIO__FK_PIPE);
+	}
+	for (uint32_t x = m; x; x &= x - 1)
+		n++;
+	if (!n)
+		return 0;
+	pick = (unsigned)(next(f) % n);
+	for (unsigned b = 0; b < CORIO__FK_MAX; b++) {
+		if (!(m & (1u << b)) || pick-- != 0)
+			continue;
+		count((enum corio__fault_kind)b);
+		switch (b) {
+		case CORIO__FK_SHORT:
+			*len = 1 + (size_t)(next(f) % (*len - 1));
+			return 0;
+		case CORIO__FK_RESET:
+			return ECONNRESET;
+		case CORIO__FK_PIPE:
+			return EPIPE;
+		default:
+			return EAGAIN;
+		}
+	}
+	return 0;
+}
+
+uint32_t corio__fault_events(struct corio__ring *r, uint32_t events)
+{
+	struct corio__fault_ring *f = &r->fault;
+
+	if (!(f->kinds & (1u << CORIO__FK_HUP)) || !roll(f))
+		return events;
+	count(CORIO__FK_HUP);
+	return events | EPOLLERR | EPOLLHUP;
 }
 #endif /* CORIO_FAULTS */
 

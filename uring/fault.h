@@ -27,10 +27,22 @@
  *     enomem   -ENOMEM on any op above, connect and openat
  *     cancel   -ECANCELED on any of those (the kernel cancelled it: exit,
  *              io-wq teardown)
- *   aliases: transparent, surfacing, all
+ *   the ring emulator's (uring/emu.c; injected at its syscall sites and
+ *   epoll waits, where short, reset and pipe are injected too)
+ *     eagain   transparent: a recv/send/accept/read answers EAGAIN though
+ *              epoll said ready (a stale edge: another reader took the data,
+ *              a datagram failed its checksum); the next arrival's edge
+ *              follows, given by re-arming the fd's record
+ *     hup      an epoll edge carries EPOLLERR|EPOLLHUP the file does not
+ *              have: every op on the fd retries and its syscall tells the
+ *              truth; a poll of the fd sees them (net/'s hang-up poll then
+ *              receives with single-shot recvs). In no alias, since a
+ *              user's corio_poll would see a hang-up that is not there.
+ *   aliases: transparent, surfacing, all (transparent and surfacing)
  *
  * Errors complete through IORING_OP_NOP with IORING_NOP_INJECT_RESULT
- * (probed once; without it only short, mshot, sqfull and busy are injected).
+ * (probed once; without it only short, mshot, sqfull and busy are injected;
+ * the emulator has it).
  * Counts are per process (atomic), printed at exit on stderr, or appended
  * as one line to the file CORIO_FAULTS_LOG names (make test sums them).
  */
@@ -56,6 +68,8 @@ enum corio__fault_kind {
 	CORIO__FK_EIO,
 	CORIO__FK_ENOMEM,
 	CORIO__FK_CANCEL,
+	CORIO__FK_EAGAIN,
+	CORIO__FK_HUP,
 	CORIO__FK_MAX
 };
 
@@ -63,6 +77,9 @@ enum corio__fault_kind {
  * FAULTS=1 injects nothing) into r, before the ring is set up: 0, or
  * -EINVAL with the variable named in err. */
 int corio__fault_env(struct corio__ring *r, char *err, size_t errlen);
+
+/* What a syscall site of the emulator does (corio__fault_syscall). */
+enum { CORIO__FAULT_OTHER, CORIO__FAULT_RECV, CORIO__FAULT_SEND };
 
 #ifdef CORIO_FAULTS
 /* Per-ring state, embedded in struct corio__ring. */
@@ -87,6 +104,14 @@ int corio__fault_enter(struct corio__ring *r, bool sq_full);
 /* Faults injected so far in this process, of one kind. */
 uint64_t corio__fault_count(enum corio__fault_kind k);
 const char *corio__fault_name(enum corio__fault_kind k);
+/* The emulator's syscall sites. what: CORIO__FAULT_RECV or _SEND (a
+ * transfer: len its length, NULL when it must not shrink) or _OTHER.
+ * 0: make the call (*len perhaps shrunk: short, stream sockets only); or
+ * the errno the call is to "return": EAGAIN, ECONNRESET (stream
+ * transfers), EPIPE (stream sends). */
+int corio__fault_syscall(struct corio__ring *r, int fd, size_t *len, int what);
+/* An epoll event's bits, with EPOLLERR|EPOLLHUP added when hup hits. */
+uint32_t corio__fault_events(struct corio__ring *r, uint32_t events);
 #else
 static inline void corio__fault_init(struct corio__ring *r) { (void)r; }
 static inline void corio__fault_sq(struct corio__ring *r) { (void)r; }
@@ -96,6 +121,19 @@ static inline int corio__fault_enter(struct corio__ring *r, bool sq_full)
 	(void)r;
 	(void)sq_full;
 	return 0;
+}
+static inline int corio__fault_syscall(struct corio__ring *r, int fd, size_t *len, int what)
+{
+	(void)r;
+	(void)fd;
+	(void)len;
+	(void)what;
+	return 0;
+}
+static inline uint32_t corio__fault_events(struct corio__ring *r, uint32_t events)
+{
+	(void)r;
+	return events;
 }
 #endif
 
