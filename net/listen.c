@@ -122,7 +122,7 @@ out:
 		if (l->closer)
 			corio__ready(l->closer, 0);
 	}
-	corio__net_wake(&l->wq);
+	corio__wq_wake_all(&l->wq, 0);
 }
 
 static void accept_arm(struct corio_listener *l)
@@ -335,7 +335,7 @@ static int backoff_wait(struct corio_listener *l)
 	int ret;
 
 	corio_timeout_push(&d, corio__ns_mul_sat(l->backoff_ms, CORIO__NS_PER_MS));
-	ret = corio__net_wait(&l->wq);
+	ret = corio__wq_wait(&l->wq);
 	corio_deadline_pop(&d);
 	if (ret == -ETIMEDOUT && !(corio_deadline_ns() && corio_now_ns() >= corio_deadline_ns()))
 		ret = 0; /* our back-off ended, not the caller's scope */
@@ -382,7 +382,7 @@ static int accept_loop(struct corio__net *n, struct corio_listener *l)
 				CORIO__STAT_ADD(n->stats.rearms, 1);
 			accept_arm(l);
 		}
-		ret = corio__net_wait(&l->wq);
+		ret = corio__wq_wait(&l->wq);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}

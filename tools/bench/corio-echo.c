@@ -575,7 +575,7 @@ int main(int argc, char **argv)
 			break;
 		case 'q':
 		case 'w':
-			/* the shards read them at start (net/part.c) */
+			/* the shards read them at start (net/shard.c) */
 			if (tool_opt_count(o == 'q' ? "--recv-queue" : "--send-queue", optarg, 1, 65535, &v))
 				return 2;
 			{
