@@ -79,12 +79,22 @@ struct corio__srec {
 /* At most this many queued corio_send_buf records go out in one send. */
 #define CORIO__SEND_GATHER 16
 
+/* A socket's flow-control caps: received slices it may hold unread (recv),
+ * corio_send_buf records it may queue (send). The shard's come from
+ * cfg.net_recv_queue / net_send_queue or CORIO_NET_RECV_QUEUE /
+ * CORIO_NET_SEND_QUEUE (net/shard.c); a listener's recv_queue /
+ * send_queue replace them for the sockets it accepts. */
+struct corio__qcaps {
+	uint16_t recv, send;
+};
+
 struct corio_sock {
 	struct corio__net *net;
 	int fd;
 	int family, type;
 	bool live;        /* counted in conns_live */
 	bool buffered;    /* receives go through the provided-buffer ring */
+	struct corio__qcaps cap; /* this socket's queue caps */
 
 	/* receive stream through the buffer ring */
 	struct corio__mshot r;
@@ -97,7 +107,7 @@ struct corio_sock {
 	unsigned ubid;         /* user-mode buffer of a pending single-shot recv */
 	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
 	uint16_t qcount;       /* slices queued, not yet handed out */
-	bool capped;           /* receive stopped: qcount reached net->recv_cap */
+	bool capped;           /* receive stopped: qcount reached cap.recv */
 	bool r_limited;        /* r armed with a byte limit (recv.c mshot_limit) */
 	bool slow;             /* capped without a limit: single-shot receives */
 	bool poll_armed;       /* re-armed by the part's poll, no CQE yet */
@@ -126,7 +136,7 @@ struct corio_sock {
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
 	bool wr_shut;          /* corio_shutdown_write done */
 	int32_t serr;          /* the first send error, sticky */
-	uint16_t sq_count;     /* records queued (at most net->send_cap) */
+	uint16_t sq_count;     /* records queued (at most cap.send) */
 	struct corio_waitq swq;      /* fibers waiting for the queue to drain */
 	struct corio_waitq sroom;    /* corio_send_buf callers waiting for room */
 	struct corio__link send_link; /* on net->sending while queued */
@@ -142,6 +152,7 @@ struct corio_listener {
 	unsigned backoff_ms;
 	int aterm;         /* a fatal accept error, sticky */
 	unsigned max_conns; /* corio_listen_opts.max_conns, 0: no limit  */
+	struct corio__qcaps cap; /* its sockets' caps (opts or the shard's) */
 	int fault_err;     /* test hook CORIO_NET_ACCEPT_FAULT: the next */
 	unsigned fault_n;  /* fault_n accepts fail with -fault_err       */
 	int *q;            /* accepted fds not yet returned */
@@ -167,13 +178,13 @@ struct corio__net {
 	bool multishot_recvmsg;
 	bool send_zc;
 	bool stopping;
-	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
+	struct corio__qcaps cap; /* new sockets' queue caps (config, env) */
+	uint8_t cap_env;       /* bits 0/1: CORIO_NET_RECV/SEND_QUEUE set: listeners keep them */
 	unsigned reserve_pct;  /* CORIO_NET_RECV_RESERVE: % of a ring kept for
 	                          stream sockets that hold nothing */
 	unsigned poll_arms;    /* receives net_poll armed that have no CQE yet */
 	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
-	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
 	bool udp_direct;       /* corio_sendto tries sendmsg(2) first (net/udp.c) */
 	bool send_direct;      /* corio_send/sendv try sendmsg(2) first (net/send.c) */

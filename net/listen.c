@@ -141,6 +141,20 @@ static void accept_arm(struct corio_listener *l)
 	corio__op_started(n->shard);
 }
 
+/* The queue caps of l's sockets: opts' where given, unless the environment
+ * set the shard's (the operator's knob wins, corio.h). */
+static struct corio__qcaps listen_caps(const struct corio__net *n,
+				       const struct corio_listen_opts *o)
+{
+	struct corio__qcaps c = n->cap;
+
+	if (o && o->recv_queue && !(n->cap_env & 1))
+		c.recv = (uint16_t)o->recv_queue;
+	if (o && o->send_queue && !(n->cap_env & 2))
+		c.send = (uint16_t)o->send_queue;
+	return c;
+}
+
 static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 			 const struct corio_listen_opts *o, const char *what,
 			 struct corio_listener **out)
@@ -186,6 +200,7 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	l->family = family;
 	l->backoff_ms = 1;
 	l->max_conns = o ? o->max_conns : 0;
+	l->cap = listen_caps(n, o);
 	l->fault_err = n->accept_fault_err; /* test hook, parsed at shard start */
 	l->fault_n = n->accept_fault_n;
 	l->a.op.cb = aop_cb;
@@ -204,6 +219,10 @@ static int check_opts(const struct corio_listen_opts *o, const char *fn)
 	for (unsigned i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return corio__error(-EINVAL, "%s: reserved[%u] is not zero", fn, i);
+	if (o->recv_queue > 65535 || o->send_queue > 65535)
+		return corio__error(-EINVAL, "%s: %s is %u, at most 65535 (0: the shard's)", fn,
+				    o->recv_queue > 65535 ? "recv_queue" : "send_queue",
+				    o->recv_queue > 65535 ? o->recv_queue : o->send_queue);
 	return 0;
 }
 
@@ -428,6 +447,7 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 		close(fd);
 		return -ENOMEM;
 	}
+	s->cap = l->cap;
 	s->live = true;
 	CORIO__STAT_ADD(l->net->stats.conns_live, 1);
 	*out = s;

@@ -24,9 +24,11 @@
  * End of stream and errors are sticky: every later receive returns them
  * after the queued data is consumed.
  *
- * Flow control: a socket holds at most net->recv_cap queued, unread
- * slices (each within one buffer); the rest stays in the socket, so the peer's window closes and
- * one unread connection cannot take the whole ring. The multishot is armed
+ * Flow control: a socket holds at most s->cap.recv queued, unread slices
+ * (each within one buffer; the cap's sources and precedence are corio.h's
+ * contract, net/shard.c reads them); the rest stays in the socket, so the
+ * peer's window closes and one unread connection cannot take the whole
+ * ring. The multishot is armed
  * with a byte limit of the room left (mshot_limit) and ends there; on
  * kernels without the limit it is cancelled when a CQE fills the queue,
  * and the socket then receives one buffer per single-shot recv (the
@@ -276,7 +278,7 @@ int corio__sock_arm(struct corio_sock *s)
 	}
 	if (s->type == SOCK_STREAM) {
 		/* the budget (net/internal.h): how many buffers s may take */
-		unsigned room = n->recv_cap > s->qcount ? n->recv_cap - s->qcount : 1;
+		unsigned room = s->cap.recv > s->qcount ? s->cap.recv - s->qcount : 1;
 		unsigned avail = budget_room(n, ring);
 
 		if (!n->reserve_pct) {
@@ -429,7 +431,7 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 			corio__ready(s->closer, 0);
 		else if (enobufs && !n->stopping)
 			starve(s);
-	} else if (s->qcount >= n->recv_cap && s->r.state == NET_ARMED) {
+	} else if (s->qcount >= s->cap.recv && s->r.state == NET_ARMED) {
 		/* Nobody reads fast enough: leave the rest in the socket. The
 		 * kernel may fill more buffers before the cancel lands, so
 		 * without a byte limit the socket receives with single shots
@@ -514,7 +516,7 @@ unsigned corio__net_recv_poll(struct corio__shard *sh)
 			continue;
 		corio__list_del(l);
 		s->starved = false;
-		if (s->qcount >= n->recv_cap) {
+		if (s->qcount >= s->cap.recv) {
 			s->capped = true; /* its reader re-arms it */
 		} else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0 &&
 			   s->r.state == NET_ARMED) {
@@ -532,7 +534,7 @@ unsigned corio__net_recv_poll(struct corio__shard *sh)
  * half the queue is consumed (not at every buffer: each arm is an SQE). */
 static void uncap(struct corio_sock *s)
 {
-	if (s->capped && s->qcount <= s->net->recv_cap / 2 && s->r.state == NET_IDLE &&
+	if (s->capped && s->qcount <= s->cap.recv / 2 && s->r.state == NET_IDLE &&
 	    !s->starved && !s->has_term)
 		(void)corio__sock_arm(s); /* on failure the next wait arms it */
 }

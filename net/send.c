@@ -88,7 +88,7 @@ static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct ms
  * socket's next call. One op per socket counts in ops_inflight while the
  * queue is not empty, so the shard drains it before it stops.
  *
- * The queue holds at most net->send_cap records: a full one makes
+ * The queue holds at most s->cap.send records: a full one makes
  * corio_send_buf wait for room (counted in send_full), so a peer that does
  * not read stops its echo server's reads (and, through the receive cap,
  * its own sends) instead of draining the buffer ring into the queue.
@@ -227,7 +227,7 @@ static int wait_room(struct corio_sock *s)
 	CORIO__STAT_ADD(n->stats.send_full, 1);
 	if (!corio__self())
 		return -EAGAIN;
-	while (!ret && s->sq_count >= n->send_cap) {
+	while (!ret && s->sq_count >= s->cap.send) {
 		ret = corio__wq_wait(&s->sroom);
 		if (!ret)
 			ret = s->serr ? s->serr : s->wr_shut ? -EPIPE : n->stopping ? -ECANCELED : 0;
@@ -258,7 +258,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		ret = -EPIPE;
 	else if (n->stopping)
 		ret = -ECANCELED;
-	else if (b->len && s->sq_count >= n->send_cap)
+	else if (b->len && s->sq_count >= s->cap.send)
 		ret = wait_room(s);
 	if (!ret && b->len && !s->sq_tail && direct_ok(n)) {
 		/* Nothing queued on s: try it now. The buffer is back at once

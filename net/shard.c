@@ -32,7 +32,7 @@
  * got, so 512 connections x 64 B in flight fill about two buffers, and the
  * count no longer has to follow the connection count: what runs a ring dry
  * is bytes held (unread or being sent) spread over distinct buffers, and a
- * socket holds at most recv_cap slices. The size is kept at 16 KiB, not
+ * socket holds at most cap.recv slices. The size is kept at 16 KiB, not
  * raised: a slice that stays borrowed pins its whole buffer, and a bigger
  * buffer pins more. Without it (whole buffers, before 6.12) the same ring
  * holds one receive per buffer, as before; CORIO_NET_BUFS=count:size sizes
@@ -62,23 +62,37 @@ static int env_bufs(struct corio__net *n, char *err, size_t len)
 	return ret;
 }
 
-/* Every CORIO_NET_* setting, read once per shard: 0, or -EINVAL with the
- * variable named in err. Per-socket limits are 1..65535; the test hooks'
- * 0 means off, as unset does. */
+/* The per-socket queue caps: cfg.net_recv_queue / net_send_queue (0: the
+ * default), each replaced by CORIO_NET_RECV_QUEUE / CORIO_NET_SEND_QUEUE
+ * when set, the operator's knob, which listeners' fields do not override
+ * either (cap_env; corio.h says so). 1..65535: qcount and sq_count are
+ * 16 bits. */
+static int net_caps(struct corio__net *n, const struct corio_config *cfg, char *err, size_t len)
+{
+	uint64_t recv = cfg->net_recv_queue ? cfg->net_recv_queue : DEFAULT_RECV_CAP;
+	uint64_t send = cfg->net_send_queue ? cfg->net_send_queue : DEFAULT_SEND_CAP;
+	int r = corio__env_uint("CORIO_NET_RECV_QUEUE", 1, 65535, &recv, err, len);
+	int s = r < 0 ? r : corio__env_uint("CORIO_NET_SEND_QUEUE", 1, 65535, &send, err, len);
+
+	n->cap = (struct corio__qcaps){ .recv = (uint16_t)recv, .send = (uint16_t)send };
+	n->cap_env = (uint8_t)((r > 0) | (s > 0) << 1);
+	return r < 0 ? r : s;
+}
+
+/* Every other CORIO_NET_* setting, read once per shard: 0, or -EINVAL with
+ * the variable named in err. The test hooks' 0 means off, as unset does. */
 static int net_env(struct corio__net *n, char *err, size_t len)
 {
 	static const uint64_t fault_lim[4] = { 1, 4095, 0, UINT32_MAX };
-	uint64_t recv = DEFAULT_RECV_CAP, send = DEFAULT_SEND_CAP, eagain = 0, shrt = 0;
+	uint64_t eagain = 0, shrt = 0;
 	uint64_t reserve = DEFAULT_RESERVE_PCT;
 	uint64_t fault[2] = { 0, 0 };
 	int ret = corio__env_words("CORIO_NET_DISABLE", disable_words, &n->disabled, err, len);
 
 	if (ret >= 0)
-		ret = corio__env_uint("CORIO_NET_RECV_QUEUE", 1, 65535, &recv, err, len);
+		ret = net_caps(n, &n->shard->rt->cfg, err, len);
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_NET_RECV_RESERVE", 0, 99, &reserve, err, len);
-	if (ret >= 0)
-		ret = corio__env_uint("CORIO_NET_SEND_QUEUE", 1, 65535, &send, err, len);
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_NET_UDP_EAGAIN", 0, 65535, &eagain, err, len);
 	if (ret >= 0)
@@ -88,9 +102,7 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 				      err, len);
 	if (ret >= 0)
 		ret = env_bufs(n, err, len);
-	n->recv_cap = (unsigned)recv;
 	n->reserve_pct = (unsigned)reserve;
-	n->send_cap = (unsigned)send;
 	n->udp_eagain_test = (unsigned)eagain;
 	n->tcp_short_test = (unsigned)shrt;
 	n->accept_fault_err = (int)fault[0];

@@ -36,11 +36,8 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 		if (!s)
 			return NULL;
 	}
-	memset(s, 0, sizeof(*s));
-	s->net = n;
-	s->fd = fd;
-	s->family = family;
-	s->type = type;
+	*s = (struct corio_sock){ .net = n, .fd = fd, .family = family, .type = type,
+				  .cap = n->cap };
 	s->r.op.cb = corio__sock_recv_cb;
 	s->r.op.data = s;
 	s->h.op.cb = corio__sock_hup_cb;
