@@ -40,9 +40,28 @@ static bool pow2(unsigned v)
 	return v && !(v & (v - 1));
 }
 
+/* The pools' and the per-socket queues' sizes (0: each one's default). */
+static int check_queues(const struct corio_config *cfg)
+{
+	if (cfg->work_threads > 1024)
+		return corio__error(-EINVAL, "config: work_threads is %u, at most 1024 (0: 4)",
+				    cfg->work_threads);
+	if (cfg->work_queue > (1u << 24))
+		return corio__error(-EINVAL, "config: work_queue is %u, at most 16M (0: 1024)",
+				    cfg->work_queue);
+	if (cfg->net_recv_queue > 65535)
+		return corio__error(-EINVAL, "config: net_recv_queue is %u, at most 65535 (0: 16)",
+				    cfg->net_recv_queue);
+	if (cfg->net_send_queue > 65535)
+		return corio__error(-EINVAL, "config: net_send_queue is %u, at most 65535 (0: 16)",
+				    cfg->net_send_queue);
+	return 0;
+}
+
 int corio_config_check(const struct corio_config *cfg)
 {
 	cpu_set_t mask;
+	int ret;
 
 	for (unsigned i = 0; i < sizeof(cfg->reserved) / sizeof(cfg->reserved[0]); i++)
 		if (cfg->reserved[i])
@@ -87,12 +106,9 @@ int corio_config_check(const struct corio_config *cfg)
 		return corio__error(-EINVAL,
 				    "config: msg_slots is %u, must be a power of two in 2..16M",
 				    cfg->msg_slots);
-	if (cfg->work_threads > 1024)
-		return corio__error(-EINVAL, "config: work_threads is %u, at most 1024 (0: 4)",
-				    cfg->work_threads);
-	if (cfg->work_queue > (1u << 24))
-		return corio__error(-EINVAL, "config: work_queue is %u, at most 16M (0: 1024)",
-				    cfg->work_queue);
+	ret = check_queues(cfg);
+	if (ret)
+		return ret;
 	if (!cfg->run_budget)
 		return corio__error(-EINVAL, "config: run_budget is 0, must be >= 1");
 	if (cfg->control_path && !cfg->control_path[0])

@@ -121,7 +121,18 @@ struct corio_config {
 	unsigned work_queue;      /* jobs that may wait for a pool thread before
 	                             corio_work() says -EAGAIN; 0: 1024          */
 	enum corio_backend backend; /* CORIO_BACKEND_AUTO                           */
-	unsigned reserved0;       /* must be zero                                   */
+	/* Per-socket flow-control caps, the same on every shard (corio/net.h,
+	 * corio_recv_buf and corio_send_buf); 0: the default, 16; else
+	 * 1..65535. net_recv_queue counts received buffers (slices of the
+	 * shard's provided-buffer ring) a stream socket holds unread before
+	 * its receive stops; net_send_queue counts corio_send_buf buffers a
+	 * socket may have queued before the call waits for room. A listener's
+	 * corio_listen_opts.recv_queue / send_queue override them for the
+	 * sockets it accepts. The environment overrides both, as
+	 * CORIO_BACKEND overrides backend: CORIO_NET_RECV_QUEUE and
+	 * CORIO_NET_SEND_QUEUE are the operator's knobs, and when set they win
+	 * over the config and over every listener's field. */
+	unsigned net_recv_queue;
 	/* Optional: setup(arg) runs first, in a fiber on every shard at once,
 	 * with the arg given to corio_start(); entry runs on no shard until
 	 * every setup has returned. Build per-shard state here (listeners,
@@ -134,7 +145,8 @@ struct corio_config {
 	 * is the caller's to undo, so keep it in memory corio_wait() does not
 	 * check, or return errors before building). NULL: no setup.        */
 	int (*setup)(void *arg);
-	unsigned reserved[6];     /* must be zero                                   */
+	unsigned net_send_queue;   /* see net_recv_queue above                     */
+	unsigned reserved[5];     /* must be zero                                   */
 };
 
 /* Set every field of *cfg to its default. Always call it first. */

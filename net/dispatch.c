@@ -37,6 +37,7 @@
 struct handoff {
 	int fd;
 	unsigned from; /* the dispatching shard, told when the hand-off is taken */
+	struct corio__qcaps cap; /* the listener's queue caps */
 	int (*handler)(struct corio_sock *s, void *arg);
 	void *arg;
 };
@@ -74,6 +75,7 @@ static int adopt(void *p)
 		close(h.fd);
 		return ret;
 	}
+	s->cap = h.cap;
 	CORIO__STAT_ADD(s->net->stats.adopted, 1);
 	return h.handler(s, h.arg);
 }
@@ -137,6 +139,7 @@ int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 		}
 		h->fd = fd;
 		h->from = corio_shard_id();
+		h->cap = l->cap;
 		h->handler = handler;
 		h->arg = arg;
 		/* counted before the post: while it waits for room, another

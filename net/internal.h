@@ -2,7 +2,10 @@
 /*
  * net/internal.h - what the files of net/ share: the per-shard net part, the
  * socket and listener records, the uninterruptible park used while the
- * kernel still holds a socket's memory (corio__net_park_until).
+ * kernel still holds a socket's memory (corio__net_park_until), and the
+ * calls between net's files, grouped by the file that defines them:
+ * net/shard.c (the part), net/recv.c (receive buffers and the receive
+ * path), net/send.c, net/sock.c (the record, close), net/listen.c.
  *
  * net/ owns TCP, UDP and Unix sockets: listen (SO_REUSEPORT per shard),
  * multishot accept, connect, receive (multishot, provided buffers), send
@@ -50,7 +53,6 @@ enum {
 
 struct corio__net;
 
-
 /* A long-lived receive or accept op; on net->armed while in the kernel, so
  * shutdown can cancel it. */
 struct corio__mshot {
@@ -77,12 +79,22 @@ struct corio__srec {
 /* At most this many queued corio_send_buf records go out in one send. */
 #define CORIO__SEND_GATHER 16
 
+/* A socket's flow-control caps: received slices it may hold unread (recv),
+ * corio_send_buf records it may queue (send). The shard's come from
+ * cfg.net_recv_queue / net_send_queue or CORIO_NET_RECV_QUEUE /
+ * CORIO_NET_SEND_QUEUE (net/shard.c); a listener's recv_queue /
+ * send_queue replace them for the sockets it accepts. */
+struct corio__qcaps {
+	uint16_t recv, send;
+};
+
 struct corio_sock {
 	struct corio__net *net;
 	int fd;
 	int family, type;
 	bool live;        /* counted in conns_live */
 	bool buffered;    /* receives go through the provided-buffer ring */
+	struct corio__qcaps cap; /* this socket's queue caps */
 
 	/* receive stream through the buffer ring */
 	struct corio__mshot r;
@@ -95,14 +107,14 @@ struct corio_sock {
 	unsigned ubid;         /* user-mode buffer of a pending single-shot recv */
 	struct msghdr rmsg;    /* multishot recvmsg template (UDP) */
 	uint16_t qcount;       /* slices queued, not yet handed out */
-	bool capped;           /* receive stopped: qcount reached net->recv_cap */
-	bool r_limited;        /* r armed with a byte limit (sock.c mshot_limit) */
+	bool capped;           /* receive stopped: qcount reached cap.recv */
+	bool r_limited;        /* r armed with a byte limit (recv.c mshot_limit) */
 	bool slow;             /* capped without a limit: single-shot receives */
 	bool poll_armed;       /* re-armed by the part's poll, no CQE yet */
 	uint16_t promise;      /* buffers r may still take under the budget */
 	/* stream sockets with a multishot recv: a one-shot poll for
 	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
-	 * multishot's final CQE after a reset (see sock.c) */
+	 * multishot's final CQE after a reset (see net/recv.c) */
 	struct corio__mshot h;
 	bool hup;              /* the poll fired: receive with single shots */
 	struct corio_waitq rwq;      /* the fiber waiting for data */
@@ -124,7 +136,7 @@ struct corio_sock {
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
 	bool wr_shut;          /* corio_shutdown_write done */
 	int32_t serr;          /* the first send error, sticky */
-	uint16_t sq_count;     /* records queued (at most net->send_cap) */
+	uint16_t sq_count;     /* records queued (at most cap.send) */
 	struct corio_waitq swq;      /* fibers waiting for the queue to drain */
 	struct corio_waitq sroom;    /* corio_send_buf callers waiting for room */
 	struct corio__link send_link; /* on net->sending while queued */
@@ -140,6 +152,7 @@ struct corio_listener {
 	unsigned backoff_ms;
 	int aterm;         /* a fatal accept error, sticky */
 	unsigned max_conns; /* corio_listen_opts.max_conns, 0: no limit  */
+	struct corio__qcaps cap; /* its sockets' caps (opts or the shard's) */
 	int fault_err;     /* test hook CORIO_NET_ACCEPT_FAULT: the next */
 	unsigned fault_n;  /* fault_n accepts fail with -fault_err       */
 	int *q;            /* accepted fds not yet returned */
@@ -165,20 +178,20 @@ struct corio__net {
 	bool multishot_recvmsg;
 	bool send_zc;
 	bool stopping;
-	unsigned recv_cap;     /* buffers a socket may hold queued, unread */
+	struct corio__qcaps cap; /* new sockets' queue caps (config, env) */
+	uint8_t cap_env;       /* bits 0/1: CORIO_NET_RECV/SEND_QUEUE set: listeners keep them */
 	unsigned reserve_pct;  /* CORIO_NET_RECV_RESERVE: % of a ring kept for
 	                          stream sockets that hold nothing */
 	unsigned poll_arms;    /* receives net_poll armed that have no CQE yet */
 	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
-	unsigned send_cap;     /* corio_send_buf records a socket may queue */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
 	bool udp_direct;       /* corio_sendto tries sendmsg(2) first (net/udp.c) */
-	bool send_direct;      /* corio_send/sendv try sendmsg(2) first (net/sock.c) */
+	bool send_direct;      /* corio_send/sendv try sendmsg(2) first (net/send.c) */
 	unsigned udp_eagain_test; /* CORIO_NET_UDP_EAGAIN: direct tries to refuse */
 	unsigned tcp_short_test;  /* CORIO_NET_TCP_SHORT: bytes a direct TCP send
 	                             may take at most (forces short writes) */
-	uint32_t disabled;        /* CORIO_NET_DISABLE, bits of net/part.c's words */
+	uint32_t disabled;        /* CORIO_NET_DISABLE, bits NO_* below */
 	unsigned nbufs, bufsz;    /* receive rings (CORIO_NET_BUFS=count:size) */
 	int accept_fault_err;     /* CORIO_NET_ACCEPT_FAULT=errno:count, copied */
 	unsigned accept_fault_n;  /* into each new listener                     */
@@ -199,7 +212,6 @@ struct corio__net {
 	uint64_t taken_from[CORIO__NET_TRACK];
 };
 
-
 #define CORIO__CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
 
 /* The calling shard's net part, or NULL off-shard. */
@@ -210,13 +222,69 @@ static inline struct corio__net *corio__net(void)
 	return s ? s->parts[CORIO__PART_NET] : NULL;
 }
 
+/* Check that obj belongs to this shard: its net part, or NULL. */
+static inline struct corio__net *corio__net_owner(struct corio__net *n)
+{
+	return n && n == corio__net() ? n : NULL;
+}
+
+/* s belongs to the calling shard and is not closed: its net part, or NULL. */
+static inline struct corio__net *corio__sock_owner(const struct corio_sock *s)
+{
+	return s && !s->dead ? corio__net_owner(s->net) : NULL;
+}
+
+/* A call on obj (a socket or listener) that failed the owner check: -EINVAL
+ * when obj is NULL, else -EPERM (obj belongs to another shard, or the
+ * caller is not on a shard), with a message naming who (corio_last_error). */
+static inline int corio__net_not_mine(const char *who, const void *obj, const char *what)
+{
+	if (!obj)
+		return corio__error(-EINVAL, "%s: the %s is NULL", who, what);
+	return corio__error(-EPERM, "%s: the %s belongs to another shard, or the caller is "
+				    "not on a shard", who, what);
+}
+
+/* The error for a socket call on s that corio__sock_owner() refused: NULL,
+ * closed (a stale handle still in the quarantine), or another shard's. */
+static inline int corio__sock_not_mine(const char *who, const struct corio_sock *s)
+{
+	if (s && s->dead)
+		return corio__error(-EINVAL, "%s: the socket was closed (a stale handle)", who);
+	return corio__net_not_mine(who, s, "socket");
+}
+
+/* CORIO_NET_DISABLE's words as bits of net->disabled (net/shard.c parses
+ * them): forced fallbacks for tests and A/B runs. */
+enum { NO_BUFRING, NO_PBUF_INC, NO_MULTISHOT, NO_SEND_ZC, NO_RECV_LIMIT, NO_SEND_GATHER,
+       NO_UDP_DIRECT, NO_TCP_DIRECT };
+
+static inline bool corio__net_disabled(const struct corio__net *n, unsigned what)
+{
+	return n->disabled >> what & 1;
+}
+
+/* ---- net/shard.c: the part ----------------------------------------------- */
+
 extern const struct corio__part corio__net_part;
+
+/* Count an error in the stats by kind. Returns err. */
+int corio__net_err(struct corio__net *n, int err);
+
+/* Park, not interruptible by cancellation, until *done is true (the caller's
+ * CQE handler sets it and readies the fiber). */
+void corio__net_park_until(bool (*done)(void *), void *arg);
+
+/* ---- net/recv.c: receive buffers and the receive path -------------------- */
 
 /* Set up the shard's stream buffer ring on first use: 0 or -errno. */
 int corio__net_bufs(struct corio__net *n);
 /* The ring datagrams go to, set up on first use: its tag (0: net->bufs, which
  * is not incremental; CORIO__NET_DRING: net->dbufs), or -errno. */
 int corio__net_dbufs(struct corio__net *n);
+/* At the part's fini: count the slices still lent (for the census), give
+ * the rings back to the kernel, free the slice pool. */
+void corio__net_bufs_fini(struct corio__net *n);
 
 static inline struct corio__bufring *corio__net_ring(struct corio__net *n, uint32_t id)
 {
@@ -228,88 +296,18 @@ static inline void *corio__net_slice_data(struct corio__net *n, const struct cor
 	return (char *)corio__bufring_addr(corio__net_ring(n, q->id), q->id & 0xffffu) + q->off;
 }
 
-/*
- * The shard-wide receive budget (net/sock.c corio__sock_arm). A stream
- * socket holds the buffers queued on it unread and its queued sends. One
- * that holds none may always take one buffer (its receive is armed for one
- * buffer's worth: from the reserve, a single shot, once the ring is down to
- * it). One that holds some is armed only while the ring has more free than
- * the reserve plus what receives armed before were promised, and for at
- * most that many buffers (its promise, the multishot's byte limit). So
- * sockets that already hold data - however many - never take the reserve,
- * which stays for the ones that do not.
- */
-static inline unsigned corio__sock_holds(const struct corio_sock *s)
-{
-	return (unsigned)s->qcount + s->sq_count;
-}
-
-static inline unsigned corio__net_reserve(const struct corio__net *n,
-					  const struct corio__bufring *b)
-{
-	return (unsigned)((uint64_t)b->nbufs * n->reserve_pct / 100);
-}
-
-/* Buffers of b a holding socket may be promised now. */
-static inline unsigned corio__net_budget_room(const struct corio__net *n,
-					      const struct corio__bufring *b)
-{
-	uint64_t used = (uint64_t)corio__net_reserve(n, b) + n->promised;
-
-	return b->in_ring > used ? (unsigned)(b->in_ring - used) : 0;
-}
-
-static inline bool corio__net_budget_ok(const struct corio__net *n, const struct corio_sock *s,
-					const struct corio__bufring *b)
-{
-	return s->type != SOCK_STREAM || !corio__sock_holds(s) || corio__net_budget_room(n, b);
-}
-
 /* Put one reference to buffer id (a slice's, a corio_buf's); refresh the
  * bufs_out stat. */
 void corio__net_buf_put(struct corio__net *n, uint32_t id);
-/* Refresh stats.bufs_out: buffers out of both rings now. */
-void corio__net_bufs_stat(struct corio__net *n);
 
-/* A slice record from the pool, or NULL when out of memory. */
-struct corio__slice *corio__net_slice_get(struct corio__net *n);
-static inline void corio__net_slice_put(struct corio__net *n, struct corio__slice *q)
-{
-	q->next = n->slice_free;
-	n->slice_free = q;
-}
+/* The part's poll: re-arm receives an empty ring (or the budget) stopped.
+ * The number armed. */
+unsigned corio__net_recv_poll(struct corio__shard *sh);
 
-/* Take the head slice off s's receive queue (the caller keeps its
- * reference or puts it) and return the record to the pool. */
-void corio__sock_q_pop(struct corio_sock *s);
-
-/* Count an error in the stats by kind. Returns err. */
-int corio__net_err(struct corio__net *n, int err);
-
-/*
- * Park the calling fiber on wq (it must be the only waiter) until
- * corio__net_wake(wq): 0, or -ECANCELED, or -ETIMEDOUT at the fiber's
- * deadline scope (corio__wq_wait does both).
- */
-static inline int corio__net_wait(struct corio_waitq *wq)
-{
-	return corio__wq_wait(wq);
-}
-
-static inline void corio__net_wake(struct corio_waitq *wq)
-{
-	corio__wq_wake_all(wq, 0);
-}
-
-/* Park, not interruptible by cancellation, until *done is true (the caller's
- * CQE handler sets it and readies the fiber). */
-void corio__net_park_until(bool (*done)(void *), void *arg);
-
-/* Check that obj belongs to this shard: its net part, or NULL. */
-static inline struct corio__net *corio__net_owner(struct corio__net *n)
-{
-	return n && n == corio__net() ? n : NULL;
-}
+/* The completion handlers of s->r (the receive) and s->h (the hang-up
+ * poll beside it); corio__sock_new() installs them. */
+void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags);
+void corio__sock_hup_cb(struct corio__op *op, int32_t res, uint32_t flags);
 
 /* Queue a receive on s (multishot where possible): 0 or -errno. */
 int corio__sock_arm(struct corio_sock *s);
@@ -317,6 +315,10 @@ int corio__sock_arm(struct corio_sock *s);
  * result, arming its receive as needed: 0, or -errno (-EBUSY if another
  * fiber is already receiving on s). */
 int corio__sock_wait_data(struct corio_sock *s);
+
+/* Take the head slice off s's receive queue (the caller keeps its
+ * reference or puts it) and return the record to the pool. */
+void corio__sock_q_pop(struct corio_sock *s);
 
 /* A copying receive's kernel op (into the caller's buffer), on s->uops
  * while it is in the kernel, so corio_close() can cancel it. On the
@@ -338,34 +340,18 @@ void corio__sock_reader_leave(struct corio_sock *s);
  * stream has ended. Call only when data is queued or has_term is set. */
 ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len);
 
-/* A socket record from the shard's pool. */
-struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
-void corio__sock_free(struct corio_sock *s);
+/* ---- net/send.c ------------------------------------------------------------ */
 
 /* Cancel s's queued sends (the head's final CQE drops the rest). */
 void corio__sock_send_cancel(struct corio_sock *s);
 
+/* ---- net/sock.c, net/listen.c ---------------------------------------------- */
+
+/* A socket record from the shard's pool. */
+struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
+void corio__sock_free(struct corio_sock *s);
+
 /* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
 int corio__accept_fd(struct corio_listener *l);
-
-/* A call on obj (a socket or listener) that failed the owner check: -EINVAL
- * when obj is NULL, else -EPERM (obj belongs to another shard, or the
- * caller is not on a shard), with a message naming who (corio_last_error). */
-static inline int corio__net_not_mine(const char *who, const void *obj, const char *what)
-{
-	if (!obj)
-		return corio__error(-EINVAL, "%s: the %s is NULL", who, what);
-	return corio__error(-EPERM, "%s: the %s belongs to another shard, or the caller is "
-				    "not on a shard", who, what);
-}
-
-/* The error for a socket call on s that owner() refused: NULL, closed
- * (a stale handle still in the quarantine), or another shard's. */
-static inline int corio__sock_not_mine(const char *who, const struct corio_sock *s)
-{
-	if (s && s->dead)
-		return corio__error(-EINVAL, "%s: the socket was closed (a stale handle)", who);
-	return corio__net_not_mine(who, s, "socket");
-}
 
 #endif

@@ -122,7 +122,7 @@ out:
 		if (l->closer)
 			corio__ready(l->closer, 0);
 	}
-	corio__net_wake(&l->wq);
+	corio__wq_wake_all(&l->wq, 0);
 }
 
 static void accept_arm(struct corio_listener *l)
@@ -139,6 +139,20 @@ static void accept_arm(struct corio_listener *l)
 	l->armed_once = true;
 	corio__list_add(&n->armed, &l->a.link);
 	corio__op_started(n->shard);
+}
+
+/* The queue caps of l's sockets: opts' where given, unless the environment
+ * set the shard's (the operator's knob wins, corio.h). */
+static struct corio__qcaps listen_caps(const struct corio__net *n,
+				       const struct corio_listen_opts *o)
+{
+	struct corio__qcaps c = n->cap;
+
+	if (o && o->recv_queue && !(n->cap_env & 1))
+		c.recv = (uint16_t)o->recv_queue;
+	if (o && o->send_queue && !(n->cap_env & 2))
+		c.send = (uint16_t)o->send_queue;
+	return c;
 }
 
 static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
@@ -186,6 +200,7 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	l->family = family;
 	l->backoff_ms = 1;
 	l->max_conns = o ? o->max_conns : 0;
+	l->cap = listen_caps(n, o);
 	l->fault_err = n->accept_fault_err; /* test hook, parsed at shard start */
 	l->fault_n = n->accept_fault_n;
 	l->a.op.cb = aop_cb;
@@ -204,6 +219,10 @@ static int check_opts(const struct corio_listen_opts *o, const char *fn)
 	for (unsigned i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return corio__error(-EINVAL, "%s: reserved[%u] is not zero", fn, i);
+	if (o->recv_queue > 65535 || o->send_queue > 65535)
+		return corio__error(-EINVAL, "%s: %s is %u, at most 65535 (0: the shard's)", fn,
+				    o->recv_queue > 65535 ? "recv_queue" : "send_queue",
+				    o->recv_queue > 65535 ? o->recv_queue : o->send_queue);
 	return 0;
 }
 
@@ -401,7 +420,7 @@ static int backoff_wait(struct corio_listener *l)
 	int ret;
 
 	corio_timeout_push(&d, corio__ns_mul_sat(l->backoff_ms, CORIO__NS_PER_MS));
-	ret = corio__net_wait(&l->wq);
+	ret = corio__wq_wait(&l->wq);
 	corio_deadline_pop(&d);
 	if (ret == -ETIMEDOUT && !(corio_deadline_ns() && corio_now_ns() >= corio_deadline_ns()))
 		ret = 0; /* our back-off ended, not the caller's scope */
@@ -448,7 +467,7 @@ static int accept_loop(struct corio__net *n, struct corio_listener *l)
 				CORIO__STAT_ADD(n->stats.rearms, 1);
 			accept_arm(l);
 		}
-		ret = corio__net_wait(&l->wq);
+		ret = corio__wq_wait(&l->wq);
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
@@ -494,6 +513,7 @@ int corio_accept(struct corio_listener *l, struct corio_sock **out)
 		close(fd);
 		return -ENOMEM;
 	}
+	s->cap = l->cap;
 	s->live = true;
 	CORIO__STAT_ADD(l->net->stats.conns_live, 1);
 	*out = s;

@@ -4,7 +4,7 @@
  * the machinery).
  *
  * The item waits on the socket's receive stream, the one corio_recv_buf()
- * uses (net/sock.c): arming it queues the socket's multishot receive on the
+ * uses (net/recv.c): arming it queues the socket's multishot receive on the
  * shard's provided-buffer ring if it is not armed yet, and puts the
  * select's stand-in on s->rwq, which the stream's CQE handler wakes. The
  * kernel writes only into the ring's buffers, never into the caller's: the

@@ -55,11 +55,6 @@ int corio_udp_bind(const char *host_port, struct corio_sock **out)
 	return 0;
 }
 
-static struct corio__net *owner(const struct corio_sock *s)
-{
-	return s && !s->dead ? corio__net_owner(s->net) : NULL;
-}
-
 /*
  * A datagram first tries its send right here, with a non-blocking
  * sendmsg(2): UDP takes a datagram whole or not at all, so it is either
@@ -99,7 +94,7 @@ static ssize_t sendto_direct(struct corio__net *n, struct corio_sock *s, struct 
 ssize_t corio_sendto(struct corio_sock *s, const void *buf, size_t len,
 		     const struct sockaddr *addr, socklen_t addrlen)
 {
-	struct corio__net *n = owner(s);
+	struct corio__net *n = corio__sock_owner(s);
 	struct iovec iov = { .iov_base = (void *)buf, .iov_len = len };
 	struct msghdr mh = {
 		.msg_name = (void *)addr,
@@ -192,7 +187,7 @@ static int buffered_setup(struct corio_sock *s)
 ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct sockaddr *addr,
 			   socklen_t *addrlen)
 {
-	struct corio__net *n = owner(s);
+	struct corio__net *n = corio__sock_owner(s);
 	int ret;
 
 	if (!b)
@@ -272,7 +267,7 @@ ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b, struct soc
 ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len, struct sockaddr *addr,
 		       socklen_t *addrlen)
 {
-	struct corio__net *n = owner(s);
+	struct corio__net *n = corio__sock_owner(s);
 	struct sockaddr_storage ss;
 	struct iovec iov = { .iov_base = buf, .iov_len = len };
 	struct msghdr mh = {

@@ -45,6 +45,8 @@ BAD(run_budget_zero, run_budget, 0, "run_budget")
 BAD(unknown_flag, flags, 0x80000000u, "flags")
 BAD(too_many_shards, shards, 5000, "shards")
 BAD(empty_control_path, control_path, "", "control_path")
+BAD(net_recv_queue_too_big, net_recv_queue, 65536, "net_recv_queue")
+BAD(net_send_queue_too_big, net_send_queue, 65536, "net_send_queue")
 
 Test(config, bad_cq_smaller_than_sq)
 {

@@ -2242,6 +2242,18 @@ static void pair_close(struct pair *p)
 	CHECK_EQ(st.bufs_out, 0);
 }
 
+/* A pair whose listener has the options o (NULL: none). */
+static void pair_open_opts(struct pair *p, const struct corio_listen_opts *o)
+{
+	char where[64];
+
+	memset(p, 0, sizeof(*p));
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", o, &p->l), 0);
+	addr_of(p->l, where, sizeof(where));
+	CHECK_EQ(corio_tcp_connect(where, &p->c), 0);
+	CHECK_EQ(corio_accept(p->l, &p->s), 0);
+}
+
 #define QD_BYTES 8192
 
 static void queued_then_error_entry(void *arg)
@@ -2343,8 +2355,7 @@ static void recv_cap_entry(void *arg)
 	bool bad = false;
 	ssize_t r;
 
-	(void)arg;
-	pair_open(&p1, 0, 0);
+	pair_open_opts(&p1, arg); /* arg: p1's listen options, or NULL */
 	pair_open(&p2, 0, 0);
 	CHECK_EQ(corio_spawn(flooder, p1.c, NULL, &f), 0);
 	/* one receive arms p1's multishot; then nobody reads p1 */
@@ -2548,6 +2559,123 @@ Test(net, send_buf_timeout_fails_alone_accepted_buffers_arrive, .timeout = 60)
 	setenv("CORIO_NET_RECV_QUEUE", "8", 1);
 	setenv("CORIO_NET_SEND_QUEUE", "4", 1);
 	th_run(&cfg, send_timeout_alone_entry, NULL);
+}
+
+/* ---- the queue caps as config and listener fields ----------------------------------- */
+
+/* cfg.net_recv_queue takes effect: the unread-connection test above, with
+ * the cap set by the field, on a ring of 16 buffers and no reserve, so only
+ * the per-socket cap keeps p1 from taking the whole ring (with the default
+ * cap of 16 it would, and p2's receive would find no buffer). */
+Test(net, config_recv_queue_caps_an_unread_connection, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	cfg.net_recv_queue = 4;
+	setenv("CORIO_NET_BUFS", "16:4096", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1);
+	th_run(&cfg, recv_cap_entry, NULL);
+}
+
+/*
+ * The send queue cap a socket gets, counted exactly. The server's send path
+ * is filled first (a client that never reads, small socket buffers); then,
+ * in a deadline scope that has already passed, corio_send_buf queues until
+ * the cap and the next call, which would have to wait for room, returns
+ * -ETIMEDOUT at once.
+ */
+#define SQ_BUFS 8
+
+struct sq_case {
+	unsigned opts_send_queue; /* the listener's send_queue (0: the shard's) */
+	int expect;               /* corio_send_buf calls queued before the wait */
+};
+
+static void send_queue_cap_entry(void *arg)
+{
+	const struct sq_case *c = arg;
+	struct corio_listen_opts o = { .send_queue = c->opts_send_queue };
+	static char fill_buf[1 << 16];
+	struct corio_buf b[SQ_BUFS];
+	struct corio_deadline d;
+	struct pair p;
+	int small = 4096, n = 0, ret = 0;
+
+	pair_open_opts(&p, &o);
+	CHECK_EQ(corio_setsockopt(p.c, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small)), 0);
+	CHECK_EQ(corio_setsockopt(p.s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	/* borrowed buffers, one receive each */
+	for (int i = 0; i < SQ_BUFS; i++) {
+		CHECK_EQ(corio_send(p.c, "x", 1), 1);
+		CHECK_EQ(corio_recv_buf(p.s, &b[i]), 1);
+	}
+	/* fill the server's send path: the client never reads */
+	corio_timeout_push(&d, 500 * 1000000ull);
+	while (corio_send(p.s, fill_buf, sizeof(fill_buf)) > 0)
+		;
+	corio_deadline_pop(&d);
+	corio_timeout_push(&d, 1); /* passed before anything waits */
+	while (n < SQ_BUFS && (ret = corio_send_buf(p.s, &b[n])) == 0)
+		n++;
+	corio_deadline_pop(&d);
+	CHECK_EQ(ret, -ETIMEDOUT);
+	CHECK_EQ(n, c->expect);
+	for (int i = 0; i < SQ_BUFS; i++)
+		corio_buf_release(&b[i]); /* the ones never queued */
+	CHECK_EQ(corio_close(p.c), 0); /* first: the server's queued sends fail */
+	p.c = NULL;
+	pair_close(&p);
+}
+
+Test(net, config_send_queue_caps_send_buf, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct sq_case c = { .opts_send_queue = 0, .expect = 3 };
+
+	cfg.net_send_queue = 3;
+	th_run(&cfg, send_queue_cap_entry, &c);
+}
+
+Test(net, listener_send_queue_overrides_the_config, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct sq_case c = { .opts_send_queue = 2, .expect = 2 };
+
+	cfg.net_send_queue = 5;
+	th_run(&cfg, send_queue_cap_entry, &c);
+}
+
+/* The operator's knob wins over the config and the listener (corio.h). */
+Test(net, env_send_queue_overrides_config_and_listener, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct sq_case c = { .opts_send_queue = 2, .expect = 3 };
+
+	cfg.net_send_queue = 5;
+	setenv("CORIO_NET_SEND_QUEUE", "3", 1);
+	th_run(&cfg, send_queue_cap_entry, &c);
+}
+
+/* A listener's recv_queue: the unread-connection test on accepted sockets
+ * whose cap comes from the listener alone (the config's is the default). */
+static void recv_queue_opts_entry(void *arg)
+{
+	struct corio_listen_opts o = { .recv_queue = 4 }, bad = { .recv_queue = 65536 };
+	struct corio_listener *l = NULL;
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", &bad, &l), -EINVAL);
+	CHECK(strstr(corio_last_error(), "recv_queue") != NULL);
+	recv_cap_entry(&o);
+}
+
+Test(net, listener_recv_queue_caps_accepted_sockets, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_BUFS", "16:4096", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "0", 1);
+	th_run(&cfg, recv_queue_opts_entry, NULL);
 }
 
 /* ---- corio_recv on a UDP socket that received through the ring ------------------------ */

@@ -48,7 +48,7 @@
 /*
  * A build without fault injection still parses the spec, so a bad one is
  * refused the same way everywhere; it then injects nothing, and the
- * variable being set only keeps corio_send in the ring (net/part.c).
+ * variable being set only keeps corio_send in the ring (net/shard.c).
  */
 
 static const char *const names[CORIO__FK_MAX + 3] = {

@@ -45,7 +45,7 @@ enum {
 	CORIO__CAP_SQPOLL = 1u << 3,
 	CORIO__CAP_TASKRUN_FLAG = 1u << 4,
 	/* multishot recv, recvmsg and accept work although the opcode probe
-	 * cannot say so (net/part.c infers them from other opcodes): the
+	 * cannot say so (net/shard.c infers them from other opcodes): the
 	 * emulator has them without IORING_OP_SOCKET or SEND_ZC */
 	CORIO__CAP_MSHOT = 1u << 5,
 };

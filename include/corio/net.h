@@ -66,7 +66,14 @@ struct corio_listen_opts {
 	 * cannot take every fd and buffer of the shard. Connections that
 	 * corio_accept_dispatch() hands to other shards are not counted here. */
 	unsigned max_conns;
-	unsigned reserved[5]; /* must be zero                   */
+	/* 0: the shard's (corio_config.net_recv_queue / net_send_queue). Else
+	 * 1..65535: the receive and send queue caps of the sockets this
+	 * listener's corio_accept() and corio_accept_dispatch() return (see
+	 * corio_recv_buf, corio_send_buf). CORIO_NET_RECV_QUEUE and
+	 * CORIO_NET_SEND_QUEUE, when set, win over these (corio.h). */
+	unsigned recv_queue;
+	unsigned send_queue;
+	unsigned reserved[3]; /* must be zero                   */
 };
 
 /*
@@ -184,11 +191,12 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * -errno like corio_recv(). When the ring runs dry (-ENOBUFS from the
  * kernel) nothing is lost: the data waits in the socket, and the receive is
  * re-armed as soon as a buffer comes back. Flow control: a socket holds at
- * most CORIO_NET_RECV_QUEUE (default 16) received slices that nobody has
- * taken yet (one per completion, each within one ring buffer: a whole
- * buffer where the kernel does not consume buffers incrementally); past
- * that the receive stops and the data waits in the socket (the peer's TCP
- * window closes) until the reader has taken half of them, so one
+ * most its receive queue cap (corio_config.net_recv_queue, a listener's
+ * recv_queue, CORIO_NET_RECV_QUEUE; default 16) received slices that
+ * nobody has taken yet (one per completion, each within one ring buffer: a
+ * whole buffer where the kernel does not consume buffers incrementally);
+ * past that the receive stops and the data waits in the socket (the peer's
+ * TCP window closes) until the reader has taken half of them, so one
  * connection that is not read cannot take the shard's ring (counted in
  * recv_capped; exact on kernels whose multishot recv takes a byte limit,
  * approximate before: docs/NET.md, "Fallbacks", has the versions). Over the per-socket caps, a shard-wide
@@ -258,8 +266,9 @@ CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int
  * first tries a non-blocking sendmsg(2): what the socket takes is sent on
  * the spot, the buffer back in the ring before the call returns when all
  * of it went (net stat send_direct; CORIO_NET_DISABLE=tcp_direct turns it
- * off), and only the rest is queued. The queue is bounded: with CORIO_NET_SEND_QUEUE (default 16)
- * sends queued, corio_send_buf waits until one is done (like a blocking
+ * off), and only the rest is queued. The queue is bounded: with its send
+ * queue cap (corio_config.net_send_queue, a listener's send_queue,
+ * CORIO_NET_SEND_QUEUE; default 16) sends queued, corio_send_buf waits until one is done (like a blocking
  * send: a peer that does not read slows its writer down, and with it the
  * writer's reads; counted in send_full), within the fiber's deadline scope
  * and cancellation; outside a fiber it returns -EAGAIN. Returns 0, or
@@ -376,9 +385,9 @@ struct corio_net_stats {
 	uint64_t err_fd_limit; /* EMFILE / ENFILE on accept (backed off)        */
 	uint64_t err_other;    /* every other error, cancellation excluded      */
 	uint64_t recv_capped;  /* receives stopped: the socket held its cap of
-	                          unread buffers (CORIO_NET_RECV_QUEUE)         */
+	                          unread buffers (net_recv_queue)              */
 	uint64_t send_full;    /* corio_send_buf calls that met a full queue
-	                          (CORIO_NET_SEND_QUEUE) and waited             */
+	                          (net_send_queue) and waited                  */
 	uint64_t recv_hup;     /* multishot receives stopped by the socket's
 	                          error/hang-up poll                            */
 	uint64_t conns_refused; /* accepted connections closed at once: the

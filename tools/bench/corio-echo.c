@@ -463,7 +463,7 @@ static int parse_idle(const char *label, const char *s, void *to)
 }
 
 /* --recv-queue / --send-queue: to is the variable the shards read at
- * start (net/part.c). */
+ * start (net/shard.c). */
 static int set_queue(const char *label, const char *s, void *to)
 {
 	char num[24];

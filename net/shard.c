@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * net/part.c - the shard's net part: capability probe, the lazily created
- * provided-buffer ring, re-arming receives starved by an empty ring,
- * shutdown draining of multishot ops, stats.
+ * net/shard.c - net's per-shard part: its CORIO_NET_* settings and config
+ * fields, the capability probe, start, stop (cancelling multishot ops and
+ * queued sends), teardown and the leak census, the error counters and
+ * corio_net_stats_get, the uninterruptible park. The part's poll (re-arming
+ * starved receives) is the receive path's, in net/recv.c.
  *
  * Waiting: single-shot calls (connect, send, recv into a caller buffer)
  * wait in corio__op_wait(), which the timer area bounds with linked
@@ -30,7 +32,7 @@
  * got, so 512 connections x 64 B in flight fill about two buffers, and the
  * count no longer has to follow the connection count: what runs a ring dry
  * is bytes held (unread or being sent) spread over distinct buffers, and a
- * socket holds at most recv_cap slices. The size is kept at 16 KiB, not
+ * socket holds at most cap.recv slices. The size is kept at 16 KiB, not
  * raised: a slice that stays borrowed pins its whole buffer, and a bigger
  * buffer pins more. Without it (whole buffers, before 6.12) the same ring
  * holds one receive per buffer, as before; CORIO_NET_BUFS=count:size sizes
@@ -39,18 +41,11 @@
  */
 /* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather,udp_direct,
  * tcp_direct forces fallbacks (tests, A/B): the words, in the order of
- * net->disabled's bits. */
-enum { NO_BUFRING, NO_PBUF_INC, NO_MULTISHOT, NO_SEND_ZC, NO_RECV_LIMIT, NO_SEND_GATHER,
-       NO_UDP_DIRECT, NO_TCP_DIRECT };
+ * net->disabled's bits (NO_* in net/internal.h). */
 static const char *const disable_words[] = {
 	"bufring", "pbuf_inc", "multishot", "send_zc", "recv_limit", "send_gather", "udp_direct",
 	"tcp_direct", NULL,
 };
-
-static bool net_disabled(const struct corio__net *n, unsigned what)
-{
-	return n->disabled >> what & 1;
-}
 
 /* CORIO_NET_BUFS=count:size: count a power of two (the ring's mask). */
 static int env_bufs(struct corio__net *n, char *err, size_t len)
@@ -67,23 +62,37 @@ static int env_bufs(struct corio__net *n, char *err, size_t len)
 	return ret;
 }
 
-/* Every CORIO_NET_* setting, read once per shard: 0, or -EINVAL with the
- * variable named in err. Per-socket limits are 1..65535; the test hooks'
- * 0 means off, as unset does. */
+/* The per-socket queue caps: cfg.net_recv_queue / net_send_queue (0: the
+ * default), each replaced by CORIO_NET_RECV_QUEUE / CORIO_NET_SEND_QUEUE
+ * when set, the operator's knob, which listeners' fields do not override
+ * either (cap_env; corio.h says so). 1..65535: qcount and sq_count are
+ * 16 bits. */
+static int net_caps(struct corio__net *n, const struct corio_config *cfg, char *err, size_t len)
+{
+	uint64_t recv = cfg->net_recv_queue ? cfg->net_recv_queue : DEFAULT_RECV_CAP;
+	uint64_t send = cfg->net_send_queue ? cfg->net_send_queue : DEFAULT_SEND_CAP;
+	int r = corio__env_uint("CORIO_NET_RECV_QUEUE", 1, 65535, &recv, err, len);
+	int s = r < 0 ? r : corio__env_uint("CORIO_NET_SEND_QUEUE", 1, 65535, &send, err, len);
+
+	n->cap = (struct corio__qcaps){ .recv = (uint16_t)recv, .send = (uint16_t)send };
+	n->cap_env = (uint8_t)((r > 0) | (s > 0) << 1);
+	return r < 0 ? r : s;
+}
+
+/* Every other CORIO_NET_* setting, read once per shard: 0, or -EINVAL with
+ * the variable named in err. The test hooks' 0 means off, as unset does. */
 static int net_env(struct corio__net *n, char *err, size_t len)
 {
 	static const uint64_t fault_lim[4] = { 1, 4095, 0, UINT32_MAX };
-	uint64_t recv = DEFAULT_RECV_CAP, send = DEFAULT_SEND_CAP, eagain = 0, shrt = 0;
+	uint64_t eagain = 0, shrt = 0;
 	uint64_t reserve = DEFAULT_RESERVE_PCT;
 	uint64_t fault[2] = { 0, 0 };
 	int ret = corio__env_words("CORIO_NET_DISABLE", disable_words, &n->disabled, err, len);
 
 	if (ret >= 0)
-		ret = corio__env_uint("CORIO_NET_RECV_QUEUE", 1, 65535, &recv, err, len);
+		ret = net_caps(n, &n->shard->rt->cfg, err, len);
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_NET_RECV_RESERVE", 0, 99, &reserve, err, len);
-	if (ret >= 0)
-		ret = corio__env_uint("CORIO_NET_SEND_QUEUE", 1, 65535, &send, err, len);
 	if (ret >= 0)
 		ret = corio__env_uint("CORIO_NET_UDP_EAGAIN", 0, 65535, &eagain, err, len);
 	if (ret >= 0)
@@ -93,9 +102,7 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 				      err, len);
 	if (ret >= 0)
 		ret = env_bufs(n, err, len);
-	n->recv_cap = (unsigned)recv;
 	n->reserve_pct = (unsigned)reserve;
-	n->send_cap = (unsigned)send;
 	n->udp_eagain_test = (unsigned)eagain;
 	n->tcp_short_test = (unsigned)shrt;
 	n->accept_fault_err = (int)fault[0];
@@ -128,153 +135,18 @@ static int net_init(struct corio__shard *s)
 	bool mshot = r->caps & CORIO__CAP_MSHOT; /* the emulator: no SOCKET/SEND_ZC to infer from */
 
 	n->multishot_accept = (mshot || corio__ring_has_op(r, IORING_OP_SOCKET)) &&
-			      !net_disabled(n, NO_MULTISHOT);
+			      !corio__net_disabled(n, NO_MULTISHOT);
 	n->multishot_recv = (mshot || corio__ring_has_op(r, IORING_OP_SEND_ZC)) &&
-			    !net_disabled(n, NO_MULTISHOT);
+			    !corio__net_disabled(n, NO_MULTISHOT);
 	n->multishot_recvmsg = n->multishot_recv;
-	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !net_disabled(n, NO_SEND_ZC);
-	n->recv_limit = n->multishot_recv && !net_disabled(n, NO_RECV_LIMIT);
-	n->send_gather = !net_disabled(n, NO_SEND_GATHER);
-	n->udp_direct = !net_disabled(n, NO_UDP_DIRECT);
+	n->send_zc = corio__ring_has_op(r, IORING_OP_SEND_ZC) && !corio__net_disabled(n, NO_SEND_ZC);
+	n->recv_limit = n->multishot_recv && !corio__net_disabled(n, NO_RECV_LIMIT);
+	n->send_gather = !corio__net_disabled(n, NO_SEND_GATHER);
+	n->udp_direct = !corio__net_disabled(n, NO_UDP_DIRECT);
 	/* fault injection runs keep every send in the ring, where faults are */
-	n->send_direct = !net_disabled(n, NO_TCP_DIRECT) && !r->faults_env;
+	n->send_direct = !corio__net_disabled(n, NO_TCP_DIRECT) && !r->faults_env;
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
-}
-
-#define SLICE_CHUNK 256
-
-static int slices_grow(struct corio__net *n)
-{
-	/* one chunk: a link word, then SLICE_CHUNK records */
-	struct corio__slice *c = malloc(sizeof(*c) * (SLICE_CHUNK + 1));
-
-	if (!c)
-		return -ENOMEM;
-	c[0].next = n->slice_chunks;
-	n->slice_chunks = c;
-	for (unsigned i = 1; i <= SLICE_CHUNK; i++)
-		corio__net_slice_put(n, &c[i]);
-	return 0;
-}
-
-struct corio__slice *corio__net_slice_get(struct corio__net *n)
-{
-	struct corio__slice *q = n->slice_free;
-
-	if (CORIO__UNLIKELY(!q)) {
-		if (slices_grow(n))
-			return NULL;
-		q = n->slice_free;
-	}
-	n->slice_free = q->next;
-	return q;
-}
-
-void corio__net_bufs_stat(struct corio__net *n)
-{
-	uint64_t out = n->bufs.nbufs - n->bufs.in_ring + n->dbufs.nbufs - n->dbufs.in_ring;
-
-	CORIO__STAT_SET(n->stats.bufs_out, out);
-}
-
-void corio__net_buf_put(struct corio__net *n, uint32_t id)
-{
-	corio__bufring_put(corio__net_ring(n, id), id & 0xffffu);
-	corio__net_bufs_stat(n);
-}
-
-static int ring_init(struct corio__net *n, struct corio__bufring *b, uint16_t bgid, bool inc)
-{
-	unsigned nbufs = n->nbufs, size = n->bufsz;
-	int ret;
-
-	ret = corio__bufring_init(b, &n->shard->ring, bgid, nbufs, size, !net_disabled(n, NO_BUFRING),
-				  inc && !net_disabled(n, NO_PBUF_INC));
-	if (ret)
-		return corio__error(ret, "net: cannot set up %u receive buffers of %u bytes: %s",
-				    nbufs, size, strerror(-ret));
-	return 0;
-}
-
-int corio__net_bufs(struct corio__net *n)
-{
-	int ret;
-
-	if (CORIO__LIKELY(n->bufs_ready))
-		return 0;
-	ret = ring_init(n, &n->bufs, 0, true);
-	if (ret)
-		return ret;
-	if (!corio__bufring_kernel(&n->bufs))
-		n->multishot_recv = false; /* user mode is single-shot */
-	n->bufs_ready = true;
-	return 0;
-}
-
-int corio__net_dbufs(struct corio__net *n)
-{
-	int ret;
-
-	if (n->bufs_ready && !n->bufs.inc)
-		return 0; /* share the stream ring: it holds whole buffers */
-	if (!n->dbufs_ready) {
-		/* A datagram is cut to the room left in an incremental buffer:
-		 * datagrams get whole buffers of their own (bgid 1). */
-		ret = ring_init(n, &n->dbufs, 1, false);
-		if (ret)
-			return ret;
-		n->dbufs_ready = true;
-	}
-	return CORIO__NET_DRING;
-}
-
-/* Buffers of b the part's poll may still hand to starved receives: the
- * free ones less those that receives it armed before are about to take. */
-static unsigned poll_room(const struct corio__net *n, const struct corio__bufring *b)
-{
-	return b->in_ring > n->poll_arms ? b->in_ring - n->poll_arms : 0;
-}
-
-/*
- * Re-arm receives that an empty ring (or the budget) stopped, once buffers
- * came back, in the order they stopped. A socket whose reader waits gets a
- * free buffer; one nobody waits on only when the ring has some slack, so a
- * slow consumer holding buffers does not make the others ping-pong on
- * ENOBUFS. At most one receive per free buffer is armed, counting those
- * armed in earlier turns whose first CQE has not come yet (poll_arms):
- * arming every starved socket at the first buffer back had all but one of
- * them stop on ENOBUFS again, once per returned buffer.
- */
-static unsigned net_poll(struct corio__shard *sh)
-{
-	struct corio__net *n = sh->parts[CORIO__PART_NET];
-	struct corio__link *l, *next;
-	unsigned work = 0, slack;
-
-	if (!n || n->starved.next == &n->starved || n->stopping)
-		return 0;
-	for (l = n->starved.next; l != &n->starved; l = next) {
-		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
-		const struct corio__bufring *b = corio__net_ring(n, s->rtag);
-		unsigned room = poll_room(n, b);
-
-		next = l->next;
-		slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
-		if (!room || (!s->rwq.head && room < slack) || !corio__net_budget_ok(n, s, b))
-			continue;
-		corio__list_del(l);
-		s->starved = false;
-		if (s->qcount >= n->recv_cap) {
-			s->capped = true; /* its reader re-arms it */
-		} else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0 &&
-			   s->r.state == NET_ARMED) {
-			s->poll_armed = true;
-			n->poll_arms++;
-			work++;
-		}
-	}
-	return work;
 }
 
 static void net_stop(struct corio__shard *sh)
@@ -324,19 +196,7 @@ static void net_fini(struct corio__shard *sh)
 		n->srec_free = r->next;
 		free(r);
 	}
-	/* for the leak census, which runs after the rings are gone */
-	n->lent_at_fini = corio__bufring_lent(&n->bufs) + corio__bufring_lent(&n->dbufs);
-	if (n->bufs_ready)
-		corio__bufring_fini(&n->bufs, &sh->ring);
-	if (n->dbufs_ready)
-		corio__bufring_fini(&n->dbufs, &sh->ring);
-	while (n->slice_chunks) {
-		struct corio__slice *c = n->slice_chunks;
-
-		n->slice_chunks = c->next;
-		free(c);
-	}
-	n->slice_free = NULL;
+	corio__net_bufs_fini(n);
 }
 
 /* The stats (and the live count least-loaded dispatch reads) stay readable
@@ -366,7 +226,7 @@ const struct corio__part corio__net_part = {
 	.name = "net",
 	.census = net_census,
 	.init = net_init,
-	.poll = net_poll,
+	.poll = corio__net_recv_poll,
 	.stop = net_stop,
 	.busy = net_busy,
 	.fini = net_fini,

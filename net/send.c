@@ -1,0 +1,594 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * net/send.c - sending on connected sockets: a direct sendmsg(2) first
+ * where that saves a loop turn, the queue of borrowed buffers behind
+ * corio_send_buf (its cap, gathering, its completion), the blocking sends
+ * with all-or-error semantics (zero-copy option), shutdown of the write
+ * side.
+ */
+#include "net/internal.h"
+
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- direct sends ------------------------------------------------------------- */
+
+/*
+ * corio_send, corio_sendv and corio_send_buf first try a non-blocking
+ * sendmsg(2) on the spot: what the socket's send buffer takes returns
+ * without an SQE, a CQE, a park or a loop turn; only the rest (the buffer is
+ * full: EAGAIN or a short write) goes through the ring, as does every send
+ * made while other fibers are ready or SQEs are queued (it then shares the
+ * loop's next enter with them: one syscall for all, where a direct try
+ * would be one more). CORIO_NET_DISABLE=tcp_direct turns it off, and so
+ * does CORIO_FAULTS, so that fault-injection runs meet every send in the
+ * ring (where the faults are injected).
+ */
+static bool direct_ok(struct corio__net *n)
+{
+	return n->send_direct && !n->shard->runq_head &&
+	       !corio__ring_pending(&n->shard->ring);
+}
+
+/* The bytes the socket took (0: none, use the ring) or -errno.
+ * CORIO_NET_TCP_SHORT=N (tests) takes at most N bytes of the first iovec,
+ * as a nearly full send buffer would: the callers' short-write paths. */
+static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+{
+	struct iovec cut;
+	struct msghdr one;
+	ssize_t r;
+
+	if (CORIO__UNLIKELY(n->tcp_short_test) && mh->msg_iovlen &&
+	    (mh->msg_iovlen > 1 || mh->msg_iov[0].iov_len > n->tcp_short_test)) {
+		cut = mh->msg_iov[0];
+		if (cut.iov_len > n->tcp_short_test)
+			cut.iov_len = n->tcp_short_test;
+		one = (struct msghdr){ .msg_iov = &cut, .msg_iovlen = 1 };
+		mh = &one;
+	}
+	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (r > 0) {
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
+		CORIO__STAT_ADD(n->stats.send_direct, 1);
+		return r;
+	}
+	if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+		return 0;
+	return -errno;
+}
+
+/* For the blocking sends: deadline and cancellation are checked first, as
+ * for every blocking call (the ring path makes the same checks). */
+static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+{
+	ssize_t r;
+
+	if (!direct_ok(n))
+		return 0;
+	r = corio__may_block("corio_send"); /* or _sendv, _send_buf: one path */
+	return r ? r : send_now(n, s, mh);
+}
+
+/* ---- asynchronous sends of borrowed buffers ----------------------------------- */
+
+/*
+ * corio_send_buf() queues a send record on the socket's FIFO and returns.
+ * One send per socket is in the kernel at a time (separate SENDs on one
+ * socket could reorder when one goes to poll-retry): the head record alone
+ * (a SEND), or the first CORIO__SEND_GATHER records gathered into one
+ * SENDMSG, so a connection whose queue grew while a send was out sends it
+ * all with one SQE and one CQE. The completion callback gives back the
+ * buffers of the records fully sent and submits what is left, from the
+ * first unsent byte. The first error (or a cancel by close or shutdown) drops
+ * every queued record, releasing its buffer, and is kept in s->serr for the
+ * socket's next call. One op per socket counts in ops_inflight while the
+ * queue is not empty, so the shard drains it before it stops.
+ *
+ * The queue holds at most s->cap.send records: a full one makes
+ * corio_send_buf wait for room (counted in send_full), so a peer that does
+ * not read stops its echo server's reads (and, through the receive cap,
+ * its own sends) instead of draining the buffer ring into the queue.
+ */
+
+#define SREC_POOL_MAX 4096
+
+static struct corio__srec *srec_get(struct corio__net *n)
+{
+	struct corio__srec *r = n->srec_free;
+
+	if (!r)
+		return malloc(sizeof(*r));
+	n->srec_free = r->next;
+	n->nsrec_free--;
+	return r;
+}
+
+static void srec_put(struct corio__net *n, struct corio__srec *r)
+{
+	if (n->nsrec_free < SREC_POOL_MAX) {
+		r->next = n->srec_free;
+		n->srec_free = r;
+		n->nsrec_free++;
+	} else {
+		free(r);
+	}
+}
+
+/* Send the queue from its head: one record with a SEND, more gathered. */
+static void srec_submit(struct corio_sock *s, struct corio__srec *r)
+{
+	struct io_uring_sqe *sqe = corio__ring_sqe(&s->net->shard->ring);
+	unsigned k = 0;
+
+	if (r->next && s->net->send_gather) {
+		for (struct corio__srec *x = r; x && k < CORIO__SEND_GATHER; x = x->next, k++) {
+			s->siov[k].iov_base = (void *)(x->p + x->off);
+			s->siov[k].iov_len = x->len - x->off;
+			if (k && !x->gathered) {
+				x->gathered = true;
+				CORIO__STAT_ADD(s->net->stats.send_gathered, 1);
+			}
+		}
+		memset(&s->smsg, 0, sizeof(s->smsg));
+		s->smsg.msg_iov = s->siov;
+		s->smsg.msg_iovlen = k;
+		io_uring_prep_sendmsg(sqe, s->fd, &s->smsg, MSG_NOSIGNAL);
+	} else {
+		io_uring_prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
+	}
+	corio__sqe_set_op(sqe, &r->op);
+}
+
+/* Take the head off the queue: its buffer goes back to the ring. */
+static void srec_pop(struct corio_sock *s)
+{
+	struct corio__srec *r = s->sq_head;
+
+	s->sq_head = r->next;
+	if (!s->sq_head)
+		s->sq_tail = NULL;
+	s->sq_count--;
+	corio__net_buf_put(s->net, r->bid);
+	srec_put(s->net, r);
+	corio__wq_wake_all(&s->sroom, 0);
+}
+
+/* res bytes of the queue went out: give back the records fully sent, move
+ * the head's offset past the rest. */
+static void srec_sent(struct corio_sock *s, uint32_t res)
+{
+	while (res && s->sq_head) {
+		struct corio__srec *r = s->sq_head;
+		uint32_t left = r->len - r->off;
+
+		if (res < left) {
+			r->off += res;
+			return;
+		}
+		res -= left;
+		r->off = r->len;
+		srec_pop(s);
+	}
+}
+
+static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__srec *r = op->data;
+	struct corio_sock *s = r->s;
+	struct corio__net *n = s->net;
+
+	(void)flags;
+	if (res > 0) {
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
+		srec_sent(s, (uint32_t)res); /* r may be back in the pool */
+	} else if (!s->serr) {
+		s->serr = res ? res : -EPIPE;
+		corio__net_err(n, s->serr);
+	}
+	if (!s->serr && !s->sq_cancel && !n->stopping) {
+		if (s->sq_head) {
+			srec_submit(s, s->sq_head); /* a short write's rest, or the next */
+			return;
+		}
+	} else {
+		/* An error, close or shutdown: what is left is not sent. */
+		if (!s->serr && s->sq_head)
+			s->serr = -ECANCELED;
+		while (s->sq_head)
+			srec_pop(s);
+	}
+	s->sq_cancel = false;
+	corio__list_del(&s->send_link);
+	corio__op_finished(n->shard);
+	if (s->closer)
+		corio__ready(s->closer, 0);
+	corio__wq_wake_all(&s->swq, 0);
+}
+
+/*
+ * corio_send_buf on a full queue: wait until a queued send is done. 0, or
+ * the socket's send error, or -ECANCELED / -ETIMEDOUT (the fiber's), or
+ * -EAGAIN outside a fiber. A wait cut short fails this call alone: its
+ * buffer was not queued and none of its bytes went, so the stream has no
+ * hole, and the records queued before it (accepted: their calls returned
+ * 0) must still go out. It is not stored in s->serr, which srec_cb reads
+ * as "drop the queue".
+ */
+static int wait_room(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+	int ret = 0;
+
+	CORIO__STAT_ADD(n->stats.send_full, 1);
+	if (!corio__self())
+		return -EAGAIN;
+	while (!ret && s->sq_count >= s->cap.send) {
+		ret = corio__wq_wait(&s->sroom);
+		if (!ret)
+			ret = s->serr ? s->serr : s->wr_shut ? -EPIPE : n->stopping ? -ECANCELED : 0;
+	}
+	if (ret && ret != s->serr)
+		corio__net_err(n, ret);
+	return ret;
+}
+
+int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	struct corio__srec *r = NULL;
+	ssize_t sent = 0;
+	int ret = 0;
+
+	if (!b || !b->_owner)
+		return corio__error(-EINVAL, "corio_send_buf: not a borrowed buffer");
+	if (b->_owner != corio__net())
+		return corio__misuse(-EPERM, "corio_send_buf", "the buffer belongs to another shard");
+	if (!n)
+		ret = corio__sock_not_mine("corio_send_buf", s);
+	else if (s->type != SOCK_STREAM)
+		ret = corio__error(-EINVAL, "corio_send_buf: not a stream socket");
+	else if (s->serr)
+		ret = s->serr;
+	else if (s->wr_shut)
+		ret = -EPIPE;
+	else if (n->stopping)
+		ret = -ECANCELED;
+	else if (b->len && s->sq_count >= s->cap.send)
+		ret = wait_room(s);
+	if (!ret && b->len && !s->sq_tail && direct_ok(n)) {
+		/* Nothing queued on s: try it now. The buffer is back at once
+		 * when the socket took it all; a short write queues the rest. */
+		struct iovec v = { .iov_base = b->data, .iov_len = b->len };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
+
+		sent = send_now(n, s, &mh);
+		if (sent < 0) {
+			s->serr = (int)sent;
+			ret = corio__net_err(n, (int)sent);
+		} else if ((size_t)sent == b->len) {
+			b->len = 0; /* all sent: released below */
+		}
+	}
+	if (!ret && b->len && !(r = srec_get(n))) {
+		ret = -ENOMEM;
+		if (sent)
+			s->serr = ret; /* the byte stream has a hole */
+	}
+	if (ret || !b->len) {
+		corio_buf_release(b);
+		return ret;
+	}
+	r->op.cb = srec_cb;
+	r->op.data = r;
+	r->next = NULL;
+	r->s = s;
+	r->p = b->data;
+	r->off = (uint32_t)sent;
+	r->len = (uint32_t)b->len;
+	r->bid = b->_id;
+	r->gathered = false;
+	b->_owner = NULL;
+	b->data = NULL;
+	b->len = 0;
+	s->sq_count++;
+	if (s->sq_tail) {
+		s->sq_tail->next = r;
+		s->sq_tail = r;
+		return 0;
+	}
+	s->sq_head = s->sq_tail = r;
+	srec_submit(s, r);
+	corio__op_started(n->shard);
+	corio__list_add(&n->sending, &s->send_link);
+	return 0;
+}
+
+void corio__sock_send_cancel(struct corio_sock *s)
+{
+	if (s->sq_head && !s->sq_cancel) {
+		s->sq_cancel = true;
+		corio__ring_cancel(&s->net->shard->ring, &s->sq_head->op);
+	}
+}
+
+/* Before a synchronous send: wait until the queued sends are out (byte
+ * order). 0, the recorded send error, or -ECANCELED / -ETIMEDOUT. */
+static int wait_sends(struct corio_sock *s)
+{
+	while (s->sq_head) {
+		int ret = corio__wq_wait(&s->swq);
+
+		if (ret < 0)
+			return corio__net_err(s->net, ret);
+	}
+	return s->serr;
+}
+
+/* ---- send ------------------------------------------------------------------ */
+
+/*
+ * Zero-copy send posts two CQEs: the result (with IORING_CQE_F_MORE when a
+ * notification follows) and, once the kernel let go of the pages, the
+ * notification (IORING_CQE_F_NOTIF). The first CQE ends the op as far as
+ * corio__op_wait() is concerned (its deadline and cancellation apply to the
+ * send itself); the notification is waited for after it, separately.
+ *
+ * That wait must be bounded too: the pages are let go only when the data
+ * is acknowledged, so a peer that stops reading holds them (and the call)
+ * forever. When the fiber's deadline passes, it is cancelled or the shard
+ * stops, the connection is aborted - connect(AF_UNSPEC), i.e.
+ * tcp_disconnect(): a reset, and the write queue freed, which releases the
+ * pages - and the call still waits for the notification (it then comes at
+ * once), so the kernel holds no reference to buf when it returns.
+ */
+struct zc_op {
+	struct corio__op op;
+	corio__op_cb inner;
+	struct corio__shard *shard;
+	struct corio_fiber *parked; /* waiting for the notification, unbounded */
+	struct corio_waitq wq;      /* waiting for the notification, bounded   */
+	bool notif;                 /* a notification is still to come         */
+};
+
+static void zc_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct zc_op *z = (struct zc_op *)op;
+
+	if (flags & IORING_CQE_F_NOTIF) {
+		z->notif = false;
+		corio__op_finished(z->shard);
+		corio__wq_wake_all(&z->wq, 0);
+		if (z->parked)
+			corio__ready(z->parked, 0);
+		return;
+	}
+	if (flags & IORING_CQE_F_MORE) {
+		z->notif = true;
+		corio__op_started(z->shard); /* the shard waits for it too */
+	}
+	z->inner(op, res, flags & ~IORING_CQE_F_MORE);
+}
+
+static bool zc_done(void *arg)
+{
+	return !((struct zc_op *)arg)->notif;
+}
+
+/* Wait for z's notification; abort the connection if the wait is cut
+ * short. 0, or -ETIMEDOUT / -ECANCELED when it was. */
+static int zc_wait_notif(struct corio_sock *s, struct zc_op *z)
+{
+	struct sockaddr sa = { .sa_family = AF_UNSPEC };
+	int ret = 0;
+
+	while (z->notif && !ret)
+		ret = corio__wq_wait(&z->wq);
+	if (!z->notif)
+		return 0;
+	/* Reset the connection so the kernel frees the pages now. */
+	if (connect(s->fd, &sa, sizeof(sa)) < 0)
+		shutdown(s->fd, SHUT_RDWR); /* not expected; at least stop sending */
+	if (!s->serr)
+		s->serr = -ECONNABORTED;
+	z->parked = corio__self();
+	corio__net_park_until(zc_done, z);
+	z->parked = NULL;
+	return ret;
+}
+
+static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc)
+{
+	struct io_uring_sqe *sqe;
+	struct zc_op z;
+	int ret = corio__op_begin_who(&z.op, &sqe, "corio_send"), wret;
+
+	if (ret)
+		return ret;
+	if (*zc) {
+		io_uring_prep_send_zc(sqe, s->fd, buf, len, MSG_NOSIGNAL, 0);
+		z.inner = z.op.cb;
+		z.op.cb = zc_cb;
+		z.shard = s->net->shard;
+		z.parked = NULL;
+		z.wq = (struct corio_waitq){ 0 };
+		z.notif = false;
+	} else {
+		io_uring_prep_send(sqe, s->fd, buf, len, MSG_NOSIGNAL);
+	}
+	ret = corio__op_wait(&z.op);
+	if (*zc && z.notif && (wret = zc_wait_notif(s, &z)) < 0)
+		return wret; /* the connection is gone: what was sent is lost */
+	if (*zc && (ret == -EOPNOTSUPP || ret == -EINVAL)) {
+		/* The socket family has no zero-copy path (Unix): plain send. */
+		*zc = false;
+		return -EAGAIN;
+	}
+	return ret;
+}
+
+ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigned flags,
+		      size_t *sent)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	bool zc;
+	size_t done = 0;
+
+	if (sent)
+		*sent = 0;
+	if (!n)
+		return corio__sock_not_mine("corio_send", s);
+	if (flags & ~CORIO_SEND_ZC)
+		return corio__error(-EINVAL, "corio_send_ex: unknown flags 0x%x",
+				    flags & ~CORIO_SEND_ZC);
+	if (!buf && len)
+		return corio__error(-EINVAL, "corio_send: buf is NULL");
+	if (s->sq_head || s->serr) {
+		int ret = wait_sends(s);
+
+		if (ret)
+			return ret;
+	}
+	zc = (flags & CORIO_SEND_ZC) && n->send_zc;
+	if (!zc && n->send_direct && len) {
+		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
+		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
+		ssize_t r = send_direct(n, s, &mh);
+
+		if (r < 0)
+			return corio__net_err(n, (int)r);
+		done = (size_t)r;
+		if (sent)
+			*sent = done;
+	}
+	while (done < len) {
+		size_t chunk = len - done > INT32_MAX ? INT32_MAX : len - done;
+		int ret = send_once(s, (const char *)buf + done, chunk, &zc);
+
+		if (ret == -EAGAIN)
+			continue;
+		if (ret < 0)
+			return corio__net_err(n, ret);
+		done += (size_t)ret;
+		if (sent)
+			*sent = done;
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+	}
+	return (ssize_t)len;
+}
+
+ssize_t corio_send(struct corio_sock *s, const void *buf, size_t len)
+{
+	return corio_send_ex(s, buf, len, 0, NULL);
+}
+
+#define SENDV_BATCH 64
+
+ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, size_t *sent)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	struct iovec v[SENDV_BATCH];
+	size_t total = 0, done = 0;
+	bool direct;
+	int i = 0;
+
+	if (sent)
+		*sent = 0;
+	if (!n)
+		return corio__sock_not_mine("corio_sendv", s);
+	if (iovcnt < 0 || (iovcnt && !iov))
+		return corio__error(-EINVAL, "corio_sendv: %s",
+				    iovcnt < 0 ? "iovcnt is negative" : "iov is NULL");
+	if (s->sq_head || s->serr) {
+		int ret = wait_sends(s);
+
+		if (ret)
+			return ret;
+	}
+	for (int k = 0; k < iovcnt; k++)
+		total += iov[k].iov_len;
+	direct = n->send_direct && total; /* the first send only (see send_direct) */
+	/* Take up to SENDV_BATCH entries at a time (copies: iov is the
+	 * caller's, and a short write advances our copy). */
+	while (i < iovcnt) {
+		int cnt = 0;
+		size_t batch = 0;
+
+		while (i + cnt < iovcnt && cnt < SENDV_BATCH) {
+			v[cnt] = iov[i + cnt];
+			batch += v[cnt].iov_len;
+			cnt++;
+		}
+		i += cnt;
+		for (int first = 0; batch;) {
+			struct msghdr mh = { .msg_iov = v + first, .msg_iovlen = (size_t)(cnt - first) };
+			struct io_uring_sqe *sqe;
+			struct corio__op op;
+			ssize_t ret;
+			size_t r;
+
+			if (direct) {
+				direct = false;
+				ret = send_direct(n, s, &mh);
+			} else {
+				ret = corio__op_begin(&op, &sqe);
+				if (!ret) {
+					io_uring_prep_sendmsg(sqe, s->fd, &mh, MSG_NOSIGNAL);
+					ret = corio__op_wait(&op);
+					if (ret >= 0) {
+						CORIO__STAT_ADD(n->stats.ops_out, 1);
+						CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+					}
+				}
+			}
+			if (ret < 0)
+				return corio__net_err(n, (int)ret);
+			r = (size_t)ret;
+			done += r;
+			batch -= r;
+			if (sent)
+				*sent = done;
+			while (first < cnt && r >= v[first].iov_len) {
+				r -= v[first].iov_len;
+				first++;
+			}
+			if (first < cnt) {
+				v[first].iov_base = (char *)v[first].iov_base + r;
+				v[first].iov_len -= r;
+			}
+		}
+	}
+	return (ssize_t)total;
+}
+
+/* ---- shutdown ------------------------------------------------------------------ */
+
+int corio_shutdown_write(struct corio_sock *s)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret;
+
+	if (!n)
+		return corio__sock_not_mine("corio_shutdown_write", s);
+	if (s->sq_head || s->serr) {
+		ret = wait_sends(s);
+		if (ret)
+			return ret;
+	}
+	ret = corio__op_begin(&op, &sqe);
+	if (ret)
+		return ret;
+	io_uring_prep_shutdown(sqe, s->fd, SHUT_WR);
+	ret = corio__op_wait(&op);
+	if (ret < 0)
+		return corio__net_err(n, ret);
+	s->wr_shut = true;
+	return 0;
+}
