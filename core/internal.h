@@ -299,6 +299,13 @@ struct corio__shard {
 	bool busy;               /* counted in rt->busy_shards */
 	bool dl_no_link;         /* kernel ops take no linked timeout (core/deadline.c) */
 	struct corio_event start_ev; /* cfg.setup: set once every shard's setup returned */
+	/* cfg.signals (core/signal.c): shard 0 reads sigfd; every shard keeps
+	 * the signals given to it and not yet waited for */
+	int sigfd;
+	bool sig_armed;
+	struct corio__op sig_op;
+	uint64_t sig_pending;
+	struct corio_waitq sig_wq;
 
 	/* pools */
 	struct corio_fiber *fiber_free, *fiber_free_tail; /* FIFO, see fiber_alloc */
@@ -334,6 +341,13 @@ struct corio__shard {
 	void *parts[CORIO__PART_MAX];
 	char err[256];
 };
+
+/* ---- signals (core/signal.c) ---------------------------------------------- */
+int corio__signal_check(uint64_t mask);            /* config: -EINVAL + message */
+void corio__signal_block(const struct corio_rt *rt); /* on a new shard thread */
+int corio__signal_setup(struct corio__shard *s);   /* shard 0: the signalfd */
+void corio__signal_start(struct corio__shard *s);  /* arm its poll, once running */
+void corio__signal_fini(struct corio__shard *s);
 
 #define CORIO__RT_MEMO_MAX 16
 
