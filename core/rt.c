@@ -356,6 +356,7 @@ static void *shard_main(void *arg)
 		corio__wakeup_arm(s);
 		corio__signal_start(s);
 		corio_event_init(&s->start_ev);
+		corio_event_init(&s->drain_ev);
 		ret = corio_spawn(rt->cfg.setup ? setup_fiber : entry_fiber, rt, &o, NULL);
 		if (ret == 0)
 			corio__loop(s);

@@ -201,6 +201,26 @@ CORIO_API struct corio_rt *corio_runtime(void);
  */
 CORIO_API int corio_signal_wait(uint64_t mask, int *signo);
 
+/*
+ * Drain the calling shard's runtime: a graceful stop. Every shard stops
+ * accepting (corio_accept() returns the connections corio had already
+ * taken from the kernel, then -ESHUTDOWN; TCP listeners stop taking new
+ * connections, which are refused), sets its drain event, and its fibers go
+ * on: their blocking calls keep working. timeout_ns after this call the
+ * runtime shuts down as by corio_shutdown(), cancelling what is left; it
+ * stops earlier by itself once no fiber is left, as always. Only the first
+ * call of a runtime counts (later ones return 0 and keep its deadline).
+ * Returns 0, or -EPERM off a shard. Never blocks; may be called from a
+ * fiber, a timer callback or a corio_post() function.
+ */
+CORIO_API int corio_drain(uint64_t timeout_ns);
+/* The calling shard's drain event (NULL off a shard): set when the drain
+ * reaches the shard. Wait on it, or select on it with corio_sel_event(),
+ * to end idle work at once (an idle keep-alive connection). */
+CORIO_API struct corio_event *corio_drain_event(void);
+/* 1 once the drain has reached the calling shard, else 0. */
+CORIO_API int corio_draining(void);
+
 /* corio_start() + corio_wait(). */
 CORIO_API int corio_run(const struct corio_config *cfg, void (*entry)(void *arg), void *arg);
 

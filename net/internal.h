@@ -145,6 +145,7 @@ struct corio_listener {
 	int *q;            /* accepted fds not yet returned */
 	unsigned qhead, qlen, qcap;
 	struct corio_waitq wq;  /* the accepting fiber */
+	struct corio__link lnode; /* on the shard's listeners (corio_drain) */
 	struct corio_fiber *closer;
 	bool closing;           /* corio_listener_close has begun: accepts get -EBADF */
 	uint16_t acceptors;     /* fibers inside corio_accept (the closer waits for 0) */
@@ -186,6 +187,8 @@ struct corio__net {
 	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */
 	struct corio__link armed;   /* corio__mshot ops in the kernel */
+	struct corio__link listeners; /* every open listener (corio_drain) */
+	bool draining;              /* corio_drain(): accepts end with -ESHUTDOWN */
 	struct corio_sock *sock_free, *sock_free_tail; /* FIFO: a quarantine */
 	unsigned nsock_free;
 	struct corio__link sending; /* sockets with queued sends */
@@ -285,6 +288,8 @@ void corio__sock_q_pop(struct corio_sock *s);
 
 /* Count an error in the stats by kind. Returns err. */
 int corio__net_err(struct corio__net *n, int err);
+/* corio_drain() reached this shard: every listener stops accepting (listen.c) */
+void corio__listeners_drain(struct corio__net *n);
 
 /*
  * Park the calling fiber on wq (it must be the only waiter) until

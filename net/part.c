@@ -117,6 +117,7 @@ static int net_init(struct corio__shard *s)
 	}
 	corio__list_init(&n->starved);
 	corio__list_init(&n->armed);
+	corio__list_init(&n->listeners);
 	corio__list_init(&n->sending);
 	/*
 	 * The opcode probe cannot see flags, so infer them from opcodes that
@@ -277,6 +278,11 @@ static unsigned net_poll(struct corio__shard *sh)
 	return work;
 }
 
+static void net_drain(struct corio__shard *sh)
+{
+	corio__listeners_drain(sh->parts[CORIO__PART_NET]);
+}
+
 static void net_stop(struct corio__shard *sh)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
@@ -368,6 +374,7 @@ const struct corio__part corio__net_part = {
 	.init = net_init,
 	.poll = net_poll,
 	.stop = net_stop,
+	.drain = net_drain,
 	.busy = net_busy,
 	.fini = net_fini,
 	.release = net_release,
