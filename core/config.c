@@ -69,6 +69,8 @@ int corio_config_check(const struct corio_config *cfg)
 					    "config: reserved[%u] is %u, must be 0 (was the "
 					    "config filled by corio_config_init()?)",
 					    i, cfg->reserved[i]);
+	if (corio__signal_check(cfg->signals))
+		return -EINVAL;
 	if (cfg->flags & ~CORIO_F_ALL)
 		return corio__error(-EINVAL, "config: unknown flags 0x%x", cfg->flags & ~CORIO_F_ALL);
 	if (cfg->shards > 1024)

@@ -139,6 +139,8 @@ struct corio__part {
 	void (*stop)(struct corio__shard *s);
 	/* true while the part still has kernel ops or work to drain */
 	bool (*busy)(struct corio__shard *s);
+	/* corio_drain() reached this shard: stop taking new work (optional) */
+	void (*drain)(struct corio__shard *s);
 	/* after the loop ended, before the ring is closed */
 	void (*fini)(struct corio__shard *s);
 	/* in corio_wait(), after every shard thread has ended: free what other
@@ -299,6 +301,17 @@ struct corio__shard {
 	bool busy;               /* counted in rt->busy_shards */
 	bool dl_no_link;         /* kernel ops take no linked timeout (core/deadline.c) */
 	struct corio_event start_ev; /* cfg.setup: set once every shard's setup returned */
+	/* corio_drain (core/drain.c) */
+	bool draining;
+	struct corio_event drain_ev;
+	struct corio_timer drain_timer; /* on the shard that began the drain */
+	/* cfg.signals (core/signal.c): shard 0 reads sigfd; every shard keeps
+	 * the signals given to it and not yet waited for */
+	int sigfd;
+	bool sig_armed;
+	struct corio__op sig_op;
+	uint64_t sig_pending;
+	struct corio_waitq sig_wq;
 
 	/* pools */
 	struct corio_fiber *fiber_free, *fiber_free_tail; /* FIFO, see fiber_alloc */
@@ -334,6 +347,13 @@ struct corio__shard {
 	void *parts[CORIO__PART_MAX];
 	char err[256];
 };
+
+/* ---- signals (core/signal.c) ---------------------------------------------- */
+int corio__signal_check(uint64_t mask);            /* config: -EINVAL + message */
+void corio__signal_block(const struct corio_rt *rt); /* on a new shard thread */
+int corio__signal_setup(struct corio__shard *s);   /* shard 0: the signalfd */
+void corio__signal_start(struct corio__shard *s);  /* arm its poll, once running */
+void corio__signal_fini(struct corio__shard *s);
 
 #define CORIO__RT_MEMO_MAX 16
 
@@ -372,6 +392,7 @@ struct corio_rt {
 	unsigned ready, failed;
 	int first_err;
 	bool go;
+	_Atomic int draining; /* corio_drain() was called (the first one wins) */
 	unsigned setup_left; /* cfg.setup: shards whose setup has not returned */
 	int setup_err;       /* the first negative value a setup returned */
 	/* corio__rt_memo(): values made once per runtime, under lock */

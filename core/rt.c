@@ -262,6 +262,9 @@ static int shard_setup(struct corio__shard *s)
 		return ret;
 	}
 	s->efd_nowait_test = s->ring.disabled & CORIO__RING_NO_EFD_WAIT;
+	ret = corio__signal_setup(s);
+	if (ret)
+		return ret;
 	ret = corio__stack_init(s, &rt->cfg);
 	if (ret)
 		return ret;
@@ -293,6 +296,7 @@ static void shard_teardown(struct corio__shard *s)
 			parts[i]->fini(s);
 	if (s->ring.ring.ring_fd > 0)
 		corio__ring_exit(&s->ring);
+	corio__signal_fini(s); /* after the ring: its poll is gone */
 	corio__stack_cache_free(s);
 	corio__fiber_pool_free(s);
 	corio__altstack_fini(s);
@@ -325,6 +329,7 @@ static void *shard_main(void *arg)
 	corio__tl_shard = s;
 	s->tid = (pid_t)syscall(SYS_gettid);
 	block_sigpipe();
+	corio__signal_block(rt);
 #if CORIO__TSAN
 	s->tsan_sched = __tsan_get_current_fiber();
 #endif
@@ -349,7 +354,9 @@ static void *shard_main(void *arg)
 		struct corio_spawn_opts o = { .name = rt->cfg.setup ? "setup" : "entry" };
 
 		corio__wakeup_arm(s);
+		corio__signal_start(s);
 		corio_event_init(&s->start_ev);
+		corio_event_init(&s->drain_ev);
 		ret = corio_spawn(rt->cfg.setup ? setup_fiber : entry_fiber, rt, &o, NULL);
 		if (ret == 0)
 			corio__loop(s);
@@ -457,6 +464,7 @@ static struct corio__shard *shard_alloc(int cpu)
 	s->numa_node = node;
 	s->busy = true; /* counted in rt->busy_shards from the start */
 	s->efd = -1;
+	s->sigfd = -1;
 	s->ring.ring.ring_fd = -1;
 	return s;
 }

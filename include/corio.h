@@ -146,8 +146,20 @@ struct corio_config {
 	 * check, or return errors before building). NULL: no setup.        */
 	int (*setup)(void *arg);
 	unsigned net_send_queue;   /* see net_recv_queue above                     */
-	unsigned reserved[5];     /* must be zero                                   */
+	unsigned reserved[3];     /* must be zero                                   */
+	/* Signals a fiber may wait for with corio_signal_wait(), as a mask:
+	 * CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT). corio_start() blocks them in
+	 * every thread it creates and reads them through a signalfd on shard 0;
+	 * block them in your own threads first (pthread_sigmask before
+	 * corio_start, before creating other threads), or the kernel may run
+	 * their default action on one of those. SIGKILL, SIGSTOP and the
+	 * signals of faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS)
+	 * are refused with -EINVAL. 0: none.                               */
+	uint64_t signals;
 };
+
+/* corio_config.signals bit of signal number n (1..64). */
+#define CORIO_SIG(n) (1ull << ((n) - 1))
 
 /* Set every field of *cfg to its default. Always call it first. */
 CORIO_API void corio_config_init(struct corio_config *cfg);
@@ -188,6 +200,38 @@ CORIO_API int corio_wait(struct corio_rt *rt);
  * corio_post_foreign() handed to another thread, stats); NULL when the
  * caller is not a shard. */
 CORIO_API struct corio_rt *corio_runtime(void);
+
+/*
+ * Wait in a fiber, on any shard, for one of the signals in mask (a subset
+ * of cfg.signals, CORIO_SIG bits). Each signal shard 0 reads is given to
+ * every shard: it wakes the fibers of that shard that wait for it, or, if
+ * none does, stays pending there (one per signal number, as the kernel
+ * keeps standard signals) until a wait on that shard asks for it. Returns
+ * 0 with the signal number in *signo (the lowest pending one of mask), or
+ * -ECANCELED, -ETIMEDOUT (deadline scope), -EINVAL (mask empty or not in
+ * cfg.signals, signo NULL), -EPERM (not in a fiber).
+ */
+CORIO_API int corio_signal_wait(uint64_t mask, int *signo);
+
+/*
+ * Drain the calling shard's runtime: a graceful stop. Every shard stops
+ * accepting (corio_accept() returns the connections corio had already
+ * taken from the kernel, then -ESHUTDOWN; TCP listeners stop taking new
+ * connections, which are refused), sets its drain event, and its fibers go
+ * on: their blocking calls keep working. timeout_ns after this call the
+ * runtime shuts down as by corio_shutdown(), cancelling what is left; it
+ * stops earlier by itself once no fiber is left, as always. Only the first
+ * call of a runtime counts (later ones return 0 and keep its deadline).
+ * Returns 0, or -EPERM off a shard. Never blocks; may be called from a
+ * fiber, a timer callback or a corio_post() function.
+ */
+CORIO_API int corio_drain(uint64_t timeout_ns);
+/* The calling shard's drain event (NULL off a shard): set when the drain
+ * reaches the shard. Wait on it, or select on it with corio_sel_event(),
+ * to end idle work at once (an idle keep-alive connection). */
+CORIO_API struct corio_event *corio_drain_event(void);
+/* 1 once the drain has reached the calling shard, else 0. */
+CORIO_API int corio_draining(void);
 
 /* corio_start() + corio_wait(). */
 CORIO_API int corio_run(const struct corio_config *cfg, void (*entry)(void *arg), void *arg);

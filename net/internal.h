@@ -158,6 +158,7 @@ struct corio_listener {
 	int *q;            /* accepted fds not yet returned */
 	unsigned qhead, qlen, qcap;
 	struct corio_waitq wq;  /* the accepting fiber */
+	struct corio__link lnode; /* on the shard's listeners (corio_drain) */
 	struct corio_fiber *closer;
 	bool closing;           /* corio_listener_close has begun: accepts get -EBADF */
 	uint16_t acceptors;     /* fibers inside corio_accept (the closer waits for 0) */
@@ -199,6 +200,8 @@ struct corio__net {
 	void *slice_chunks;              /* its chunks, freed at fini */
 	struct corio__link starved; /* sockets waiting for a free buffer */
 	struct corio__link armed;   /* corio__mshot ops in the kernel */
+	struct corio__link listeners; /* every open listener (corio_drain) */
+	bool draining;              /* corio_drain(): accepts end with -ESHUTDOWN */
 	struct corio_sock *sock_free, *sock_free_tail; /* FIFO: a quarantine */
 	unsigned nsock_free;
 	struct corio__link sending; /* sockets with queued sends */
@@ -308,6 +311,9 @@ unsigned corio__net_recv_poll(struct corio__shard *sh);
  * poll beside it); corio__sock_new() installs them. */
 void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags);
 void corio__sock_hup_cb(struct corio__op *op, int32_t res, uint32_t flags);
+
+/* corio_drain() reached this shard: every listener stops accepting (listen.c) */
+void corio__listeners_drain(struct corio__net *n);
 
 /* Queue a receive on s (multishot where possible): 0 or -errno. */
 int corio__sock_arm(struct corio_sock *s);

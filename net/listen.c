@@ -205,6 +205,9 @@ static int listen_common(int family, const struct sockaddr *sa, socklen_t salen,
 	l->fault_n = n->accept_fault_n;
 	l->a.op.cb = aop_cb;
 	l->a.op.data = l;
+	corio__list_add(&n->listeners, &l->lnode);
+	if (n->draining)
+		shutdown(fd, SHUT_RD); /* a listener opened while draining takes nobody */
 	*out = l;
 	return 0;
 }
@@ -449,6 +452,8 @@ static int accept_loop(struct corio__net *n, struct corio_listener *l)
 			}
 			return fd;
 		}
+		if (n->draining)
+			return corio__error(-ESHUTDOWN, "corio_accept: the runtime is draining");
 		if (l->aterm)
 			return l->aterm;
 		if (n->stopping)
@@ -549,6 +554,29 @@ static bool aop_idle(void *arg)
 	return ((struct corio_listener *)arg)->a.state == NET_IDLE;
 }
 
+/*
+ * corio_drain(): stop the multishot accept (connections it already took stay
+ * queued and corio_accept returns them first), wake the accepting fibers
+ * (they then get -ESHUTDOWN), and have the kernel refuse new TCP
+ * connections: shutdown(SHUT_RD) on a listening TCP socket closes its
+ * accept queue. A Unix listener keeps its backlog until it is closed.
+ */
+void corio__listeners_drain(struct corio__net *n)
+{
+	n->draining = true;
+	for (struct corio__link *k = n->listeners.next; k != &n->listeners; k = k->next) {
+		struct corio_listener *l = corio__list_entry(k, struct corio_listener, lnode);
+
+		if (l->a.state == NET_ARMED) {
+			l->a.state = NET_CANCELING;
+			corio__ring_cancel(&n->shard->ring, &l->a.op);
+		}
+		if (l->family != AF_UNIX)
+			shutdown(l->fd, SHUT_RD);
+		corio__wq_wake_all(&l->wq, 0);
+	}
+}
+
 int corio_listener_close(struct corio_listener *l)
 {
 	struct corio__net *n = lowner(l);
@@ -595,6 +623,7 @@ int corio_listener_close(struct corio_listener *l)
 		    st.st_ino == l->path_ino)
 			unlink(l->path);
 	}
+	corio__list_del(&l->lnode);
 	free(l->q);
 	free(l);
 	return 0;

@@ -124,6 +124,7 @@ static int net_init(struct corio__shard *s)
 	}
 	corio__list_init(&n->starved);
 	corio__list_init(&n->armed);
+	corio__list_init(&n->listeners);
 	corio__list_init(&n->sending);
 	/*
 	 * The opcode probe cannot see flags, so infer them from opcodes that
@@ -147,6 +148,11 @@ static int net_init(struct corio__shard *s)
 	n->send_direct = !corio__net_disabled(n, NO_TCP_DIRECT) && !r->faults_env;
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
+}
+
+static void net_drain(struct corio__shard *sh)
+{
+	corio__listeners_drain(sh->parts[CORIO__PART_NET]);
 }
 
 static void net_stop(struct corio__shard *sh)
@@ -228,6 +234,7 @@ const struct corio__part corio__net_part = {
 	.init = net_init,
 	.poll = corio__net_recv_poll,
 	.stop = net_stop,
+	.drain = net_drain,
 	.busy = net_busy,
 	.fini = net_fini,
 	.release = net_release,

@@ -72,8 +72,8 @@ Test(config, reserved_must_be_zero)
 	struct corio_config cfg;
 
 	corio_config_init(&cfg);
-	cfg.reserved[3] = 1;
-	expect_einval(&cfg, "reserved[3]");
+	cfg.reserved[2] = 1;
+	expect_einval(&cfg, "reserved[2]");
 }
 
 Test(config, cpu_outside_affinity_mask)

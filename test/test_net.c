@@ -4436,3 +4436,139 @@ Test(net, listen_shared_bad_input_and_its_bound, .timeout = 30)
 
 	th_run(&cfg, ls_bad_entry, NULL);
 }
+
+/* ---- corio_drain: stop accepting, let the work under way finish --------- */
+
+#define DR_SHARDS 2
+#define DR_CLIENTS 4
+static struct {
+	struct corio_listener *l[DR_SHARDS];
+	char where[64];
+	_Atomic int accepted, answered;
+	int accept_end[DR_SHARDS];
+	int refused;
+} dr_;
+
+static int dr_setup(void *arg)
+{
+	unsigned me = corio_shard_id();
+	int ret = corio_tcp_listen_shared("127.0.0.1:0", NULL, &dr_.l[me]);
+
+	if (!ret && me == 0)
+		addr_of(dr_.l[0], dr_.where, sizeof(dr_.where));
+	return ret;
+}
+
+static int dr_handler(void *arg)
+{
+	struct corio_sock *c = arg;
+	uint8_t b;
+
+	if (corio_recv(c, &b, 1) == 1) {
+		/* the request is in; the drain begins while we hold it */
+		CHECK_EQ(corio_event_wait(corio_drain_event()), 0);
+		CHECK_EQ(corio_draining(), 1);
+		if (corio_send(c, &b, 1) == 1)
+			atomic_fetch_add(&dr_.answered, 1);
+	}
+	corio_close(c);
+	return 0;
+}
+
+static int dr_acceptor(void *arg)
+{
+	unsigned me = corio_shard_id();
+	struct corio_sock *c;
+	int ret;
+
+	while ((ret = corio_accept(dr_.l[me], &c)) == 0) {
+		atomic_fetch_add(&dr_.accepted, 1);
+		CHECK_EQ(corio_spawn(dr_handler, c, NULL, NULL), 0);
+	}
+	dr_.accept_end[me] = ret;
+	CHECK_EQ(corio_listener_close(dr_.l[me]), 0);
+	return 0;
+}
+
+static void dr_entry(void *arg)
+{
+	struct corio_sock *c[DR_CLIENTS], *late;
+
+	CHECK_EQ(corio_spawn(dr_acceptor, NULL, NULL, NULL), 0);
+	if (corio_shard_id() != 0)
+		return;
+	for (int i = 0; i < DR_CLIENTS; i++) {
+		uint8_t b = (uint8_t)i;
+
+		CHECK_EQ(corio_tcp_connect(dr_.where, &c[i]), 0);
+		CHECK_EQ(corio_send(c[i], &b, 1), 1);
+	}
+	for (int i = 0; i < 5000 && atomic_load(&dr_.accepted) < DR_CLIENTS; i++)
+		corio_sleep_ns(1000 * 1000); /* polls a condition, bounded */
+	CHECK_EQ(atomic_load(&dr_.accepted), DR_CLIENTS);
+	CHECK_EQ(corio_draining(), 0);
+	/* a deadline far beyond the test's timeout: the runtime must end by
+	 * itself, once the work under way is done */
+	CHECK_EQ(corio_drain(3600ull * 1000 * 1000 * 1000), 0);
+	CHECK_EQ(corio_drain(1), 0); /* the first drain's deadline holds */
+	for (int i = 0; i < DR_CLIENTS; i++) {
+		uint8_t b = 0xff;
+
+		CHECK_EQ(corio_recv(c[i], &b, 1), 1);
+		CHECK_EQ(b, (uint8_t)i);
+		corio_close(c[i]);
+	}
+	/* new connections are refused */
+	dr_.refused = corio_tcp_connect(dr_.where, &late);
+	if (dr_.refused == 0)
+		corio_close(late);
+}
+
+Test(net, drain_stops_accepting_and_lets_the_work_under_way_finish, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(DR_SHARDS);
+
+	memset(&dr_, 0, sizeof(dr_));
+	cfg.setup = dr_setup;
+	th_run(&cfg, dr_entry, NULL);
+	cr_assert_eq(atomic_load(&dr_.answered), DR_CLIENTS);
+	for (int i = 0; i < DR_SHARDS; i++)
+		cr_assert_eq(dr_.accept_end[i], -ESHUTDOWN, "shard %d: %d", i, dr_.accept_end[i]);
+	cr_assert_eq(dr_.refused, -ECONNREFUSED, "a connect after the drain: %d", dr_.refused);
+}
+
+static int dr_sleeper(void *arg)
+{
+	*(int *)arg = corio_sleep_ns(3600ull * 1000 * 1000 * 1000);
+	return 0;
+}
+
+static int dr_off_shard_ret;
+static void *dr_off_shard(void *arg)
+{
+	(void)arg;
+	dr_off_shard_ret = corio_drain(1);
+	return NULL;
+}
+
+static void dr_deadline_entry(void *arg)
+{
+	pthread_t t;
+
+	CHECK_EQ(corio_spawn(dr_sleeper, arg, NULL, NULL), 0);
+	CHECK_EQ(pthread_create(&t, NULL, dr_off_shard, NULL), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(dr_off_shard_ret, -EPERM);
+	CHECK(corio_drain_event() != NULL);
+	CHECK_EQ(corio_drain(30 * 1000 * 1000), 0); /* then the sleeper is cancelled */
+}
+
+Test(net, drain_deadline_cancels_what_is_left, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	int slept = 1;
+
+	th_run(&cfg, dr_deadline_entry, &slept);
+	cr_assert_eq(slept, -ECANCELED);
+	cr_assert_null(corio_drain_event());
+}

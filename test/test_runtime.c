@@ -463,3 +463,96 @@ Test(runtime, a_failed_setup_fails_the_start_and_no_entry_runs, .timeout = 30)
 	cr_assert_eq(atomic_load(&st_.entries), 0);
 	cr_assert_eq(th_fd_count(), before, "the failed start left file descriptors open");
 }
+
+/* ---- signals awaited in fibers (cfg.signals, corio_signal_wait) --------- */
+
+#define SIG_SET (CORIO_SIG(SIGUSR1) | CORIO_SIG(SIGUSR2) | CORIO_SIG(SIGTERM))
+static _Atomic int sig_got[2];
+
+static int waits_for_term(void *arg)
+{
+	int signo = 0;
+
+	*(int *)arg = corio_signal_wait(CORIO_SIG(SIGTERM), &signo);
+	return 0;
+}
+
+static void signal_entry(void *arg)
+{
+	struct corio_deadline dl;
+	struct corio_fiber *f;
+	int signo = 0, cancelled = 1;
+
+	(void)arg;
+	if (corio_shard_id() == 0) {
+		/* process-directed, as kill(1) sends them: every thread blocks
+		 * them, so only shard 0's signalfd takes them */
+		CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+		CHECK_EQ(kill(getpid(), SIGUSR2), 0);
+	}
+	/* every shard gets every signal, waiting or not when it came */
+	CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGUSR2), &signo), 0);
+	CHECK_EQ(signo, SIGUSR2);
+	CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGUSR1), &signo), 0);
+	CHECK_EQ(signo, SIGUSR1);
+	atomic_store(&sig_got[corio_shard_id()], signo);
+	/* taken: the next wait for it is bounded by the deadline scope */
+	CHECK_EQ(corio_timeout_push(&dl, 20 * 1000 * 1000), 0);
+	CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGUSR1) | CORIO_SIG(SIGUSR2), &signo), -ETIMEDOUT);
+	corio_deadline_pop(&dl);
+	/* and by cancellation */
+	CHECK_EQ(corio_spawn(waits_for_term, &cancelled, NULL, &f), 0);
+	corio_yield();
+	CHECK_EQ(corio_cancel(f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(cancelled, -ECANCELED);
+	/* bad input */
+	CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGHUP), &signo), -EINVAL);
+	CHECK(strstr(corio_last_error(), "signal 1 is not in cfg.signals") != NULL);
+	CHECK_EQ(corio_signal_wait(0, &signo), -EINVAL);
+	CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGTERM), NULL), -EINVAL);
+}
+
+static int signal_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+	sigset_t set;
+	int ret;
+
+	(void)arg;
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	sigaddset(&set, SIGUSR2);
+	sigaddset(&set, SIGTERM);
+	pthread_sigmask(SIG_BLOCK, &set, NULL); /* the caller's part (corio.h) */
+	cfg.signals = SIG_SET;
+	ret = corio_run(&cfg, signal_entry, NULL);
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "signal child: %d %s / %s\n", ret, corio_last_error(), th_msg);
+		return 1;
+	}
+	return atomic_load(&sig_got[0]) == SIGUSR1 && atomic_load(&sig_got[1]) == SIGUSR1 ? 0 : 2;
+}
+
+Test(runtime, signals_reach_fibers_on_every_shard, .timeout = 60)
+{
+	/* a child of its own: Criterion's threads do not block the signals */
+	th_child_ok(signal_child, NULL, 30000, "signals");
+}
+
+Test(runtime, signals_that_cannot_be_waited_for_are_refused, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	int bad[] = { SIGKILL, SIGSTOP, SIGSEGV, SIGBUS, SIGFPE, SIGILL };
+
+	for (unsigned i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char want[32];
+
+		cfg.signals = CORIO_SIG(SIGTERM) | CORIO_SIG(bad[i]);
+		cr_assert_eq(corio_config_check(&cfg), -EINVAL);
+		snprintf(want, sizeof(want), "includes %d", bad[i]);
+		cr_assert(strstr(corio_last_error(), want) != NULL, "%s", corio_last_error());
+	}
+	cfg.signals = CORIO_SIG(SIGTERM) | CORIO_SIG(SIGRTMIN + 1);
+	cr_assert_eq(corio_config_check(&cfg), 0, "%s", corio_last_error());
+}

@@ -113,6 +113,8 @@ CORIO_API int corio_unix_listen(const char *path, const struct corio_listen_opts
  * as accept(2) lists): that connection is lost, the listener goes on.
  * Returns 0, -ECANCELED, -ETIMEDOUT, or -errno when the listener broke
  * (sticky: every later call returns it, after connections already queued).
+ * Once corio_drain() reaches the shard: the connections already queued,
+ * then -ESHUTDOWN (a fiber parked here is woken for it).
  * Blocking; one accepting fiber per listener at a time (-EBUSY).
  */
 CORIO_API int corio_accept(struct corio_listener *l, struct corio_sock **out);

@@ -1,0 +1,175 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * core/signal.c - signals awaited in fibers (corio_signal_wait, cfg.signals).
+ *
+ * Every thread corio_start() creates blocks cfg.signals (shard threads here,
+ * pool threads block everything). Shard 0 reads them from a signalfd: a
+ * POLL_ADD on it stays armed like the wake-up read (not counted in
+ * ops_inflight; io_uring_queue_exit cancels it), and its completion reads
+ * every queued siginfo on the loop and gives each signal to every shard:
+ * shard 0 directly, the others by corio_post(). A shard keeps one pending
+ * bit per signal and wakes the fibers waiting on it; a wait takes the lowest
+ * pending signal of its mask. All of it is shard-owned state: the only
+ * cross-thread step is the message.
+ */
+#include "core/internal.h"
+
+#include <corio/msg.h>
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+/* Signals a program may not wait for: they cannot be caught, or they
+ * report a fault in the thread that raised them, or glibc keeps them. */
+#define SIG_REFUSED                                                                       \
+	(CORIO_SIG(SIGKILL) | CORIO_SIG(SIGSTOP) | CORIO_SIG(SIGSEGV) | CORIO_SIG(SIGBUS) | \
+	 CORIO_SIG(SIGFPE) | CORIO_SIG(SIGILL) | CORIO_SIG(SIGTRAP) | CORIO_SIG(SIGSYS) |   \
+	 CORIO_SIG(32) | CORIO_SIG(33))
+
+int corio__signal_check(uint64_t mask)
+{
+	uint64_t bad = mask & SIG_REFUSED;
+
+	if (bad)
+		return corio__error(-EINVAL, "config: signals includes %d (%s), which cannot be "
+				    "waited for", __builtin_ctzll(bad) + 1,
+				    strsignal(__builtin_ctzll(bad) + 1));
+	return 0;
+}
+
+static void mask_to_set(uint64_t mask, sigset_t *set)
+{
+	sigemptyset(set);
+	for (int n = 1; n <= 64; n++)
+		if (mask & CORIO_SIG(n))
+			sigaddset(set, n);
+}
+
+void corio__signal_block(const struct corio_rt *rt)
+{
+	sigset_t set;
+
+	if (!rt->cfg.signals)
+		return;
+	mask_to_set(rt->cfg.signals, &set);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+}
+
+int corio__signal_setup(struct corio__shard *s)
+{
+	sigset_t set;
+
+	s->sigfd = -1;
+	if (s->id != 0 || !s->rt->cfg.signals)
+		return 0;
+	mask_to_set(s->rt->cfg.signals, &set);
+	s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
+	if (s->sigfd < 0) {
+		snprintf(s->err, sizeof(s->err), "shard 0: signalfd for cfg.signals: %s",
+			 strerror(errno));
+		return -errno;
+	}
+	return 0;
+}
+
+void corio__signal_fini(struct corio__shard *s)
+{
+	if (s->sigfd >= 0)
+		close(s->sigfd);
+	s->sigfd = -1;
+}
+
+/* One signal reaches a shard: pending, and its waiters look. */
+static void deliver(struct corio__shard *s, int signo)
+{
+	s->sig_pending |= CORIO_SIG(signo);
+	corio__wq_wake_all(&s->sig_wq, 0);
+}
+
+static void deliver_posted(void *arg)
+{
+	deliver(corio__shard(), (int)(intptr_t)arg);
+}
+
+static void sig_arm(struct corio__shard *s);
+
+static void sig_done(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__shard *s = op->data;
+	struct signalfd_siginfo si[8];
+	ssize_t n;
+
+	(void)flags;
+	s->sig_armed = false;
+	if (res < 0 && res != -EINTR) {
+		if (res != -ECANCELED)
+			corio__log("corio: shard 0: poll on the signalfd failed: %s; "
+				   "cfg.signals are no longer delivered", strerror(-res));
+		return;
+	}
+	while ((n = read(s->sigfd, si, sizeof(si))) > 0) {
+		for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
+			int signo = (int)si[i].ssi_signo;
+
+			for (unsigned k = 1; k < s->rt->nshards; k++)
+				if (corio_post(k, deliver_posted, (void *)(intptr_t)signo))
+					corio__log("corio: shard 0: signal %d not given to shard %u: "
+						   "its message ring is full", signo, k);
+			deliver(s, signo);
+		}
+	}
+	sig_arm(s);
+}
+
+static void sig_arm(struct corio__shard *s)
+{
+	struct io_uring_sqe *sqe;
+
+	if (s->sigfd < 0 || s->sig_armed || s->stopping)
+		return;
+	sqe = corio__ring_sqe(&s->ring);
+	io_uring_prep_poll_add(sqe, s->sigfd, POLLIN);
+	s->sig_op.cb = sig_done;
+	s->sig_op.data = s;
+	corio__sqe_set_op(sqe, &s->sig_op);
+	s->sig_armed = true;
+}
+
+void corio__signal_start(struct corio__shard *s)
+{
+	sig_arm(s);
+}
+
+int corio_signal_wait(uint64_t mask, int *signo)
+{
+	struct corio__shard *s = corio__shard();
+	uint64_t got;
+	int ret;
+
+	if (!signo)
+		return corio__error(-EINVAL, "corio_signal_wait: signo is NULL");
+	if (!mask)
+		return corio__error(-EINVAL, "corio_signal_wait: mask is empty");
+	if (s && (mask & ~s->rt->cfg.signals)) {
+		int n = __builtin_ctzll(mask & ~s->rt->cfg.signals) + 1;
+
+		return corio__error(-EINVAL, "corio_signal_wait: signal %d is not in cfg.signals", n);
+	}
+	ret = corio__may_block("corio_signal_wait");
+	if (ret)
+		return ret;
+	while (!(s->sig_pending & mask)) {
+		ret = corio__wq_wait(&s->sig_wq);
+		if (ret < 0)
+			return ret;
+	}
+	got = s->sig_pending & mask & -(s->sig_pending & mask); /* the lowest */
+	s->sig_pending &= ~got;
+	*signo = __builtin_ctzll(got) + 1;
+	return 0;
+}
