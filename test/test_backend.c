@@ -423,6 +423,23 @@ Test(backend, sleeps_have_sub_millisecond_resolution, .timeout = 30)
 	th_run(&cfg, sleep_entry, NULL);
 }
 
+static void slack_entry(void *arg)
+{
+	(void)arg;
+	/* epoll timeouts are stretched by the thread's timer slack (50 us by
+	 * default) where io_uring's TIMEOUT is exact: the shard must wait
+	 * with none, or every timer on the fallback fires ~50 us late */
+	CHECK_EQ(my_backend(), 1);
+	CHECK_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1);
+}
+
+Test(backend, shard_waits_without_timer_slack, .timeout = 30)
+{
+	struct corio_config cfg = epoll_cfg(2);
+
+	th_run(&cfg, slack_entry, NULL);
+}
+
 /* ---- cross-shard calls, idle CPU ------------------------------------------------------------- */
 
 static intptr_t twice(void *arg)
