@@ -1190,7 +1190,7 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 	flush_overflow(e);
 	if (poll || (!wait_nr && corio__emu_poll_due(r))) {
 		n = epoll_wait_ns(e, 0);
-		if (n > 0)
+		if (n >= 0) /* 0 events is a look too (else every busy turn polls) */
 			harvest(r, n);
 		fire_timeouts(r);
 	}
