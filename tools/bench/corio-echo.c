@@ -38,6 +38,7 @@
  */
 #include <corio.h>
 
+#include "common/backend.h"
 #include "common/opt.h"
 #include "common/sockperf.h"
 #include "common/timing.h"
@@ -648,10 +649,10 @@ int main(int argc, char **argv)
 					else
 						printf("%sauto", i ? "," : "");
 				}
-				printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
+				printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s backend=%s pid=%d\n",
 				       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], idle_name,
-				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
-				       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
+				       cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy], sends[g.send_wait],
+				       g.sockperf ? "sockperf" : "echo", tool_backend_of(rt), (int)getpid());
 				fflush(stdout);
 				printed = 1;
 			}
