@@ -423,6 +423,23 @@ Test(backend, sleeps_have_sub_millisecond_resolution, .timeout = 30)
 	th_run(&cfg, sleep_entry, NULL);
 }
 
+static void slack_entry(void *arg)
+{
+	(void)arg;
+	/* epoll timeouts are stretched by the thread's timer slack (50 us by
+	 * default) where io_uring's TIMEOUT is exact: the shard must wait
+	 * with none, or every timer on the fallback fires ~50 us late */
+	CHECK_EQ(my_backend(), 1);
+	CHECK_EQ(prctl(PR_GET_TIMERSLACK, 0, 0, 0, 0), 1);
+}
+
+Test(backend, shard_waits_without_timer_slack, .timeout = 30)
+{
+	struct corio_config cfg = epoll_cfg(2);
+
+	th_run(&cfg, slack_entry, NULL);
+}
+
 /* ---- cross-shard calls, idle CPU ------------------------------------------------------------- */
 
 static intptr_t twice(void *arg)
@@ -472,6 +489,43 @@ Test(backend, idle_shards_use_no_cpu, .timeout = 30)
 	struct corio_config cfg = epoll_cfg(2);
 
 	th_run(&cfg, idle_entry, NULL);
+}
+
+static void busy_entry(void *arg)
+{
+	struct corio_stats a, b;
+	uint64_t turns, enters;
+	char why[100];
+
+	(void)arg;
+	/* A fiber that keeps yielding keeps the loop busy (a turn that
+	 * never sleeps) with the wake-up read parked on epoll: the loop looks
+	 * at epoll about every 50 us of such turns, not on each one (a look
+	 * that found nothing used to leave the look "due", so every later
+	 * turn paid an epoll_pwait2). Half the turns is far above the fix's
+	 * ratio (a turn takes well under a microsecond) and far below the
+	 * bug's (one per turn). */
+	CHECK_EQ(my_backend(), 1);
+	CHECK_EQ(corio_sleep_ns(1000000), 0); /* past the first 50 us */
+	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+	for (int i = 0; i < 100000; i++)
+		corio_yield();
+	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+	turns = b.loop_turns - a.loop_turns;
+	enters = b.enters - a.enters;
+	CHECK(turns >= 100000);
+	if (2 * enters >= turns) {
+		snprintf(why, sizeof(why), "%llu enters in %llu busy turns",
+			 (unsigned long long)enters, (unsigned long long)turns);
+		th_fail(__FILE__, __LINE__, why);
+	}
+}
+
+Test(backend, busy_loop_does_not_poll_epoll_every_turn, .timeout = 30)
+{
+	struct corio_config cfg = epoll_cfg(1);
+
+	th_run(&cfg, busy_entry, NULL);
 }
 
 /* ---- selection ---------------------------------------------------------------------------------- */

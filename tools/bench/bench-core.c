@@ -8,6 +8,7 @@
  */
 #include <corio.h>
 
+#include "common/backend.h"
 #include "common/opt.h"
 
 #include <liburing.h>
@@ -16,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/utsname.h>
+#include <unistd.h>
 
 #define RUNS 7
 
@@ -244,10 +246,11 @@ int main(int argc, char **argv)
 		res[R_RAW64].ns[r] = bench_raw_nop(64);
 	}
 	uname(&u);
-	printf("setup: 1 shard on CPU %d, kernel %s %s, ring flags 0x%llx%s%s, sq %u, "
+	printf("setup: 1 shard on CPU %d of %ld, backend %s, kernel %s %s, ring flags 0x%llx%s%s, sq %u, "
 	       "stall_ns %llu (one clock read per switch; 0 in the stall-off row), "
 	       "compiler %s, %d runs each (median [min, max])\n",
-	       cpu, u.sysname, u.release, (unsigned long long)final_stats.ring_flags,
+	       cpu, sysconf(_SC_NPROCESSORS_ONLN), tool_backend(), u.sysname, u.release,
+	       (unsigned long long)final_stats.ring_flags,
 	       final_stats.ring_flags & IORING_SETUP_DEFER_TASKRUN ? " (DEFER_TASKRUN" : "",
 	       final_stats.ring_flags & IORING_SETUP_DEFER_TASKRUN ? "+SINGLE_ISSUER)" : "",
 	       cfg.sq_entries, (unsigned long long)stall_default, __VERSION__, RUNS);

@@ -16,6 +16,14 @@
 #                 comparison that holds; ../shared/notes/BENCHMARKING.md)
 #   sockperf      `sockperf ping-pong --tcp --full-rtt` against corio-echo
 #                 --sockperf and `sockperf server`, when sockperf exists
+#   fallback      corio-echo on the epoll fallback (CORIO_BACKEND=epoll: the
+#                 ring emulator) beside epoll-echo and corio-echo on io_uring,
+#                 alternated (fallback epoll corio, ...) over BENCH_ECHO_FB_REPS
+#                 runs: server CPU per message at 20k and 100k msgs/s (goal
+#                 <= 1.05x epoll-echo), 1-connection ping-pong p50 (goal
+#                 <= 1.1x), msgs/s at 512 connections (client-bound: no goal);
+#                 its own table. Each server's "listening" line names its
+#                 backend, and a run on the wrong one is refused.
 #   UDP           the same servers with --udp (uring only when uring-echo has
 #                 --udp): 1 socket ping-pong 64 B closed loop, and 64 sockets
 #                 open loop at the same rates; corio-load --udp checks every
@@ -33,7 +41,8 @@
 # the next server starts only after the previous one's port is closed. A
 # run that fails is retried once, with a message saying so.
 #
-# Environment: BENCH_ECHO_REPS (3), BENCH_ECHO_SECS (1, closed loop; open
+# Environment: BENCH_ECHO_REPS (3), BENCH_ECHO_FB_REPS (5; 0 skips the
+# fallback section), BENCH_ECHO_SECS (1, closed loop; open
 # loop and sockperf run twice as long), BENCH_ECHO_CLIENT (corio | epoll:
 # corio-load's engine, busy-polling its own CPU), BENCH_ECHO_QUICK=1 (one
 # repetition of a few cases, for a smoke test).
@@ -41,11 +50,13 @@ B=${1:-build}
 T=$B/tools
 . "$(dirname "$0")/lib.sh"
 REPS=${BENCH_ECHO_REPS:-3}
+FB_REPS=${BENCH_ECHO_FB_REPS:-5}
 SECS=${BENCH_ECHO_SECS:-1}
 CLIENT=${BENCH_ECHO_CLIENT:-corio}
 WARM=0.3
 SIDES="corio uring epoll"
 case "$REPS" in ''|*[!0-9]*|0) echo "bench-echo: BENCH_ECHO_REPS must be a positive integer" >&2; exit 2;; esac
+case "$FB_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_FB_REPS must be an integer >= 0" >&2; exit 2;; esac
 case "$CLIENT" in corio|epoll) ;; *) echo "bench-echo: BENCH_ECHO_CLIENT must be corio or epoll" >&2; exit 2;; esac
 for t in corio-echo uring-echo epoll-echo corio-load; do
 	if [ ! -x "$T/$t" ]; then
@@ -204,11 +215,32 @@ start_sockperf_server() {
 srv() {
 	case $1 in
 	corio) s="$T/corio-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --idle poll" ;;
+	fallback) s="env CORIO_BACKEND=epoll $T/corio-echo --cpus $SCPU --port 0"
+		[ -n "$2" ] && s="$s --idle poll" ;;
 	uring) s="$T/uring-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
 	epoll) s="$T/epoll-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
 	esac
 	[ "$PROTO" = udp ] && s="$s --udp"
 	echo "$s"
+}
+
+# backend_ok SIDE: corio-echo's "listening" line names the backend it runs
+# on: the fallback side must be on epoll and corio on io_uring (where io_uring
+# is refused, corio falls back too: its rows are then the fallback's, said once).
+backend_ok() {
+	case $1 in
+	fallback)
+		grep -q 'backend=epoll' "$OUT/server.out" && return 0
+		echo "bench-echo: the fallback server is not on the epoll backend:" >&2
+		cat "$OUT/server.out" >&2
+		return 1 ;;
+	corio)
+		if [ -z "$CORIO_WARNED" ] && ! grep -q 'backend=io_uring' "$OUT/server.out"; then
+			echo "bench-echo: corio-echo is not on io_uring here: $(cat "$OUT/server.out")" >&2
+			CORIO_WARNED=1
+		fi ;;
+	esac
+	return 0
 }
 
 # run_once CASE SIDE REP BUSY LOAD_ARGS...: start the server, run the load, stop.
@@ -217,6 +249,10 @@ run_once() {
 	shift 4
 	# shellcheck disable=SC2046
 	start_server $(srv $side $busy) || return 1
+	if ! backend_ok $side; then
+		stop_server
+		return 1
+	fi
 	load "$c" $side $rep "$@"
 	st=$?
 	stop_server
@@ -283,6 +319,23 @@ else
 	echo "(sockperf not installed: no sockperf rows)"
 fi
 
+# ---- the epoll fallback ------------------------------------------------------
+# corio-echo on the ring emulator beside epoll-echo and corio-echo on io_uring,
+# the same pinning and load, alternated; FB_REPS runs (5: issue 24's goals
+# want medians of at least 5).
+fb_start=$(date +%s)
+if [ "$FB_REPS" -gt 0 ]; then
+	TCP_SIDES=$SIDES TCP_REPS=$REPS
+	SIDES="fallback epoll corio" REPS=$FB_REPS
+	bench "fallback closed 1c 64B" "" -c 1 -s 64 -d $SECS
+	[ -z "$BENCH_ECHO_QUICK" ] && bench "fallback closed 512c 64B" "" -c 512 -s 64 -d $SECS
+	for rate in $RATES; do
+		bench "fallback open 64c 64B $((rate / 1000))k/s" "" -c 64 -s 64 -r $rate -d $((SECS * 2))
+	done
+	SIDES=$TCP_SIDES REPS=$TCP_REPS
+fi
+fb_end=$(date +%s)
+
 # ---- UDP ---------------------------------------------------------------------
 PROTO=udp
 TCP_SIDES=$SIDES
@@ -333,7 +386,7 @@ END {
 	nl = split("corio uring epoll", S, " ")
 	for (i = 1; i <= nc; i++) {
 		c = order[i]
-		if (c ~ /^sockperf/) continue
+		if (c ~ /^(sockperf|fallback)/) continue
 		for (s = 1; s <= nl; s++) {
 			kk = c SUBSEP S[s]
 			for (f = 3; f <= 8; f++) { m[S[s], f] = med(v[kk, f]); sd[S[s], f] = spread(m[S[s], f]) }
@@ -353,7 +406,7 @@ END {
 	print "|---|---|---|---|---|---|---|---|---|---|"
 	for (i = 1; i <= nc; i++) {
 		c = order[i]
-		if (c ~ /^sockperf/) continue
+		if (c ~ /^(sockperf|fallback)/) continue
 		for (s = 1; s <= nl; s++)
 			for (f = 4; f <= 6; f++) m[S[s], f] = med(v[c SUBSEP S[s], f])
 		printf "| %s |", c
@@ -397,6 +450,48 @@ END {
 		print "UDP: every datagram came back once and in order (corio-load: checked byte by byte; sockperf: its own counts)."
 	else
 		printf "UDP: NOT CLEAN: %d lost, %d duplicated, %d reordered over all runs.\n", tl, td, tr
+}' "$ROWS" >> "$OUT/table.md"
+# The fallback's table: each goal's metric, medians ± half range, ratios.
+awk -F'\t' -v reps="$FB_REPS" -v secs="$SECS" -v kern="$(uname -r)" -v scpu=$SCPU -v lcpu=$LCPU -v t=$((fb_end - fb_start)) '
+function med(list,   n, a, i, j, x) {
+	n = split(list, a, " ")
+	if (n == 0) { MIN = MAX = ""; N = 0; return "" }
+	for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > x + 0; j--) a[j + 1] = a[j]; a[j + 1] = x }
+	MIN = a[1]; MAX = a[n]; N = n
+	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function cell(c, side, f, fmt,   m) {
+	m = med(v[c SUBSEP side, f])
+	if (m == "") { M[side] = ""; return "-" }
+	M[side] = m
+	return sprintf(fmt, m) (m > 0 ? sprintf(" ±%.0f%%", 100 * (MAX - MIN) / 2 / m) : "") " (" N ")"
+}
+function ratio(a, b) { return (a != "" && b > 0) ? sprintf("%.2f", a / b) : "-" }
+function line(what, c, f, fmt, goal,   a, b, d, r, g) {
+	if (!((c SUBSEP "fallback", f) in v)) return
+	a = cell(c, "fallback", f, fmt); b = cell(c, "epoll", f, fmt); d = cell(c, "corio", f, fmt)
+	r = ratio(M["fallback"], M["epoll"])
+	if (goal !~ /^[0-9.]+$/) g = goal == "" ? "-" : goal
+	else g = r == "-" ? "<= " goal ": -" : (r + 0 <= goal + 0 ? "<= " goal ": met" : "<= " goal ": **not met**")
+	printf "| %s | %s | %s | %s | %s | %s | %s |\n", what, a, b, r, g, d, ratio(M["fallback"], M["corio"])
+}
+$1 ~ /^fallback/ { for (f = 3; f <= 8; f++) v[$1 SUBSEP $2, f] = v[$1 SUBSEP $2, f] " " $f; any = 1 }
+END {
+	if (!any) exit
+	print ""
+	print "### The epoll fallback (corio-echo with CORIO_BACKEND=epoll)"
+	printf "kernel %s; server pinned to CPU %d, corio-load (busy-poll, every byte verified) to CPU %d; 1 shard / 1 thread;\n", kern, scpu, lcpu
+	printf "%d alternating runs per case (fallback, epoll-echo, corio-echo on io_uring); medians ± half the\n", reps
+	printf "min..max range (runs); %s s closed loop, %d s open loop; %d s for this section.\n\n", secs, 2 * secs, t
+	print "| row | fallback | epoll-echo | fallback/epoll | goal | corio on io_uring | fallback/io_uring |"
+	print "|---|---|---|---|---|---|---|"
+	line("server CPU ns/msg, open 64c 64B 20k/s", "fallback open 64c 64B 20k/s", 8, "%.0f", "1.05")
+	line("server CPU ns/msg, open 64c 64B 100k/s", "fallback open 64c 64B 100k/s", 8, "%.0f", "1.05")
+	line("p50 us, closed 1c 64B (ping-pong)", "fallback closed 1c 64B", 4, "%.1f", "1.1")
+	line("p99 us, closed 1c 64B", "fallback closed 1c 64B", 5, "%.1f", "")
+	line("msgs/s, closed 1c 64B", "fallback closed 1c 64B", 3, "%.0f", "")
+	line("msgs/s, closed 512c 64B", "fallback closed 512c 64B", 3, "%.0f", "none: client-bound")
+	line("p50 us, open 64c 64B 100k/s", "fallback open 64c 64B 100k/s", 4, "%.1f", "")
 }' "$ROWS" >> "$OUT/table.md"
 cat "$OUT/table.md"
 echo

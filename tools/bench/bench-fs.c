@@ -22,6 +22,7 @@
  */
 #include <corio.h>
 
+#include "common/backend.h"
 #include "common/opt.h"
 #include "common/timing.h"
 
@@ -654,7 +655,8 @@ static void print_setup(const cpu_set_t *mask)
 	uname(&un);
 	printf("bench-fs: 4 KiB random reads, every engine pinned to CPU %d of %d (%s), "
 	       "kernel %s\n", cpu, CPU_COUNT(mask), model, un.release);
-	printf("corio: 1 shard, QD fibers each in corio_read_at(), buffers from corio_dma_alloc()\n");
+	printf("corio: 1 shard, backend %s, QD fibers each in corio_read_at(), buffers from "
+	       "corio_dma_alloc()\n", tool_backend());
 	printf("pool: 1 requester + QD pread workers (hand-off via mutex/condvar); "
 	       "threads: QD threads in pread(), no hand-off\n");
 	printf("dir: %s (%s); %.1f s measured per run after %.1f s warm-up; %d rep%s, medians\n",

@@ -16,6 +16,7 @@
  */
 #include <corio.h>
 
+#include "common/backend.h"
 #include "common/opt.h"
 #include "common/timing.h"
 
@@ -24,7 +25,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/utsname.h>
 #include <time.h>
+#include <unistd.h>
 
 struct run {
 	int borrow;
@@ -203,15 +206,18 @@ int main(int argc, char **argv)
 		{ 1, 64 }, { 32, 64 }, { 32, 4096 }, { 8, 65536 },
 	};
 	struct corio_config cfg;
+	struct utsname u;
 	int parsed;
 
 	if ((parsed = tool_opt_parse(&cli, argc, argv)))
 		return parsed > 0 ? 0 : 2;
 	corio_config_init(&cfg);
 	cfg.shards = 2;
-	printf("bench-net: TCP echo over 127.0.0.1, server on shard 1, closed-loop clients on "
-	       "shard 0;\n%d alternating runs of %.2f s per mode; medians (min..max)\n\n",
-	       reps, secs);
+	uname(&u);
+	printf("bench-net: TCP echo over 127.0.0.1, 2 shards on the first CPUs of %ld, backend %s, "
+	       "kernel %s, server on shard 1, closed-loop clients on shard 0;\n%d alternating runs of "
+	       "%.2f s per mode; medians (min..max)\n\n", sysconf(_SC_NPROCESSORS_ONLN), tool_backend(),
+	       u.release, reps, secs);
 	printf("%-6s %5s %6s | %-26s | %-26s\n", "mode", "conns", "size", "msgs/s",
 	       "server CPU ns/msg");
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {

@@ -30,6 +30,7 @@
  */
 #include <corio.h>
 
+#include "common/backend.h"
 #include "common/opt.h"
 #include "common/timing.h"
 
@@ -879,9 +880,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "bench-timer: cannot start corio: %s\n", corio_last_error());
 		return 1;
 	}
-	printf("bench-timer: 1 shard pinned to CPU %d of %ld, kernel %s, "
-	       "ring %s, idle=block%s\n",
-	       cpu, sysconf(_SC_NPROCESSORS_ONLN), u.release, ring_flags_str(j.ring_flags), quick ? ", --quick" : "");
+	printf("bench-timer: 1 shard pinned to CPU %d of %ld, backend %s, kernel %s, "
+	       "ring %s, idle=block%s\n", cpu, sysconf(_SC_NPROCESSORS_ONLN), tool_backend(), u.release,
+	       ring_flags_str(j.ring_flags), quick ? ", --quick" : "");
 	printf("contenders: corio = heap + 1 timeout SQE; sqe/timer = 1 IORING_OP_TIMEOUT per "
 	       "timer (bare liburing); timerfd = binary heap + timerfd + epoll\n\n");
 	if (million_phase(million))

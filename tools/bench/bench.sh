@@ -1,9 +1,12 @@
 #!/bin/sh
-# make bench: run every micro-benchmark (build/tools/bench-*), then the echo
-# benchmark driver when it exists. Each program prints its own setup and
+# make bench: run every micro-benchmark (build/tools/bench-*) once per
+# backend, io_uring then the epoll fallback (CORIO_BACKEND=uring, =epoll;
+# BENCH_BACKENDS="uring" skips the fallback), then the echo benchmark driver
+# when it exists. Each program prints its own setup (backend included) and
 # table; this script only adds the machine header and keeps a copy of the
 # output under bench-results/.
 B=${1:-build}
+BACKENDS=${BENCH_BACKENDS:-uring epoll}
 mkdir -p bench-results
 out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 {
@@ -12,9 +15,11 @@ out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 	echo
 	for b in "$B"/tools/bench-*; do
 		[ -x "$b" ] || continue
-		echo "## $(basename "$b")"
-		"$b" || echo "!! $(basename "$b") exited with $?"
-		echo
+		for be in $BACKENDS; do
+			echo "## $(basename "$b") (CORIO_BACKEND=$be)"
+			CORIO_BACKEND=$be "$b" || echo "!! $(basename "$b") exited with $? (CORIO_BACKEND=$be)"
+			echo
+		done
 	done
 	if [ -x tools/bench/bench-echo.sh ]; then
 		sh tools/bench/bench-echo.sh "$B"

@@ -38,6 +38,7 @@
  */
 #include <corio.h>
 
+#include "common/backend.h"
 #include "common/opt.h"
 #include "common/sockperf.h"
 #include "common/timing.h"
@@ -542,7 +543,7 @@ static int check_options(void)
 	return 0;
 }
 
-static void print_listening(void)
+static void print_listening(struct corio_rt *rt)
 {
 	printf("corio-echo: listening on 127.0.0.1:%d shards=%u cpus=", atomic_load(&g.bound_port),
 	       g.shards);
@@ -552,16 +553,17 @@ static void print_listening(void)
 		else
 			printf("%sauto", i ? "," : "");
 	}
-	printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s pid=%d\n",
+	printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s backend=%s pid=%d\n",
 	       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], m.idle_name,
 	       m.cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
-	       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", (int)getpid());
+	       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", tool_backend_of(rt),
+	       (int)getpid());
 	fflush(stdout);
 }
 
 /* Print the listening line once every listener is up; return on a failed
  * shard, the timeout, SIGINT or SIGTERM (blocked in set). */
-static void wait_for_stop(sigset_t *set)
+static void wait_for_stop(struct corio_rt *rt, sigset_t *set)
 {
 	uint64_t until = m.timeout > 0 ? corio_now_ns() + tool_s_to_ns(m.timeout) : UINT64_MAX;
 	unsigned want = g.accept == ACC_REUSEPORT || g.udp ? g.shards : 1;
@@ -571,7 +573,7 @@ static void wait_for_stop(sigset_t *set)
 		struct timespec ts = { .tv_nsec = 50000000 };
 
 		if (!printed && atomic_load(&g.listening) == want) {
-			print_listening();
+			print_listening(rt);
 			printed = 1;
 		}
 		if (atomic_load(&g.failed) || corio_now_ns() >= until)
@@ -628,7 +630,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "corio-echo: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
 		return 1;
 	}
-	wait_for_stop(&set);
+	wait_for_stop(rt, &set);
 	if (m.stats)
 		print_stats(rt);
 	if (g.udp && (atomic_load(&g.udp_errors) || atomic_load(&g.proto_errors)))
