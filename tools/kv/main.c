@@ -14,7 +14,6 @@
 #include "common/opt.h"
 #include "common/timing.h"
 
-#include <getopt.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -34,132 +33,96 @@ static void entry(void *arg)
 	kv_shard_main(arg);
 }
 
-static void usage(FILE *f)
+/* The options: defaults in place first (the parser keeps a target's value
+ * when its option is not given). */
+static struct {
+	struct corio_config cfg;
+	int cpu[MAX_SHARDS];
+	struct tool_cpus cpus;
+	int idle;
+	double timeout;
+} m = { .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
+
+static int parse_options(struct kv_server *srv, int argc, char **argv)
 {
-	fprintf(f,
-		"usage: corio-kv [options]\n"
-		"  -p, --port P              TCP port (6379; 0: pick one and print it)\n"
-		"  -b, --bind HOST           address to listen on (127.0.0.1; * for all)\n"
-		"  -n, --shards N            shards (threads) (1)\n"
-		"  -C, --cpus LIST           pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1)\n"
-		"  -i, --idle MODE           block | spin | poll (block)\n"
-		"      --maxmemory BYTES     refuse writes with -OOM above this (0: no limit)\n"
-		"      --proto-max-bulk-len BYTES   longest bulk string (512MiB)\n"
-		"      --query-buffer-limit BYTES   largest single command (64MiB)\n"
-		"      --output-limit BYTES  replies one connection holds before they are\n"
-		"                            sent, waiting for the client to read (256MiB)\n"
-		"      --max-multibulk N     most arguments per command (1048576)\n"
-		"      --timeout SECS        exit after SECS (default: until SIGINT/SIGTERM)\n"
-		"  -h, --help\n");
+	static const char *const idles[] = { "block", "spin", "poll", NULL };
+	const struct tool_opt opts[] = {
+		{ TOOL_OPT_COUNT("port", 'p', srv->port, 0, 65535, "P",
+				 "TCP port (6379; 0: pick one and print it)") },
+		{ TOOL_OPT_STRING("bind", 'b', srv->host, "HOST",
+				  "address to listen on (127.0.0.1; * for all)") },
+		{ TOOL_OPT_COUNT("shards", 'n', m.cfg.shards, 1, MAX_SHARDS, "N",
+				 "shards (threads) (1)") },
+		{ TOOL_OPT_CPUS("cpus", 'C', m.cpus, "LIST",
+				"pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1)") },
+		{ TOOL_OPT_CHOICE("idle", 'i', m.idle, idles, "MODE", "block | spin | poll (block)") },
+		{ TOOL_OPT_SIZE("maxmemory", 0, srv->lim.maxmemory, 0, UINT64_MAX / 2, "BYTES",
+				"refuse writes with -OOM above this (0: no limit)") },
+		{ TOOL_OPT_SIZE("proto-max-bulk-len", 0, srv->lim.proto_max_bulk_len, 1, 1ull << 32,
+				"BYTES", "longest bulk string (512MiB)") },
+		{ TOOL_OPT_SIZE("query-buffer-limit", 0, srv->lim.qbuf_limit, 1024, 1ull << 34,
+				"BYTES", "largest single command (64MiB)") },
+		{ TOOL_OPT_SIZE("output-limit", 0, srv->lim.out_limit, 1024, UINT64_MAX / 2, "BYTES",
+				"replies one connection holds before they are sent,\n"
+				"waiting for the client to read (256MiB)") },
+		{ TOOL_OPT_COUNT("max-multibulk", 0, srv->lim.max_multibulk, 1, INT32_MAX, "N",
+				 "most arguments per command (1048576)") },
+		{ TOOL_OPT_SECONDS("timeout", 0, m.timeout, 0.001, 1e6, "SECS",
+				   "exit after SECS (default: until SIGINT/SIGTERM)") },
+		{ 0 },
+	};
+	const struct tool_cli cli = { "corio-kv", "[options]", NULL, opts };
+
+	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* Until SIGINT/SIGTERM (blocked in set), --timeout or a shard's failure;
+ * says where it listens once every shard does. */
+static void serve_until_stop(struct kv_server *srv, sigset_t *set)
+{
+	uint64_t until = m.timeout > 0 ? corio_now_ns() + tool_s_to_ns(m.timeout) : UINT64_MAX;
+
+	for (int printed = 0;;) {
+		struct timespec ts = { .tv_nsec = 50000000 };
+		int sig;
+
+		if (!printed && atomic_load(&srv->listening) == m.cfg.shards) {
+			printf("corio-kv: listening on %s:%d shards=%u pid=%d\n", srv->host,
+			       atomic_load(&srv->bound_port), m.cfg.shards, (int)getpid());
+			fflush(stdout);
+			printed = 1;
+		}
+		if (atomic_load(&srv->failed) || corio_now_ns() >= until)
+			break;
+		sig = sigtimedwait(set, NULL, &ts);
+		if (sig == SIGINT || sig == SIGTERM)
+			break;
+	}
 }
 
 int main(int argc, char **argv)
 {
-	static const struct option opts[] = {
-		{ "port", required_argument, NULL, 'p' },
-		{ "bind", required_argument, NULL, 'b' },
-		{ "shards", required_argument, NULL, 'n' },
-		{ "cpus", required_argument, NULL, 'C' },
-		{ "idle", required_argument, NULL, 'i' },
-		{ "maxmemory", required_argument, NULL, 'M' },
-		{ "proto-max-bulk-len", required_argument, NULL, 'B' },
-		{ "query-buffer-limit", required_argument, NULL, 'Q' },
-		{ "output-limit", required_argument, NULL, 'O' },
-		{ "max-multibulk", required_argument, NULL, 'A' },
-		{ "timeout", required_argument, NULL, 'T' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	static const char *const idles[] = { "block", "spin", "poll", NULL };
-	static int cpus[MAX_SHARDS];
 	struct kv_server *srv = &g_srv;
-	unsigned ncpus = 0;
-	struct corio_config cfg;
 	struct corio_rt *rt;
-	double timeout = 0;
-	uint64_t v, until;
 	sigset_t set;
-	int o, ret;
+	int ret;
 
-	tool_prog = "corio-kv";
 	kv_limits_default(&srv->lim);
 	srv->port = 6379;
 	srv->host = "127.0.0.1";
-	corio_config_init(&cfg);
-	cfg.shards = 1;
-	cfg.stall_ns = 0;
-	while ((o = getopt_long(argc, argv, "p:b:n:C:i:h", opts, NULL)) != -1) {
-		switch (o) {
-		case 'p':
-			if (tool_opt_count("--port", optarg, 0, 65535, &v))
-				return 2;
-			srv->port = (int)v;
-			break;
-		case 'b':
-			srv->host = optarg;
-			break;
-		case 'n':
-			if (tool_opt_count("--shards", optarg, 1, MAX_SHARDS, &v))
-				return 2;
-			cfg.shards = (unsigned)v;
-			break;
-		case 'C':
-			if (tool_opt_cpus("--cpus", optarg, cpus, MAX_SHARDS, &ncpus))
-				return 2;
-			break;
-		case 'i':
-			if ((o = tool_opt_choice("--idle", optarg, idles)) < 0)
-				return 2;
-			cfg.idle = o == 0 ? CORIO_IDLE_BLOCK : o == 1 ? CORIO_IDLE_SPIN : CORIO_IDLE_POLL;
-			break;
-		case 'M':
-			if (tool_opt_size("--maxmemory", optarg, 0, UINT64_MAX / 2, &v))
-				return 2;
-			srv->lim.maxmemory = v;
-			break;
-		case 'B':
-			if (tool_opt_size("--proto-max-bulk-len", optarg, 1, 1ull << 32, &v))
-				return 2;
-			srv->lim.proto_max_bulk_len = v;
-			break;
-		case 'Q':
-			if (tool_opt_size("--query-buffer-limit", optarg, 1024, 1ull << 34, &v))
-				return 2;
-			srv->lim.qbuf_limit = v;
-			break;
-		case 'O':
-			if (tool_opt_size("--output-limit", optarg, 1024, UINT64_MAX / 2, &v))
-				return 2;
-			srv->lim.out_limit = v;
-			break;
-		case 'A':
-			if (tool_opt_count("--max-multibulk", optarg, 1, INT32_MAX, &v))
-				return 2;
-			srv->lim.max_multibulk = v;
-			break;
-		case 'T':
-			if (tool_opt_seconds("--timeout", optarg, 0.001, 1e6, &timeout))
-				return 2;
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
+	corio_config_init(&m.cfg);
+	m.cfg.shards = 1;
+	m.cfg.stall_ns = 0;
+	ret = parse_options(srv, argc, argv);
+	if (ret)
+		return ret > 0 ? 0 : 2;
+	m.cfg.idle = m.idle == 0 ? CORIO_IDLE_BLOCK : m.idle == 1 ? CORIO_IDLE_SPIN : CORIO_IDLE_POLL;
+	if (m.cpus.n) {
+		for (unsigned i = m.cpus.n; i < m.cfg.shards; i++)
+			m.cpu[i] = m.cpu[i % m.cpus.n];
+		m.cfg.cpus = m.cpu;
 	}
-	if (optind < argc) {
-		fprintf(stderr, "corio-kv: unexpected argument '%s'\n", argv[optind]);
-		usage(stderr);
-		return 2;
-	}
-	if (ncpus) {
-		for (unsigned i = ncpus; i < cfg.shards; i++)
-			cpus[i] = cpus[i % ncpus];
-		cfg.cpus = cpus;
-	}
-	if (kv_server_init(srv, cfg.shards)) {
+	if (kv_server_init(srv, m.cfg.shards)) {
 		fprintf(stderr, "corio-kv: out of memory\n");
 		return 1;
 	}
@@ -168,28 +131,13 @@ int main(int argc, char **argv)
 	sigaddset(&set, SIGINT);
 	sigaddset(&set, SIGTERM);
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
-	ret = corio_start(&cfg, entry, srv, &rt);
+	ret = corio_start(&m.cfg, entry, srv, &rt);
 	if (ret) {
 		fprintf(stderr, "corio-kv: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
 		kv_server_free(srv);
 		return 1;
 	}
-	until = timeout > 0 ? corio_now_ns() + tool_s_to_ns(timeout) : UINT64_MAX;
-	for (int printed = 0;;) {
-		struct timespec ts = { .tv_nsec = 50000000 };
-
-		if (!printed && atomic_load(&srv->listening) == cfg.shards) {
-			printf("corio-kv: listening on %s:%d shards=%u pid=%d\n", srv->host,
-			       atomic_load(&srv->bound_port), cfg.shards, (int)getpid());
-			fflush(stdout);
-			printed = 1;
-		}
-		if (atomic_load(&srv->failed) || corio_now_ns() >= until)
-			break;
-		o = sigtimedwait(&set, NULL, &ts);
-		if (o == SIGINT || o == SIGTERM)
-			break;
-	}
+	serve_until_stop(srv, &set);
 	corio_stop(rt);
 	ret = corio_wait(rt);
 	kv_server_free(srv);
