@@ -463,20 +463,6 @@ static int parse_idle(const char *label, const char *s, void *to)
 	return 0;
 }
 
-/* --recv-queue / --send-queue: to is the variable the shards read at
- * start (net/shard.c). */
-static int set_queue(const char *label, const char *s, void *to)
-{
-	char num[24];
-	uint64_t v;
-
-	if (tool_opt_count(label, s, 1, 65535, &v))
-		return -EINVAL;
-	snprintf(num, sizeof(num), "%llu", (unsigned long long)v);
-	setenv(to, num, 1);
-	return 0;
-}
-
 static int parse_options(int argc, char **argv)
 {
 	const struct tool_opt opts[] = {
@@ -501,10 +487,12 @@ static int parse_options(int argc, char **argv)
 		{ TOOL_OPT_CHOICE("send", 0, g.send_wait, sends, "MODE",
 				  "buf (corio_send_buf, no wait) | wait (one\n"
 				  "corio_sendv per batch, waited for) (buf)") },
-		{ TOOL_OPT_CALL("recv-queue", 0, set_queue, "CORIO_NET_RECV_QUEUE", "N",
-				"received buffers a connection may hold unread (16)") },
-		{ TOOL_OPT_CALL("send-queue", 0, set_queue, "CORIO_NET_SEND_QUEUE", "N",
-				"corio_send_buf sends a connection may queue (16)") },
+		{ TOOL_OPT_COUNT("recv-queue", 0, m.cfg.net_recv_queue, 1, 65535, "N",
+				 "received buffers a connection may hold unread\n"
+				 "(cfg.net_recv_queue, 16)") },
+		{ TOOL_OPT_COUNT("send-queue", 0, m.cfg.net_send_queue, 1, 65535, "N",
+				 "corio_send_buf sends a connection may queue\n"
+				 "(cfg.net_send_queue, 16)") },
 		{ TOOL_OPT_FLAG("sockperf", 0, g.sockperf,
 				"reflect sockperf's TCP (with --udp: UDP) framing instead\n"
 				"of echoing") },
