@@ -620,8 +620,14 @@ static int leak_child(void *arg)
 
 	(void)arg;
 	ret = corio_run(&cfg, leak_entry, NULL);
-	if (ret != -EBUSY || !strstr(corio_last_error(), "1 streams never closed"))
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 2;
+	}
+	if (ret != -EBUSY || !strstr(corio_last_error(), "1 streams never closed")) {
+		fprintf(stderr, "corio_run: %d (%s)\n", ret, corio_last_error());
 		return 1;
+	}
 	return 0;
 }
 
