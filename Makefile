@@ -218,7 +218,7 @@ $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS
 # --help output as OPTIONS. NAME.SECTION: docs page.
 MAN_PAGES := corio.3:API corio-runtime.3:RUNTIME corio-backend.3:BACKEND \
 	corio-timer.3:TIMERS corio-msg.3:MSG corio-net.3:NET corio-select.3:SELECT \
-	corio-work.3:WORK corio-fs.3:FS corio-stats.3:STATS \
+	corio-work.3:WORK corio-fs.3:FS corio-stats.3:STATS corio-stream.3:STREAM \
 	corio-stat.1:corio-stat corio-kv.1:corio-kv
 MAN_TOOLS := corio-stat corio-kv
 MAN_OUT   := $(foreach m,$(MAN_PAGES),$(B)/man/man$(subst .,,$(suffix $(word 1,$(subst :, ,$(m)))))/$(word 1,$(subst :, ,$(m))))

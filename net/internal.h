@@ -213,6 +213,10 @@ struct corio__net {
 	 * the dispatching shard) */
 	uint64_t handed_to[CORIO__NET_TRACK];
 	uint64_t taken_from[CORIO__NET_TRACK];
+	/* buffered streams (net/stream.c) open on this shard and the bytes of
+	 * their buffers, for the leak census */
+	unsigned long streams_live;
+	unsigned long stream_bytes;
 };
 
 #define CORIO__CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))

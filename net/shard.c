@@ -219,13 +219,18 @@ static unsigned net_census(struct corio__shard *sh, char *buf, size_t len)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
 	unsigned long out = n->lent_at_fini;
+	int k = 0;
 
 	/* Incremental buffers the kernel still fills are in no one's hands but
 	 * its own; what counts is a slice the application was given and never
 	 * gave back (a corio_buf not released). */
 	if (out)
-		snprintf(buf, len, "%lu received buffer slices never released", out);
-	return out ? (unsigned)out : 0;
+		k = snprintf(buf, len, "%lu received buffer slices never released", out);
+	/* A stream belongs to its fiber, which must close it (stream.h). */
+	if (n->streams_live && k >= 0 && (size_t)k < len)
+		snprintf(buf + k, len - (size_t)k, "%s%lu streams never closed (%lu buffer bytes)",
+			 k ? ", " : "", n->streams_live, n->stream_bytes);
+	return (unsigned)(out + n->streams_live);
 }
 
 const struct corio__part corio__net_part = {

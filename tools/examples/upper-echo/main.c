@@ -40,10 +40,14 @@
  *    (SIGINT/SIGTERM -> corio_stop()) every fiber is cancelled, the accept
  *    loop leaves, and corio_group_close() waits until every connection
  *    fiber has closed its socket;
- *  - a connection waits with corio_select() for bytes or the idle deadline
- *    (a deadline scope around corio_recv() would do as well; the select
- *    shows how to add more sources, such as a shutdown event or a channel);
- *  - the protocol (struct ue_line) does no I/O, so it is easy to test.
+ *  - a connection reads lines through a buffered stream (corio/stream.h:
+ *    corio_stream_read_until with the line limit, -EMSGSIZE for a line
+ *    over it), answers into the stream's write buffer, which goes out when
+ *    the stream would wait for input, and ends with the stream's graceful
+ *    close, so the last answers are not lost to a reset; the idle timeout
+ *    is a deadline scope around the read;
+ *  - the protocol is also written without I/O (struct ue_line), the
+ *    reference the tests and the fuzzer drive at every cut.
  *
  * The files: main.c (this one: options, signals, starting the shards),
  * upper.h (the protocol and the server, as main.c and the tests use them)
@@ -152,7 +156,7 @@ int main(int argc, char **argv)
 				 "TCP port (7000; 0: pick one and print it)") },
 		{ TOOL_OPT_COUNT(NULL, 's', opts.shards, 0, 1024, "shards",
 				 "shards (threads) to run (1; 0: one per CPU)") },
-		{ TOOL_OPT_SIZE(NULL, 'm', opts.max_line, 1, 1u << 30, "bytes",
+		{ TOOL_OPT_SIZE(NULL, 'm', opts.max_line, 1, (1u << 30) - 2, "bytes",
 				"longest line answered (65536); longer ones get an error line") },
 		{ TOOL_OPT_COUNT(NULL, 'i', idle_s, 0, 1000000, "seconds",
 				 "close connections idle this long (0: never)") },

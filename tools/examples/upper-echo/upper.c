@@ -5,14 +5,10 @@
  */
 #include "upper.h"
 
-#include <corio/select.h> /* also reached through corio.h */
-
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-#define UE_RECV_SIZE (16 * 1024)
 
 /* ---- the protocol (no I/O) ---------------------------------------------------- */
 
@@ -142,60 +138,111 @@ int ue_finish(struct ue_line *l, struct ue_buf *out)
 }
 
 /* ---- a server on one shard ------------------------------------------------------ */
+/*
+ * The server reads through a buffered stream (corio/stream.h), not through
+ * ue_feed(): corio_stream_read_until() finds each line, in place in the
+ * received buffer when it lies in one, gathered once when it spans two, and
+ * holds at most max_line + 2 bytes (the line and its CRLF) for it. The
+ * answers are buffered and go out when the stream would wait for input
+ * (CORIO_STREAM_AUTOFLUSH), so pipelined lines are answered in one send.
+ * ue_feed() stays as the protocol's reference without I/O, which the tests
+ * and the fuzzer drive at every cut; the server's answers are checked
+ * against the same expectations over TCP (test/test_upper_echo.c).
+ */
 
 struct ue_conn {
 	struct ue_server *srv;
 	struct corio_sock *s;
 };
 
+static int ue_send_too_long(struct corio_stream *st, size_t max)
+{
+	char msg[80];
+	int n = snprintf(msg, sizeof(msg), "ERROR line too long (max %zu bytes)\n", max);
+
+	return corio_stream_write(st, msg, (size_t)n) < 0 ? -1 : 0;
+}
+
+/* Answer one line as the stream returned it: p[0..n), its LF last if it had
+ * one (a line without LF comes only at end of stream, and is answered with
+ * LF). 0, or -1 when the connection broke. */
+static int ue_send_answer(struct corio_stream *st, const char *p, size_t n, size_t max)
+{
+	bool lf = n && p[n - 1] == '\n';
+	size_t len = n - lf;
+	bool crlf = lf && len && p[len - 1] == '\r';
+	char up[4096];
+
+	len -= crlf;
+	if (len > max)
+		return ue_send_too_long(st, max);
+	for (size_t off = 0; off < len; off += sizeof(up)) {
+		size_t k = len - off < sizeof(up) ? len - off : sizeof(up);
+
+		for (size_t i = 0; i < k; i++) {
+			unsigned char c = (unsigned char)p[off + i];
+
+			up[i] = (char)(c >= 'a' && c <= 'z' ? c - ('a' - 'A') : c);
+		}
+		if (corio_stream_write(st, up, k) < 0)
+			return -1;
+	}
+	return corio_stream_write(st, crlf ? "!!!\r\n" : "!!!\n", crlf ? 5 : 4) < 0 ? -1 : 0;
+}
+
+/* The next line, within the idle timeout when there is one: a wait that
+ * times out keeps what it had received, so a line still arriving (bytes
+ * came during the wait) is waited for again; only a wait in which nothing
+ * came is idle. */
+static ssize_t ue_next_line(struct corio_stream *st, const struct ue_server *srv, size_t max,
+			    const void **line)
+{
+	for (;;) {
+		size_t had = corio_stream_buffered(st);
+		struct corio_deadline d;
+		ssize_t n;
+
+		if (!srv->idle_ns)
+			return corio_stream_read_until(st, '\n', max + 2, line);
+		corio_timeout_push(&d, srv->idle_ns);
+		n = corio_stream_read_until(st, '\n', max + 2, line);
+		corio_deadline_pop(&d);
+		if (n != -ETIMEDOUT || corio_stream_buffered(st) == had)
+			return n;
+	}
+}
+
 static int ue_conn_main(void *arg)
 {
 	struct ue_conn *c = arg;
 	struct ue_server *srv = c->srv;
-	struct corio_sock *s = c->s;
-	char in[UE_RECV_SIZE];
-	struct ue_buf out = { 0 };
-	struct ue_line line;
+	size_t max = srv->max_line ? srv->max_line : UE_MAX_LINE_DEFAULT;
+	struct corio_stream_opts so = { .max_frame = max + 2, .flags = CORIO_STREAM_AUTOFLUSH };
+	struct corio_stream *st;
+	const void *line;
+	ssize_t n;
 
+	if (corio_stream_sock(c->s, &so, &st) < 0) {
+		corio_close(c->s);
+		free(c);
+		return 0;
+	}
 	free(c);
-	ue_line_init(&line, srv->max_line ? srv->max_line : UE_MAX_LINE_DEFAULT);
-	for (;;) {
-		struct corio_sel w[2];
-		size_t nw = 1;
-		ssize_t n;
-		int i;
-
-		corio_sel_recv(&w[0], s, in, sizeof(in));
-		if (srv->idle_ns) {
-			corio_sel_deadline(&w[1], corio_now_ns() + srv->idle_ns);
-			nw = 2;
-		}
-		i = corio_select(w, nw);
-		if (i < 0)
-			break; /* -ECANCELED: the server is stopping */
-		if (i == 1) {
+	while ((n = ue_next_line(st, srv, max, &line)) != 0) {
+		if (n == -EMSGSIZE) { /* the line is too long: say so, skip the rest */
+			if (ue_send_too_long(st, max) < 0 || corio_stream_skip_until(st, '\n') <= 0)
+				break;
+		} else if (n == -ETIMEDOUT) {
 			static const char idle[] = "ERROR idle timeout\n";
 
-			corio_send(s, idle, sizeof(idle) - 1);
+			corio_stream_write(st, idle, sizeof(idle) - 1);
 			break;
+		} else if (n < 0 || ue_send_answer(st, line, (size_t)n, max) < 0) {
+			break; /* -ECANCELED (the server stops), reset by the peer, ... */
 		}
-		n = w[0].res;
-		if (n < 0)
-			break; /* reset by the peer, ... */
-		if (n == 0) {
-			if (ue_finish(&line, &out) == 0 && out.len)
-				corio_send(s, out.p, out.len);
-			break;
-		}
-		if (ue_feed(&line, in, (size_t)n, &out) < 0)
-			break; /* no memory: drop this connection, keep the server */
-		if (out.len && corio_send(s, out.p, out.len) < 0)
-			break;
-		out.len = 0;
 	}
-	free(out.p);
-	ue_line_free(&line);
-	corio_close(s);
+	/* flush, half-close, let the client read the last answers, close */
+	corio_stream_close(st);
 	return 0; /* a connection's trouble is not the server's error */
 }
 

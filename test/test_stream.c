@@ -1,0 +1,641 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * Buffered streams (corio/stream.h) over real TCP connections on
+ * 127.0.0.1: lines cut at every byte (sent in pieces the reader receives
+ * apart), zero copy where a frame lies in one buffer, a line over the
+ * maximum, read_exact, peek and consume, writes and writev byte-exact, the
+ * graceful close against the reset a plain close causes, a timed-out or
+ * cancelled read that keeps its bytes, a copying transport, bad input, and
+ * the leak census for a stream never closed.
+ */
+#include "helpers.h"
+
+#include <stdlib.h>
+#include <sys/socket.h>
+
+/* ---- helpers ------------------------------------------------------------------ */
+
+/* A connected pair on this shard: *srv accepted, *cli connected. */
+static void pair(struct corio_sock **srv, struct corio_sock **cli)
+{
+	struct corio_listener *l = NULL;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char addr[64];
+
+	*srv = *cli = NULL;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	CHECK(corio_addr_format((struct sockaddr *)&ss, len, addr, sizeof(addr)) > 0);
+	CHECK_EQ(corio_tcp_connect(addr, cli), 0);
+	CHECK_EQ(corio_accept(l, srv), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+static uint64_t bytes_in(struct corio_stream *st)
+{
+	struct corio_stream_stats ss;
+
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	return ss.bytes_in;
+}
+
+/* Send p[0..n) in pieces ending at cuts[], each only once the stream has
+ * received everything before it, so each lands in a receive of its own. */
+struct sender {
+	struct corio_sock *c;
+	struct corio_stream *st;
+	const char *p;
+	size_t n;
+	const size_t *cuts;
+	int ncuts;
+};
+
+static int send_pieces(void *arg)
+{
+	struct sender *sd = arg;
+	size_t at = 0;
+
+	for (int i = 0; i <= sd->ncuts; i++) {
+		size_t end = i < sd->ncuts ? sd->cuts[i] : sd->n;
+
+		if (end > at)
+			CHECK_EQ(corio_send(sd->c, sd->p + at, end - at), (ssize_t)(end - at));
+		at = end;
+		while (bytes_in(sd->st) < at) /* the reader has this piece */
+			corio_yield();
+	}
+	return corio_close(sd->c);
+}
+
+/* ---- lines at every cut ------------------------------------------------------ */
+
+static const char lines_in[] = "alpha\nbe\n\ngamma-delta-epsilon\r\nx\nlast-without-lf";
+static const char *const lines_want[] = { "alpha\n", "be\n", "\n", "gamma-delta-epsilon\r\n",
+					  "x\n", "last-without-lf" };
+
+/* Read every line of lines_in through a stream while send_pieces cuts it. */
+static void read_lines(const size_t *cuts, int ncuts, struct corio_stream_stats *out)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_fiber *f = NULL;
+	struct sender sd;
+	const void *v;
+	ssize_t r;
+
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	sd = (struct sender){ c, st, lines_in, sizeof(lines_in) - 1, cuts, ncuts };
+	CHECK_EQ(corio_spawn(send_pieces, &sd, NULL, &f), 0);
+	for (size_t i = 0; i < sizeof(lines_want) / sizeof(lines_want[0]); i++) {
+		size_t wl = strlen(lines_want[i]);
+
+		r = corio_stream_read_until(st, '\n', 64, &v);
+		CHECK_EQ(r, (ssize_t)wl);
+		CHECK(r == (ssize_t)wl && memcmp(v, lines_want[i], wl) == 0);
+	}
+	CHECK_EQ(corio_stream_read_until(st, '\n', 64, &v), 0); /* end of stream */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_stream_stats_get(st, out), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+static void lines_entry(void *arg)
+{
+	size_t n = sizeof(lines_in) - 1, cuts[sizeof(lines_in)];
+	struct corio_stream_stats ss;
+	uint64_t borrowed = 0, copied = 0;
+
+	(void)arg;
+	for (size_t a = 0; a <= n; a++) { /* one cut anywhere */
+		read_lines(&a, 1, &ss);
+		borrowed += ss.frames_borrowed;
+		copied += ss.frames_buffered;
+	}
+	for (size_t a = 1; a < n; a += 3) { /* two cuts */
+		size_t two[2] = { a, a + (a % 5) + 1 < n ? a + (a % 5) + 1 : n };
+
+		read_lines(two, 2, &ss);
+	}
+	for (size_t i = 0; i < n; i++) /* byte by byte */
+		cuts[i] = i + 1;
+	read_lines(cuts, (int)n, &ss);
+	CHECK(ss.frames_buffered >= 5); /* every line spanned receives */
+	CHECK(ss.bytes_copied > 0);
+	/* with one cut, the lines away from it came in place */
+	CHECK(borrowed > 0 && copied > 0);
+}
+
+Test(stream, lines_cut_at_every_byte, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, lines_entry, NULL);
+}
+
+/* ---- zero copy ------------------------------------------------------------------ */
+
+static void zero_copy_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_stats ss;
+	const void *v[3];
+
+	(void)arg;
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EQ(corio_send(c, "one\ntwo\nthree\n", 14), 14);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v[0]), 4);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v[1]), 4);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v[2]), 6);
+	/* in place: consecutive views in one received buffer */
+	CHECK((const char *)v[1] == (const char *)v[0] + 4);
+	CHECK((const char *)v[2] == (const char *)v[1] + 4);
+	CHECK(memcmp(v[2], "three\n", 6) == 0);
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	CHECK_EQ(ss.frames_borrowed, 3);
+	CHECK_EQ(ss.bytes_copied, 0);
+	CHECK_EQ(ss.rbuf_size, 0); /* the stream never needed a buffer of its own */
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+Test(stream, frame_in_one_buffer_is_not_copied, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, zero_copy_entry, NULL);
+}
+
+/* ---- a line over the maximum ------------------------------------------------------ */
+
+static void too_long_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .max_frame = 32 };
+	const void *v;
+
+	(void)arg;
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
+	/* in one buffer */
+	CHECK_EQ(corio_send(c, "0123456789abcdefXYZ\nok\n", 23), 23);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), -EMSGSIZE);
+	CHECK(strstr(corio_last_error(), "corio_stream_read_until") != NULL);
+	CHECK_EQ(corio_stream_buffered(st), 23); /* the bytes stay */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), -EMSGSIZE); /* again: same bytes */
+	CHECK_EQ(corio_stream_skip_until(st, '\n'), 20);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 3);
+	CHECK(memcmp(v, "ok\n", 3) == 0);
+	/* across receives: at most max bytes are buffered for it */
+	CHECK_EQ(corio_send(c, "0123456789", 10), 10);
+	CHECK_EQ(corio_stream_peek(st, 10, &v), 10);
+	CHECK_EQ(corio_send(c, "0123456789\nend\n", 15), 15);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), -EMSGSIZE);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 32, &v), 21); /* a larger max takes it */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 32, &v), 4);
+	CHECK(memcmp(v, "end\n", 4) == 0);
+	/* over max_frame: bad input */
+	CHECK_EINVAL_NAMES(corio_stream_read_until(st, '\n', 33, &v), "corio_stream_read_until");
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+Test(stream, line_over_max_is_emsgsize, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, too_long_entry, NULL);
+}
+
+/* ---- read_exact, peek, consume -------------------------------------------------------- */
+
+static void exact_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .max_frame = 1 << 20 };
+	size_t n = 300000;
+	char *big = malloc(n), hdr[4];
+	const void *v;
+	ssize_t r;
+
+	(void)arg;
+	for (size_t i = 0; i < n; i++)
+		big[i] = (char)(i * 7 + (i >> 9));
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
+	memcpy(hdr, &(uint32_t){ (uint32_t)n }, 4);
+	CHECK_EQ(corio_send(c, hdr, 4), 4);
+	CHECK_EQ(corio_send(c, big, n), (ssize_t)n);
+	CHECK_EQ(corio_send(c, "tail", 4), 4);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	r = corio_stream_peek(st, 1, &v);
+	CHECK(r >= 1);
+	CHECK_EQ(corio_stream_read_exact(st, 4, &v), 4);
+	CHECK(memcmp(v, hdr, 4) == 0);
+	r = corio_stream_read_exact(st, n, &v); /* spans many received buffers */
+	CHECK_EQ(r, (ssize_t)n);
+	CHECK(r == (ssize_t)n && memcmp(v, big, n) == 0);
+	CHECK_EQ(corio_stream_peek(st, 2, &v), 4); /* fewer than asked only at the end */
+	CHECK(memcmp(v, "tail", 4) == 0);
+	CHECK_EQ(corio_stream_consume(st, 1), 0);
+	CHECK_EINVAL_NAMES(corio_stream_consume(st, 4), "corio_stream_consume");
+	CHECK_EQ(corio_stream_read_exact(st, 5, &v), -ENODATA); /* ended inside it */
+	CHECK_EQ(corio_stream_buffered(st), 3);
+	CHECK_EQ(corio_stream_read_exact(st, 3, &v), 3);
+	CHECK(memcmp(v, "ail", 3) == 0);
+	CHECK_EQ(corio_stream_read_exact(st, 3, &v), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	free(big);
+}
+
+Test(stream, read_exact_peek_consume, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, exact_entry, NULL);
+}
+
+/* ---- writing ----------------------------------------------------------------------- */
+
+struct drain_to {
+	struct corio_sock *c;
+	char *got;
+	size_t n;
+};
+
+static int collect(void *arg)
+{
+	struct drain_to *d = arg;
+	ssize_t r;
+
+	while ((r = corio_recv(d->c, d->got + d->n, 1 << 16)) > 0)
+		d->n += (size_t)r;
+	CHECK_EQ(r, 0);
+	return corio_close(d->c);
+}
+
+static void write_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .wbuf = 1000 };
+	struct corio_stream_stats ss;
+	struct corio_fiber *f = NULL;
+	size_t total = 0, cap = 4 << 20;
+	char *want = malloc(cap), *piece = malloc(5000);
+	struct drain_to d = { NULL, malloc(cap + (1 << 16)), 0 };
+	struct iovec iov[20];
+	int calls = 0;
+
+	(void)arg;
+	for (size_t i = 0; i < 5000; i++)
+		piece[i] = (char)('a' + i % 26);
+	pair(&s, &c);
+	d.c = c;
+	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
+	CHECK_EQ(corio_spawn(collect, &d, NULL, &f), 0);
+	for (size_t i = 0; i < 3000; i++, calls++) { /* small, and some over the buffer */
+		size_t len = i % 97 == 0 ? 1500 + i : 1 + i % 13;
+
+		CHECK_EQ(corio_stream_write(st, piece, len), (ssize_t)len);
+		memcpy(want + total, piece, len);
+		total += len;
+	}
+	for (int k = 0; k < 2; k++) { /* 3 entries (one write with the buffer), 20 */
+		int cnt = k ? 20 : 3;
+		size_t sum = 0;
+
+		CHECK_EQ(corio_stream_write(st, "x", 1), 1);
+		want[total++] = 'x';
+		for (int i = 0; i < cnt; i++) {
+			iov[i] = (struct iovec){ piece + i, (size_t)(i * 37 + 1) };
+			memcpy(want + total + sum, piece + i, iov[i].iov_len);
+			sum += iov[i].iov_len;
+		}
+		CHECK_EQ(corio_stream_writev(st, iov, cnt), (ssize_t)sum);
+		total += sum;
+		calls += 2;
+	}
+	CHECK_EQ(corio_stream_write(st, "end", 3), 3);
+	memcpy(want + total, "end", 3);
+	total += 3;
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	CHECK_EQ(ss.bytes_out, total);
+	CHECK(ss.writes < (uint64_t)calls / 4); /* buffered: far fewer sends than calls */
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(d.n, total);
+	CHECK(d.n == total && memcmp(d.got, want, total) == 0);
+	free(want);
+	free(piece);
+	free(d.got);
+}
+
+Test(stream, write_flush_writev_byte_exact, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, write_entry, NULL);
+}
+
+/* ---- graceful close against the reset of a plain one --------------------------------- */
+/*
+ * The classic case: the client sends a request and more data the server
+ * never reads, the server sends a long reply and closes. close(2) on a
+ * socket with unread data sends a reset at once, and the part of the reply
+ * still in the server's send queue (the client has not read yet) is
+ * destroyed: the client reads part of it, then -ECONNRESET. The graceful
+ * close shuts down the write side and drains until the client closes, so
+ * the client reads the whole reply and end of stream.
+ */
+#define REPLY (384u << 10)
+#define JUNK  (100u << 10)
+
+struct close_case {
+	struct corio_sock *c;
+	struct corio_event closing; /* the server is closing: read now */
+	size_t got;
+	ssize_t end; /* the read that ended it: 0 or -errno */
+};
+
+static int reply_reader(void *arg)
+{
+	struct close_case *cc = arg;
+	char buf[16384];
+	ssize_t r;
+
+	CHECK_EQ(corio_event_wait(&cc->closing), 0);
+	while ((r = corio_recv(cc->c, buf, sizeof(buf))) > 0)
+		cc->got += (size_t)r;
+	cc->end = r;
+	return corio_close(cc->c); /* the graceful close's drain ends here */
+}
+
+static void close_case(bool graceful, struct close_case *cc)
+{
+	struct corio_sock *s;
+	struct corio_stream *st = NULL;
+	struct corio_fiber *fr = NULL;
+	int sndbuf = REPLY + (64 << 10), rcvbuf = 64 << 10;
+	char *junk = calloc(1, JUNK), *reply = calloc(1, REPLY);
+	const void *v;
+
+	*cc = (struct close_case){ 0 };
+	corio_event_init(&cc->closing);
+	pair(&s, &cc->c);
+	/* the whole reply fits the server's send queue, the client's window a
+	 * part: without reading, most of it waits in the server */
+	CHECK_EQ(corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+	CHECK_EQ(corio_setsockopt(cc->c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	memcpy(junk, "GET\n", 4);
+	CHECK_EQ(corio_send(cc->c, junk, JUNK), (ssize_t)JUNK);
+	CHECK_EQ(corio_spawn(reply_reader, cc, NULL, &fr), 0);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v), 4);
+	CHECK_EQ(corio_stream_write(st, reply, REPLY), (ssize_t)REPLY);
+	corio_event_set(&cc->closing);
+	if (graceful)
+		CHECK_EQ(corio_stream_close(st), 0);
+	else
+		CHECK_EQ(corio_stream_abort(st), 0);
+	CHECK_EQ(corio_join(fr, NULL), 0);
+	free(junk);
+	free(reply);
+}
+
+static void close_entry(void *arg)
+{
+	struct close_case plain, graceful;
+
+	(void)arg;
+	close_case(false, &plain);
+	close_case(true, &graceful);
+	/* the plain close lost the reply's end to a reset: the case is real */
+	CHECK_EQ(plain.end, -ECONNRESET);
+	CHECK(plain.got < REPLY);
+	/* the graceful one delivered all of it, then end of stream */
+	CHECK_EQ(graceful.end, 0);
+	CHECK_EQ(graceful.got, REPLY);
+}
+
+Test(stream, graceful_close_delivers_the_last_reply, .timeout = 60)
+{
+	/* one receive slot per socket: most of the junk stays in the kernel,
+	 * unread, as it would behind a server that stopped reading */
+	struct corio_config cfg = th_cfg(1);
+
+	cfg.net_recv_queue = 1;
+	th_run(&cfg, close_entry, NULL);
+}
+
+/* ---- deadline and cancellation keep the buffered bytes ---------------------------------- */
+
+struct blocked {
+	struct corio_stream *st;
+	ssize_t r;
+};
+
+static int read_line_fiber(void *arg)
+{
+	struct blocked *b = arg;
+	const void *v;
+
+	b->r = corio_stream_read_until(b->st, '\n', 100, &v);
+	return 0;
+}
+
+static void keep_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_deadline d;
+	struct corio_fiber *f = NULL;
+	struct blocked b;
+	const void *v;
+
+	(void)arg;
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	/* a deadline: the partial line stays */
+	CHECK_EQ(corio_send(c, "part", 4), 4);
+	CHECK_EQ(corio_timeout_push(&d, 50 * 1000 * 1000), 0);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_stream_buffered(st), 4);
+	/* cancellation of a reader parked for the rest: the same */
+	CHECK_EQ(corio_send(c, "ial", 3), 3);
+	b = (struct blocked){ st, 1 };
+	CHECK_EQ(corio_spawn(read_line_fiber, &b, NULL, &f), 0);
+	while (bytes_in(st) < 7) /* it has the bytes and waits for more */
+		corio_yield();
+	corio_yield();
+	CHECK_EQ(corio_cancel(f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(b.r, -ECANCELED);
+	CHECK_EQ(corio_stream_buffered(st), 7);
+	CHECK_EQ(corio_send(c, "-line\nnext\n", 11), 11);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v), 13);
+	CHECK(memcmp(v, "partial-line\n", 13) == 0);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v), 5);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+Test(stream, timeout_and_cancel_keep_buffered_bytes, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, keep_entry, NULL);
+}
+
+/* ---- a transport that only copies (as TLS will) -------------------------------------- */
+
+static ssize_t copy_read(void *t, void *buf, size_t len)
+{
+	return corio_recv(t, buf, len < 3 ? len : 3); /* tiny reads: frames span */
+}
+
+static ssize_t copy_writev(void *t, const struct iovec *iov, int n)
+{
+	return corio_sendv(t, iov, n, NULL);
+}
+
+static int copy_shut(void *t)
+{
+	return corio_shutdown_write(t);
+}
+
+static int copy_close(void *t)
+{
+	return corio_close(t);
+}
+
+static const struct corio_stream_transport copy_ops = {
+	.read = copy_read,
+	.writev = copy_writev,
+	.shutdown_write = copy_shut,
+	.close = copy_close,
+};
+
+static void copy_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .max_frame = 16, .flags = CORIO_STREAM_AUTOFLUSH };
+	const void *v;
+	char buf[64];
+
+	(void)arg;
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_new(&copy_ops, s, &o, &st), 0);
+	CHECK(corio_stream_transport(st) == s);
+	CHECK_EQ(corio_send(c, "hello world\nthis line is far too long\nabc", 41), 41);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 12);
+	CHECK(memcmp(v, "hello world\n", 12) == 0);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), -EMSGSIZE);
+	CHECK_EQ(corio_stream_skip_until(st, '\n'), 26);
+	/* AUTOFLUSH: the reply goes out before the read waits */
+	CHECK_EQ(corio_stream_write(st, "reply", 5), 5);
+	CHECK_EQ(corio_stream_read_exact(st, 3, &v), 3);
+	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 5);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(corio_stream_read(st, buf, sizeof(buf)), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 0);
+	CHECK_EQ(corio_close(c), 0);
+}
+
+Test(stream, copying_transport_and_autoflush, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, copy_entry, NULL);
+}
+
+/* ---- bad input ------------------------------------------------------------------------ */
+
+static void bad_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .flags = 0x80 };
+	struct corio_stream_transport none = { 0 };
+	const void *v;
+
+	(void)arg;
+	pair(&s, &c);
+	CHECK_EINVAL_NAMES(corio_stream_sock(s, &o, &st), "corio_stream_new");
+	o = (struct corio_stream_opts){ .reserved = { 1 } };
+	CHECK_EINVAL_NAMES(corio_stream_sock(s, &o, &st), "corio_stream_new");
+	CHECK_EINVAL_NAMES(corio_stream_new(&none, s, NULL, &st), "corio_stream_new");
+	CHECK_EINVAL_NAMES(corio_stream_sock(NULL, NULL, &st), "corio_stream_sock");
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EINVAL_NAMES(corio_stream_read_until(st, 256, 10, &v), "corio_stream_read_until");
+	CHECK_EINVAL_NAMES(corio_stream_read_until(st, '\n', 0, &v), "corio_stream_read_until");
+	CHECK_EINVAL_NAMES(corio_stream_read_until(st, '\n', 10, NULL), "corio_stream_read_until");
+	CHECK_EINVAL_NAMES(corio_stream_read_exact(st, 0, &v), "corio_stream_read_exact");
+	CHECK_EINVAL_NAMES(corio_stream_peek(st, 1 << 20, &v), "corio_stream_peek");
+	CHECK_EINVAL_NAMES(corio_stream_read(st, NULL, 1), "corio_stream_read");
+	CHECK_EINVAL_NAMES(corio_stream_write(st, NULL, 1), "corio_stream_write");
+	CHECK_EINVAL_NAMES(corio_stream_writev(st, NULL, 1), "corio_stream_writev");
+	CHECK_EINVAL_NAMES(corio_stream_close(NULL), "corio_stream_close");
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+Test(stream, bad_input_is_einval_naming_the_call, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, bad_entry, NULL);
+}
+
+/* ---- the census ------------------------------------------------------------------------- */
+
+static void leak_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+
+	(void)arg;
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EQ(corio_stream_write(st, "x", 1), 1); /* holds its write buffer */
+	CHECK_EQ(corio_close(c), 0);
+	/* st is never closed */
+}
+
+static int leak_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret;
+
+	(void)arg;
+	ret = corio_run(&cfg, leak_entry, NULL);
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 2;
+	}
+	if (ret != -EBUSY || !strstr(corio_last_error(), "1 streams never closed")) {
+		fprintf(stderr, "corio_run: %d (%s)\n", ret, corio_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+/* A stream its fiber never closed shows in corio_wait()'s census (in a
+ * child: the leaked stream's memory and socket go with the process). */
+Test(stream, census_counts_a_stream_never_closed, .timeout = 30)
+{
+	th_child_ok(leak_child, NULL, 20000, "a leaked stream");
+}
+
+/* The same on every other test: th_run checks corio_run's census. */
