@@ -4722,19 +4722,60 @@ Test(net, names_cache_entries_expire_after_resolve_ttl_ms, .timeout = 30)
 	th_run(&cfg, nm_ttl_entry, NULL);
 }
 
+/* 257 names in a cache of 256: the oldest goes. "127.1.N" is an inet_aton
+ * form getaddrinfo answers without a lookup anywhere (127.1.0.N), but not
+ * a numeric address to corio (dotted quads only): a name, cached. */
+static void nm_evict_entry(void *arg)
+{
+	struct sockaddr_storage ss[2];
+	struct corio_net_stats st;
+	char name[32];
+
+	(void)arg;
+	for (int i = 0; i <= 256; i++) {
+		snprintf(name, sizeof(name), "127.1.%d:9", i);
+		CHECK_EQ(corio_resolve(name, ss, 2), 1);
+	}
+	CHECK_EQ(((struct sockaddr_in *)&ss[0])->sin_addr.s_addr, htonl(0x7f010100));
+	st = nm_stats();
+	CHECK_EQ(st.resolve_misses, 257);
+	CHECK_EQ(corio_resolve("127.1.256:9", ss, 2), 1);
+	CHECK_EQ(corio_resolve("127.1.1:9", ss, 2), 1);
+	CHECK_EQ(nm_stats().resolve_hits, 2); /* the newest and the second oldest stayed */
+	CHECK_EQ(corio_resolve("127.1.0:9", ss, 2), 1);
+	CHECK_EQ(nm_stats().resolve_misses, 258); /* the oldest was evicted */
+}
+
+Test(net, names_cache_is_bounded_and_evicts_the_oldest, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, nm_evict_entry, NULL);
+}
+
 /* ---- a lookup that waits for the pool: deadline and cancel ------------------ */
 
 struct nm_block {
 	sem_t started, go;
 	int resolve_ret;
+	_Atomic int gate_timed_out;
 };
 
+/* Holds the pool's thread until the test lets it go; gives up after 10 s
+ * (so a lookup that waits for it, the bug, fails the test, not hangs it). */
 static intptr_t nm_gate(void *arg)
 {
 	struct nm_block *b = arg;
+	struct timespec ts;
 
 	sem_post(&b->started);
-	sem_wait(&b->go);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 10;
+	while (sem_timedwait(&b->go, &ts) < 0)
+		if (errno != EINTR) {
+			atomic_store(&b->gate_timed_out, 1);
+			break;
+		}
 	return 0;
 }
 
@@ -4778,6 +4819,7 @@ static void nm_pool_entry(void *arg)
 	CHECK_EQ(ws.abandoned, 2); /* both lookups left the queue, never ran */
 	CHECK_EQ(ws.queued, 0);
 	CHECK_EQ(nm_stats().resolve_failed, 0); /* a deadline or cancel is not a failure */
+	CHECK_EQ(atomic_load(&b->gate_timed_out), 0); /* the lookups did not wait for it */
 	sem_post(&b->go);
 	CHECK_EQ(corio_join(blk, NULL), 0);
 	/* nothing was cached: the next lookup runs */
