@@ -14,6 +14,8 @@
 
 /* backend came out of reserved[]: the struct's size and layout stay put */
 _Static_assert(sizeof(enum corio_backend) == sizeof(unsigned), "corio_config.backend");
+/* and so did resolve_ttl_ms (reserved[0]) */
+_Static_assert(sizeof(void *) != 8 || sizeof(struct corio_config) == 128, "corio_config's size is fixed (LP64)");
 
 #if CORIO__ASAN || CORIO__TSAN
 #define DEFAULT_STACK (512 * 1024) /* sanitizers grow frames a lot */
@@ -55,6 +57,9 @@ static int check_queues(const struct corio_config *cfg)
 	if (cfg->net_send_queue > 65535)
 		return corio__error(-EINVAL, "config: net_send_queue is %u, at most 65535 (0: 16)",
 				    cfg->net_send_queue);
+	if (cfg->resolve_ttl_ms > 86400000u)
+		return corio__error(-EINVAL, "config: resolve_ttl_ms is %u, at most 86400000 "
+				    "(a day; 0: 30 s)", cfg->resolve_ttl_ms);
 	return 0;
 }
 

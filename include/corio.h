@@ -146,7 +146,12 @@ struct corio_config {
 	 * check, or return errors before building). NULL: no setup.        */
 	int (*setup)(void *arg);
 	unsigned net_send_queue;   /* see net_recv_queue above                     */
-	unsigned reserved[3];     /* must be zero                                   */
+	/* How long a shard keeps a host name's addresses (corio/net.h,
+	 * corio_resolve), in ms: 0: 30 s; at most 86,400,000 (a day). A
+	 * negative answer ("no such name") is kept min(this, 5 s). Taken
+	 * from reserved[0]: the struct keeps its size and layout.          */
+	unsigned resolve_ttl_ms;
+	unsigned reserved[2];     /* must be zero                                   */
 	/* Signals a fiber may wait for with corio_signal_wait(), as a mask:
 	 * CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT). corio_start() blocks them in
 	 * every thread it creates and reads them through a signalfd on shard 0;

@@ -217,6 +217,7 @@ struct corio__net {
 	 * their buffers, for the leak census */
 	unsigned long streams_live;
 	unsigned long stream_bytes;
+	struct corio__resolve *resolve; /* the name cache (net/resolve.c), on first use */
 };
 
 #define CORIO__CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
@@ -363,5 +364,16 @@ void corio__sock_free(struct corio_sock *s);
 
 /* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
 int corio__accept_fd(struct corio_listener *l);
+
+/* ---- net/resolve.c ---------------------------------------------------------- */
+
+/* corio_resolve() with who naming the public call in messages: "host:port"
+ * to up to max addresses (numeric: one, no lookup), or -errno. */
+int corio__resolve_hp(const char *who, const char *hp, struct sockaddr_storage *out,
+		      unsigned max);
+/* sizeof(struct sockaddr_in) or sockaddr_in6, by ss's family. */
+socklen_t corio__addr_len(const struct sockaddr_storage *ss);
+/* At the part's fini: free the shard's name cache. */
+void corio__resolve_fini(struct corio__net *n);
 
 #endif

@@ -674,20 +674,59 @@ static int connect_common(const char *who, int family, const struct sockaddr *sa
 	return 0;
 }
 
+/*
+ * Every address of the name in order, within the caller's deadline scope.
+ * An address's failure (refused, unreachable, a TCP timeout) moves on to
+ * the next; a cancel or the caller's passed deadline ends the call, since
+ * the next attempt would fail the same way at once.
+ */
 int corio_tcp_connect(const char *host_port, struct corio_sock **out)
 {
-	struct sockaddr_storage ss;
-	socklen_t len;
-	int ret;
+	static const char who[] = "corio_tcp_connect";
+	struct sockaddr_storage a[CORIO_RESOLVE_MAX];
+	int n, ret, first = 0;
 
 	if (!out)
 		return corio__error(-EINVAL, "corio_tcp_connect: out is NULL");
 	*out = NULL;
-	ret = corio_addr_parse(host_port, &ss, &len);
-	if (ret)
-		return ret;
-	return connect_common("corio_tcp_connect", ss.ss_family, (struct sockaddr *)&ss, len,
-			      host_port, out);
+	n = corio__resolve_hp(who, host_port, a, CORIO_RESOLVE_MAX);
+	if (n < 0)
+		return n;
+	for (int i = 0; i < n; i++) {
+		ret = connect_common(who, a[i].ss_family, (struct sockaddr *)&a[i],
+				     corio__addr_len(&a[i]), host_port, out);
+		if (!ret || n == 1)
+			return ret;
+		if (!first)
+			first = ret;
+		if (ret == -ECANCELED || ret == -EPERM || corio__may_block(who))
+			return ret;
+	}
+	return corio__error(first, "%s %s: none of its %d addresses took the connection "
+			    "(the first: %s)", who, host_port, n, strerror(-first));
+}
+
+int corio_tcp_connect_addr(const struct sockaddr *sa, socklen_t len, struct corio_sock **out)
+{
+	socklen_t need;
+	char what[64];
+
+	if (!out)
+		return corio__error(-EINVAL, "corio_tcp_connect_addr: out is NULL");
+	*out = NULL;
+	if (!sa)
+		return corio__error(-EINVAL, "corio_tcp_connect_addr: sa is NULL");
+	if (sa->sa_family != AF_INET && sa->sa_family != AF_INET6)
+		return corio__error(-EINVAL, "corio_tcp_connect_addr: address family %d is not "
+				    "AF_INET or AF_INET6", sa->sa_family);
+	need = sa->sa_family == AF_INET ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6);
+	if (len < need)
+		return corio__error(-EINVAL, "corio_tcp_connect_addr: len %u is short for %s "
+				    "(%u)", (unsigned)len,
+				    sa->sa_family == AF_INET ? "AF_INET" : "AF_INET6", (unsigned)need);
+	if (corio_addr_format(sa, len, what, sizeof(what)) < 0)
+		snprintf(what, sizeof(what), "?");
+	return connect_common("corio_tcp_connect_addr", sa->sa_family, sa, need, what, out);
 }
 
 int corio_unix_connect(const char *path, struct corio_sock **out)

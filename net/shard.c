@@ -203,6 +203,7 @@ static void net_fini(struct corio__shard *sh)
 		free(r);
 	}
 	corio__net_bufs_fini(n);
+	corio__resolve_fini(n);
 }
 
 /* The stats (and the live count least-loaded dispatch reads) stay readable

@@ -55,6 +55,58 @@ int corio_udp_bind(const char *host_port, struct corio_sock **out)
 	return 0;
 }
 
+/* connect(2) on a new UDP socket: no packet is sent, it returns at once.
+ * The fd, or -errno. */
+static int udp_connect_one(const struct sockaddr_storage *ss)
+{
+	int fd = socket(ss->ss_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+	if (fd < 0)
+		return -errno;
+	if (connect(fd, (const struct sockaddr *)ss, corio__addr_len(ss)) < 0) {
+		int err = errno;
+
+		close(fd);
+		return -err;
+	}
+	return fd;
+}
+
+/* Every address in order until the host can route to one (net.h). */
+int corio_udp_connect(const char *host_port, struct corio_sock **out)
+{
+	static const char who[] = "corio_udp_connect";
+	struct sockaddr_storage a[CORIO_RESOLVE_MAX];
+	struct corio_sock *s;
+	int n, i, fd = -EINVAL, first = 0;
+
+	if (!out)
+		return corio__error(-EINVAL, "corio_udp_connect: out is NULL");
+	*out = NULL;
+	if (!corio__net())
+		return corio__misuse(-EPERM, who, "not called on a shard");
+	n = corio__resolve_hp(who, host_port, a, CORIO_RESOLVE_MAX);
+	if (n < 0)
+		return n;
+	for (i = 0; i < n; i++) {
+		fd = udp_connect_one(&a[i]);
+		if (fd >= 0)
+			break;
+		if (!first)
+			first = fd;
+	}
+	if (fd < 0)
+		return corio__error(first, "%s %s: %s (%d address%s tried)", who, host_port,
+				    strerror(-first), n, n == 1 ? "" : "es");
+	s = corio__sock_new(corio__net(), fd, a[i].ss_family, SOCK_DGRAM);
+	if (!s) {
+		close(fd);
+		return -ENOMEM;
+	}
+	*out = s;
+	return 0;
+}
+
 /*
  * A datagram first tries its send right here, with a non-blocking
  * sendmsg(2): UDP takes a datagram whole or not at all, so it is either

@@ -47,6 +47,7 @@ BAD(too_many_shards, shards, 5000, "shards")
 BAD(empty_control_path, control_path, "", "control_path")
 BAD(net_recv_queue_too_big, net_recv_queue, 65536, "net_recv_queue")
 BAD(net_send_queue_too_big, net_send_queue, 65536, "net_send_queue")
+BAD(resolve_ttl_too_big, resolve_ttl_ms, 86400001, "resolve_ttl_ms")
 
 Test(config, bad_cq_smaller_than_sq)
 {
@@ -72,8 +73,8 @@ Test(config, reserved_must_be_zero)
 	struct corio_config cfg;
 
 	corio_config_init(&cfg);
-	cfg.reserved[2] = 1;
-	expect_einval(&cfg, "reserved[2]");
+	cfg.reserved[1] = 1;
+	expect_einval(&cfg, "reserved[1]");
 }
 
 Test(config, cpu_outside_affinity_mask)

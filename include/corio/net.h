@@ -11,10 +11,13 @@
  * longer references the caller's memory.
  *
  * Addresses are "host:port": "127.0.0.1:8080", "[::1]:8080", "localhost:80"
- * (127.0.0.1), "*:80" or ":80" (IPv4 any), "[::]:80" (IPv6 any). Host names
- * are not resolved (a DNS lookup would block the shard): anything else is
- * -EINVAL with the reason in corio_last_error(). Port 0 binds an ephemeral
- * port; read it back with corio_listener_addr() / corio_sock_local_addr().
+ * (127.0.0.1), "*:80" or ":80" (IPv4 any), "[::]:80" (IPv6 any). Port 0
+ * binds an ephemeral port; read it back with corio_listener_addr() /
+ * corio_sock_local_addr(). Listening and binding take these numeric forms
+ * only (anything else is -EINVAL with the reason in corio_last_error()).
+ * Connecting (corio_tcp_connect, corio_udp_connect) and corio_resolve()
+ * also take host names, "db.example:5432", "localhost:80" included: see
+ * "names" below.
  */
 #ifndef CORIO_NET_H
 #define CORIO_NET_H
@@ -152,10 +155,29 @@ CORIO_API int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
 
 /* ---- connecting ------------------------------------------------------------- */
 
-/* Connect to host_port (TCP_NODELAY on). Bound it with a deadline scope.
+/*
+ * Connect to host_port (TCP_NODELAY on). Bound it with a deadline scope.
  * 0 and the socket in *out, or -ECONNREFUSED, -ETIMEDOUT, -EINVAL, ...
- * Blocking. */
+ * Blocking. A numeric address ("10.0.0.1:80", "[::1]:80") is connected
+ * to as is. A host name is resolved first (corio_resolve: the shard's
+ * cache, else the system resolver on the work pool; its errors, -ENOENT
+ * for no such name, come back as they are), then every address it gave
+ * is tried in the resolver's order until one connects. The deadline
+ * scope bounds the whole call, lookup and every attempt: no attempt has
+ * a bound of its own (no happy eyeballs), so without a scope an address
+ * that never answers is waited for as long as the kernel's connect
+ * timeout before the next is tried. A cancel or a passed deadline ends
+ * the call at once (-ECANCELED / -ETIMEDOUT). When every address fails,
+ * the first address's error is returned and corio_last_error() says how
+ * many were tried. An empty or "*" host is -EINVAL (not "this host").
+ */
 CORIO_API int corio_tcp_connect(const char *host_port, struct corio_sock **out);
+/* corio_tcp_connect to one address: an AF_INET or AF_INET6 sa of at least
+ * its family's size (sizeof(struct sockaddr_in) / sockaddr_in6) in len, as
+ * getaddrinfo or corio_resolve gives it. -EINVAL for another family or a
+ * short len. Blocking. */
+CORIO_API int corio_tcp_connect_addr(const struct sockaddr *sa, socklen_t len,
+				     struct corio_sock **out);
 CORIO_API int corio_unix_connect(const char *path, struct corio_sock **out);
 
 /* Wrap a connected stream socket fd (taking ownership), on this shard. */
@@ -318,6 +340,19 @@ CORIO_API int corio_close(struct corio_sock *s);
 
 /* A UDP socket bound to host_port ("127.0.0.1:0" for a client). */
 CORIO_API int corio_udp_bind(const char *host_port, struct corio_sock **out);
+/*
+ * A UDP socket connected to host_port (a numeric address or a host name,
+ * resolved as corio_tcp_connect does), bound to an ephemeral port: the
+ * kernel sends its datagrams to that peer and delivers only that peer's.
+ * corio_send() sends one datagram (corio_sendto with addr NULL alike),
+ * corio_recv() / corio_recvfrom(_buf) receive one; an ICMP "port
+ * unreachable" from the peer comes back once from a receive as
+ * -ECONNREFUSED. A UDP connect sends nothing, so "every address in order"
+ * only skips addresses the host cannot route to (the first one it can
+ * is taken; nothing says a peer listens there). Blocking only while a
+ * name is resolved; 0 and *out, or -errno.
+ */
+CORIO_API int corio_udp_connect(const char *host_port, struct corio_sock **out);
 /* Send one datagram to addr (NULL: the connected peer): len or -errno.
  * Tries a non-blocking sendmsg(2) first and returns at once when the socket
  * takes it (no park); only a full send buffer makes it send through the
@@ -348,6 +383,46 @@ CORIO_API ssize_t corio_recvfrom(struct corio_sock *s, void *buf, size_t len,
  * next datagram's payload out of the ring. */
 CORIO_API ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b,
 				     struct sockaddr *addr, socklen_t *addrlen);
+
+/* ---- names ------------------------------------------------------------------- */
+
+/* The addresses corio_resolve() gives at most, and connects try. */
+#define CORIO_RESOLVE_MAX 8
+
+/*
+ * Resolve host_port ("host:port") into up to max addresses in addrs[],
+ * in the resolver's order (RFC 6724, /etc/gai.conf), each an AF_INET or
+ * AF_INET6 address (length: sizeof(struct sockaddr_in) or sockaddr_in6)
+ * with port set. Returns how many were stored (1..max; at most
+ * CORIO_RESOLVE_MAX), or -errno.
+ *
+ * Numeric input ("10.0.0.1:80", "[::1]:80") gives its one address
+ * without a lookup, on any thread. A host name is looked up with the
+ * system resolver, getaddrinfo(3) (so /etc/hosts, nsswitch.conf and DNS
+ * hold, "localhost" included; IPv4 and IPv6 both asked for), on the
+ * blocking-work pool (corio/work.h) while the fiber parks: it needs a
+ * fiber (-EPERM off one) and a pool slot (-EAGAIN when cfg.work_queue jobs
+ * wait). Bounded by the deadline scope and cancellation (-ETIMEDOUT,
+ * -ECANCELED at once, also while the lookup waits for a pool thread;
+ * the lookup then finishes on its own and frees its memory).
+ *
+ * Each shard caches answers: 256 names, the oldest stored evicted first,
+ * kept cfg.resolve_ttl_ms (30 s; DNS TTLs are not seen through
+ * getaddrinfo); "no such name" is kept min(that, 5 s) and returned again
+ * as -ENOENT. Counted in net stats resolve_hits / resolve_misses /
+ * resolve_failed.
+ *
+ * Errors, each with corio_last_error() naming the host and the resolver's
+ * text (gai_strerror): -ENOENT the name has no address (EAI_NONAME,
+ * EAI_NODATA, EAI_ADDRFAMILY; a name the resolver refuses as malformed
+ * too); -EAGAIN the resolver could not answer now (EAI_AGAIN: DNS
+ * unreachable; not cached); -ENOMEM (EAI_MEMORY); EAI_SYSTEM's errno;
+ * -EIO anything else (EAI_FAIL). -EINVAL for bad input: NULL arguments,
+ * max 0, no ':port', an empty or "*" host, a port that is not 0..65535,
+ * an unbracketed IPv6 address, a host over 255 bytes.
+ */
+CORIO_API int corio_resolve(const char *host_port, struct sockaddr_storage *addrs,
+			    unsigned max);
 
 /* ---- socket details ---------------------------------------------------------- */
 
@@ -407,6 +482,13 @@ struct corio_net_stats {
 	                          shard-wide budget: the socket held buffers
 	                          and the ring was down to its reserve
 	                          (CORIO_NET_RECV_RESERVE)                      */
+	uint64_t resolve_hits; /* host names answered from the shard's name
+	                          cache (negative answers too)                  */
+	uint64_t resolve_misses; /* host names looked up with the system
+	                          resolver (a work-pool job)                    */
+	uint64_t resolve_failed; /* resolutions that failed: no such name
+	                          (cached or not), resolver errors, pool full;
+	                          not a deadline or cancel                      */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
