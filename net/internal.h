@@ -71,10 +71,18 @@ struct corio__srec {
 	uint32_t off, len;
 	unsigned bid;
 	bool gathered;   /* went out in a SENDMSG behind another record */
+	bool owned;      /* corio_send_owned: the caller's bytes, no bid */
+	int32_t res;     /* owned: what done gets (len, or -errno) */
+	void (*done)(void *arg, int res); /* owned: may be NULL */
+	void *arg;
 };
 
 /* Shards least-loaded dispatch tracks; beyond: round robin. */
 #define CORIO__NET_TRACK 256
+
+/* Idle pipes a shard keeps for corio_sendfile; more are made (and closed
+ * after) when more sendfiles run at once. */
+#define CORIO__NET_PIPES 4
 
 /* At most this many queued corio_send_buf records go out in one send. */
 #define CORIO__SEND_GATHER 16
@@ -218,6 +226,13 @@ struct corio__net {
 	unsigned long streams_live;
 	unsigned long stream_bytes;
 	struct corio__resolve *resolve; /* the name cache (net/resolve.c), on first use */
+	/* corio_sendfile (net/send.c): IORING_OP_SPLICE through pipes from
+	 * this pool (net/shard.c), sized pipe_size (CORIO_NET_PIPE_SIZE) */
+	bool splice;              /* probed, and not CORIO_NET_DISABLE=splice */
+	unsigned pipe_size;       /* bytes a pooled pipe holds (F_GETPIPE_SZ) */
+	unsigned npipes;          /* idle pipes in pipes[] */
+	unsigned pipes_out;       /* pipes a sendfile holds now (the census) */
+	int pipes[CORIO__NET_PIPES][2];
 };
 
 #define CORIO__CONTAINER(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
@@ -265,7 +280,7 @@ static inline int corio__sock_not_mine(const char *who, const struct corio_sock 
 /* CORIO_NET_DISABLE's words as bits of net->disabled (net/shard.c parses
  * them): forced fallbacks for tests and A/B runs. */
 enum { NO_BUFRING, NO_PBUF_INC, NO_MULTISHOT, NO_SEND_ZC, NO_RECV_LIMIT, NO_SEND_GATHER,
-       NO_UDP_DIRECT, NO_TCP_DIRECT };
+       NO_UDP_DIRECT, NO_TCP_DIRECT, NO_SPLICE };
 
 static inline bool corio__net_disabled(const struct corio__net *n, unsigned what)
 {
@@ -375,5 +390,22 @@ int corio__resolve_hp(const char *who, const char *hp, struct sockaddr_storage *
 socklen_t corio__addr_len(const struct sockaddr_storage *ss);
 /* At the part's fini: free the shard's name cache. */
 void corio__resolve_fini(struct corio__net *n);
+/* ---- owned sends and sendfile (net/send.c, net/shard.c) -------------------- */
+
+/* A pipe for corio_sendfile's splices: from the pool, else a new one sized
+ * n->pipe_size. 0 and p[0] (read end), p[1] (write end), or -errno. */
+int corio__net_pipe_get(struct corio__net *n, int p[2]);
+/* Give a pipe back: to the pool when it is empty (clean) and there is
+ * room, else closed. */
+void corio__net_pipe_put(struct corio__net *n, int p[2], bool clean);
+
+/* The copying way from a file to a writer: read len bytes of fd from off
+ * (the ring's READ where the probe has it, else pread(2)) into a buffer
+ * and hand each piece to write(ctx, buf, len), which returns len or
+ * -errno (corio_send's contract). For transports that need the bytes
+ * (TLS) and for corio_sendfile where nothing better exists. The bytes
+ * written (fewer than len only at end of file) or -errno. Blocking. */
+ssize_t corio__file_copy(int fd, off_t off, size_t len,
+			 ssize_t (*write)(void *ctx, const void *buf, size_t len), void *ctx);
 
 #endif

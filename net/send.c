@@ -9,8 +9,15 @@
 #include "net/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/sockios.h>
+#include <sys/ioctl.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- direct sends ------------------------------------------------------------- */
 
@@ -143,8 +150,17 @@ static void srec_submit(struct corio_sock *s, struct corio__srec *r)
 	corio__sqe_set_op(sqe, &r->op);
 }
 
-/* Take the head off the queue: its buffer goes back to the ring. */
-static void srec_pop(struct corio_sock *s)
+/* Owned records taken off a queue whose done callback is still to run,
+ * in queue order. srec_cb calls them only once the socket's queue is
+ * consistent again, so a callback may queue the next send on the same
+ * socket. */
+struct srec_fin {
+	struct corio__srec *head, **tail;
+};
+
+/* Take the head off the queue: a borrowed buffer goes back to the ring, an
+ * owned record onto fin with res for its done callback. */
+static void srec_pop(struct corio_sock *s, int32_t res, struct srec_fin *fin)
 {
 	struct corio__srec *r = s->sq_head;
 
@@ -152,14 +168,21 @@ static void srec_pop(struct corio_sock *s)
 	if (!s->sq_head)
 		s->sq_tail = NULL;
 	s->sq_count--;
-	corio__net_buf_put(s->net, r->bid);
-	srec_put(s->net, r);
+	if (r->owned) {
+		r->res = res;
+		r->next = NULL;
+		*fin->tail = r;
+		fin->tail = &r->next;
+	} else {
+		corio__net_buf_put(s->net, r->bid);
+		srec_put(s->net, r);
+	}
 	corio__wq_wake_all(&s->sroom, 0);
 }
 
 /* res bytes of the queue went out: give back the records fully sent, move
  * the head's offset past the rest. */
-static void srec_sent(struct corio_sock *s, uint32_t res)
+static void srec_sent(struct corio_sock *s, uint32_t res, struct srec_fin *fin)
 {
 	while (res && s->sq_head) {
 		struct corio__srec *r = s->sq_head;
@@ -171,8 +194,37 @@ static void srec_sent(struct corio_sock *s, uint32_t res)
 		}
 		res -= left;
 		r->off = r->len;
-		srec_pop(s);
+		srec_pop(s, (int32_t)r->len, fin);
 	}
+}
+
+/* Run the done callbacks srec_cb collected; each record is back in the
+ * pool before its callback runs. */
+static void srec_finish(struct corio__net *n, struct srec_fin *fin)
+{
+	struct corio__srec *r = fin->head, *next;
+
+	for (; r; r = next) {
+		void (*done)(void *, int) = r->done;
+		void *arg = r->arg;
+		int res = r->res;
+
+		next = r->next;
+		srec_put(n, r);
+		if (done)
+			done(arg, res);
+	}
+}
+
+/* The queue's op ended (nothing more in the kernel): wake who waits. */
+static void srec_idle(struct corio_sock *s)
+{
+	s->sq_cancel = false;
+	corio__list_del(&s->send_link);
+	corio__op_finished(s->net->shard);
+	if (s->closer)
+		corio__ready(s->closer, 0);
+	corio__wq_wake_all(&s->swq, 0);
 }
 
 static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
@@ -180,34 +232,65 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	struct corio__srec *r = op->data;
 	struct corio_sock *s = r->s;
 	struct corio__net *n = s->net;
+	struct srec_fin fin = { NULL, &fin.head };
 
 	(void)flags;
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
 		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
-		srec_sent(s, (uint32_t)res); /* r may be back in the pool */
+		srec_sent(s, (uint32_t)res, &fin); /* r may be off the queue */
 	} else if (!s->serr) {
 		s->serr = res ? res : -EPIPE;
 		corio__net_err(n, s->serr);
 	}
 	if (!s->serr && !s->sq_cancel && !n->stopping) {
-		if (s->sq_head) {
+		if (s->sq_head)
 			srec_submit(s, s->sq_head); /* a short write's rest, or the next */
-			return;
-		}
+		else
+			srec_idle(s);
 	} else {
 		/* An error, close or shutdown: what is left is not sent. */
 		if (!s->serr && s->sq_head)
 			s->serr = -ECANCELED;
 		while (s->sq_head)
-			srec_pop(s);
+			srec_pop(s, s->serr, &fin);
+		srec_idle(s);
 	}
-	s->sq_cancel = false;
-	corio__list_del(&s->send_link);
-	corio__op_finished(n->shard);
-	if (s->closer)
-		corio__ready(s->closer, 0);
-	corio__wq_wake_all(&s->swq, 0);
+	srec_finish(n, &fin);
+}
+
+/* Why s's queue takes no new record (corio_send_buf, corio_send_owned): 0,
+ * or the error for the caller. */
+static int queue_refuses(struct corio__net *n, struct corio_sock *s, const char *who)
+{
+	if (!n)
+		return corio__sock_not_mine(who, s);
+	if (s->type != SOCK_STREAM)
+		return corio__error(-EINVAL, "%s: not a stream socket", who);
+	if (s->serr)
+		return s->serr;
+	if (s->wr_shut)
+		return -EPIPE;
+	return n->stopping ? -ECANCELED : 0;
+}
+
+/* Put r at the tail of s's queue; an empty queue sends it at once and
+ * counts as one op in flight until it is empty again (srec_idle). */
+static void srec_queue(struct corio_sock *s, struct corio__srec *r)
+{
+	struct corio__net *n = s->net;
+
+	r->next = NULL;
+	s->sq_count++;
+	if (s->sq_tail) {
+		s->sq_tail->next = r;
+		s->sq_tail = r;
+		return;
+	}
+	s->sq_head = s->sq_tail = r;
+	srec_submit(s, r);
+	corio__op_started(n->shard);
+	corio__list_add(&n->sending, &s->send_link);
 }
 
 /*
@@ -248,17 +331,8 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		return corio__error(-EINVAL, "corio_send_buf: not a borrowed buffer");
 	if (b->_owner != corio__net())
 		return corio__misuse(-EPERM, "corio_send_buf", "the buffer belongs to another shard");
-	if (!n)
-		ret = corio__sock_not_mine("corio_send_buf", s);
-	else if (s->type != SOCK_STREAM)
-		ret = corio__error(-EINVAL, "corio_send_buf: not a stream socket");
-	else if (s->serr)
-		ret = s->serr;
-	else if (s->wr_shut)
-		ret = -EPIPE;
-	else if (n->stopping)
-		ret = -ECANCELED;
-	else if (b->len && s->sq_count >= s->cap.send)
+	ret = queue_refuses(n, s, "corio_send_buf");
+	if (!ret && b->len && s->sq_count >= s->cap.send)
 		ret = wait_room(s);
 	if (!ret && b->len && !s->sq_tail && direct_ok(n)) {
 		/* Nothing queued on s: try it now. The buffer is back at once
@@ -292,20 +366,59 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 	r->len = (uint32_t)b->len;
 	r->bid = b->_id;
 	r->gathered = false;
+	r->owned = false;
 	b->_owner = NULL;
 	b->data = NULL;
 	b->len = 0;
-	s->sq_count++;
-	if (s->sq_tail) {
-		s->sq_tail->next = r;
-		s->sq_tail = r;
-		return 0;
-	}
-	s->sq_head = s->sq_tail = r;
-	srec_submit(s, r);
-	corio__op_started(n->shard);
-	corio__list_add(&n->sending, &s->send_link);
+	srec_queue(s, r);
 	return 0;
+}
+
+int corio_send_owned(struct corio_sock *s, const void *buf, size_t len,
+		     void (*done)(void *arg, int res), void *arg)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	struct corio__srec *r;
+	int ret;
+
+	if (!n)
+		return corio__sock_not_mine("corio_send_owned", s);
+	if (!buf || !len || len > INT32_MAX)
+		return corio__error(-EINVAL, "corio_send_owned: %s",
+				    !buf ? "buf is NULL" : !len ? "len is 0" : "len is over INT32_MAX");
+	ret = queue_refuses(n, s, "corio_send_owned");
+	if (!ret && s->sq_count >= s->cap.send)
+		ret = wait_room(s);
+	if (ret)
+		return ret;
+	r = srec_get(n);
+	if (!r)
+		return corio__error(-ENOMEM, "corio_send_owned: no memory for a send record");
+	*r = (struct corio__srec){ .op = { .cb = srec_cb, .data = r }, .s = s, .p = buf,
+				   .len = (uint32_t)len, .owned = true, .done = done, .arg = arg };
+	srec_queue(s, r);
+	return 0;
+}
+
+ssize_t corio_sock_queued(struct corio_sock *s, size_t *kernel)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	size_t bytes = 0;
+	int v = 0;
+
+	if (kernel)
+		*kernel = 0;
+	if (!n)
+		return corio__sock_not_mine("corio_sock_queued", s);
+	/* SIOCOUTQ: TCP's bytes not yet acknowledged (sent or not), a Unix or
+	 * UDP socket's bytes not yet taken by the peer or the device */
+	if (kernel && ioctl(s->fd, SIOCOUTQ, &v) < 0)
+		return corio__error(-errno, "corio_sock_queued: SIOCOUTQ: %s", strerror(errno));
+	if (kernel)
+		*kernel = (size_t)v;
+	for (const struct corio__srec *r = s->sq_head; r; r = r->next)
+		bytes += r->len - r->off; /* the head's off moves at its CQE only */
+	return (ssize_t)bytes;
 }
 
 void corio__sock_send_cancel(struct corio_sock *s)
@@ -591,4 +704,219 @@ int corio_shutdown_write(struct corio_sock *s)
 		return corio__net_err(n, ret);
 	s->wr_shut = true;
 	return 0;
+}
+
+/* ---- file to socket --------------------------------------------------------- */
+
+/*
+ * corio_sendfile moves a file's bytes to a socket without copying them
+ * through user space, one of three ways, chosen once per shard:
+ * - io_uring with IORING_OP_SPLICE (5.7): file -> pipe with a SPLICE op,
+ *   which the kernel runs on its worker threads (a page-cache miss blocks a
+ *   worker, not the shard); then pipe -> socket with splice(2) on the spot,
+ *   non-blocking, waiting for room with corio_poll(). Not a second SPLICE
+ *   op: a SPLICE into a socket whose peer does not read blocks its worker
+ *   in the socket's wait for memory, where cancelling it (deadline,
+ *   corio_cancel, shutdown) did not reach it (6.18: the call hung), and
+ *   one more hop per pipeful is not free either. The pipe is the shard's
+ *   (net/shard.c's pool).
+ * - the epoll fallback (the emulator serves no SPLICE): sendfile(2) with
+ *   the same readiness waits; a page-cache miss blocks the shard for the
+ *   read, as the fs area's blocking fallback does.
+ * - otherwise (CORIO_NET_DISABLE=splice on io_uring) the copy,
+ *   corio__file_copy into corio_send.
+ * The socket is made O_NONBLOCK for the first two (splice(2) and
+ * sendfile(2) take no MSG_DONTWAIT; the ring's own socket ops do not
+ * depend on the flag, and the emulator sets it on every socket anyway).
+ * Every wait is a ring op or corio_poll(), so the deadline scope and
+ * cancellation bound it.
+ */
+
+/* One SPLICE op from a file: the bytes moved, 0 at end of file, or -errno. */
+static ssize_t splice_op(int in, int64_t off_in, int out, size_t len)
+{
+	struct io_uring_sqe *sqe;
+	struct corio__op op;
+	int ret = corio__op_begin_who(&op, &sqe, "corio_sendfile");
+
+	if (ret)
+		return ret;
+	io_uring_prep_splice(sqe, in, off_in, out, -1, (unsigned)len, 0);
+	return corio__op_wait(&op);
+}
+
+static int sock_nonblock(struct corio_sock *s)
+{
+	int fl = fcntl(s->fd, F_GETFL);
+
+	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
+		return -errno;
+	return 0;
+}
+
+/* What a non-blocking splice(2) or sendfile(2) to s returned: r bytes
+ * counted and returned; 0 at end of input; -EAGAIN after a wait for room
+ * (try again), or -errno. */
+static ssize_t moved(struct corio_sock *s, ssize_t r)
+{
+	int ret;
+
+	if (r > 0) {
+		CORIO__STAT_ADD(s->net->stats.ops_out, 1);
+		CORIO__STAT_ADD(s->net->stats.bytes_out, (uint64_t)r);
+		return r;
+	}
+	if (r == 0)
+		return 0;
+	if (errno == EINTR)
+		return -EAGAIN;
+	if (errno != EAGAIN)
+		return -errno;
+	ret = corio_poll(s->fd, POLLOUT);
+	return ret < 0 ? ret : -EAGAIN;
+}
+
+/* Move in bytes from the pipe to s: 0 or -errno. */
+static int pipe_out(struct corio_sock *s, int pipe_r, size_t in, size_t *done)
+{
+	while (in) {
+		ssize_t r = moved(s, splice(pipe_r, NULL, s->fd, NULL, in,
+					    SPLICE_F_NONBLOCK | SPLICE_F_MOVE));
+
+		if (r == -EAGAIN)
+			continue;
+		if (r <= 0)
+			return r ? (int)r : -EPIPE; /* the pipe had the bytes */
+		in -= (size_t)r;
+		*done += (size_t)r;
+	}
+	return 0;
+}
+
+static ssize_t sendfile_splice(struct corio_sock *s, int fd, off_t off, size_t len)
+{
+	struct corio__net *n = s->net;
+	size_t done = 0;
+	ssize_t ret;
+	int p[2];
+
+	ret = corio__net_pipe_get(n, p);
+	if (ret)
+		return ret;
+	while (done < len) {
+		size_t want = len - done < n->pipe_size ? len - done : n->pipe_size;
+
+		ret = splice_op(fd, (int64_t)off + (int64_t)done, p[1], want);
+		if (ret <= 0)
+			break; /* 0: end of file */
+		ret = pipe_out(s, p[0], (size_t)ret, &done);
+		if (ret < 0)
+			break;
+	}
+	/* a pipe an error may have left bytes in is not reused */
+	corio__net_pipe_put(n, p, ret >= 0);
+	return ret < 0 ? ret : (ssize_t)done;
+}
+
+static ssize_t sendfile_nonblock(struct corio_sock *s, int fd, off_t off, size_t len)
+{
+	size_t done = 0;
+
+	while (done < len) {
+		off_t at = off + (off_t)done;
+		size_t want = len - done < (1u << 30) ? len - done : (1u << 30);
+		ssize_t r = moved(s, sendfile(s->fd, fd, &at, want));
+
+		if (r == -EAGAIN)
+			continue;
+		if (r <= 0)
+			return r ? r : (ssize_t)done; /* 0: end of file */
+		done += (size_t)r;
+	}
+	return (ssize_t)done;
+}
+
+ssize_t corio__file_copy(int fd, off_t off, size_t len,
+			 ssize_t (*write)(void *ctx, const void *buf, size_t len), void *ctx)
+{
+	struct corio__shard *sh = corio__shard();
+	/* the slow path: one buffer per call, not per chunk */
+	size_t bufsz = len < (64u << 10) ? len : (64u << 10);
+	char *buf = malloc(bufsz ? bufsz : 1);
+	size_t done = 0;
+	ssize_t ret = 0;
+
+	if (!buf)
+		return -ENOMEM;
+	while (done < len) {
+		size_t want = len - done < bufsz ? len - done : bufsz;
+		off_t at = off + (off_t)done;
+
+		if (sh && corio__ring_has_op(&sh->ring, IORING_OP_READ)) {
+			struct io_uring_sqe *sqe;
+			struct corio__op op;
+
+			ret = corio__op_begin_who(&op, &sqe, "corio_sendfile");
+			if (!ret) {
+				io_uring_prep_read(sqe, fd, buf, (unsigned)want, (uint64_t)at);
+				ret = corio__op_wait(&op);
+			}
+		} else {
+			ret = pread(fd, buf, want, at); /* the fallback: page cache, mostly */
+			if (ret < 0)
+				ret = -errno;
+		}
+		if (ret <= 0)
+			break; /* 0: end of file */
+		ret = write(ctx, buf, (size_t)ret);
+		if (ret < 0)
+			break;
+		done += (size_t)ret;
+	}
+	free(buf);
+	return ret < 0 ? ret : (ssize_t)done;
+}
+
+static ssize_t copy_to_sock(void *ctx, const void *buf, size_t len)
+{
+	return corio_send(ctx, buf, len);
+}
+
+ssize_t corio_sendfile(struct corio_sock *s, int fd, off_t off, size_t len)
+{
+	struct corio__net *n = corio__sock_owner(s);
+	struct stat st;
+	ssize_t ret;
+
+	if (!n)
+		return corio__sock_not_mine("corio_sendfile", s);
+	if (s->type != SOCK_STREAM)
+		return corio__error(-EINVAL, "corio_sendfile: not a stream socket");
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return corio__error(-EBADF, "corio_sendfile: fd %d is not an open file", fd);
+	if (!S_ISREG(st.st_mode))
+		return corio__error(-EINVAL, "corio_sendfile: fd %d is not a regular file", fd);
+	if (off < 0)
+		return corio__error(-EINVAL, "corio_sendfile: off is negative");
+	ret = corio__may_block("corio_sendfile");
+	if (ret)
+		return ret;
+	if (s->sq_head || s->serr) {
+		ret = wait_sends(s); /* byte order: the queued sends first */
+		if (ret)
+			return ret;
+	}
+	if (s->wr_shut)
+		return -EPIPE;
+	if (!len)
+		return 0;
+	if (n->splice || n->shard->ring.emu) {
+		ret = sock_nonblock(s);
+		if (!ret)
+			ret = n->splice ? sendfile_splice(s, fd, off, len)
+					: sendfile_nonblock(s, fd, off, len);
+	} else {
+		ret = corio__file_copy(fd, off, len, copy_to_sock, s);
+	}
+	return ret < 0 ? corio__net_err(n, (int)ret) : ret;
 }

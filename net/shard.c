@@ -16,15 +16,18 @@
 #include "net/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define DEFAULT_NBUFS 512
 #define DEFAULT_BUFSZ (16 * 1024)
 #define DEFAULT_RECV_CAP 16 /* 1/32 of the default ring per socket */
 #define DEFAULT_SEND_CAP 16
 #define DEFAULT_RESERVE_PCT 50 /* of each ring, for sockets that hold nothing */
+#define DEFAULT_PIPE_SIZE (256 * 1024) /* docs/BENCHMARKS.md, "sendfile" */
 
 /*
  * The receive buffers: DEFAULT_NBUFS x DEFAULT_BUFSZ (8 MiB) per ring.
@@ -44,7 +47,7 @@
  * net->disabled's bits (NO_* in net/internal.h). */
 static const char *const disable_words[] = {
 	"bufring", "pbuf_inc", "multishot", "send_zc", "recv_limit", "send_gather", "udp_direct",
-	"tcp_direct", NULL,
+	"tcp_direct", "splice", NULL,
 };
 
 /* CORIO_NET_BUFS=count:size: count a power of two (the ring's mask). */
@@ -85,7 +88,7 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 {
 	static const uint64_t fault_lim[4] = { 1, 4095, 0, UINT32_MAX };
 	uint64_t eagain = 0, shrt = 0;
-	uint64_t reserve = DEFAULT_RESERVE_PCT;
+	uint64_t reserve = DEFAULT_RESERVE_PCT, pipe = DEFAULT_PIPE_SIZE;
 	uint64_t fault[2] = { 0, 0 };
 	int ret = corio__env_words("CORIO_NET_DISABLE", disable_words, &n->disabled, err, len);
 
@@ -102,6 +105,9 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 				      err, len);
 	if (ret >= 0)
 		ret = env_bufs(n, err, len);
+	if (ret >= 0)
+		ret = corio__env_uint("CORIO_NET_PIPE_SIZE", 4096, 1u << 20, &pipe, err, len);
+	n->pipe_size = (unsigned)pipe;
 	n->reserve_pct = (unsigned)reserve;
 	n->udp_eagain_test = (unsigned)eagain;
 	n->tcp_short_test = (unsigned)shrt;
@@ -146,6 +152,9 @@ static int net_init(struct corio__shard *s)
 	n->udp_direct = !corio__net_disabled(n, NO_UDP_DIRECT);
 	/* fault injection runs keep every send in the ring, where faults are */
 	n->send_direct = !corio__net_disabled(n, NO_TCP_DIRECT) && !r->faults_env;
+	/* corio_sendfile: SPLICE (5.7) file -> pipe -> socket; without it
+	 * sendfile(2) on the emulator, a copy on an io_uring without it */
+	n->splice = corio__ring_has_op(r, IORING_OP_SPLICE) && !corio__net_disabled(n, NO_SPLICE);
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
 }
@@ -202,6 +211,11 @@ static void net_fini(struct corio__shard *sh)
 		n->srec_free = r->next;
 		free(r);
 	}
+	while (n->npipes) {
+		n->npipes--;
+		close(n->pipes[n->npipes][0]);
+		close(n->pipes[n->npipes][1]);
+	}
 	corio__net_bufs_fini(n);
 	corio__resolve_fini(n);
 }
@@ -229,9 +243,13 @@ static unsigned net_census(struct corio__shard *sh, char *buf, size_t len)
 		k = snprintf(buf, len, "%lu received buffer slices never released", out);
 	/* A stream belongs to its fiber, which must close it (stream.h). */
 	if (n->streams_live && k >= 0 && (size_t)k < len)
-		snprintf(buf + k, len - (size_t)k, "%s%lu streams never closed (%lu buffer bytes)",
-			 k ? ", " : "", n->streams_live, n->stream_bytes);
-	return (unsigned)(out + n->streams_live);
+		k += snprintf(buf + k, len - (size_t)k, "%s%lu streams never closed (%lu buffer bytes)",
+			      k ? ", " : "", n->streams_live, n->stream_bytes);
+	/* corio_sendfile returns every pipe it takes */
+	if (n->pipes_out && k >= 0 && (size_t)k < len)
+		snprintf(buf + k, len - (size_t)k, "%s%u sendfile pipes never given back", k ? ", " : "",
+			 n->pipes_out);
+	return (unsigned)(out + n->streams_live + n->pipes_out);
 }
 
 const struct corio__part corio__net_part = {
@@ -309,4 +327,50 @@ void corio__net_park_until(bool (*done)(void *), void *arg)
 	while (!done(arg))
 		corio__park();
 	corio__nocancel_pop(f);
+}
+
+/* ---- corio_sendfile's pipes ------------------------------------------------- */
+
+/*
+ * A splice from a file to a socket goes through a pipe (the kernel moves
+ * page references, not bytes). Making one costs pipe2(2) and F_SETPIPE_SZ,
+ * so a shard keeps up to CORIO__NET_PIPES idle ones. A pipe goes back to
+ * the pool only empty: one a failed or cancelled splice may have left
+ * bytes in is closed instead (its bytes belong to no stream).
+ */
+int corio__net_pipe_get(struct corio__net *n, int p[2])
+{
+	int sz;
+
+	if (n->npipes) {
+		n->npipes--;
+		p[0] = n->pipes[n->npipes][0];
+		p[1] = n->pipes[n->npipes][1];
+		n->pipes_out++;
+		return 0;
+	}
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return corio__error(-errno, "corio_sendfile: pipe2: %s", strerror(errno));
+	/* A bigger pipe moves more per splice. Refused over
+	 * /proc/sys/fs/pipe-max-size or the user's pipe-user-pages-soft:
+	 * the pipe keeps its size, and what it holds is read back. */
+	(void)fcntl(p[1], F_SETPIPE_SZ, (int)n->pipe_size);
+	sz = fcntl(p[1], F_GETPIPE_SZ);
+	if (sz > 0 && (unsigned)sz < n->pipe_size)
+		n->pipe_size = (unsigned)sz; /* ask no more than a pipe holds */
+	n->pipes_out++;
+	return 0;
+}
+
+void corio__net_pipe_put(struct corio__net *n, int p[2], bool clean)
+{
+	n->pipes_out--;
+	if (clean && n->npipes < CORIO__NET_PIPES) {
+		n->pipes[n->npipes][0] = p[0];
+		n->pipes[n->npipes][1] = p[1];
+		n->npipes++;
+		return;
+	}
+	close(p[0]);
+	close(p[1]);
 }

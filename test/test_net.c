@@ -5064,3 +5064,631 @@ Test(net, names_connect_tries_every_address_in_order, .timeout = 30)
 		cr_skip_test("no private mount namespace here (unshare/mount refused)");
 	cr_assert_eq(WEXITSTATUS(st), 0, "see the child's stderr");
 }
+
+/* ---- owned-buffer sends, the send queue, sendfile ----------------------------- */
+
+#include <sys/sendfile.h>
+
+/* A done callback's record: how often it ran, with what, in which order. */
+struct ow_done {
+	int calls, res, order;
+};
+static int ow_seq;
+
+static void ow_done_cb(void *arg, int res)
+{
+	struct ow_done *d = arg;
+
+	d->calls++;
+	d->res = res;
+	d->order = ++ow_seq;
+}
+
+/* Pipelining: the peer (a thread with a plain blocking socket) writes every
+ * request before it reads a single reply, with small socket buffers, so a
+ * server whose reply send parked until the bytes were out would deadlock
+ * (its send waits for the peer's reads, the peer's writes for the server's
+ * reads). Run in a bounded child so a regression fails instead of hanging. */
+#define PL_BATCHES 24
+#define PL_BATCH (64 * 1024)
+static struct {
+	char where[64];
+	uint8_t *req, *rep[PL_BATCHES];
+	struct ow_done d[PL_BATCHES];
+	int peer_bad;
+} pl_;
+
+static void *pl_peer(void *arg)
+{
+	struct sockaddr_storage sa;
+	socklen_t len;
+	int small = 4096, fd = socket(AF_INET, SOCK_STREAM, 0);
+	uint8_t *got = malloc(PL_BATCH);
+	size_t n;
+
+	(void)arg;
+	corio_addr_parse(pl_.where, &sa, &len);
+	setsockopt(fd, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	if (connect(fd, (struct sockaddr *)&sa, len) < 0)
+		pl_.peer_bad = 1;
+	for (n = 0; n < (size_t)PL_BATCHES * PL_BATCH && !pl_.peer_bad;) {
+		ssize_t w = write(fd, pl_.req + n % PL_BATCH, PL_BATCH - n % PL_BATCH);
+
+		if (w <= 0)
+			pl_.peer_bad = 2;
+		else
+			n += (size_t)w;
+	}
+	for (int k = 0; k < PL_BATCHES && !pl_.peer_bad; k++) {
+		for (n = 0; n < PL_BATCH;) {
+			ssize_t r = read(fd, got + n, PL_BATCH - n);
+
+			if (r <= 0) {
+				pl_.peer_bad = 3;
+				break;
+			}
+			n += (size_t)r;
+		}
+		for (n = 0; n < PL_BATCH && !pl_.peer_bad; n++)
+			if (got[n] != (uint8_t)(pl_.req[n] ^ k))
+				pl_.peer_bad = 4;
+	}
+	free(got);
+	close(fd);
+	return NULL;
+}
+
+static void pl_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *s;
+	uint8_t *in = malloc(PL_BATCH);
+	int small = 4096;
+	pthread_t t;
+
+	(void)arg;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	addr_of(l, pl_.where, sizeof(pl_.where));
+	CHECK_EQ(pthread_create(&t, NULL, pl_peer, NULL), 0);
+	CHECK_EQ(corio_accept(l, &s), 0);
+	CHECK_EQ(corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small)), 0);
+	for (int k = 0; k < PL_BATCHES; k++) {
+		/* receive batch k, reply to it without waiting for the reply to
+		 * go out, and go on receiving batch k + 1 */
+		CHECK_EQ(recv_all(s, in, PL_BATCH), PL_BATCH);
+		for (size_t i = 0; i < PL_BATCH; i++)
+			pl_.rep[k][i] = (uint8_t)(in[i] ^ k);
+		CHECK_EQ(corio_send_owned(s, pl_.rep[k], PL_BATCH, ow_done_cb, &pl_.d[k]), 0);
+	}
+	CHECK_EQ(corio_close(s), 0); /* waits for the queue to go out */
+	CHECK_EQ(corio_listener_close(l), 0);
+	CHECK_EQ(pthread_join(t, NULL), 0);
+	CHECK_EQ(pl_.peer_bad, 0);
+	for (int k = 0; k < PL_BATCHES; k++) {
+		CHECK_EQ(pl_.d[k].calls, 1);
+		CHECK_EQ(pl_.d[k].res, PL_BATCH);
+		CHECK_EQ(pl_.d[k].order, k + 1);
+	}
+	free(in);
+}
+
+static int pl_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	(void)arg;
+	cfg.net_send_queue = PL_BATCHES; /* every reply may wait in the queue */
+	pl_.req = malloc(PL_BATCH);
+	fill(pl_.req, PL_BATCH, 5);
+	for (int k = 0; k < PL_BATCHES; k++)
+		pl_.rep[k] = malloc(PL_BATCH);
+	if (corio_run(&cfg, pl_entry, NULL) != 0)
+		return 1;
+	return atomic_load(&th_failures) ? 2 : 0;
+}
+
+Test(net, send_owned_pipelines_with_a_peer_that_reads_last, .timeout = 60)
+{
+	th_child_ok(pl_child, NULL, 20000, "pipelined owned sends");
+}
+
+/* Order across the one queue: owned, borrowed, owned, then a blocking send;
+ * corio_sock_queued counts the queue's bytes, then 0. */
+#define MX_A (200 * 1024)
+#define MX_C (50 * 1024)
+#define MX_D (30 * 1024)
+static struct {
+	uint8_t *a, *c, *d, bbuf[4096];
+	size_t blen;
+	int reader_bad;
+} mx_;
+
+static int mx_reader(void *arg)
+{
+	struct corio_sock *c = arg;
+	size_t sizes[4] = { MX_A, mx_.blen, MX_C, MX_D };
+	const uint8_t *want[4] = { mx_.a, mx_.bbuf, mx_.c, mx_.d };
+	uint8_t *got = malloc(MX_A);
+
+	for (int i = 0; i < 4; i++)
+		if (recv_all(c, got, sizes[i]) != (ssize_t)sizes[i] ||
+		    memcmp(got, want[i], sizes[i]) != 0)
+			mx_.reader_bad = i + 1;
+	free(got);
+	return 0;
+}
+
+static void mx_entry(void *arg)
+{
+	struct ow_done da = { 0 }, dc = { 0 };
+	struct corio_fiber *f;
+	struct corio_buf b;
+	size_t kernel = 1;
+	struct pair p;
+
+	(void)arg;
+	ow_seq = 0;
+	pair_open(&p, 4096, 4096);
+	mx_.a = malloc(MX_A);
+	mx_.c = malloc(MX_C);
+	mx_.d = malloc(MX_D);
+	fill(mx_.a, MX_A, 1);
+	fill(mx_.c, MX_C, 2);
+	fill(mx_.d, MX_D, 3);
+	fill(mx_.bbuf, sizeof(mx_.bbuf), 4);
+	CHECK_EQ(corio_sock_queued(p.s, &kernel), 0);
+	CHECK_EQ(kernel, 0);
+	/* a borrowed buffer on s: bytes the client sent */
+	CHECK_EQ(corio_send(p.c, mx_.bbuf, sizeof(mx_.bbuf)), (ssize_t)sizeof(mx_.bbuf));
+	CHECK(corio_recv_buf(p.s, &b) > 0);
+	mx_.blen = b.len;
+	CHECK(memcmp(b.data, mx_.bbuf, b.len) == 0);
+	CHECK_EQ(corio_send_owned(p.s, mx_.a, MX_A, ow_done_cb, &da), 0);
+	CHECK_EQ(corio_sock_queued(p.s, NULL), MX_A); /* nothing completed yet */
+	CHECK_EQ(corio_send_buf(p.s, &b), 0);
+	CHECK_EQ(corio_sock_queued(p.s, NULL), (ssize_t)(MX_A + mx_.blen));
+	CHECK_EQ(corio_send_owned(p.s, mx_.c, MX_C, ow_done_cb, &dc), 0);
+	CHECK_EQ(corio_sock_queued(p.s, NULL), (ssize_t)(MX_A + mx_.blen + MX_C));
+	CHECK_EQ(da.calls + dc.calls, 0); /* never inside the call */
+	CHECK_EQ(corio_spawn(mx_reader, p.c, NULL, &f), 0);
+	CHECK_EQ(corio_send(p.s, mx_.d, MX_D), MX_D); /* after the queue */
+	CHECK_EQ(da.calls, 1);
+	CHECK_EQ(da.res, MX_A);
+	CHECK_EQ(dc.calls, 1);
+	CHECK_EQ(dc.res, MX_C);
+	CHECK_EQ(da.order, 1);
+	CHECK_EQ(dc.order, 2);
+	CHECK_EQ(corio_sock_queued(p.s, &kernel), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(mx_.reader_bad, 0);
+	pair_close(&p);
+	free(mx_.a);
+	free(mx_.c);
+	free(mx_.d);
+}
+
+Test(net, send_owned_keeps_order_with_send_buf_and_send, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, mx_entry, NULL);
+}
+
+Test(net, send_owned_keeps_order_no_gather, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "send_gather", 1);
+	th_run(&cfg, mx_entry, NULL);
+}
+
+/* Close with owned sends queued on a peer that does not read: a close cut
+ * short by its deadline drops them, and every done runs once: with len for
+ * what went, -ECANCELED for the rest. */
+#define OQ_N 16
+#define OQ_LEN (64 * 1024)
+static struct {
+	uint8_t *buf;
+	struct ow_done d[OQ_N];
+	int close_ret;
+} oq_;
+
+static void oq_queue(struct pair *p)
+{
+	oq_.buf = malloc(OQ_LEN);
+	fill(oq_.buf, OQ_LEN, 9);
+	for (int i = 0; i < OQ_N; i++)
+		CHECK_EQ(corio_send_owned(p->s, oq_.buf, OQ_LEN, ow_done_cb, &oq_.d[i]), 0);
+}
+
+/* Every done ran once: k with len first, then only -ECANCELED. */
+static void oq_check(void)
+{
+	int sent = 0, cancelled = 0;
+
+	for (int i = 0; i < OQ_N; i++) {
+		CHECK_EQ(oq_.d[i].calls, 1);
+		CHECK_EQ(oq_.d[i].order, i + 1);
+		if (oq_.d[i].res == OQ_LEN) {
+			CHECK_EQ(cancelled, 0);
+			sent++;
+		} else {
+			CHECK_EQ(oq_.d[i].res, -ECANCELED);
+			cancelled++;
+		}
+	}
+	CHECK(cancelled > 0); /* 1 MiB does not fit 4 KiB buffers */
+	CHECK_EQ(sent + cancelled, OQ_N);
+}
+
+static void oq_close_entry(void *arg)
+{
+	struct corio_deadline dl;
+	struct pair p;
+
+	(void)arg;
+	ow_seq = 0;
+	pair_open(&p, 4096, 4096);
+	oq_queue(&p);
+	CHECK(corio_sock_queued(p.s, NULL) > 0);
+	corio_timeout_push(&dl, 50 * 1000000ull);
+	CHECK_EQ(corio_close(p.s), 0); /* waits, then drops the rest */
+	corio_deadline_pop(&dl);
+	p.s = NULL;
+	oq_check();
+	pair_close(&p);
+	free(oq_.buf);
+}
+
+Test(net, send_owned_close_cut_short_runs_every_done, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, oq_close_entry, NULL);
+}
+
+/* Shutdown with owned sends queued on a peer that never reads: the stop
+ * drops them, every done runs, the census is clean (corio_run returns 0). */
+static struct pair oq_shut;
+
+static int oq_shut_reader(void *arg)
+{
+	uint8_t x;
+
+	(void)arg;
+	CHECK_EQ(corio_recv(oq_shut.s, &x, 1), -ECANCELED);
+	pair_close(&oq_shut);
+	return 0;
+}
+
+static void oq_shutdown_entry(void *arg)
+{
+	(void)arg;
+	ow_seq = 0;
+	pair_open(&oq_shut, 4096, 4096);
+	oq_queue(&oq_shut);
+	CHECK_EQ(corio_spawn(oq_shut_reader, NULL, NULL, NULL), 0);
+	corio_yield();
+	corio_shutdown();
+}
+
+Test(net, send_owned_shutdown_runs_every_done, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	memset(&oq_, 0, sizeof(oq_));
+	th_run(&cfg, oq_shutdown_entry, NULL);
+	oq_check();
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	free(oq_.buf);
+}
+
+/* A done callback may queue the next send on the same socket (the queue is
+ * consistent when it runs), and a failed call never runs done. */
+static struct {
+	struct corio_sock *s;
+	int chained, calls;
+	char one[1];
+} och_;
+
+static void och_done(void *arg, int res)
+{
+	(void)arg;
+	CHECK_EQ(res, 1);
+	if (++och_.calls < 8)
+		CHECK_EQ(corio_send_owned(och_.s, och_.one, 1, och_done, NULL), 0);
+}
+
+static void och_entry(void *arg)
+{
+	struct ow_done never = { 0 };
+	uint8_t got[8];
+	struct pair p;
+
+	(void)arg;
+	pair_open(&p, 0, 0);
+	och_.s = p.s;
+	och_.one[0] = 'x';
+	CHECK_EQ(corio_send_owned(p.s, och_.one, 1, och_done, NULL), 0);
+	CHECK_EQ(recv_all(p.c, got, 8), 8);
+	CHECK_EQ(och_.calls, 8);
+	CHECK_EQ(corio_shutdown_write(p.s), 0);
+	CHECK_EQ(corio_send_owned(p.s, och_.one, 1, ow_done_cb, &never), -EPIPE);
+	pair_close(&p);
+	CHECK_EQ(never.calls, 0);
+}
+
+Test(net, send_owned_done_may_queue_the_next_send, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, och_entry, NULL);
+}
+
+/* ---- sendfile ---- */
+
+static char sf_dir[64];
+
+/* A file of len pattern bytes (seed 7) in a temp dir: its fd, or -1. */
+static int sf_file(size_t len)
+{
+	char path[128];
+	uint8_t *p = malloc(len ? len : 1);
+	int fd;
+
+	snprintf(sf_dir, sizeof(sf_dir), "/tmp/corio-sf-XXXXXX");
+	if (!p || !mkdtemp(sf_dir))
+		return -1;
+	snprintf(path, sizeof(path), "%s/f", sf_dir);
+	fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	fill(p, len, 7);
+	if (fd >= 0 && write(fd, p, len) != (ssize_t)len) {
+		close(fd);
+		fd = -1;
+	}
+	unlink(path);
+	rmdir(sf_dir);
+	free(p);
+	return fd;
+}
+
+struct sf_read {
+	struct corio_sock *c;
+	size_t off, len; /* the file's bytes expected */
+	int bad;
+};
+
+static int sf_reader(void *arg)
+{
+	struct sf_read *r = arg;
+	uint8_t buf[65536];
+	size_t got = 0;
+
+	while (got < r->len) {
+		ssize_t n = corio_recv(r->c, buf, sizeof(buf));
+
+		if (n <= 0) {
+			r->bad = 1;
+			return 0;
+		}
+		for (ssize_t i = 0; i < n; i++)
+			if (buf[i] != pat(r->off + got + (size_t)i, 7))
+				r->bad = 2;
+		got += (size_t)n;
+	}
+	return 0;
+}
+
+#define SF_BIG (6u << 20) /* far more than a pipe */
+
+static void sf_exact_entry(void *arg)
+{
+	struct sf_read r = { 0 };
+	struct corio_fiber *f;
+	struct pair p;
+	int fd = sf_file(SF_BIG);
+	uint8_t x;
+
+	(void)arg;
+	CHECK(fd >= 0);
+	pair_open(&p, 0, 0);
+	r = (struct sf_read){ .c = p.c, .off = 0, .len = SF_BIG };
+	CHECK_EQ(corio_spawn(sf_reader, &r, NULL, &f), 0);
+	CHECK_EQ(corio_sendfile(p.s, fd, 0, SF_BIG), (ssize_t)SF_BIG);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(r.bad, 0);
+	/* an offset, and a length past the end: what the file has */
+	r = (struct sf_read){ .c = p.c, .off = 1000, .len = SF_BIG - 1000 - 77 };
+	CHECK_EQ(corio_spawn(sf_reader, &r, NULL, &f), 0);
+	CHECK_EQ(corio_sendfile(p.s, fd, 1000, SF_BIG - 1000 - 77), (ssize_t)(SF_BIG - 1077));
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(r.bad, 0);
+	r = (struct sf_read){ .c = p.c, .off = SF_BIG - 77, .len = 77 };
+	CHECK_EQ(corio_spawn(sf_reader, &r, NULL, &f), 0);
+	CHECK_EQ(corio_sendfile(p.s, fd, SF_BIG - 77, 1u << 20), 77); /* EOF: short */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(r.bad, 0);
+	CHECK_EQ(corio_sendfile(p.s, fd, SF_BIG, 100), 0);     /* at the end */
+	CHECK_EQ(corio_sendfile(p.s, fd, SF_BIG + 9, 100), 0); /* past it */
+	CHECK_EQ(corio_sendfile(p.s, fd, 0, 0), 0);
+	CHECK_EQ(lseek(fd, 0, SEEK_CUR), SF_BIG); /* the position is not used */
+	/* the socket (O_NONBLOCK now on some paths) still sends as before */
+	CHECK_EQ(corio_send(p.s, "z", 1), 1);
+	CHECK_EQ(corio_recv(p.c, &x, 1), 1);
+	CHECK_EQ(x, 'z');
+	CHECK_EQ(corio_close(p.s), 0);
+	p.s = NULL;
+	CHECK_EQ(corio_recv(p.c, &x, 1), 0); /* nothing more was sent */
+	pair_close(&p);
+	close(fd);
+}
+
+Test(net, sendfile_byte_exact_offsets_and_eof, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sf_exact_entry, NULL);
+}
+
+Test(net, sendfile_copy_path_byte_exact, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "splice", 1);
+	th_run(&cfg, sf_exact_entry, NULL);
+}
+
+Test(net, sendfile_small_pipes_byte_exact, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_PIPE_SIZE", "4096", 1);
+	th_run(&cfg, sf_exact_entry, NULL);
+}
+
+/* Owned sends queued before a sendfile go out first. */
+static void sf_order_entry(void *arg)
+{
+	static uint8_t head[100000];
+	struct ow_done d = { 0 };
+	struct sf_read r;
+	struct corio_fiber *f;
+	struct pair p;
+	int fd = sf_file(300000);
+
+	(void)arg;
+	CHECK(fd >= 0);
+	pair_open(&p, 4096, 4096);
+	fill(head, sizeof(head), 7); /* the file's first bytes */
+	CHECK_EQ(corio_send_owned(p.s, head, sizeof(head), ow_done_cb, &d), 0);
+	r = (struct sf_read){ .c = p.c, .off = 0, .len = 300000 };
+	CHECK_EQ(corio_spawn(sf_reader, &r, NULL, &f), 0);
+	CHECK_EQ(corio_sendfile(p.s, fd, sizeof(head), 300000 - sizeof(head)),
+		 (ssize_t)(300000 - sizeof(head)));
+	CHECK_EQ(d.calls, 1);
+	CHECK_EQ(d.res, (int)sizeof(head));
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(r.bad, 0);
+	pair_close(&p);
+	close(fd);
+}
+
+Test(net, sendfile_after_owned_sends_keeps_order, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, sf_order_entry, NULL);
+}
+
+/* The peer stops reading: the deadline scope ends a sendfile mid-file, and
+ * cancellation ends another; the shard then stops cleanly (no pipe left:
+ * the census). In a bounded child: a sendfile that ignored them would hang. */
+static int sf_cancel_ret;
+
+static int sf_sender(void *arg)
+{
+	struct pair *p = arg;
+	int fd = sf_file(SF_BIG);
+
+	sf_cancel_ret = (int)corio_sendfile(p->s, fd, 0, SF_BIG);
+	close(fd);
+	return 0;
+}
+
+static void sf_cut_entry(void *arg)
+{
+	struct corio_deadline dl;
+	struct corio_fiber *f;
+	struct pair p;
+	int fd = sf_file(SF_BIG);
+
+	(void)arg;
+	pair_open(&p, 4096, 4096);
+	corio_timeout_push(&dl, 100 * 1000000ull);
+	CHECK_EQ(corio_sendfile(p.s, fd, 0, SF_BIG), -ETIMEDOUT);
+	corio_deadline_pop(&dl);
+	CHECK_EQ(corio_close(p.s), 0);
+	CHECK_EQ(corio_close(p.c), 0);
+	pair_open(&p, 4096, 4096);
+	sf_cancel_ret = 1;
+	CHECK_EQ(corio_spawn(sf_sender, &p, NULL, &f), 0);
+	corio_sleep_ns(50 * 1000000ull); /* not for ordering: the result is checked either way */
+	CHECK_EQ(corio_cancel(f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(sf_cancel_ret, -ECANCELED);
+	pair_close(&p);
+	close(fd);
+}
+
+static int sf_cut_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	(void)arg;
+	if (corio_run(&cfg, sf_cut_entry, NULL) != 0)
+		return 1;
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 2;
+	}
+	return 0;
+}
+
+Test(net, sendfile_deadline_and_cancel_with_a_peer_that_stops_reading, .timeout = 60)
+{
+	th_child_ok(sf_cut_child, NULL, 20000, "sendfile cut short");
+}
+
+Test(net, sendfile_copy_path_deadline_and_cancel, .timeout = 60)
+{
+	setenv("CORIO_NET_DISABLE", "splice", 1);
+	th_child_ok(sf_cut_child, NULL, 20000, "sendfile (copy) cut short");
+}
+
+/* Bad input: -errno and a message, no callback. */
+static void ow_bad_entry(void *arg)
+{
+	struct ow_done d = { 0 };
+	struct corio_sock *u;
+	struct pair p;
+	int fds[2], fd = sf_file(10), closed;
+
+	(void)arg;
+	pair_open(&p, 0, 0);
+	CHECK_EQ(corio_send_owned(p.s, NULL, 1, ow_done_cb, &d), -EINVAL);
+	CHECK(strstr(corio_last_error(), "buf is NULL") != NULL);
+	CHECK_EQ(corio_send_owned(p.s, "x", 0, ow_done_cb, &d), -EINVAL);
+	CHECK(strstr(corio_last_error(), "len is 0") != NULL);
+	CHECK_EQ(corio_send_owned(NULL, "x", 1, ow_done_cb, &d), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_send_owned") != NULL);
+	CHECK_EQ(corio_udp_bind("127.0.0.1:0", &u), 0);
+	CHECK_EQ(corio_send_owned(u, "x", 1, ow_done_cb, &d), -EINVAL);
+	CHECK(strstr(corio_last_error(), "not a stream socket") != NULL);
+	CHECK_EQ(corio_sendfile(u, fd, 0, 1), -EINVAL);
+	CHECK_EQ(corio_close(u), 0);
+	CHECK_EQ(corio_sock_queued(NULL, NULL), -EINVAL);
+	CHECK_EQ(corio_sendfile(p.s, -1, 0, 1), -EBADF);
+	CHECK(strstr(corio_last_error(), "not an open file") != NULL);
+	closed = dup(fd);
+	close(closed);
+	CHECK_EQ(corio_sendfile(p.s, closed, 0, 1), -EBADF);
+	CHECK_EQ(pipe(fds), 0);
+	CHECK_EQ(corio_sendfile(p.s, fds[0], 0, 1), -EINVAL);
+	CHECK(strstr(corio_last_error(), "not a regular file") != NULL);
+	CHECK_EQ(corio_sendfile(p.s, corio_sock_fd(p.c), 0, 1), -EINVAL);
+	CHECK_EQ(corio_sendfile(p.s, fd, -1, 1), -EINVAL);
+	CHECK(strstr(corio_last_error(), "negative") != NULL);
+	CHECK_EQ(d.calls, 0);
+	close(fds[0]);
+	close(fds[1]);
+	close(fd);
+	pair_close(&p);
+}
+
+Test(net, send_owned_and_sendfile_bad_input, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, ow_bad_entry, NULL);
+}

@@ -496,6 +496,85 @@ struct corio_net_stats {
 CORIO_API int corio_net_stats_get(struct corio_rt *rt, unsigned shard,
 				  struct corio_net_stats *out);
 
+/* ---- owned-buffer sends, the send queue, sendfile ----------------------------- */
+
+/*
+ * Send len bytes of a buffer the caller owns without waiting for them to go
+ * out, so a connection can receive its next request while the reply to the
+ * last one is still being sent. The buffer joins the socket's one send
+ * queue, behind the corio_send_buf buffers queued before it and before
+ * every later send (corio_send, corio_sendv, corio_sendfile and
+ * corio_shutdown_write wait for the queue to drain first), so the bytes
+ * leave in the order the calls were made; queued buffers are gathered into
+ * one SENDMSG as for corio_send_buf. The caller must leave buf unchanged
+ * and allocated until done runs.
+ *
+ * The buffer is handed back through one mechanism: done(arg, res) runs
+ * exactly once for every call that returned 0, on this shard's loop (not
+ * in a fiber, and never inside corio_send_owned itself), once the kernel
+ * no longer references buf. res is len when every byte was sent, else
+ * -errno: the socket's send error (-EPIPE, -ECONNRESET, ...; a record
+ * partly sent when it came gets it too), or -ECANCELED when the queue was
+ * dropped before the bytes went (corio_close() cut short by its fiber's
+ * cancellation or deadline, the shard's shutdown, an earlier record's
+ * error). done must not block (blocking calls return -EPERM off a fiber);
+ * it may free buf, post, wake a fiber, or queue the next
+ * corio_send_owned on any socket (on a full queue that returns -EAGAIN
+ * there). done may be NULL (a static buffer).
+ *
+ * The queue's cap (corio_config.net_send_queue, ...) counts these records
+ * too: a call on a full queue waits for room within the fiber's deadline
+ * scope and cancellation, as corio_send_buf does (-EAGAIN outside a
+ * fiber). There is no direct sendmsg(2) try on the spot (unlike
+ * corio_send_buf): the bytes always go through the ring, one SQE shared
+ * with the loop's next submit, so done always runs from the loop.
+ * corio_close() waits for queued records to go out (or, when its fiber is
+ * cancelled or its deadline passes, drops them: done gets -ECANCELED), and
+ * the shard's stop drops what is left: no done is lost at shutdown.
+ *
+ * Returns 0 (done will run), or -errno and done never runs: -EINVAL (buf
+ * NULL, len 0 or over INT32_MAX, not a stream socket), the socket's send
+ * error, -EPIPE after corio_shutdown_write(), -ECANCELED when the shard
+ * stops, -ETIMEDOUT / -ECANCELED / -EAGAIN from the wait for room,
+ * -ENOMEM. Shard-local; blocks only while the queue is full.
+ */
+CORIO_API int corio_send_owned(struct corio_sock *s, const void *buf, size_t len,
+			       void (*done)(void *arg, int res), void *arg);
+
+/*
+ * The bytes waiting to go out on s: returns the bytes in corio's send
+ * queue (corio_send_owned and corio_send_buf records) whose send has not
+ * completed yet - bytes in a send the kernel is working on count until its
+ * completion - or -errno. 0 once the queue is empty. When kernel is not
+ * NULL, *kernel is the socket's own send queue as SIOCOUTQ reports it: for
+ * TCP the bytes written to the socket and not yet acknowledged by the peer
+ * (sent or not); the two do not overlap, and their sum is what the peer
+ * has not confirmed. Does not block; shard-local.
+ */
+CORIO_API ssize_t corio_sock_queued(struct corio_sock *s, size_t *kernel);
+
+/*
+ * Send len bytes of the regular file fd, from offset off, on the stream
+ * socket s, without copying them through user space where the backend
+ * allows: on io_uring, an IORING_OP_SPLICE file -> pipe (the file's reads
+ * run on the kernel's workers, never blocking the shard) and a
+ * non-blocking splice(2) pipe -> socket with readiness waits, through the
+ * shard's pipe pool (CORIO_NET_PIPE_SIZE); on the epoll fallback,
+ * sendfile(2) with readiness waits (a page-cache miss blocks the shard for
+ * the read); where neither (CORIO_NET_DISABLE=splice on io_uring), a copy
+ * through a 64 KiB buffer. The first two set O_NONBLOCK on s's fd for
+ * good (corio's other calls do not depend on it; corio_sock_release_fd
+ * hands the fd back with it). fd's file position is not used or moved.
+ * Queued corio_send_buf / corio_send_owned records go out first.
+ * Returns the bytes sent: len, or fewer when the file ends first (0 at or
+ * past its end, or for len 0); or -errno, with nothing said about how much
+ * went out: -EBADF (fd not open), -EINVAL (not a regular file, off
+ * negative, s not a stream socket), -EPIPE, -ECONNRESET, -ETIMEDOUT /
+ * -ECANCELED (the deadline scope or cancellation cut it short: the stream
+ * may end mid-file; close the connection). Blocking.
+ */
+CORIO_API ssize_t corio_sendfile(struct corio_sock *s, int fd, off_t off, size_t len);
+
 #ifdef __cplusplus
 }
 #endif
