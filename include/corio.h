@@ -523,5 +523,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/stats.h" /* stats rendering, control socket, /metrics   */
 #include "corio/select.h" /* wait for the first of many; fiber groups */
 #include "corio/work.h"   /* the blocking-work pool                      */
+#include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
 
 #endif /* CORIO_H */
