@@ -354,8 +354,13 @@ ssize_t corio_tls_read(struct corio_tls *t, void *buf, size_t len)
 {
 	ssize_t r = session_ok(t, "corio_tls_read");
 
-	if (r)
-		return r;
+	return r ? r : corio__tls_read(t, buf, len);
+}
+
+ssize_t corio__tls_read(struct corio_tls *t, void *buf, size_t len)
+{
+	ssize_t r;
+
 	if (t->err)
 		return t->err;
 	if (t->eof)
