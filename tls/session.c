@@ -99,7 +99,8 @@ static int ssl_failed(struct corio_tls *t, int e, const char *who)
 	unsigned long code = ERR_peek_error();
 	int err;
 
-	if (!t->server && v != X509_V_OK && SSL_in_init(t->ssl)) {
+	if (!t->server && !(t->ctx->flags & CORIO_TLS_NO_VERIFY) && v != X509_V_OK &&
+	    SSL_in_init(t->ssl)) {
 		ERR_clear_error();
 		err = corio__error(-EKEYREJECTED, "%s: the server's certificate was refused: %s", who,
 				   X509_verify_cert_error_string(v));
@@ -142,8 +143,11 @@ static int ssl_call(struct corio_tls *t, enum pump_op op, void *buf, size_t len)
 /*
  * Run op until it succeeds: its result (> 0; 0 for a read at the peer's
  * close_notify), or -errno. Reads send their output (a key update's
- * answer) only when nobody else is sending; writes leave their records in
- * the pair until it is full (the caller flushes at the end).
+ * answer) only when nobody else is sending, and a failed send does not
+ * fail them: bytes already decrypted are handed out, and the socket's
+ * error comes back from the next write (or from the receive). Writes leave
+ * their records in the pair until it is full (the caller flushes at the
+ * end).
  */
 static ssize_t pump(struct corio_tls *t, enum pump_op op, void *buf, size_t len, const char *who)
 {
@@ -155,7 +159,9 @@ static ssize_t pump(struct corio_tls *t, enum pump_op op, void *buf, size_t len,
 		e = r > 0 ? SSL_ERROR_NONE : SSL_get_error(t->ssl, r);
 		switch (e) {
 		case SSL_ERROR_NONE:
-			if (op != OP_WRITE && (ret = flush_out(t)) < 0)
+			if (op == OP_READ)
+				(void)flush_out(t);
+			else if (op != OP_WRITE && (ret = flush_out(t)) < 0)
 				return ret;
 			return r;
 		case SSL_ERROR_ZERO_RETURN:
@@ -166,7 +172,9 @@ static ssize_t pump(struct corio_tls *t, enum pump_op op, void *buf, size_t len,
 				return ret;
 			continue;
 		case SSL_ERROR_WANT_READ:
-			if ((ret = flush_out(t)) < 0 || (ret = fill_in(t)) < 0)
+			if ((ret = flush_out(t)) < 0 && op != OP_READ)
+				return ret;
+			if ((ret = fill_in(t)) < 0)
 				return ret;
 			continue;
 		default:
