@@ -18,7 +18,7 @@
 #   WERROR=1        warnings are errors (CI sets it)
 #   TESTS="a b"     make test runs only test/test_a and test/test_b
 #   make check-layout  prove from the objects' symbols that calls run one way:
-#                      tools -> include -> ctl -> net, fs -> core -> timer -> uring
+#                      tools -> include -> ctl -> tls -> net, fs -> core -> timer -> uring
 #   make soak SECS=N   corio-echo under N seconds of connection churn per accept
 #                      model; fds, fibers, connections, buffers must come back
 #   make test FAULTS=1 fault injection (uring/fault.h) in build/faults: the suites
@@ -97,7 +97,7 @@ ifneq ($(WERROR),)
 override CFLAGS += -Werror
 endif
 override LDFLAGS += $(SANFLAGS)
-LIBS := -luring -lnuma -lpthread
+LIBS := -luring -lnuma -lpthread -lssl -lcrypto
 
 ifeq ($(V),1)
 Q :=
@@ -107,7 +107,7 @@ Q := @
 quiet = @printf '  %-6s %s\n'
 endif
 
-LIB_SRCS  := $(sort $(wildcard uring/*.c timer/*.c core/*.c net/*.c fs/*.c ctl/*.c))
+LIB_SRCS  := $(sort $(wildcard uring/*.c timer/*.c core/*.c net/*.c fs/*.c tls/*.c ctl/*.c))
 LIB_OBJS  := $(LIB_SRCS:%.c=$(B)/obj/%.o)
 # tools/: common/ (code the tools share), kv/ (corio-kv), load/ (load
 # generators and baseline servers), bench/ (micro-benchmarks, corio-echo and
@@ -219,6 +219,7 @@ $(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS
 MAN_PAGES := corio.3:API corio-runtime.3:RUNTIME corio-backend.3:BACKEND \
 	corio-timer.3:TIMERS corio-msg.3:MSG corio-net.3:NET corio-select.3:SELECT \
 	corio-work.3:WORK corio-fs.3:FS corio-stats.3:STATS corio-stream.3:STREAM \
+	corio-tls.3:TLS \
 	corio-stat.1:corio-stat corio-kv.1:corio-kv
 MAN_TOOLS := corio-stat corio-kv
 MAN_OUT   := $(foreach m,$(MAN_PAGES),$(B)/man/man$(subst .,,$(suffix $(word 1,$(subst :, ,$(m)))))/$(word 1,$(subst :, ,$(m))))

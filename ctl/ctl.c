@@ -34,7 +34,9 @@ _Static_assert(CORIO__PART_NET >= CORIO__PART_FIRST_AREA && CORIO__PART_NET < CO
 		       CORIO__PART_FS >= CORIO__PART_FIRST_AREA && CORIO__PART_FS < CORIO__PART_MAX &&
 		       CORIO__PART_CTL >= CORIO__PART_FIRST_AREA && CORIO__PART_CTL < CORIO__PART_MAX &&
 		       CORIO__PART_NET != CORIO__PART_FS && CORIO__PART_NET != CORIO__PART_CTL &&
-		       CORIO__PART_FS != CORIO__PART_CTL,
+		       CORIO__PART_FS != CORIO__PART_CTL && CORIO__PART_TLS >= CORIO__PART_FIRST_AREA &&
+		       CORIO__PART_TLS < CORIO__PART_MAX && CORIO__PART_TLS != CORIO__PART_NET &&
+		       CORIO__PART_TLS != CORIO__PART_FS && CORIO__PART_TLS != CORIO__PART_CTL,
 	       "each area above core needs its own slot of s->parts[]");
 
 static const struct corio__part *const parts[CORIO__PART_MAX] = {
@@ -44,6 +46,7 @@ static const struct corio__part *const parts[CORIO__PART_MAX] = {
 	[CORIO__PART_NET] = &corio__net_part,
 	[CORIO__PART_FS] = &corio__fs_part,
 	[CORIO__PART_CTL] = &ctl_part,
+	[CORIO__PART_TLS] = &corio__tls_part,
 };
 
 int corio_start(const struct corio_config *cfg, void (*entry)(void *), void *arg,

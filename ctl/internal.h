@@ -6,7 +6,7 @@
  * (ctl/control.c), the HTTP /metrics server (ctl/metrics.c), and JSON and
  * Prometheus rendering of every area's counters (ctl/render.c).
  *
- * May include: net/, fs/, core/, timer/, uring/ and the public headers.
+ * May include: tls/, net/, fs/, core/, timer/, uring/ and the public headers.
  * Nothing includes it. Not installed.
  */
 #ifndef CORIO_CTL_INTERNAL_H
@@ -15,6 +15,7 @@
 #include "core/internal.h"
 #include "fs/internal.h"
 #include "net/internal.h"
+#include "tls/internal.h"
 
 /* ctl's slot in s->parts[]: shard 0's control server, when there is one. */
 #define CORIO__PART_CTL (CORIO__PART_FIRST_AREA + 2)

@@ -529,5 +529,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/select.h" /* wait for the first of many; fiber groups */
 #include "corio/work.h"   /* the blocking-work pool                      */
 #include "corio/stream.h" /* buffered streams over a transport           */
+#include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
 
 #endif /* CORIO_H */

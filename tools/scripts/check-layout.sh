@@ -3,7 +3,7 @@
 #
 # corio's areas call each other one way only:
 #
-#   tools -> include -> ctl -> net, fs -> core -> timer -> uring -> liburing
+#   tools -> include -> ctl -> tls -> net, fs -> core -> timer -> uring -> liburing
 #
 # Every library object lives in OBJDIR/AREA/NAME.o. This script reads each
 # object's defined and undefined symbols (nm), finds which area defines each
@@ -27,7 +27,7 @@ shift
 rank() {
 	case $1 in
 	uring) echo 1 ;; timer) echo 2 ;; core) echo 3 ;;
-	net | fs) echo 4 ;; ctl) echo 5 ;; *) echo 0 ;;
+	net | fs) echo 4 ;; tls) echo 5 ;; ctl) echo 6 ;; *) echo 0 ;;
 	esac
 }
 
@@ -45,7 +45,7 @@ for o in "$obj"/*/*.o; do
 done >"$tmp/syms"
 
 # ranks as a lookup file for awk
-for a in uring timer core net fs ctl; do echo "$a $(rank $a)"; done >"$tmp/ranks"
+for a in uring timer core net fs tls ctl; do echo "$a $(rank $a)"; done >"$tmp/ranks"
 
 status=0
 awk -v verbose=$verbose '
@@ -79,7 +79,7 @@ awk -v verbose=$verbose '
 ' "$tmp/ranks" "$tmp/syms" || status=1
 
 # Private headers: AREA/internal.h (or any header) of a higher area.
-for src in uring/*.[ch] timer/*.[ch] core/*.[ch] net/*.[ch] fs/*.[ch] ctl/*.[ch]; do
+for src in uring/*.[ch] timer/*.[ch] core/*.[ch] net/*.[ch] fs/*.[ch] tls/*.[ch] ctl/*.[ch]; do
 	[ -f "$src" ] || continue
 	from=${src%%/*}
 	grep -o '^#include "[a-z]*/[a-z_]*\.h"' "$src" | sed 's/.*"\([a-z]*\)\/.*/\1/' |
@@ -99,7 +99,7 @@ fi
 # Tools and examples: the public API only, in what they include...
 for src in tools/*/*.[ch] tools/*/*/*.[ch]; do
 	[ -f "$src" ] || continue
-	grep -Hn '^#include "\(uring\|timer\|core\|net\|fs\|ctl\)/' "$src" |
+	grep -Hn '^#include "\(uring\|timer\|core\|net\|fs\|tls\|ctl\)/' "$src" |
 		sed 's/^/layout: a tool includes a private header: /'
 done >"$tmp/tools"
 if [ -s "$tmp/tools" ]; then
@@ -114,6 +114,6 @@ for o in "$@"; do
 done
 
 if [ $status = 0 ]; then
-	echo "layout: ok (tools -> include -> ctl -> net, fs -> core -> timer -> uring)"
+	echo "layout: ok (tools -> include -> ctl -> tls -> net, fs -> core -> timer -> uring)"
 fi
 exit $status

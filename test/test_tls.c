@@ -1,0 +1,931 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * test_tls - TLS sessions (corio/tls.h) over real sockets on 127.0.0.1:
+ * corio to corio, corio against openssl s_client and s_server, trickled and
+ * garbage handshakes, close_notify and truncation, certificates that do not
+ * verify, SNI, resumption across shards, and the census. Certificates are
+ * made at run time in a temporary directory (corio_tls_cert_generate); no
+ * key is committed.
+ */
+#include "helpers.h"
+
+#include <corio.h>
+
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+/* ---- certificates --------------------------------------------------------- */
+
+static char dir[64];
+static char ca_pem[128], ca_key[128], srv_pem[128], srv_key[128];
+static char b_pem[128], b_key[128], self_pem[128], self_key[128];
+
+static void certs_cleanup(void)
+{
+	char cmd[128];
+
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	if (dir[0] && system(cmd) != 0)
+		fprintf(stderr, "test_tls: could not remove %s\n", dir);
+}
+
+static void gen(const char *pem, const char *key, const char *names, unsigned flags,
+		const char *ca, const char *cakey)
+{
+	struct corio_tls_cert_gen g = {.cert_file = pem, .key_file = key, .names = names,
+				       .flags = flags, .ca_cert_file = ca, .ca_key_file = cakey};
+	int ret = corio_tls_cert_generate(&g);
+
+	cr_assert_eq(ret, 0, "corio_tls_cert_generate(%s): %s", names, corio_last_error());
+}
+
+/* A CA; a server certificate it signed for localhost and 127.0.0.1; one
+ * for b.test (SNI); a self-signed one for localhost it did not sign. */
+static void certs(void)
+{
+	snprintf(dir, sizeof(dir), "/tmp/corio-tls-XXXXXX");
+	cr_assert(mkdtemp(dir));
+	atexit(certs_cleanup);
+#define P(v, name) snprintf(v, sizeof(v), "%s/%s", dir, name)
+	P(ca_pem, "ca.pem"), P(ca_key, "ca.key"), P(srv_pem, "srv.pem"), P(srv_key, "srv.key");
+	P(b_pem, "b.pem"), P(b_key, "b.key"), P(self_pem, "self.pem"), P(self_key, "self.key");
+#undef P
+	gen(ca_pem, ca_key, "corio test CA", CORIO_TLS_GEN_CA, NULL, NULL);
+	gen(srv_pem, srv_key, "localhost,127.0.0.1", 0, ca_pem, ca_key);
+	gen(b_pem, b_key, "b.test", 0, ca_pem, ca_key);
+	gen(self_pem, self_key, "localhost", 0, NULL, NULL);
+}
+
+static struct corio_tls_ctx *server_ctx(const char *pem, const char *key)
+{
+	struct corio_tls_cert c[2] = {{pem, key}, {b_pem, b_key}};
+	struct corio_tls_ctx_opts o = {.flags = CORIO_TLS_SERVER, .certs = c, .ncerts = 2,
+				       .alpn = "h2,http/1.1"};
+	struct corio_tls_ctx *ctx = NULL;
+	int ret = corio_tls_ctx_new(&o, &ctx);
+
+	cr_assert_eq(ret, 0, "server ctx: %s", corio_last_error());
+	return ctx;
+}
+
+static struct corio_tls_ctx *client_ctx(const char *ca, unsigned flags)
+{
+	struct corio_tls_ctx_opts o = {.flags = flags, .ca_file = ca, .alpn = "http/1.1"};
+	struct corio_tls_ctx *ctx = NULL;
+	int ret = corio_tls_ctx_new(&o, &ctx);
+
+	cr_assert_eq(ret, 0, "client ctx: %s", corio_last_error());
+	return ctx;
+}
+
+/* ---- helpers on a shard ----------------------------------------------------- */
+
+static int listen_local(struct corio_listener **l, char *addr, size_t len)
+{
+	struct sockaddr_storage a;
+	socklen_t alen = sizeof(a);
+	int ret = corio_tcp_listen("127.0.0.1:0", NULL, l);
+
+	if (ret == 0 && (ret = corio_listener_addr(*l, &a, &alen)) == 0)
+		ret = corio_addr_format((struct sockaddr *)&a, alen, addr, len) > 0 ? 0 : -EINVAL;
+	return ret;
+}
+
+static ssize_t read_full(struct corio_tls *t, char *buf, size_t len)
+{
+	size_t got = 0;
+
+	while (got < len) {
+		ssize_t n = corio_tls_read(t, buf + got, len - got);
+
+		if (n <= 0)
+			return n;
+		got += (size_t)n;
+	}
+	return (ssize_t)got;
+}
+
+/* Read and write back until the peer's close_notify; 0 or -errno. */
+static int echo(struct corio_tls *t)
+{
+	char buf[4096];
+	ssize_t n;
+
+	while ((n = corio_tls_read(t, buf, sizeof(buf))) > 0)
+		if (corio_tls_write(t, buf, (size_t)n) != n)
+			return -EIO;
+	return (int)n;
+}
+
+struct srv {
+	struct corio_tls_ctx *ctx;
+	struct corio_listener *l;
+	int accept_ret, echo_ret;
+	char err[256];
+	char sni[64];
+	unsigned shard[2];
+	int resumed[2];
+	_Atomic int n;
+};
+
+/* Accept one connection, handshake, echo until close_notify. */
+static int serve_one(void *arg)
+{
+	struct srv *v = arg;
+	struct corio_sock *s;
+	struct corio_tls *t;
+
+	CHECK_EQ(corio_accept(v->l, &s), 0);
+	v->accept_ret = corio_tls_accept(v->ctx, s, &t);
+	snprintf(v->err, sizeof(v->err), "%s", corio_last_error());
+	if (v->accept_ret == 0) {
+		const char *sni = corio_tls_server_name(t);
+
+		snprintf(v->sni, sizeof(v->sni), "%s", sni ? sni : "");
+		v->echo_ret = echo(t);
+		snprintf(v->err, sizeof(v->err), "%s", corio_last_error());
+		corio_tls_close(t);
+	}
+	corio_close(s);
+	return 0;
+}
+
+static int connect_tls(const char *addr, struct corio_tls_ctx *ctx, const char *host,
+		       struct corio_sock **s, struct corio_tls **t)
+{
+	int ret = corio_tcp_connect(addr, s);
+
+	if (ret)
+		return ret;
+	ret = corio_tls_connect(ctx, *s, host, t);
+	if (ret)
+		corio_close(*s);
+	return ret;
+}
+
+/* ---- corio <-> corio ------------------------------------------------------- */
+
+struct resume {
+	struct srv v;
+	struct corio_tls_ctx *cli;
+	char addr[64];
+};
+
+static int resume_handler(struct corio_sock *s, void *arg)
+{
+	struct resume *r = arg;
+	struct corio_tls *t;
+	int ret = corio_tls_accept(r->v.ctx, s, &t);
+
+	CHECK_EQ(ret, 0);
+	if (ret == 0) {
+		int i = atomic_fetch_add(&r->v.n, 1);
+
+		if (i < 2) {
+			r->v.shard[i] = corio_shard_id();
+			r->v.resumed[i] = corio_tls_resumed(t);
+		}
+		CHECK_EQ(echo(t), 0);
+		corio_tls_close(t); /* the client may be gone: EPIPE is fine */
+	}
+	corio_close(s);
+	return 0;
+}
+
+static int dispatcher(void *arg)
+{
+	struct resume *r = arg;
+
+	corio_accept_dispatch(r->v.l, CORIO_DISPATCH_ROUND_ROBIN, resume_handler, r);
+	return 0;
+}
+
+static void one_client(struct resume *r, int i)
+{
+	struct corio_sock *s;
+	struct corio_tls *t;
+	struct iovec iov[2] = {{"hello ", 6}, {"world", 5}};
+	char buf[16] = "";
+	size_t alen;
+	const char *alpn;
+
+	CHECK_EQ(connect_tls(r->addr, r->cli, "localhost", &s, &t), 0);
+	CHECK(strcmp(corio_tls_version(t), "TLSv1.3") == 0);
+	alpn = corio_tls_alpn(t, &alen);
+	CHECK(alpn && alen == 8 && memcmp(alpn, "http/1.1", 8) == 0);
+	CHECK_EQ(corio_tls_writev(t, iov, 2), 11);
+	CHECK_EQ(read_full(t, buf, 11), 11);
+	CHECK(memcmp(buf, "hello world", 11) == 0);
+	CHECK_EQ(corio_tls_resumed(t), i == 1);
+	CHECK_EQ(corio_tls_close(t), 0);
+	corio_close(s);
+}
+
+static void resume_entry(void *arg)
+{
+	struct resume *r = arg;
+	struct corio_fiber *f;
+	struct corio_tls_stats st;
+
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(listen_local(&r->v.l, r->addr, sizeof(r->addr)), 0);
+	CHECK_EQ(corio_spawn(dispatcher, r, NULL, &f), 0);
+	one_client(r, 0);
+	one_client(r, 1);
+	corio_cancel(f);
+	corio_join(f, NULL);
+	corio_listener_close(r->v.l);
+	/* both handlers have closed by now: the client read their echo and
+	 * its close waits for nothing; count what shard 0 saw */
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &st), 0);
+	CHECK(st.handshakes >= 2 && st.cache_hits == 1);
+}
+
+Test(tls, echo_tls13_alpn_and_resumption_on_another_shard, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(2);
+	struct resume r = {0};
+
+	certs();
+	r.v.ctx = server_ctx(srv_pem, srv_key);
+	r.cli = client_ctx(ca_pem, 0);
+	th_run(&cfg, resume_entry, &r);
+	cr_assert_eq(atomic_load(&r.v.n), 2);
+	cr_assert_neq(r.v.shard[0], r.v.shard[1], "both connections landed on shard %u",
+		      r.v.shard[0]);
+	cr_assert_eq(r.v.resumed[0], 0);
+	cr_assert_eq(r.v.resumed[1], 1, "the second connection did not resume on shard %u",
+		     r.v.shard[1]);
+	corio_tls_ctx_free(r.v.ctx);
+	corio_tls_ctx_free(r.cli);
+}
+
+/* ---- against the openssl command ------------------------------------------------ */
+
+static void need_openssl(void)
+{
+	if (system("command -v openssl >/dev/null 2>&1") != 0)
+		cr_skip_test("the openssl command is not installed (apt-get install openssl)");
+}
+
+struct ext {
+	struct srv v;
+	char addr[64];
+	_Atomic int ready;
+};
+
+/* One connection: echo the first chunk, then close_notify. */
+static void once_entry(void *arg)
+{
+	struct ext *e = arg;
+	struct corio_sock *s;
+	struct corio_tls *t;
+	char buf[256];
+	ssize_t n;
+
+	CHECK_EQ(listen_local(&e->v.l, e->addr, sizeof(e->addr)), 0);
+	atomic_store(&e->ready, 1);
+	CHECK_EQ(corio_accept(e->v.l, &s), 0);
+	e->v.accept_ret = corio_tls_accept(e->v.ctx, s, &t);
+	if (e->v.accept_ret == 0) {
+		n = corio_tls_read(t, buf, sizeof(buf));
+		CHECK(n > 0);
+		if (n > 0)
+			CHECK_EQ(corio_tls_write(t, buf, (size_t)n), n);
+		CHECK_EQ(corio_tls_close(t), 0);
+	}
+	corio_close(s);
+	corio_listener_close(e->v.l);
+}
+
+Test(tls, openssl_s_client_against_corio_server, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct ext e = {0};
+	struct corio_rt *rt;
+	char cmd[1024], out[16384];
+	size_t got = 0;
+	FILE *p;
+
+	need_openssl();
+	certs();
+	e.v.ctx = server_ctx(srv_pem, srv_key);
+	cr_assert_eq(corio_start(&cfg, once_entry, &e, &rt), 0, "%s", corio_last_error());
+	for (int i = 0; i < 10000 && !atomic_load(&e.ready); i++)
+		usleep(1000);
+	cr_assert(atomic_load(&e.ready));
+	snprintf(cmd, sizeof(cmd),
+		 "printf 'hello corio\\n' | timeout 20 openssl s_client -connect %s -CAfile %s "
+		 "-verify_return_error -verify_hostname localhost -servername localhost "
+		 "-alpn http/1.1 -ign_eof 2>&1", e.addr, ca_pem);
+	p = popen(cmd, "r");
+	cr_assert(p);
+	while (got < sizeof(out) - 1 && fgets(out + got, (int)(sizeof(out) - got), p))
+		got += strlen(out + got);
+	pclose(p);
+	cr_assert_eq(corio_wait(rt), 0, "%s", corio_last_error());
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(e.v.accept_ret, 0);
+	cr_assert(strstr(out, "TLSv1.3"), "not TLS 1.3:\n%s", out);
+	cr_assert(strstr(out, "ALPN protocol: http/1.1"), "no ALPN:\n%s", out);
+	cr_assert(strstr(out, "Verify return code: 0 (ok)"), "not verified:\n%s", out);
+	cr_assert(strstr(out, "hello corio"), "no echo:\n%s", out);
+	corio_tls_ctx_free(e.v.ctx);
+}
+
+struct cli {
+	char addr[64];
+	struct corio_tls_ctx *good, *other_ca;
+	int ok_ret, wrong_ret, untrusted_ret;
+	char resp[4096], wrong_err[256], untrusted_err[256];
+};
+
+static void s_server_client_entry(void *arg)
+{
+	struct cli *c = arg;
+	struct corio_sock *s;
+	struct corio_tls *t;
+	size_t got = 0;
+	ssize_t n;
+
+	c->ok_ret = connect_tls(c->addr, c->good, "localhost", &s, &t);
+	if (c->ok_ret == 0) {
+		CHECK(strcmp(corio_tls_version(t), "TLSv1.3") == 0);
+		CHECK(corio_tls_alpn(t, NULL) != NULL);
+		CHECK_EQ(corio_tls_write(t, "GET / HTTP/1.0\r\n\r\n", 18), 18);
+		while ((n = corio_tls_read(t, c->resp + got, sizeof(c->resp) - 1 - got)) > 0)
+			got += (size_t)n;
+		corio_tls_close(t);
+		corio_close(s);
+	}
+	c->wrong_ret = connect_tls(c->addr, c->good, "wrong.example", &s, &t);
+	snprintf(c->wrong_err, sizeof(c->wrong_err), "%s", corio_last_error());
+	if (c->wrong_ret == 0)
+		corio_tls_close(t), corio_close(s);
+	c->untrusted_ret = connect_tls(c->addr, c->other_ca, "localhost", &s, &t);
+	snprintf(c->untrusted_err, sizeof(c->untrusted_err), "%s", corio_last_error());
+	if (c->untrusted_ret == 0)
+		corio_tls_close(t), corio_close(s);
+}
+
+/* openssl s_server on port 0: its pid, and its address from "ACCEPT ...". */
+static pid_t s_server(char *addr, size_t len)
+{
+	int fds[2];
+	char line[256];
+	pid_t pid;
+	FILE *f;
+
+	cr_assert(pipe(fds) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		execlp("openssl", "openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", srv_pem,
+		       "-key", srv_key, "-www", "-naccept", "3", "-alpn", "http/1.1", (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	f = fdopen(fds[0], "r");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "ACCEPT %63s", addr) == 1)
+			break;
+	fclose(f);
+	cr_assert(addr[0], "openssl s_server printed no ACCEPT line");
+	(void)len;
+	return pid;
+}
+
+Test(tls, corio_client_against_openssl_s_server, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cli c = {0};
+	pid_t pid;
+
+	need_openssl();
+	certs();
+	c.good = client_ctx(ca_pem, 0);
+	c.other_ca = client_ctx(self_pem, 0); /* trusts another root only */
+	pid = s_server(c.addr, sizeof(c.addr));
+	th_run(&cfg, s_server_client_entry, &c);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	cr_assert_eq(c.ok_ret, 0);
+	cr_assert(strstr(c.resp, "200 ok"), "s_server answered: %s", c.resp);
+	cr_assert_eq(c.wrong_ret, -EKEYREJECTED);
+	cr_assert(strstr(c.wrong_err, "hostname mismatch"), "%s", c.wrong_err);
+	cr_assert_eq(c.untrusted_ret, -EKEYREJECTED);
+	cr_assert(strstr(c.untrusted_err, "certificate"), "%s", c.untrusted_err);
+	corio_tls_ctx_free(c.good);
+	corio_tls_ctx_free(c.other_ca);
+}
+
+/* ---- a ClientHello a byte at a time ---------------------------------------------- */
+
+/*
+ * client -> proxy -> server on one shard. The proxy forwards the client's
+ * bytes one at a time, gap_ns apart, and after the first 10 holds until
+ * another connection of the same shard has finished a whole TLS exchange:
+ * if the trickled handshake held the shard, that could never happen and
+ * the test would time out.
+ */
+struct trickle {
+	struct srv v;           /* the trickled server */
+	struct srv other;       /* another server on the shard */
+	struct corio_listener *pl;
+	char addr[64], paddr[64], oaddr[64];
+	struct corio_tls_ctx *cli;
+	uint64_t gap_ns, deadline_ns;
+	struct corio_event other_done;
+	int client_ret;
+	char err[256];
+};
+
+struct pipe_dir {
+	struct corio_sock *from, *to;
+	struct trickle *tr;
+	bool slow;
+};
+
+static int forward(void *arg)
+{
+	struct pipe_dir *d = arg;
+	char buf[4096];
+	size_t sent = 0;
+	ssize_t n;
+
+	while ((n = corio_recv(d->from, buf, sizeof(buf))) > 0) {
+		for (ssize_t i = 0; i < n; i += d->slow ? 1 : n) {
+			if (d->slow && sent == 10)
+				corio_event_wait(&d->tr->other_done);
+			if (corio_send(d->to, buf + i, d->slow ? 1 : (size_t)n) < 0)
+				goto out;
+			sent++;
+			if (d->slow)
+				corio_sleep_ns(d->tr->gap_ns);
+		}
+	}
+out:
+	corio_shutdown_write(d->to);
+	return 0;
+}
+
+static int proxy(void *arg)
+{
+	struct trickle *tr = arg;
+	struct corio_sock *c, *s;
+	struct corio_fiber *f[2];
+
+	CHECK_EQ(corio_accept(tr->pl, &c), 0);
+	CHECK_EQ(corio_tcp_connect(tr->addr, &s), 0);
+	struct pipe_dir up = {c, s, tr, true}, down = {s, c, tr, false};
+
+	CHECK_EQ(corio_spawn(forward, &up, NULL, &f[0]), 0);
+	CHECK_EQ(corio_spawn(forward, &down, NULL, &f[1]), 0);
+	corio_join(f[0], NULL);
+	corio_join(f[1], NULL);
+	corio_close(c);
+	corio_close(s);
+	return 0;
+}
+
+static int trickled_server(void *arg)
+{
+	struct trickle *tr = arg;
+	struct corio_deadline d;
+	struct corio_sock *s;
+	struct corio_tls *t;
+
+	CHECK_EQ(corio_accept(tr->v.l, &s), 0);
+	corio_timeout_push(&d, tr->deadline_ns);
+	tr->v.accept_ret = corio_tls_accept(tr->v.ctx, s, &t);
+	corio_deadline_pop(&d);
+	if (tr->v.accept_ret == 0) {
+		CHECK_EQ(echo(t), 0);
+		corio_tls_close(t);
+	}
+	corio_close(s);
+	return 0;
+}
+
+static int other_client(void *arg)
+{
+	struct trickle *tr = arg;
+	struct corio_sock *s;
+	struct corio_tls *t;
+	char buf[4];
+
+	CHECK_EQ(connect_tls(tr->oaddr, tr->cli, "localhost", &s, &t), 0);
+	CHECK_EQ(corio_tls_write(t, "ping", 4), 4);
+	CHECK_EQ(read_full(t, buf, 4), 4);
+	CHECK_EQ(corio_tls_close(t), 0);
+	corio_close(s);
+	corio_event_set(&tr->other_done);
+	return 0;
+}
+
+static void trickle_entry(void *arg)
+{
+	struct trickle *tr = arg;
+	struct corio_fiber *f[4];
+	struct corio_sock *s;
+	struct corio_tls *t;
+	char buf[5];
+
+	corio_event_init(&tr->other_done);
+	CHECK_EQ(listen_local(&tr->v.l, tr->addr, sizeof(tr->addr)), 0);
+	CHECK_EQ(listen_local(&tr->other.l, tr->oaddr, sizeof(tr->oaddr)), 0);
+	CHECK_EQ(listen_local(&tr->pl, tr->paddr, sizeof(tr->paddr)), 0);
+	CHECK_EQ(corio_spawn(trickled_server, tr, NULL, &f[0]), 0);
+	CHECK_EQ(corio_spawn(serve_one, &tr->other, NULL, &f[1]), 0);
+	CHECK_EQ(corio_spawn(proxy, tr, NULL, &f[2]), 0);
+	CHECK_EQ(corio_spawn(other_client, tr, NULL, &f[3]), 0);
+	tr->client_ret = connect_tls(tr->paddr, tr->cli, "localhost", &s, &t);
+	snprintf(tr->err, sizeof(tr->err), "%s", corio_last_error());
+	if (tr->client_ret == 0) {
+		CHECK_EQ(corio_tls_write(t, "hello", 5), 5);
+		CHECK_EQ(read_full(t, buf, 5), 5);
+		CHECK_EQ(corio_tls_close(t), 0);
+		corio_close(s);
+	}
+	for (int i = 0; i < 4; i++)
+		corio_join(f[i], NULL);
+	corio_listener_close(tr->v.l);
+	corio_listener_close(tr->other.l);
+	corio_listener_close(tr->pl);
+}
+
+static void trickle_run(struct trickle *tr)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	certs();
+	tr->v.ctx = server_ctx(srv_pem, srv_key);
+	tr->other.ctx = tr->v.ctx;
+	tr->cli = client_ctx(ca_pem, 0);
+	th_run(&cfg, trickle_entry, tr);
+	corio_tls_ctx_free(tr->v.ctx);
+	corio_tls_ctx_free(tr->cli);
+	cr_assert_eq(tr->other.accept_ret, 0, "the other connection: %s", tr->other.err);
+}
+
+Test(tls, clienthello_byte_by_byte_completes_within_the_deadline, .timeout = 60)
+{
+	struct trickle tr = {.gap_ns = 100000, .deadline_ns = 20000000000ull};
+
+	trickle_run(&tr);
+	cr_assert_eq(tr.v.accept_ret, 0, "server: %s", tr.v.err);
+	cr_assert_eq(tr.client_ret, 0, "client: %s", tr.err);
+}
+
+Test(tls, clienthello_byte_by_byte_past_the_deadline_is_etimedout, .timeout = 60)
+{
+	/* a ClientHello is > 200 bytes: > 1 s at 5 ms a byte, against 20 ms */
+	struct trickle tr = {.gap_ns = 5000000, .deadline_ns = 20000000};
+
+	trickle_run(&tr);
+	cr_assert_eq(tr.v.accept_ret, -ETIMEDOUT);
+	cr_assert_neq(tr.client_ret, 0);
+}
+
+/* ---- garbage, truncation, close_notify ------------------------------------------- */
+
+struct bad {
+	struct srv v;
+	struct corio_tls_ctx *cli;
+	char addr[64];
+	int mode;
+	int client_ret, close_ret, write_ret;
+	char client_err[256];
+	struct corio_event done;
+};
+
+enum { GARBAGE_HELLO, GARBAGE_RECORD, TRUNCATE, CLEAN_CLOSE, STUCK_CLOSE };
+
+/* The server side of each case. */
+static int bad_server(void *arg)
+{
+	struct bad *b = arg;
+	struct corio_deadline d;
+	struct corio_sock *s;
+	struct corio_tls *t;
+	char chunk[65536] = {0};
+
+	CHECK_EQ(corio_accept(b->v.l, &s), 0);
+	if (b->mode == STUCK_CLOSE)
+		CHECK_EQ(corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &(int){4096}, sizeof(int)), 0);
+	b->v.accept_ret = corio_tls_accept(b->v.ctx, s, &t);
+	snprintf(b->v.err, sizeof(b->v.err), "%s", corio_last_error());
+	if (b->v.accept_ret == 0 && b->mode == CLEAN_CLOSE) {
+		CHECK_EQ(corio_tls_write(t, "bye", 3), 3);
+		b->close_ret = corio_tls_close(t);
+	} else if (b->v.accept_ret == 0 && b->mode == STUCK_CLOSE) {
+		/* the client reads nothing: fill every buffer, then close */
+		corio_timeout_push(&d, 200000000);
+		while ((b->write_ret = (int)corio_tls_write(t, chunk, sizeof(chunk))) > 0)
+			;
+		corio_deadline_pop(&d);
+		corio_timeout_push(&d, 50000000);
+		b->close_ret = corio_tls_close(t);
+		corio_deadline_pop(&d);
+	} else if (b->v.accept_ret == 0) {
+		b->v.echo_ret = echo(t);
+		snprintf(b->v.err, sizeof(b->v.err), "%s", corio_last_error());
+		/* a failed session stays failed */
+		CHECK_EQ(corio_tls_read(t, chunk, 1), b->v.echo_ret);
+		b->close_ret = corio_tls_close(t);
+	}
+	corio_event_set(&b->done);
+	corio_close(s);
+	return 0;
+}
+
+static void bad_client(struct bad *b)
+{
+	struct corio_sock *s;
+	struct corio_tls *t;
+	char buf[8];
+
+	if (b->mode == GARBAGE_HELLO) {
+		CHECK_EQ(corio_tcp_connect(b->addr, &s), 0);
+		CHECK_EQ(corio_send(s, "GET / HTTP/1.1\r\nHost: x\r\n\r\n", 27), 27);
+		corio_event_wait(&b->done);
+		corio_close(s);
+		return;
+	}
+	b->client_ret = connect_tls(b->addr, b->cli, "localhost", &s, &t);
+	snprintf(b->client_err, sizeof(b->client_err), "%s", corio_last_error());
+	if (b->client_ret)
+		return;
+	switch (b->mode) {
+	case GARBAGE_RECORD: /* application data that no key decrypts */
+		CHECK_EQ(corio_send(s, "\x17\x03\x03\x00\x20garbage-garbage-garbage-garbage!", 37), 37);
+		break;
+	case TRUNCATE: /* data, then a TCP FIN with no close_notify */
+		CHECK_EQ(corio_tls_write(t, "x", 1), 1);
+		CHECK_EQ(read_full(t, buf, 1), 1);
+		CHECK_EQ(corio_shutdown_write(s), 0);
+		break;
+	case CLEAN_CLOSE:
+		CHECK_EQ(read_full(t, buf, 3), 3);
+		CHECK_EQ(corio_tls_read(t, buf, sizeof(buf)), 0); /* close_notify */
+		CHECK_EQ(corio_tls_read(t, buf, sizeof(buf)), 0);
+		break;
+	}
+	corio_event_wait(&b->done);
+	corio_tls_close(t);
+	corio_close(s);
+}
+
+static void bad_entry(void *arg)
+{
+	struct bad *b = arg;
+	struct corio_fiber *f;
+
+	corio_event_init(&b->done);
+	CHECK_EQ(listen_local(&b->v.l, b->addr, sizeof(b->addr)), 0);
+	CHECK_EQ(corio_spawn(bad_server, b, NULL, &f), 0);
+	bad_client(b);
+	corio_join(f, NULL);
+	corio_listener_close(b->v.l);
+}
+
+static void bad_run(struct bad *b, const char *srv_cert, const char *srv_k, unsigned cli_flags,
+		    const char *host)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	(void)host;
+	b->v.ctx = server_ctx(srv_cert, srv_k);
+	b->cli = client_ctx(ca_pem, cli_flags);
+	th_run(&cfg, bad_entry, b);
+	corio_tls_ctx_free(b->v.ctx);
+	corio_tls_ctx_free(b->cli);
+}
+
+Test(tls, garbage_instead_of_a_clienthello_is_eproto_with_the_reason, .timeout = 60)
+{
+	struct bad b = {.mode = GARBAGE_HELLO};
+
+	certs();
+	bad_run(&b, srv_pem, srv_key, 0, "localhost");
+	cr_assert_eq(b.v.accept_ret, -EPROTO, "%d: %s", b.v.accept_ret, b.v.err);
+	cr_assert(strncmp(b.v.err, "corio_tls_accept: ", 18) == 0 && strlen(b.v.err) > 20,
+		  "%s", b.v.err);
+	cr_assert(strstr(b.v.err, "http request") || strstr(b.v.err, "wrong version"), "%s",
+		  b.v.err);
+}
+
+Test(tls, a_garbage_record_in_a_session_is_eproto_and_sticky, .timeout = 60)
+{
+	struct bad b = {.mode = GARBAGE_RECORD};
+
+	certs();
+	bad_run(&b, srv_pem, srv_key, 0, "localhost");
+	cr_assert_eq(b.v.accept_ret, 0, "%s", b.v.err);
+	cr_assert_eq(b.v.echo_ret, -EPROTO, "%d: %s", b.v.echo_ret, b.v.err);
+	cr_assert(strncmp(b.v.err, "corio_tls_read: ", 16) == 0, "%s", b.v.err);
+	cr_assert_eq(b.close_ret, 0); /* no close_notify after a fatal error */
+}
+
+Test(tls, a_tcp_close_without_close_notify_is_an_error_not_eof, .timeout = 60)
+{
+	struct bad b = {.mode = TRUNCATE};
+
+	certs();
+	bad_run(&b, srv_pem, srv_key, 0, "localhost");
+	cr_assert_eq(b.v.echo_ret, -ECONNABORTED, "%d: %s", b.v.echo_ret, b.v.err);
+	cr_assert(strstr(b.v.err, "without close_notify"), "%s", b.v.err);
+}
+
+Test(tls, close_sends_close_notify_and_the_peer_reads_end_of_stream, .timeout = 60)
+{
+	struct bad b = {.mode = CLEAN_CLOSE};
+
+	certs();
+	bad_run(&b, srv_pem, srv_key, 0, "localhost");
+	cr_assert_eq(b.close_ret, 0);
+}
+
+Test(tls, close_notify_is_bounded_by_the_deadline_when_the_peer_reads_nothing, .timeout = 60)
+{
+	struct bad b = {.mode = STUCK_CLOSE};
+
+	certs();
+	bad_run(&b, srv_pem, srv_key, 0, "localhost");
+	cr_assert_eq(b.write_ret, -ETIMEDOUT);
+	cr_assert_eq(b.close_ret, -ETIMEDOUT);
+}
+
+/* ---- certificates ------------------------------------------------------------------ */
+
+struct verify {
+	struct srv v;
+	struct corio_tls_ctx *cli;
+	char addr[64];
+	const char *host;
+	int client_ret;
+	char client_err[256];
+	char sni[64];
+};
+
+static void verify_entry(void *arg)
+{
+	struct verify *vf = arg;
+	struct corio_fiber *f;
+	struct corio_sock *s;
+	struct corio_tls *t;
+
+	CHECK_EQ(listen_local(&vf->v.l, vf->addr, sizeof(vf->addr)), 0);
+	CHECK_EQ(corio_spawn(serve_one, &vf->v, NULL, &f), 0);
+	vf->client_ret = connect_tls(vf->addr, vf->cli, vf->host, &s, &t);
+	snprintf(vf->client_err, sizeof(vf->client_err), "%s", corio_last_error());
+	if (vf->client_ret == 0) {
+		CHECK_EQ(corio_tls_close(t), 0);
+		corio_close(s);
+	}
+	corio_join(f, NULL);
+	corio_listener_close(vf->v.l);
+}
+
+static void verify_run(struct verify *vf, const char *pem, const char *key, unsigned flags)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	certs();
+	vf->v.ctx = server_ctx(pem, key);
+	vf->cli = client_ctx(ca_pem, flags);
+	th_run(&cfg, verify_entry, vf);
+	corio_tls_ctx_free(vf->v.ctx);
+	corio_tls_ctx_free(vf->cli);
+}
+
+Test(tls, a_self_signed_certificate_is_refused_with_the_reason, .timeout = 60)
+{
+	struct verify vf = {.host = "localhost"};
+
+	verify_run(&vf, self_pem, self_key, 0);
+	cr_assert_eq(vf.client_ret, -EKEYREJECTED, "%d: %s", vf.client_ret, vf.client_err);
+	cr_assert(strstr(vf.client_err, "self") && strstr(vf.client_err, "certificate"), "%s",
+		  vf.client_err);
+	cr_assert_eq(vf.v.accept_ret, -EPROTO, "the server saw: %s", vf.v.err);
+}
+
+Test(tls, a_wrong_host_name_is_refused_with_the_reason, .timeout = 60)
+{
+	struct verify vf = {.host = "wrong.example"};
+
+	verify_run(&vf, srv_pem, srv_key, 0);
+	cr_assert_eq(vf.client_ret, -EKEYREJECTED, "%d: %s", vf.client_ret, vf.client_err);
+	cr_assert(strstr(vf.client_err, "hostname mismatch"), "%s", vf.client_err);
+}
+
+Test(tls, no_verify_is_the_only_way_past_a_bad_certificate, .timeout = 60)
+{
+	struct verify vf = {.host = "wrong.example"};
+
+	verify_run(&vf, self_pem, self_key, CORIO_TLS_NO_VERIFY);
+	cr_assert_eq(vf.client_ret, 0, "%s", vf.client_err);
+}
+
+Test(tls, an_ip_address_is_verified_against_the_ip_san, .timeout = 60)
+{
+	struct verify vf = {.host = "127.0.0.1"};
+
+	verify_run(&vf, srv_pem, srv_key, 0);
+	cr_assert_eq(vf.client_ret, 0, "%s", vf.client_err);
+}
+
+Test(tls, sni_picks_the_matching_certificate, .timeout = 60)
+{
+	struct verify vf = {.host = "b.test"};
+
+	verify_run(&vf, srv_pem, srv_key, 0);
+	cr_assert_eq(vf.client_ret, 0, "%s", vf.client_err);
+	cr_assert_str_eq(vf.v.sni, "b.test");
+}
+
+/* ---- the census and the API's errors ------------------------------------------------ */
+
+struct leak {
+	struct verify *vf;
+	struct corio_sock *s;
+	struct corio_tls *t;
+};
+
+static int leak_accept(void *p)
+{
+	struct leak *x = p;
+
+	return corio_tls_accept(x->vf->v.ctx, x->s, &x->t);
+}
+
+static void leak_entry(void *arg)
+{
+	struct verify *vf = arg;
+	struct corio_sock *c;
+	struct corio_tls *ct;
+	struct corio_tls_stats st;
+	struct corio_fiber *f;
+	struct leak a = {vf, NULL, NULL};
+	int st_ret = -1;
+
+	CHECK_EQ(listen_local(&vf->v.l, vf->addr, sizeof(vf->addr)), 0);
+	CHECK_EQ(corio_tcp_connect(vf->addr, &c), 0);
+	CHECK_EQ(corio_accept(vf->v.l, &a.s), 0);
+	CHECK_EQ(corio_spawn(leak_accept, &a, NULL, &f), 0);
+	CHECK_EQ(corio_tls_connect(vf->cli, c, "localhost", &ct), 0);
+	CHECK_EQ(corio_join(f, &st_ret), 0);
+	CHECK_EQ(st_ret, 0);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.sessions_live, 2);
+	CHECK_EQ(corio_tls_close(ct), 0);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.sessions_live, 1);
+	corio_close(c);
+	corio_close(a.s); /* a.t is never closed: the census must say so */
+	corio_listener_close(vf->v.l);
+}
+
+Test(tls, census_counts_a_session_never_closed, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct verify vf = {0};
+	int ret;
+
+	certs();
+	vf.v.ctx = server_ctx(srv_pem, srv_key);
+	vf.cli = client_ctx(ca_pem, 0);
+	ret = corio_run(&cfg, leak_entry, &vf);
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(ret, -EBUSY, "corio_run: %d %s", ret, corio_last_error());
+	cr_assert(strstr(corio_last_error(), "tls: 1 TLS sessions never closed"), "%s",
+		  corio_last_error());
+	corio_tls_ctx_free(vf.v.ctx);
+	corio_tls_ctx_free(vf.cli);
+}
+
+Test(tls, contexts_check_their_options)
+{
+	struct corio_tls_cert c = {"/nonexistent/cert.pem", "/nonexistent/key.pem"};
+	struct corio_tls_ctx_opts o = {.flags = 0x100};
+	struct corio_tls_ctx *ctx = NULL;
+
+	cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EINVAL);
+	cr_assert(strstr(corio_last_error(), "unknown flags"), "%s", corio_last_error());
+	o = (struct corio_tls_ctx_opts){.flags = CORIO_TLS_SERVER};
+	cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EINVAL);
+	o.certs = &c;
+	o.ncerts = 1;
+	cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EPROTO);
+	cr_assert(strstr(corio_last_error(), "/nonexistent/cert.pem"), "%s", corio_last_error());
+	o = (struct corio_tls_ctx_opts){.alpn = "h2,,x"};
+	cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EINVAL);
+	o = (struct corio_tls_ctx_opts){.reserved = {1}};
+	cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EINVAL);
+	cr_assert(corio_tls_ktls_probe() >= 0);
+}

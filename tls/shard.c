@@ -1,0 +1,173 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tls/shard.c - the TLS part of a shard: its counters, its client session
+ * cache, the leak census of sessions, and the kTLS probe.
+ *
+ * The client cache is per shard, so it needs no lock: CORIO__TLS_CACHE
+ * entries keyed by (context id, "host:port"), least recently used out.
+ * A session is taken out when offered (TLS 1.3 tickets are meant for one
+ * use); the handshake's new tickets put a fresh one back. Context ids are
+ * never reused in a process, so entries of a freed context only age out.
+ */
+#include "tls/internal.h"
+
+#include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#ifndef TCP_ULP
+#define TCP_ULP 31
+#endif
+
+int corio_tls_ktls_probe(void)
+{
+	static atomic_int answer = -1;
+	int a = atomic_load_explicit(&answer, memory_order_relaxed);
+	int fd;
+
+	if (a >= 0)
+		return a;
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return corio__error(-errno, "corio_tls_ktls_probe: socket: %s", strerror(errno));
+	/* The ULP is looked up (and its module loaded) before the socket's
+	 * state is checked: ENOENT means no tls ULP, ENOTCONN that it exists
+	 * and wants a connected socket. */
+	if (setsockopt(fd, IPPROTO_TCP, TCP_ULP, "tls", sizeof("tls")) == 0 || errno == ENOTCONN)
+		a = 1;
+	else if (errno == ENOENT)
+		a = 0;
+	else
+		a = corio__error(-errno, "corio_tls_ktls_probe: TCP_ULP: %s", strerror(errno));
+	close(fd);
+	if (a >= 0)
+		atomic_store_explicit(&answer, a, memory_order_relaxed);
+	return a;
+}
+
+/* ---- the client session cache --------------------------------------------- */
+
+SSL_SESSION *corio__tls_cache_get(struct corio__tls_part *p, uint64_t ctx_id, const char *key)
+{
+	for (unsigned i = 0; p && i < CORIO__TLS_CACHE; i++) {
+		struct corio__tls_cache_ent *e = &p->cache[i];
+		SSL_SESSION *s = e->sess;
+
+		if (!s || e->ctx_id != ctx_id || strcmp(e->key, key) != 0)
+			continue;
+		e->sess = NULL;
+		/* an expired session would make a full handshake anyway */
+		if (SSL_SESSION_get_time(s) + SSL_SESSION_get_timeout(s) < (long)time(NULL)) {
+			SSL_SESSION_free(s);
+			return NULL;
+		}
+		return s;
+	}
+	return NULL;
+}
+
+void corio__tls_cache_put(struct corio__tls_part *p, uint64_t ctx_id, const char *key,
+			  SSL_SESSION *sess)
+{
+	struct corio__tls_cache_ent *victim = &p->cache[0];
+
+	for (unsigned i = 0; i < CORIO__TLS_CACHE; i++) {
+		struct corio__tls_cache_ent *e = &p->cache[i];
+
+		if (e->sess && e->ctx_id == ctx_id && strcmp(e->key, key) == 0) {
+			victim = e; /* a newer ticket for the same peer replaces it */
+			break;
+		}
+		if (!e->sess || (victim->sess && e->used < victim->used))
+			victim = e;
+	}
+	if (victim->sess)
+		SSL_SESSION_free(victim->sess);
+	victim->sess = sess;
+	victim->ctx_id = ctx_id;
+	victim->used = ++p->cache_tick;
+	snprintf(victim->key, sizeof(victim->key), "%s", key);
+}
+
+/* ---- the part --------------------------------------------------------------- */
+
+static int tls_init(struct corio__shard *s)
+{
+	struct corio__tls_part *p = calloc(1, sizeof(*p));
+
+	if (!p || !(p->cache = calloc(CORIO__TLS_CACHE, sizeof(*p->cache)))) {
+		free(p);
+		return -ENOMEM;
+	}
+	corio__list_init(&p->live);
+	p->stats.ktls = corio_tls_ktls_probe() == 1;
+	__atomic_store_n(&s->parts[CORIO__PART_TLS], p, __ATOMIC_RELEASE);
+	return 0;
+}
+
+static void tls_fini(struct corio__shard *s)
+{
+	struct corio__tls_part *p = s->parts[CORIO__PART_TLS];
+
+	if (!p)
+		return;
+	/* Sessions nobody closed: counted for the census (which fails
+	 * corio_wait), and freed so their memory does not leak as well. */
+	p->live_at_fini = p->stats.sessions_live;
+	while (!corio__list_empty(&p->live))
+		corio__tls_free(corio__list_entry(p->live.next, struct corio_tls, link));
+	for (unsigned i = 0; i < CORIO__TLS_CACHE; i++)
+		SSL_SESSION_free(p->cache[i].sess);
+	free(p->cache);
+	p->cache = NULL;
+}
+
+static void tls_release(struct corio__shard *s)
+{
+	free(s->parts[CORIO__PART_TLS]);
+	s->parts[CORIO__PART_TLS] = NULL;
+}
+
+/* Every session made on this shard was closed (corio_tls_close). */
+static unsigned tls_census(struct corio__shard *s, char *buf, size_t len)
+{
+	struct corio__tls_part *p = s->parts[CORIO__PART_TLS];
+
+	if (p->live_at_fini)
+		snprintf(buf, len, "%llu TLS sessions never closed",
+			 (unsigned long long)p->live_at_fini);
+	return (unsigned)p->live_at_fini;
+}
+
+const struct corio__part corio__tls_part = {
+	.name = "tls",
+	.init = tls_init,
+	.fini = tls_fini,
+	.release = tls_release,
+	.census = tls_census,
+};
+
+int corio_tls_stats_get(struct corio_rt *rt, unsigned shard, struct corio_tls_stats *out)
+{
+	const struct corio__tls_part *p;
+
+	rt = corio__rt_or_own(rt);
+	if (!rt)
+		return -EPERM;
+	if (!out || shard >= rt->nshards || !rt->shards[shard])
+		return corio__error(-EINVAL, "corio_tls_stats_get: %s",
+				    out ? "no such shard" : "out is NULL");
+	p = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_TLS], __ATOMIC_ACQUIRE);
+	if (!p) {
+		memset(out, 0, sizeof(*out));
+		return 0;
+	}
+	corio__stats_copy(out, &p->stats, sizeof(*out));
+	return 0;
+}
