@@ -20,7 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define PROG "build/tools/examples/httpd"
+/* The program; HTTPD_PROG names another build of it (a sanitizer's). */
+#define PROG (getenv("HTTPD_PROG") ? getenv("HTTPD_PROG") : "build/tools/examples/httpd")
 #define BIG (4 * 1024 * 1024 + 123) /* sendfile runs in pieces */
 
 static char dir[64], www[128];
