@@ -124,7 +124,8 @@ vpath %.c $(TOOL_DIRS)
 # unit but main.o.
 KV_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/kv/*.c)))
 UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
-TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo
+HTTPD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/httpd/*.c)))
+TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
 TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 
@@ -196,6 +197,12 @@ $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
+
+# httpd too (its test runs the built program).
+$(B)/tools/examples/httpd: $(HTTPD_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(HTTPD_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))
@@ -270,8 +277,8 @@ bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B)
 
-check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS)
-	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS)
+check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
 
 SECS ?= 10
 soak: deps
@@ -281,7 +288,7 @@ soak: deps
 fuzz: deps
 	$(Q)sh tools/scripts/fuzz.sh $(SECS)
 
-install: lib man $(MAN_TOOLS:%=$(B)/tools/%)
+install: lib man $(MAN_TOOLS:%=$(B)/tools/%) $(B)/tools/examples/httpd
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
@@ -293,13 +300,14 @@ install: lib man $(MAN_TOOLS:%=$(B)/tools/%)
 	$(PC_SED) corio.pc.in > $(DESTDIR)$(PCDIR)/corio.pc # this PREFIX, not the build's
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
 	install -m 755 $(MAN_TOOLS:%=$(B)/tools/%) $(DESTDIR)$(BINDIR)/
+	install -m 755 $(B)/tools/examples/httpd $(DESTDIR)$(BINDIR)/corio-httpd
 	install -m 644 $(filter %.1,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(filter %.3,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man3/
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libcorio.* $(DESTDIR)$(PCDIR)/corio.pc $(DESTDIR)$(INCLUDEDIR)/corio.h
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/corio
-	rm -f $(MAN_TOOLS:%=$(DESTDIR)$(BINDIR)/%)
+	rm -f $(MAN_TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/corio-httpd
 	rm -f $(patsubst $(B)/man/%,$(DESTDIR)$(MANDIR)/%,$(MAN_OUT))
 
 clean:
@@ -310,5 +318,5 @@ clean:
 tools/%.c tools/%.h:
 	@:
 
--include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(TEST_BINS:=.d) \
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
 	$(TOOL_BINS:=.d)

@@ -1,0 +1,323 @@
+/* SPDX-License-Identifier: MIT */
+/* tools/examples/httpd/httpd.c - the server; main.c says what it does. */
+#include "httpd.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/stat.h>
+#include <time.h>
+
+static __thread struct httpd_server *srv; /* this shard's */
+
+/* The stream's transport: a socket whose wait for the next request of an idle
+ * keep-alive connection is a select against corio_drain_event() (it copies:
+ * a select's receive copies anyway). */
+struct conn {
+	struct corio_sock *s;
+	bool idle; /* no byte of the next request yet: a drain ends the wait */
+};
+
+static ssize_t conn_read(void *t, void *buf, size_t len)
+{
+	struct conn *c = t;
+	struct corio_sel w[2];
+	int i;
+
+	if (!c->idle)
+		return corio_recv(c->s, buf, len);
+	corio_sel_recv(&w[0], c->s, buf, len); /* first: a request that came is answered */
+	corio_sel_event(&w[1], corio_drain_event());
+	i = corio_select(w, 2);
+	return i < 0 ? i : i == 0 ? w[0].res : -ESHUTDOWN;
+}
+
+#define SOCK(t) (((struct conn *)(t))->s)
+static ssize_t conn_writev(void *t, const struct iovec *v, int n)
+{
+	return corio_sendv(SOCK(t), v, n, NULL);
+}
+static int conn_shutdown(void *t) { return corio_shutdown_write(SOCK(t)); }
+static int conn_close(void *t) { return corio_close(SOCK(t)); /* t is on the fiber's stack */ }
+
+static const struct corio_stream_transport conn_ops = {
+	.read = conn_read, .writev = conn_writev, .shutdown_write = conn_shutdown, .close = conn_close,
+};
+
+enum { M_GET, M_HEAD, M_OTHER };
+
+struct req {
+	int method;
+	bool close; /* answer with Connection: close, then close */
+	char path[HTTPD_HEAD_MAX];
+};
+
+static bool word_is(const char *p, size_t n, const char *w)
+{
+	return n == strlen(w) && strncasecmp(p, w, n) == 0;
+}
+
+/* "METHOD SP /target SP HTTP/1.x": 0 or 400. */
+static int parse_request_line(const char *p, size_t n, struct req *r)
+{
+	const char *sp1 = memchr(p, ' ', n);
+	const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', n - (size_t)(sp1 + 1 - p)) : NULL;
+
+	if (!sp1 || sp1 == p || !sp2 || sp1[1] != '/' || p + n - sp2 != 9 ||
+	    memcmp(sp2 + 1, "HTTP/1.", 7) != 0 || (sp2[8] != '0' && sp2[8] != '1'))
+		return 400;
+	r->method = word_is(p, (size_t)(sp1 - p), "GET")    ? M_GET
+		    : word_is(p, (size_t)(sp1 - p), "HEAD") ? M_HEAD : M_OTHER;
+	r->close = sp2[8] == '0'; /* HTTP/1.0 closes unless it asks to keep alive */
+	memcpy(r->path, sp1 + 1, (size_t)(sp2 - sp1 - 1));
+	r->path[sp2 - sp1 - 1] = '\0';
+	return 0;
+}
+
+/* "Name: value": 0, 400 (malformed) or 413 (a body: this server reads none). */
+static int parse_header(const char *p, size_t n, struct req *r)
+{
+	const char *colon = memchr(p, ':', n), *v = colon + 1;
+	size_t nl = colon ? (size_t)(colon - p) : 0, vl;
+
+	if (!nl || memchr(p, ' ', nl))
+		return 400;
+	v += strspn(v, " \t");
+	for (vl = (size_t)(p + n - v); vl && (v[vl - 1] == ' ' || v[vl - 1] == '\t'); vl--)
+		;
+	if (word_is(p, nl, "transfer-encoding"))
+		return 413;
+	if (word_is(p, nl, "content-length")) /* digits only; not all zeros: a body */
+		return !vl || strspn(v, "0123456789") < vl ? 400 : strspn(v, "0") < vl ? 413 : 0;
+	if (word_is(p, nl, "connection"))
+		r->close = memmem(v, vl, "close", 5)        ? true
+			   : memmem(v, vl, "keep-alive", 10) ? false : r->close;
+	return 0;
+}
+
+/* Read a request head into r within the idle deadline: 0, a status to
+ * answer before closing (400, 408, 413, 431), or -1: close quietly (end of
+ * stream, an idle timeout or the drain, an error). */
+static int read_head(struct corio_stream *st, struct conn *c, struct req *r)
+{
+	struct corio_deadline d;
+	size_t used = 0;
+	int ret = 0;
+
+	c->idle = corio_stream_buffered(st) == 0;
+	corio_timeout_push(&d, srv->idle_ns ? srv->idle_ns : UINT64_MAX / 2);
+	while (ret == 0) {
+		const char *v;
+		ssize_t n = used >= HTTPD_HEAD_MAX ? -EMSGSIZE
+			    : corio_stream_read_until(st, '\n', HTTPD_HEAD_MAX - used, (const void **)&v);
+		size_t k = n > 0 ? (size_t)n - 1 - (n > 1 && v[n - 2] == '\r') : 0; /* without CRLF */
+
+		c->idle = false;
+		if (n == -EMSGSIZE)
+			ret = 431;
+		else if (n == -ETIMEDOUT)
+			ret = used || corio_stream_buffered(st) ? 408 : -1;
+		else if (n <= 0 || v[n - 1] != '\n')
+			ret = -1; /* end of stream (inside a head too), the drain, an error */
+		else
+			ret = !used ? parse_request_line(v, k, r) : k ? parse_header(v, k, r) : 1;
+		used += n > 0 ? (size_t)n : 0;
+	}
+	corio_deadline_pop(&d);
+	return ret == 1 ? 0 : ret;
+}
+
+static const char *reason(int code)
+{
+	static const char *const text[] = { [0] = "OK", [100] = "Bad Request", [103] = "Forbidden",
+		[104] = "Not Found", [105] = "Method Not Allowed", [108] = "Request Timeout",
+		[113] = "Content Too Large", [131] = "Request Header Fields Too Large" };
+
+	if (code == 200 || code < 400 || code >= 432 || !text[code - 300])
+		return code == 200 ? text[0] : "Error";
+	return text[code - 300];
+}
+
+static const char *content_type(const char *path)
+{
+	static const char *const map[][2] = {
+		{ "html", "text/html" }, { "txt", "text/plain" }, { "css", "text/css" },
+		{ "js", "text/javascript" }, { "json", "application/json" }, { "png", "image/png" },
+		{ "jpg", "image/jpeg" }, { "svg", "image/svg+xml" },
+	};
+	const char *dot = strrchr(path, '.');
+
+	for (size_t i = 0; dot && !strchr(dot, '/') && i < sizeof(map) / sizeof(map[0]); i++)
+		if (strcmp(dot + 1, map[i][0]) == 0)
+			return map[i][1];
+	return "application/octet-stream";
+}
+
+/* The Date header's value, formatted once a second per shard. */
+static const char *http_date(void)
+{
+	static __thread time_t last;
+	static __thread char buf[64];
+	time_t now = time(NULL);
+	struct tm tm;
+
+	if (now != last && gmtime_r(&now, &tm) &&
+	    strftime(buf, sizeof(buf), "%a, %d %b %Y %H:%M:%S GMT", &tm))
+		last = now;
+	return buf;
+}
+
+/* Buffer a response head: 0 or -1. During the drain every answer is the
+ * connection's last; after 400, 408, 413, 431 the stream cannot be trusted. */
+static int write_head(struct corio_stream *st, int code, struct req *r, const char *type,
+		      uint64_t len)
+{
+	char h[512];
+	int n;
+
+	r->close |= corio_draining() || (code >= 400 && code != 403 && code != 404 && code != 405);
+	n = snprintf(h, sizeof(h),
+		     "HTTP/1.1 %d %s\r\nServer: corio-httpd\r\nDate: %s\r\nContent-Type: %s\r\n"
+		     "Content-Length: %llu\r\n%s%s\r\n", code, reason(code), http_date(), type,
+		     (unsigned long long)len, code == 405 ? "Allow: GET, HEAD\r\n" : "",
+		     r->close ? "Connection: close\r\n" : "");
+	return corio_stream_write(st, h, (size_t)n) < 0 ? -1 : 0;
+}
+
+/* An error answer: the reason as a text body (none for HEAD). 0 or -1. */
+static int answer_error(struct corio_stream *st, int code, struct req *r)
+{
+	char body[64];
+	int n = snprintf(body, sizeof(body), "%d %s\n", code, reason(code));
+
+	if (write_head(st, code, r, "text/plain", (size_t)n) < 0)
+		return -1;
+	return r->method == M_HEAD || corio_stream_write(st, body, (size_t)n) >= 0 ? 0 : -1;
+}
+
+/* Decode %XX in place: 0, or -1 (a bad escape, or %00). */
+static int unescape(char *s)
+{
+	char *o = s;
+
+	for (; *s; s++, o++) {
+		*o = *s;
+		if (*s != '%')
+			continue;
+		if (!isxdigit((unsigned char)s[1]) || !isxdigit((unsigned char)s[2]) ||
+		    sscanf(s + 1, "%2hhx", (unsigned char *)o) != 1 || !*o)
+			return -1;
+		s += 2;
+	}
+	*o = '\0';
+	return 0;
+}
+
+/* The regular file path names below the served directory (fd, *size), or
+ * -404 / -403: one component at a time with O_NOFOLLOW, so a ".." segment or
+ * a link anywhere (even one staying inside) gets 403. A directory: index.html. */
+static int open_path(char *path, off_t *size, const char **type)
+{
+	int fd = srv->dir, next;
+	char *save = NULL, *seg = strtok_r(path, "/", &save);
+	struct stat sb = { .st_mode = 0 };
+
+	for (;; seg = seg ? strtok_r(NULL, "/", &save) : NULL) {
+		if (seg && strcmp(seg, ".") == 0)
+			continue;
+		if (seg && strcmp(seg, "..") == 0)
+			next = -EPERM;
+		else if (seg)
+			next = corio_openat(fd, seg, O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+		else if (fstat(fd, &sb) == 0 && S_ISDIR(sb.st_mode) && (*type = "text/html"))
+			next = corio_openat(fd, "index.html", O_RDONLY | O_NOFOLLOW | O_NONBLOCK, 0);
+		else
+			break;
+		if (fd != srv->dir)
+			corio_close_fd(fd);
+		if (next < 0)
+			return next == -ELOOP || next == -EPERM || next == -EACCES ? -403 : -404;
+		fd = next;
+	}
+	if (fd != srv->dir && S_ISREG(sb.st_mode))
+		return *size = sb.st_size, fd;
+	if (fd != srv->dir)
+		corio_close_fd(fd);
+	return -404;
+}
+
+/* Answer a GET or HEAD: the head into the stream, then (GET) the file from the
+ * page cache to the socket with corio_sendfile. 0, or -1: end the connection. */
+static int answer_file(struct corio_stream *st, struct conn *c, struct req *r)
+{
+	const char *type;
+	off_t size = 0, off = 0;
+	int fd, ret = 0;
+
+	if (strchr(r->path, '?'))
+		*strchr(r->path, '?') = '\0';
+	if (unescape(r->path) < 0)
+		return answer_error(st, 400, r);
+	type = content_type(r->path); /* before open_path cuts the path up */
+	fd = open_path(r->path, &size, &type);
+	if (fd < 0)
+		return answer_error(st, -fd, r);
+	if (write_head(st, 200, r, type, (uint64_t)size) < 0)
+		ret = -1;
+	else if (r->method == M_GET && size > 0 && corio_stream_flush(st) < 0)
+		ret = -1; /* the head goes first: sendfile writes to the socket itself */
+	while (ret == 0 && r->method == M_GET && off < size) {
+		ssize_t n = corio_sendfile(c->s, fd, off, (size_t)(size - off));
+
+		ret = n > 0 ? 0 : -1; /* an error, or the file shrank: the length is a lie now */
+		off += n > 0 ? n : 0;
+	}
+	corio_close_fd(fd);
+	return ret;
+}
+
+static int conn_main(void *arg)
+{
+	struct conn c = { .s = arg };
+	struct corio_stream_opts so = { .max_frame = HTTPD_HEAD_MAX, .linger_ns = 2000000000ull,
+					.flags = CORIO_STREAM_AUTOFLUSH };
+	struct corio_stream *st;
+	struct req r;
+	int code = 0;
+
+	if (corio_stream_new(&conn_ops, &c, &so, &st) < 0)
+		return corio_close(c.s), 0;
+	do {
+		r.method = M_OTHER;
+		r.close = false;
+		code = read_head(st, &c, &r);
+		if (code > 0)
+			answer_error(st, code, &r); /* and close */
+		else if (code == 0)
+			code = r.method == M_OTHER ? answer_error(st, 405, &r) : answer_file(st, &c, &r);
+	} while (code == 0 && !r.close);
+	corio_stream_close(st); /* flush, half-close, let the client read, then close */
+	return 0;
+}
+
+int httpd_serve(struct httpd_server *s)
+{
+	int ret = corio_group_init(&s->conns, 0);
+	struct corio_sock *sock;
+
+	srv = s;
+	while (ret == 0 && (ret = corio_accept(s->l, &sock)) == 0)
+		if (corio_group_spawn(&s->conns, conn_main, sock, NULL, NULL) < 0)
+			corio_close(sock);
+	if (ret == -ESHUTDOWN)
+		corio_group_wait(&s->conns); /* the drain: let them finish */
+	corio_group_close(&s->conns);
+	corio_listener_close(s->l);
+	s->l = NULL;
+	return ret;
+}
