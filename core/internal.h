@@ -312,6 +312,8 @@ struct corio__shard {
 	struct corio__op sig_op;
 	uint64_t sig_pending;
 	struct corio_waitq sig_wq;
+	uint64_t *sig_owed;           /* shard 0: signals not yet posted, by shard */
+	struct corio_timer sig_retry; /* shard 0: tries the owed posts again */
 
 	/* pools */
 	struct corio_fiber *fiber_free, *fiber_free_tail; /* FIFO, see fiber_alloc */

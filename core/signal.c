@@ -7,7 +7,8 @@
  * POLL_ADD on it stays armed like the wake-up read (not counted in
  * ops_inflight; io_uring_queue_exit cancels it), and its completion reads
  * every queued siginfo on the loop and gives each signal to every shard:
- * shard 0 directly, the others by corio_post(). A shard keeps one pending
+ * shard 0 directly, the others by corio_post() (a shard whose message ring
+ * is full is owed its signals, retried every 1 ms until the post goes). A shard keeps one pending
  * bit per signal and wakes the fibers waiting on it; a wait takes the lowest
  * pending signal of its mask. All of it is shard-owned state: the only
  * cross-thread step is the message.
@@ -20,6 +21,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -60,6 +62,8 @@ void corio__signal_block(const struct corio_rt *rt)
 	pthread_sigmask(SIG_BLOCK, &set, NULL);
 }
 
+static void sig_retry(struct corio_timer *t, void *arg, int res);
+
 int corio__signal_setup(struct corio__shard *s)
 {
 	sigset_t set;
@@ -68,6 +72,10 @@ int corio__signal_setup(struct corio__shard *s)
 	if (s->id != 0 || !s->rt->cfg.signals)
 		return 0;
 	mask_to_set(s->rt->cfg.signals, &set);
+	s->sig_owed = calloc(s->rt->nshards, sizeof(*s->sig_owed));
+	if (!s->sig_owed)
+		return -ENOMEM;
+	corio_timer_init(&s->sig_retry, sig_retry, s);
 	s->sigfd = signalfd(-1, &set, SFD_NONBLOCK | SFD_CLOEXEC);
 	if (s->sigfd < 0) {
 		snprintf(s->err, sizeof(s->err), "shard 0: signalfd for cfg.signals: %s",
@@ -81,19 +89,48 @@ void corio__signal_fini(struct corio__shard *s)
 {
 	if (s->sigfd >= 0)
 		close(s->sigfd);
+	free(s->sig_owed);
+	s->sig_owed = NULL;
 	s->sigfd = -1;
 }
 
-/* One signal reaches a shard: pending, and its waiters look. */
-static void deliver(struct corio__shard *s, int signo)
+/* Signals reach a shard: pending, and its waiters look. */
+static void deliver(struct corio__shard *s, uint64_t mask)
 {
-	s->sig_pending |= CORIO_SIG(signo);
+	s->sig_pending |= mask;
 	corio__wq_wake_all(&s->sig_wq, 0);
 }
 
 static void deliver_posted(void *arg)
 {
-	deliver(corio__shard(), (int)(intptr_t)arg);
+	deliver(corio__shard(), (uint64_t)(uintptr_t)arg);
+}
+
+/* Give every shard what it is owed. A shard whose message ring is full
+ * keeps its signals owed, and a 1 ms timer tries again: a signal is never
+ * dropped, though a burst of the same one may arrive as one (as the kernel
+ * merges standard signals). */
+static void sig_flush(struct corio__shard *s)
+{
+	bool owed = false;
+
+	for (unsigned k = 1; k < s->rt->nshards; k++) {
+		if (!s->sig_owed[k])
+			continue;
+		if (corio_post(k, deliver_posted, (void *)(uintptr_t)s->sig_owed[k]) == 0)
+			s->sig_owed[k] = 0;
+		else
+			owed = true;
+	}
+	if (owed && !corio_timer_armed(&s->sig_retry))
+		corio_timer_arm_in(&s->sig_retry, 1000 * 1000, 0);
+}
+
+static void sig_retry(struct corio_timer *t, void *arg, int res)
+{
+	(void)t;
+	if (res > 0)
+		sig_flush(arg);
 }
 
 static void sig_arm(struct corio__shard *s);
@@ -114,15 +151,14 @@ static void sig_done(struct corio__op *op, int32_t res, uint32_t flags)
 	}
 	while ((n = read(s->sigfd, si, sizeof(si))) > 0) {
 		for (size_t i = 0; i < (size_t)n / sizeof(si[0]); i++) {
-			int signo = (int)si[i].ssi_signo;
+			uint64_t bit = CORIO_SIG((int)si[i].ssi_signo);
 
 			for (unsigned k = 1; k < s->rt->nshards; k++)
-				if (corio_post(k, deliver_posted, (void *)(intptr_t)signo))
-					corio__log("corio: shard 0: signal %d not given to shard %u: "
-						   "its message ring is full", signo, k);
-			deliver(s, signo);
+				s->sig_owed[k] |= bit;
+			deliver(s, bit);
 		}
 	}
+	sig_flush(s);
 	sig_arm(s);
 }
 

@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
+#include <semaphore.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -555,4 +556,66 @@ Test(runtime, signals_that_cannot_be_waited_for_are_refused, .timeout = 30)
 	}
 	cfg.signals = CORIO_SIG(SIGTERM) | CORIO_SIG(SIGRTMIN + 1);
 	cr_assert_eq(corio_config_check(&cfg), 0, "%s", corio_last_error());
+}
+
+/* A shard whose message ring is full when a signal comes is owed it: the
+ * post is tried again until it goes (it was dropped, with a log line). */
+static sem_t ring_blocked, ring_release;
+static _Atomic int ring_got;
+
+static void ring_noop(void *arg)
+{
+	(void)arg;
+}
+
+static void ring_full_entry(void *arg)
+{
+	struct corio_deadline dl;
+	int signo = 0, posts = 0;
+
+	(void)arg;
+	if (corio_shard_id() == 1) {
+		sem_post(&ring_blocked);
+		sem_wait(&ring_release); /* holds the shard: its ring is not drained */
+		CHECK_EQ(corio_timeout_push(&dl, 5ull * 1000 * 1000 * 1000), 0);
+		CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGUSR1), &signo), 0);
+		corio_deadline_pop(&dl);
+		atomic_store(&ring_got, signo);
+		return;
+	}
+	sem_wait(&ring_blocked);
+	while (corio_post(1, ring_noop, NULL) == 0 && posts < 1000000)
+		posts++;
+	CHECK(posts < 1000000); /* shard 1's ring is full now */
+	CHECK_EQ(kill(getpid(), SIGUSR1), 0);
+	/* shard 0 has it: shard 1's post was tried against the full ring */
+	CHECK_EQ(corio_signal_wait(CORIO_SIG(SIGUSR1), &signo), 0);
+	sem_post(&ring_release);
+}
+
+static int ring_full_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(2);
+	sigset_t set;
+	int ret;
+
+	(void)arg;
+	sem_init(&ring_blocked, 0, 0);
+	sem_init(&ring_release, 0, 0);
+	sigemptyset(&set);
+	sigaddset(&set, SIGUSR1);
+	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	cfg.signals = CORIO_SIG(SIGUSR1);
+	cfg.msg_slots = 2;
+	ret = corio_run(&cfg, ring_full_entry, NULL);
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "ring-full child: %d %s / %s\n", ret, corio_last_error(), th_msg);
+		return 1;
+	}
+	return atomic_load(&ring_got) == SIGUSR1 ? 0 : 2;
+}
+
+Test(runtime, a_signal_reaches_a_shard_whose_message_ring_was_full, .timeout = 60)
+{
+	th_child_ok(ring_full_child, NULL, 30000, "signal to a full ring");
 }
