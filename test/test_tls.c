@@ -1313,18 +1313,26 @@ Test(tls, stream_abort_sends_no_close_notify, .timeout = 60)
 }
 
 /* A deadline on a blocked stream read over TLS: -ETIMEDOUT, the bytes
- * decrypted so far stay, and the next read returns the whole line. */
+ * decrypted so far stay, and the next read returns the whole line. (And
+ * corio_stream_tls's refusals.) */
 static void deadline_entry(void *arg)
 {
 	struct cut *c = arg;
 	struct corio_deadline d;
 	struct corio_stream *st;
 	struct corio_tls_stats ts;
+	struct corio_stream *other = NULL;
 	struct tpair p;
 	const void *v;
 
 	tpair_open(&p, c->sctx, c->cctx);
 	st = tpair_stream(&p, 0);
+	/* bad input: a NULL session, a session a stream owns already */
+	CHECK_EQ(corio_stream_tls(NULL, NULL, &other), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_stream_tls") != NULL);
+	CHECK_EQ(corio_stream_tls(p.st, NULL, &other), -EBUSY);
+	CHECK(other == NULL);
+	CHECK(corio_stream_transport(st) == p.st);
 	CHECK_EQ(corio_tls_write(p.ct, "hel", 3), 3);
 	CHECK_EQ(corio_stream_peek(st, 3, &v), 3); /* it has them, decrypted */
 	CHECK_EQ(corio_timeout_push(&d, 50 * 1000 * 1000), 0);
