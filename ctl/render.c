@@ -27,6 +27,7 @@ struct snap {
 	struct corio_net_stats net;
 	struct corio_fs_stats fs;
 	struct corio_work_stats work;
+	struct corio_tls_stats tls;
 	struct corio__ctl_stats ctl;
 	uint64_t doorbells_in;  /* eventfd + MSG_RING doorbells from peers */
 	uint64_t lateness_p50, lateness_p99, lateness_p999;
@@ -48,6 +49,8 @@ static int snap_take(struct corio_rt *rt, unsigned i, unsigned n, struct snap *s
 		ret = corio_fs_stats_get(rt, i, &sn->fs);
 	if (!ret)
 		ret = corio_work_stats_get(rt, i, &sn->work);
+	if (!ret)
+		ret = corio_tls_stats_get(rt, i, &sn->tls);
 	if (ret)
 		return ret;
 	corio__ctl_stats_get(corio__rt_or_own(rt), i, &sn->ctl);
@@ -150,6 +153,18 @@ static const struct metric metrics[] = {
 	M("net", "resolve_hits", COUNTER, false, net.resolve_hits, "Host names answered from the shard's cache (negative answers too)."),
 	M("net", "resolve_misses", COUNTER, false, net.resolve_misses, "Host names looked up with the system resolver on the work pool."),
 	M("net", "resolve_failed", COUNTER, false, net.resolve_failed, "Name resolutions that failed (no such name, cached or not; resolver errors)."),
+	M("tls", "sessions_live", GAUGE, false, tls.sessions_live, "TLS sessions open now."),
+	M("tls", "handshakes", COUNTER, false, tls.handshakes, "TLS handshakes completed, server and client."),
+	M("tls", "resumed", COUNTER, false, tls.resumed, "Completed TLS handshakes that resumed a session (a ticket)."),
+	M("tls", "handshake_failed", COUNTER, false, tls.handshake_failed, "TLS handshakes that ended with an error."),
+	M("tls", "verify_failed", COUNTER, false, tls.verify_failed, "Failed TLS handshakes whose peer certificate was refused."),
+	M("tls", "proto_errors", COUNTER, false, tls.proto_errors, "TLS sessions ended by a protocol error or fatal alert."),
+	M("tls", "truncated", COUNTER, false, tls.truncated, "TLS connections whose TCP stream ended without close_notify."),
+	M("tls", "notify_sent", COUNTER, false, tls.notify_sent, "TLS close_notify alerts sent."),
+	M("tls", "bytes_in", COUNTER, false, tls.bytes_in, "Decrypted bytes read from TLS sessions."),
+	M("tls", "bytes_out", COUNTER, false, tls.bytes_out, "Plaintext bytes written to TLS sessions."),
+	M("tls", "cache_hits", COUNTER, false, tls.cache_hits, "Client TLS handshakes that offered a cached session."),
+	M("tls", "ktls", MAXGAUGE, false, tls.ktls, "1 when the kernel offers the tls ULP (kTLS could be used), else 0."),
 	M("ctl", "clients", GAUGE, false, ctl.clients, "Control-socket clients connected now."),
 	M("ctl", "refused", COUNTER, false, ctl.refused, "Control-socket clients turned away: CORIO_CONTROL_CLIENTS were connected."),
 	M("ctl", "idle_dropped", COUNTER, false, ctl.idle_dropped, "Control-socket clients closed at the idle limit."),
@@ -157,7 +172,6 @@ static const struct metric metrics[] = {
 	M("ctl", "too_long", COUNTER, false, ctl.too_long, "Control-socket clients closed for a line over 255 bytes."),
 	M("ctl", "metrics_evicted", COUNTER, false, ctl.metrics_evicted, "HTTP /metrics connections closed to give their slot to a newer one: no complete request yet."),
 	M("ctl", "metrics_refused", COUNTER, false, ctl.metrics_refused, "HTTP /metrics connections closed at accept: every slot was answering a request."),
-	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
 	M("work", "submitted", COUNTER, false, work.submitted, "Blocking-work jobs this shard queued (corio_work)."),
 	M("work", "done", COUNTER, false, work.done, "Jobs whose function returned to a waiting fiber."),
 	M("work", "abandoned", COUNTER, false, work.abandoned, "Jobs the caller left (cancel, deadline, shutdown); their release ran or runs when they end."),
@@ -167,6 +181,7 @@ static const struct metric metrics[] = {
 	M("work", "pool_queued", INFO, false, work.queued, "Jobs waiting for a pool thread now (whole pool)."),
 	M("work", "pool_running", INFO, false, work.running, "Jobs running now (whole pool)."),
 	M("work", "pool_threads", INFO, false, work.threads, "Pool threads started (whole pool)."),
+	M("fs", "sync_fallbacks", COUNTER, false, fs.sync_fallbacks, "File calls done with a blocking syscall."),
 	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
 	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),
 	M("fs", "dma_cached", GAUGE, false, fs.dma_cached, "Bytes held in the DMA buffer cache."),
@@ -295,7 +310,9 @@ static void json_shard(struct sb *b, const struct snap *sn, int shard)
 			  (unsigned long long)val(sn, m));
 		first = false;
 	}
-	/* the table ends with the fs group: add its per-kind objects */
+	/* the table ends with the fs group: add its per-kind objects (each
+	 * group's rows must be contiguous: a group seen twice would be two
+	 * objects under one key, and JSON readers keep only the last) */
 	sb_printf(b, ",\"kinds\":{");
 	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
 		sb_printf(b, "%s\"%s\":{\"ops\":%llu,\"bytes\":%llu,\"errors\":%llu}", k ? "," : "",

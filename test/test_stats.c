@@ -1369,3 +1369,172 @@ Test(stats, stall_reports_cpu_time_and_descheduled_time_through_the_hook, .timeo
 	cr_assert(strstr(err, "corio: ") && strstr(err, "sq_entries"),
 		  "with the hook unset, messages go to stderr again: '%s'", err);
 }
+
+/* ---- the TLS group ------------------------------------------------------------------ */
+
+struct tls_stats_run {
+	struct corio_tls_ctx *sctx, *cctx;
+	struct corio_sock *s, *c;
+	struct corio_tls *st, *ct;
+	_Atomic int ready;
+};
+
+static int tls_stats_accept(void *arg)
+{
+	struct tls_stats_run *r = arg;
+
+	return corio_tls_accept(r->sctx, r->s, &r->st);
+}
+
+static int tls_stats_metrics(void *arg)
+{
+	(void)arg;
+	atomic_store(&metrics_ret, corio_metrics_serve(metrics_addr));
+	return 0;
+}
+
+/* Shard 0: a /metrics server, and two TLS sessions (a handshake each way,
+ * two bytes each way) kept open while the test reads the counters. */
+static void tls_stats_entry(void *arg)
+{
+	struct tls_stats_run *r = arg;
+	struct corio_listener *l = NULL;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	struct corio_fiber *fa = NULL, *fm = NULL;
+	char addr[64], buf[2];
+	int ret = -1;
+
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_spawn(tls_stats_metrics, NULL, NULL, &fm), 0);
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	CHECK(corio_addr_format((struct sockaddr *)&ss, len, addr, sizeof(addr)) > 0);
+	CHECK_EQ(corio_tcp_connect(addr, &r->c), 0);
+	CHECK_EQ(corio_accept(l, &r->s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	CHECK_EQ(corio_spawn(tls_stats_accept, r, NULL, &fa), 0);
+	CHECK_EQ(corio_tls_connect(r->cctx, r->c, "localhost", &r->ct), 0);
+	CHECK_EQ(corio_join(fa, &ret), 0);
+	CHECK_EQ(ret, 0);
+	CHECK_EQ(corio_tls_write(r->ct, "hi", 2), 2);
+	CHECK_EQ(corio_tls_read(r->st, buf, 2), 2);
+	atomic_store(&r->ready, 1);
+	corio_sleep_ns(3600ull * 1000000000ull); /* until corio_stop() */
+	corio_tls_close(r->ct); /* cancelled: freed without waiting */
+	corio_tls_close(r->st);
+	corio_close(r->c);
+	corio_close(r->s);
+	corio_join(fm, NULL);
+}
+
+/* The tls group in the control socket's JSON and in /metrics: handshakes,
+ * sessions live, bytes, and the kTLS probe's answer, per shard and summed
+ * (ktls as a maximum), under the names docs/STATS.md gives. */
+Test(stats, tls_counters_in_json_and_metrics, .init = ctl_setup, .fini = ctl_teardown,
+     .timeout = 60)
+{
+	static const char req[] = "GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n";
+	static char buf[1 << 20];
+	struct corio_config cfg = th_cfg(2);
+	struct tls_stats_run r = { 0 };
+	char pem[128], key[128], line[128], why[200];
+	struct corio_tls_cert c = { pem, key };
+	struct corio_tls_cert_gen g = { .cert_file = pem, .key_file = key, .names = "localhost" };
+	struct corio_tls_ctx_opts so = { .flags = CORIO_TLS_SERVER, .certs = &c, .ncerts = 1 };
+	struct corio_tls_ctx_opts co = { .ca_file = pem };
+	struct corio_rt *rt;
+	int ktls = corio_tls_ktls_probe() == 1, before = th_fd_count(), fd;
+	uint64_t v;
+
+	snprintf(pem, sizeof(pem), "%s/cert.pem", ctl_dir);
+	snprintf(key, sizeof(key), "%s/key.pem", ctl_dir);
+	cr_assert_eq(corio_tls_cert_generate(&g), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_tls_ctx_new(&so, &r.sctx), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_tls_ctx_new(&co, &r.cctx), 0, "%s", corio_last_error());
+	metrics_pick_addr();
+	atomic_store(&metrics_ret, 0);
+	cfg.flags |= CORIO_F_NO_PIN;
+	cfg.control_path = ctl_path;
+	cr_assert_eq(corio_start(&cfg, tls_stats_entry, &r, &rt), 0, "%s", corio_last_error());
+	for (int i = 0; i < 20000 && !atomic_load(&r.ready); i++)
+		usleep(1000);
+	cr_assert(atomic_load(&r.ready), "the TLS sessions never opened");
+
+	fd = ctl_connect();
+	send_all(fd, "stats\n", 6);
+	read_until(fd, buf, sizeof(buf), "\n");
+	close(fd);
+	cr_assert_eq(tool_json_get(buf, NULL, NULL), 0, "bad JSON: %s", buf);
+	static const struct { const char *path; uint64_t want; } js[] = {
+		{ "per_shard.0.tls.handshakes", 2 },   { "per_shard.0.tls.sessions_live", 2 },
+		{ "per_shard.0.tls.bytes_in", 2 },     { "per_shard.0.tls.bytes_out", 2 },
+		{ "per_shard.0.tls.handshake_failed", 0 }, { "per_shard.1.tls.handshakes", 0 },
+		{ "totals.tls.handshakes", 2 },        { "totals.tls.sessions_live", 2 },
+		{ "totals.tls.resumed", 0 },
+	};
+	for (size_t i = 0; i < sizeof(js) / sizeof(js[0]); i++) {
+		cr_assert_eq(tool_json_get(buf, js[i].path, &v), 0, "no %s", js[i].path);
+		cr_assert_eq(v, js[i].want, "%s: %llu", js[i].path, (unsigned long long)v);
+	}
+	cr_assert_eq(tool_json_get(buf, "per_shard.1.tls.ktls", &v), 0);
+	cr_assert_eq(v, (uint64_t)ktls);
+	cr_assert_eq(tool_json_get(buf, "totals.tls.ktls", &v), 0);
+	cr_assert_eq(v, (uint64_t)ktls); /* a maximum, not a sum */
+
+	fd = metrics_connect();
+	send_all(fd, req, sizeof(req) - 1);
+	read_until(fd, buf, sizeof(buf), NULL);
+	close(fd);
+	cr_assert(!strncmp(buf, "HTTP/1.1 200 OK\r\n", 17), "'%.200s'", buf);
+	cr_assert(strstr(buf, "\r\n\r\n"));
+	cr_assert_gt(prom_check(strstr(buf, "\r\n\r\n") + 4, why, sizeof(why)), 100, "%s", why);
+	cr_assert(strstr(buf, "\ncorio_tls_handshakes_total{shard=\"0\"} 2\n"), "no handshakes");
+	cr_assert(strstr(buf, "\n# TYPE corio_tls_sessions_live gauge\n"));
+	cr_assert(strstr(buf, "\ncorio_tls_sessions_live{shard=\"0\"} 2\n"), "no sessions_live");
+	cr_assert(strstr(buf, "\ncorio_tls_bytes_in_total{shard=\"1\"} 0\n"));
+	snprintf(line, sizeof(line), "\ncorio_tls_ktls{shard=\"1\"} %d\n", ktls);
+	cr_assert(strstr(buf, line), "no %s", line + 1);
+
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0, "%s", corio_last_error());
+	cr_assert_eq(atomic_load(&th_failures), 0, "%s", th_msg);
+	cr_assert_eq(th_fd_count(), before);
+	corio_tls_ctx_free(r.sctx);
+	corio_tls_ctx_free(r.cctx);
+	unlink(pem);
+	unlink(key);
+}
+
+/* Every group is one object per shard and one in the totals: a group
+ * whose rows were split in the metric table (fs, around work) came out as
+ * two "fs" objects in each, and a JSON reader keeps only the last. */
+static void groups_entry(void *arg)
+{
+	static const char *const groups[] = { "loop", "ring", "fibers", "msg", "timer",
+					      "net", "tls", "ctl", "work", "fs" };
+	char *out = NULL, key[32];
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return;
+	CHECK_EQ(corio_stats_render(NULL, CORIO_STATS_JSON, &out, NULL), 0);
+	for (size_t i = 0; out && i < sizeof(groups) / sizeof(groups[0]); i++) {
+		int n = 0;
+
+		snprintf(key, sizeof(key), "\"%s\":{", groups[i]);
+		for (const char *p = out; (p = strstr(p, key)); p++)
+			n++;
+		CHECK_EQ(n, 2 + 1); /* two shards and the totals */
+	}
+	free(out);
+}
+
+Test(stats, json_groups_appear_once_per_object, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(2);
+
+	cfg.flags |= CORIO_F_NO_PIN;
+	th_run(&cfg, groups_entry, NULL);
+}

@@ -929,3 +929,490 @@ Test(tls, contexts_check_their_options)
 	cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EINVAL);
 	cr_assert(corio_tls_ktls_probe() >= 0);
 }
+
+/* ---- streams over TLS (corio_stream_tls) ---------------------------------------------- */
+
+/* A connected pair on this shard; with contexts, a TLS session on each end. */
+struct tpair {
+	struct corio_sock *s, *c;  /* the accepted (server) and connecting sockets */
+	struct corio_tls *st, *ct; /* their sessions, NULL on a plain pair */
+	struct corio_tls_ctx *sctx;
+};
+
+static int tpair_accept(void *arg)
+{
+	struct tpair *p = arg;
+
+	return corio_tls_accept(p->sctx, p->s, &p->st);
+}
+
+static void tpair_open(struct tpair *p, struct corio_tls_ctx *sctx, struct corio_tls_ctx *cctx)
+{
+	struct corio_listener *l = NULL;
+	struct corio_fiber *f = NULL;
+	char addr[64];
+	int ret = -1;
+
+	*p = (struct tpair){.sctx = sctx};
+	CHECK_EQ(listen_local(&l, addr, sizeof(addr)), 0);
+	CHECK_EQ(corio_tcp_connect(addr, &p->c), 0);
+	CHECK_EQ(corio_accept(l, &p->s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+	if (!sctx)
+		return;
+	CHECK_EQ(corio_spawn(tpair_accept, p, NULL, &f), 0);
+	CHECK_EQ(corio_tls_connect(cctx, p->c, "localhost", &p->ct), 0);
+	CHECK_EQ(corio_join(f, &ret), 0);
+	CHECK_EQ(ret, 0);
+}
+
+/* The server end as a stream: TLS when the pair has sessions, else plain. */
+static struct corio_stream *tpair_stream(struct tpair *p, unsigned flags)
+{
+	struct corio_stream_opts o = {.flags = flags};
+	struct corio_stream *st = NULL;
+
+	if (p->st)
+		CHECK_EQ(corio_stream_tls(p->st, &o, &st), 0);
+	else
+		CHECK_EQ(corio_stream_sock(p->s, &o, &st), 0);
+	return st;
+}
+
+/* The client end, raw: TLS calls on a TLS pair, socket calls on a plain one. */
+static ssize_t cli_write(struct tpair *p, const void *buf, size_t len)
+{
+	return p->ct ? corio_tls_write(p->ct, buf, len) : corio_send(p->c, buf, len);
+}
+
+static ssize_t cli_read(struct tpair *p, void *buf, size_t len)
+{
+	return p->ct ? corio_tls_read(p->ct, buf, len) : corio_recv(p->c, buf, len);
+}
+
+static void cli_close(struct tpair *p)
+{
+	if (p->ct)
+		corio_tls_close(p->ct); /* the peer may be gone: its error is no matter */
+	CHECK_EQ(corio_close(p->c), 0);
+}
+
+#define LINE_MAX_TEST 65536
+
+/* The protocol, written once on corio_stream_* calls: answer every line
+ * with "> " and the line, until end of stream; then the graceful close.
+ * 0, or the first error. */
+static int line_echo(struct corio_stream *st)
+{
+	const void *line;
+	ssize_t n;
+	int ret;
+
+	while ((n = corio_stream_read_until(st, '\n', LINE_MAX_TEST, &line)) > 0)
+		if (corio_stream_write(st, "> ", 2) != 2 ||
+		    corio_stream_write(st, line, (size_t)n) != n)
+			break;
+	ret = corio_stream_close(st);
+	return n < 0 ? (int)n : ret;
+}
+
+struct same {
+	struct corio_tls_ctx *sctx, *cctx;
+	char *in, *want, *got;
+	size_t in_len, want_len, got_len[2];
+	int server_ret[2];
+};
+
+struct same_srv {
+	struct corio_stream *st;
+	int ret;
+};
+
+static int same_server(void *arg)
+{
+	struct same_srv *v = arg;
+
+	v->ret = line_echo(v->st);
+	return 0;
+}
+
+/* One run of line_echo: over TLS when tls, else over the plain socket. */
+static void same_run(struct same *sm, int tls)
+{
+	/* pieces end inside lines, and one is longer than a TLS record
+	 * (16 KiB): every line is cut across records (each write is its own) */
+	static const size_t cuts[] = {3, 8, 13, 15, 20, 4000, 21000, 21021, 21023};
+	struct same_srv v = {0};
+	struct corio_fiber *f = NULL;
+	struct tpair p;
+	size_t at = 0, got = 0;
+	ssize_t n;
+
+	tpair_open(&p, tls ? sm->sctx : NULL, sm->cctx);
+	v.st = tpair_stream(&p, CORIO_STREAM_AUTOFLUSH);
+	CHECK_EQ(corio_spawn(same_server, &v, NULL, &f), 0);
+	for (size_t i = 0; i <= sizeof(cuts) / sizeof(cuts[0]); i++) {
+		size_t end = i < sizeof(cuts) / sizeof(cuts[0]) ? cuts[i] : sm->in_len;
+
+		CHECK_EQ(cli_write(&p, sm->in + at, end - at), (ssize_t)(end - at));
+		at = end;
+	}
+	if (p.ct) /* end of stream: close_notify on TLS, a FIN on TCP */
+		CHECK_EQ(corio_tls_shutdown(p.ct), 0);
+	else
+		CHECK_EQ(corio_shutdown_write(p.c), 0);
+	while (got < sm->want_len + 1 &&
+	       (n = cli_read(&p, sm->got + got, sm->want_len + 1 - got)) > 0)
+		got += (size_t)n;
+	CHECK_EQ(cli_read(&p, sm->got + got, 1), 0); /* the server's clean end */
+	cli_close(&p);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	sm->server_ret[tls] = v.ret;
+	sm->got_len[tls] = got;
+}
+
+static void same_entry(void *arg)
+{
+	struct same *sm = arg;
+	char *plain;
+
+	same_run(sm, 0);
+	plain = malloc(sm->got_len[0] + 1);
+	CHECK(plain != NULL);
+	memcpy(plain, sm->got, sm->got_len[0]);
+	same_run(sm, 1);
+	CHECK(sm->got_len[1] == sm->got_len[0] && !memcmp(plain, sm->got, sm->got_len[0]));
+	free(plain);
+}
+
+/* Issue 26: code written on a stream runs over TLS unchanged. line_echo
+ * runs over a plain socket and over TLS, with lines cut across TLS
+ * records and one line over a record; both answers are the same, byte for
+ * byte, and what the protocol says they should be. */
+Test(tls, the_same_stream_code_runs_over_plain_and_tls, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct same sm = {0};
+	size_t w = 0;
+
+	certs();
+	sm.sctx = server_ctx(srv_pem, srv_key);
+	sm.cctx = client_ctx(ca_pem, 0);
+	sm.in_len = 21020 + 14;
+	sm.in = malloc(sm.in_len);
+	sm.want = malloc(sm.in_len * 2);
+	sm.got = malloc(sm.in_len * 2);
+	cr_assert(sm.in && sm.want && sm.got);
+	memcpy(sm.in, "alpha\nbeta\n\ngamma-", 18);
+	memset(sm.in + 18, 'x', 21000);
+	memcpy(sm.in + 21018, "\nend\r\nlast-no-lf", sm.in_len - 21018);
+	for (size_t i = 0, start = 0; i < sm.in_len; i++)
+		if (sm.in[i] == '\n' || i + 1 == sm.in_len) {
+			memcpy(sm.want + w, "> ", 2);
+			memcpy(sm.want + w + 2, sm.in + start, i + 1 - start);
+			w += i + 3 - start;
+			start = i + 1;
+		}
+	sm.want_len = w;
+	th_run(&cfg, same_entry, &sm);
+	cr_assert_eq(sm.server_ret[0], 0, "plain: %d", sm.server_ret[0]);
+	cr_assert_eq(sm.server_ret[1], 0, "tls: %d", sm.server_ret[1]);
+	cr_assert_eq(sm.got_len[1], sm.want_len);
+	cr_assert(!memcmp(sm.got, sm.want, sm.want_len), "not the expected answer");
+	free(sm.in);
+	free(sm.want);
+	free(sm.got);
+	corio_tls_ctx_free(sm.sctx);
+	corio_tls_ctx_free(sm.cctx);
+}
+
+/* ---- the graceful close, an abort, a truncation, a deadline ------------------------------ */
+
+#define REPLY   (256u << 10)
+#define JUNK_IN (64u << 10)
+
+struct gclose {
+	struct corio_tls_ctx *sctx, *cctx;
+	struct tpair p;
+	struct corio_event closing; /* the server is closing: read now */
+	size_t got;
+	ssize_t end; /* the read that ended the reply: 0 or -errno */
+	int close_ret, write_ret;
+	uint64_t notify_before, notify_after;
+};
+
+/* The client's writer: a request, then bytes the server never reads. */
+static int gclose_writer(void *arg)
+{
+	struct gclose *g = arg;
+	char *junk = calloc(1, JUNK_IN);
+
+	memcpy(junk, "GET\n", 4);
+	g->write_ret = (int)corio_tls_write(g->p.ct, junk, JUNK_IN);
+	free(junk);
+	return 0;
+}
+
+static int gclose_reader(void *arg)
+{
+	struct gclose *g = arg;
+	char buf[16384];
+	ssize_t r;
+
+	CHECK_EQ(corio_event_wait(&g->closing), 0);
+	while ((r = corio_tls_read(g->p.ct, buf, sizeof(buf))) > 0)
+		g->got += (size_t)r;
+	g->end = r;
+	/* the client's close_notify: the server's drain ends at it */
+	CHECK_EQ(corio_tls_close(g->p.ct), 0);
+	return 0;
+}
+
+static void gclose_entry(void *arg)
+{
+	struct gclose *g = arg;
+	struct corio_fiber *fw = NULL, *fr = NULL;
+	struct corio_stream *st;
+	struct corio_tls_stats ts;
+	int sndbuf = REPLY * 2, rcvbuf = 64 << 10;
+	char *reply = calloc(1, REPLY);
+	const void *v;
+
+	corio_event_init(&g->closing);
+	tpair_open(&g->p, g->sctx, g->cctx);
+	/* the whole reply fits the server's send queue, the client's window a
+	 * part: without reading, most of it waits in the server */
+	CHECK_EQ(corio_setsockopt(g->p.s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
+	CHECK_EQ(corio_setsockopt(g->p.c, SOL_SOCKET, SO_RCVBUF, &rcvbuf, sizeof(rcvbuf)), 0);
+	st = tpair_stream(&g->p, 0);
+	CHECK_EQ(corio_spawn(gclose_writer, g, NULL, &fw), 0);
+	CHECK_EQ(corio_spawn(gclose_reader, g, NULL, &fr), 0);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v), 4);
+	CHECK_EQ(corio_stream_write(st, reply, REPLY), (ssize_t)REPLY);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &ts), 0);
+	g->notify_before = ts.notify_sent;
+	corio_event_set(&g->closing);
+	CHECK_EQ(corio_join(fw, NULL), 0); /* one writer at a time per session */
+	g->close_ret = corio_stream_close(st);
+	CHECK_EQ(corio_join(fr, NULL), 0);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &ts), 0);
+	g->notify_after = ts.notify_sent;
+	CHECK_EQ(corio_close(g->p.c), 0);
+	free(reply);
+}
+
+/* The graceful close over TLS: every byte of the last reply reaches the
+ * peer, then its end of stream is a close_notify (0, not an error), while
+ * bytes the server never read wait in its socket; the drain ends at the
+ * client's own close_notify, and the close returns 0. */
+Test(tls, stream_graceful_close_delivers_the_last_reply_and_close_notify, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct gclose g = {0};
+
+	certs();
+	g.sctx = server_ctx(srv_pem, srv_key);
+	g.cctx = client_ctx(ca_pem, 0);
+	cfg.net_recv_queue = 1; /* the junk stays in the kernel, unread */
+	th_run(&cfg, gclose_entry, &g);
+	cr_assert_eq(g.write_ret, (int)JUNK_IN);
+	cr_assert_eq(g.end, 0, "the client's read ended with %zd", g.end);
+	cr_assert_eq(g.got, REPLY);
+	cr_assert_eq(g.close_ret, 0);
+	/* the server's close_notify and the client's, both on this shard */
+	cr_assert_eq(g.notify_after, g.notify_before + 2);
+	corio_tls_ctx_free(g.sctx);
+	corio_tls_ctx_free(g.cctx);
+}
+
+struct cut {
+	struct corio_tls_ctx *sctx, *cctx;
+	ssize_t first, second, third, after_abort;
+	size_t buffered;
+	char err[256], got[16];
+};
+
+/* A truncation: the client sends a line and half of the next, then a TCP
+ * FIN with no close_notify. */
+static void truncate_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct corio_stream *st;
+	struct tpair p;
+	const void *v;
+
+	tpair_open(&p, c->sctx, c->cctx);
+	st = tpair_stream(&p, 0);
+	CHECK_EQ(corio_tls_write(p.ct, "line1\npart", 10), 10);
+	CHECK_EQ(corio_shutdown_write(p.c), 0);
+	c->first = corio_stream_read_until(st, '\n', 100, &v);
+	c->second = corio_stream_read_until(st, '\n', 100, &v);
+	snprintf(c->err, sizeof(c->err), "%s", corio_last_error());
+	c->third = corio_stream_read_until(st, '\n', 100, &v);
+	c->buffered = corio_stream_buffered(st);
+	CHECK_EQ(corio_stream_abort(st), 0);
+	cli_close(&p);
+}
+
+/* A TCP end without close_notify under a stream is an error from the
+ * read, every time, never end of stream, and the half line stays. */
+Test(tls, stream_read_of_a_truncated_connection_is_an_error_not_eof, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, truncate_entry, &c);
+	cr_assert_eq(c.first, 6);
+	cr_assert_eq(c.second, -ECONNABORTED, "%zd: %s", c.second, c.err);
+	cr_assert(strstr(c.err, "without close_notify"), "%s", c.err);
+	cr_assert_eq(c.third, -ECONNABORTED);
+	cr_assert_eq(c.buffered, 4);
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}
+
+/* An abort drops buffered writes and sends no close_notify: the peer gets
+ * what was flushed, then a truncation (-ECONNABORTED), not end of stream. */
+static void abort_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct corio_stream *st;
+	struct tpair p;
+	ssize_t n;
+	size_t got = 0;
+
+	tpair_open(&p, c->sctx, c->cctx);
+	st = tpair_stream(&p, 0);
+	CHECK_EQ(corio_stream_write(st, "sent\n", 5), 5);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_stream_write(st, "dropped\n", 8), 8);
+	CHECK_EQ(corio_stream_abort(st), 0);
+	while (got < sizeof(c->got) - 1 &&
+	       (n = corio_tls_read(p.ct, c->got + got, sizeof(c->got) - 1 - got)) > 0)
+		got += (size_t)n;
+	c->after_abort = corio_tls_read(p.ct, c->got + got, 1);
+	cli_close(&p);
+}
+
+Test(tls, stream_abort_sends_no_close_notify, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, abort_entry, &c);
+	cr_assert_str_eq(c.got, "sent\n");
+	cr_assert_eq(c.after_abort, -ECONNABORTED, "%zd", c.after_abort);
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}
+
+/* A deadline on a blocked stream read over TLS: -ETIMEDOUT, the bytes
+ * decrypted so far stay, and the next read returns the whole line. (And
+ * corio_stream_tls's refusals.) */
+static void deadline_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct corio_deadline d;
+	struct corio_stream *st;
+	struct corio_tls_stats ts;
+	struct corio_stream *other = NULL;
+	struct tpair p;
+	const void *v;
+
+	tpair_open(&p, c->sctx, c->cctx);
+	st = tpair_stream(&p, 0);
+	/* bad input: a NULL session, a session a stream owns already */
+	CHECK_EQ(corio_stream_tls(NULL, NULL, &other), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_stream_tls") != NULL);
+	CHECK_EQ(corio_stream_tls(p.st, NULL, &other), -EBUSY);
+	CHECK(other == NULL);
+	CHECK(corio_stream_transport(st) == p.st);
+	CHECK_EQ(corio_tls_write(p.ct, "hel", 3), 3);
+	CHECK_EQ(corio_stream_peek(st, 3, &v), 3); /* it has them, decrypted */
+	CHECK_EQ(corio_timeout_push(&d, 50 * 1000 * 1000), 0);
+	c->first = corio_stream_read_until(st, '\n', 100, &v);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	c->buffered = corio_stream_buffered(st);
+	CHECK_EQ(corio_tls_write(p.ct, "lo\n", 3), 3);
+	c->second = corio_stream_read_until(st, '\n', 100, &v);
+	if (c->second > 0)
+		memcpy(c->got, v, (size_t)c->second < sizeof(c->got) ? (size_t)c->second : 15);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &ts), 0);
+	CHECK_EQ(ts.sessions_live, 2);
+	CHECK_EQ(corio_tls_close(p.ct), 0);
+	c->third = corio_stream_read_until(st, '\n', 100, &v); /* close_notify: 0 */
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_close(p.c), 0);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &ts), 0);
+	CHECK_EQ(ts.sessions_live, 0);
+}
+
+Test(tls, stream_read_deadline_keeps_the_decrypted_bytes, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, deadline_entry, &c);
+	cr_assert_eq(c.first, -ETIMEDOUT);
+	cr_assert_eq(c.buffered, 3);
+	cr_assert_eq(c.second, 6);
+	cr_assert_str_eq(c.got, "hello\n");
+	cr_assert_eq(c.third, 0);
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}
+
+/* ---- the census: a TLS stream never closed ------------------------------------------------ */
+
+static void stream_leak_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct corio_stream *st;
+	struct tpair p;
+
+	tpair_open(&p, c->sctx, c->cctx);
+	st = tpair_stream(&p, 0);
+	CHECK_EQ(corio_stream_write(st, "x", 1), 1); /* holds its write buffer */
+	cli_close(&p);
+	/* st, its session and its socket are never closed */
+}
+
+static int stream_leak_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret = corio_run(&cfg, stream_leak_entry, arg);
+
+	if (atomic_load(&th_failures)) {
+		fprintf(stderr, "%s\n", th_msg);
+		return 2;
+	}
+	if (ret != -EBUSY || !strstr(corio_last_error(), "1 streams never closed") ||
+	    !strstr(corio_last_error(), "1 TLS sessions never closed")) {
+		fprintf(stderr, "corio_run: %d (%s)\n", ret, corio_last_error());
+		return 1;
+	}
+	return 0;
+}
+
+/* Both censuses see a TLS stream nobody closed: the stream's (net) and the
+ * session's (tls). In a child: the stream's memory goes with the process. */
+Test(tls, census_counts_a_tls_stream_never_closed, .timeout = 60)
+{
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_child_ok(stream_leak_child, &c, 30000, "a leaked TLS stream");
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}

@@ -2,7 +2,8 @@
 /*
  * tls/internal.h - the TLS area: contexts (tls/ctx.c), sessions and their
  * record pump (tls/session.c), certificate generation (tls/cert.c) and the
- * per-shard part with its client session cache and counters (tls/shard.c).
+ * per-shard part with its client session cache and counters (tls/shard.c),
+ * and the stream transport over a session (tls/stream.c).
  *
  * tls sits above net and below ctl: it uses net's public calls (corio_recv,
  * corio_send_ex, corio_sock_peer_addr) and core's internals (errors,
@@ -70,6 +71,8 @@ struct corio_tls {
 	bool net_eof;              /* the socket said end of stream */
 	bool flushing;             /* a fiber is sending the pair's output */
 	bool counted;              /* in the part's sessions_live */
+	bool in_stream;            /* a stream owns it (tls/stream.c) */
+	bool stream_shut;          /* that stream's close asked for close_notify */
 	char cache_key[80];        /* client: "host:port", "" when uncached */
 };
 

@@ -8,7 +8,8 @@
  * gathered into one send with an explicit flush; a close that does not lose
  * the last reply to a reset. The transport is a small ops table, so code
  * written on a stream runs unchanged on any transport: the plain one here
- * wraps a corio socket (corio_stream_sock); TLS will be another.
+ * wraps a corio socket (corio_stream_sock); corio_stream_tls (corio/tls.h)
+ * puts one on a TLS session.
  *
  * Views. The read calls return a pointer (*view) to the bytes instead of
  * copying them out. A view is valid until the next read call on the stream

@@ -161,6 +161,36 @@ CORIO_API int corio_tls_shutdown(struct corio_tls *t);
  */
 CORIO_API int corio_tls_close(struct corio_tls *t);
 
+/* ---- as a stream ------------------------------------------------------------ */
+
+struct corio_stream;      /* corio/stream.h */
+struct corio_stream_opts;
+
+/*
+ * A buffered stream (corio/stream.h) over the session t, so code written on
+ * corio_stream_* runs over TLS unchanged. The stream takes t and its socket
+ * (corio_tls_sock) as corio_stream_sock takes a socket: on success it owns
+ * both and the caller must not use either directly again; on failure both
+ * stay the caller's. corio_stream_transport() returns t (for corio_tls_alpn
+ * and the like). The transport copies: reads decrypt into the stream's own
+ * buffer (no zero-copy views), writes are corio_tls_writev.
+ * What the TLS rules mean on a stream:
+ *   - end of stream (0) is the peer's close_notify; a TCP end without it is
+ *     -ECONNABORTED from the read call, never end of stream, with the bytes
+ *     already buffered kept;
+ *   - corio_stream_close flushes, sends close_notify (the write side's
+ *     shutdown), drains until the peer's close_notify, then frees the
+ *     session and closes the socket; a peer that ends TCP without its own
+ *     close_notify makes it return -ECONNABORTED (the data went out; the
+ *     peer's end was not clean);
+ *   - corio_stream_abort sends no close_notify: buffered writes are dropped,
+ *     so the peer reads -ECONNABORTED, not a clean end.
+ * 0 and *out, -EINVAL (NULL t, bad opts), -EBUSY (a stream owns t already),
+ * -ENOMEM, -EPERM (another shard's session). Does not block.
+ */
+CORIO_API int corio_stream_tls(struct corio_tls *t, const struct corio_stream_opts *opts,
+			       struct corio_stream **out);
+
 /* ---- details -------------------------------------------------------------- */
 
 /* The ALPN protocol agreed (not terminated; *len its length), or NULL. */
