@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * ctl/metrics.c - HTTP GET /metrics (Prometheus text) on a TCP address
- * (corio_metrics_serve), served with the public socket API in daemon fibers
- * like the control socket (ctl/control.c): each request is bounded by a
- * deadline, requests are capped in size, and at most a few are served at a
- * time.
+ * (corio_metrics_serve), served in daemon fibers like the control socket
+ * (ctl/control.c), each connection on a buffered stream (corio/stream.h):
+ * the head is read a line at a time, the answer goes out in one write and
+ * the close is graceful. Each request is bounded by a deadline, requests
+ * are capped in size, and at most a few are served at a time.
  */
 #include "ctl/internal.h"
 
@@ -15,6 +16,8 @@
 
 #define MAX_REQUESTS 16 /* slots: requests served at once */
 #define LIMIT_NS 5000000000ull /* a whole request must arrive within it; so must the answer */
+#define REQ_MAX 4095 /* a request head's bytes; past them: 431 */
+#define LINGER_NS 1000000000ull /* the graceful close waits this long for the client */
 
 /*
  * When every slot is taken, a new connection takes the slot of the one that
@@ -85,7 +88,8 @@ static bool evict_oldest(struct metrics_srv *m)
 	return true;
 }
 
-static int http_reply(struct corio_sock *c, const char *status, const char *ctype,
+/* The head and the body in one write (the body not copied). */
+static int http_reply(struct corio_stream *st, const char *status, const char *ctype,
 		      const char *body, size_t len)
 {
 	char head[256];
@@ -93,16 +97,31 @@ static int http_reply(struct corio_sock *c, const char *status, const char *ctyp
 			 "HTTP/1.1 %s\r\nContent-Type: %s\r\nContent-Length: %zu\r\n"
 			 "Connection: close\r\n\r\n",
 			 status, ctype, len);
-	ssize_t r = corio_send(c, head, (size_t)n);
+	struct iovec iov[2] = { { head, (size_t)n }, { (void *)body, len } };
+	ssize_t r = corio_stream_writev(st, iov, len ? 2 : 1);
 
-	if (r >= 0 && len)
-		r = corio_send(c, body, len);
 	return r < 0 ? (int)r : 0;
 }
 
-/* Read one request within the limit: its status line, or NULL when the
- * connection ended, failed, ran out of time or was evicted first. */
-static const char *read_request(struct corio_sock *c, char *req, size_t cap)
+/* The status of a complete request whose request line is line. */
+static const char *route(const char *line)
+{
+	const char *path = line + (line[0] == 'G' ? 4 : 5);
+
+	if (strncmp(line, "GET ", 4) && strncmp(line, "HEAD ", 5))
+		return "405 Method Not Allowed";
+	if (!strncmp(path, "/metrics ", 9) || !strncmp(path, "/metrics?", 9))
+		return "200 OK";
+	return "404 Not Found";
+}
+
+/*
+ * Read one request head within the limit, a line at a time up to its empty
+ * line, REQ_MAX bytes in all; its request line is copied to line. The
+ * status, or NULL when the connection ended, failed, ran out of time or
+ * was evicted first.
+ */
+static const char *read_request(struct corio_stream *st, char *line, size_t cap)
 {
 	struct corio_deadline d;
 	const char *status = NULL;
@@ -112,34 +131,30 @@ static const char *read_request(struct corio_sock *c, char *req, size_t cap)
 	 * that trickles a byte at a time is held to the limit as surely as a
 	 * silent one (the control socket does the same per line) */
 	corio_timeout_push(&d, LIMIT_NS);
-	for (;;) {
-		ssize_t n = corio_recv(c, req + have, cap - 1 - have);
+	line[0] = '\0';
+	while (!status) {
+		const void *v = NULL;
+		ssize_t n = have < REQ_MAX ? corio_stream_read_until(st, '\n', REQ_MAX - have, &v)
+					   : -EMSGSIZE;
+		const char *p = v;
 
-		if (n <= 0)
-			break;
-		have += (size_t)n;
-		req[have] = '\0';
-		if (strstr(req, "\r\n\r\n") || strstr(req, "\n\n")) {
-			status = "";
-			break;
-		}
-		if (have == cap - 1) {
+		if (n == -EMSGSIZE)
 			status = "431 Request Header Fields Too Large";
-			break;
-		}
+		if (n <= 0 || p[n - 1] != '\n')
+			break; /* ended before the head did, failed, timed out, evicted */
+		if (!have)
+			snprintf(line, cap, "%.*s", (int)n, p);
+		have += (size_t)n;
+		if (n == 1 || (n == 2 && p[0] == '\r')) /* the empty line: the head is whole */
+			status = route(line);
 	}
 	corio_deadline_pop(&d);
-	if (!status || *status)
-		return status;
-	if (strncmp(req, "GET ", 4) && strncmp(req, "HEAD ", 5))
-		return "405 Method Not Allowed";
-	if (!strncmp(req + (req[0] == 'G' ? 4 : 5), "/metrics ", 9) ||
-	    !strncmp(req + (req[0] == 'G' ? 4 : 5), "/metrics?", 9))
-		return "200 OK";
-	return "404 Not Found";
+	return status;
 }
 
-static void answer(struct corio_sock *c, const char *status, bool head)
+/* Answer, then close gracefully (the client reads the answer, not a reset,
+ * even when it sent more than the head), all within the limit. */
+static void answer(struct corio_stream *st, const char *status, bool head)
 {
 	struct corio_deadline d;
 
@@ -149,30 +164,39 @@ static void answer(struct corio_sock *c, const char *status, bool head)
 		size_t len;
 
 		if (corio_stats_render(NULL, CORIO_STATS_PROM, &out, &len) == 0) {
-			http_reply(c, status, "text/plain; version=0.0.4; charset=utf-8", out,
+			http_reply(st, status, "text/plain; version=0.0.4; charset=utf-8", out,
 				   head ? 0 : len);
 			free(out);
 		} else {
-			http_reply(c, "500 Internal Server Error", "text/plain", "", 0);
+			http_reply(st, "500 Internal Server Error", "text/plain", "", 0);
 		}
 	} else {
-		http_reply(c, status, "text/plain", status, strlen(status));
+		http_reply(st, status, "text/plain", status, strlen(status));
 	}
+	corio_stream_close(st);
 	corio_deadline_pop(&d);
 }
 
 static int http_fiber(void *arg)
 {
 	struct http_client *cl = arg;
-	struct corio_sock *c = cl->c;
-	char req[4096];
-	const char *status = read_request(c, req, sizeof(req));
+	struct corio_stream_opts so = { .max_frame = REQ_MAX, .linger_ns = LINGER_NS };
+	struct corio_stream *st;
+	char line[256];
+	const char *status = NULL;
 
+	if (corio_stream_sock(cl->c, &so, &st) == 0) {
+		status = read_request(st, line, sizeof(line));
+	} else {
+		corio_close(cl->c);
+		st = NULL;
+	}
 	/* complete or not, it no longer waits for its request: not evictable */
 	corio__list_del(&cl->link);
-	if (status && !cl->evicted)
-		answer(c, status, req[0] == 'H');
-	corio_close(c);
+	if (st && status && !cl->evicted)
+		answer(st, status, line[0] == 'H');
+	else if (st)
+		corio_stream_abort(st);
 	client_end(cl);
 	return 0;
 }

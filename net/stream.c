@@ -42,6 +42,7 @@
 #define STREAM_LIMIT             ((size_t)1 << 30)
 #define STREAM_LINGER_DEFAULT    (5ull * 1000 * 1000 * 1000)
 #define STREAM_RB_MIN            ((size_t)4096)
+#define STREAM_RB_KEEP           ((size_t)1 << 20) /* an empty read buffer above it is freed */
 #define STREAM_IOV               16 /* writev entries gathered with the buffer */
 
 struct corio_stream {
@@ -122,11 +123,21 @@ static void cur_release(struct corio_stream *st)
 }
 
 /* A spent lent buffer goes back at the start of the next read call (the
- * last view may have pointed into it until now). */
+ * last view may have pointed into it until now). So does an empty read
+ * buffer that one big frame grew past STREAM_RB_KEEP: a connection that
+ * once sent a large frame does not keep its memory for the rest of its
+ * life (the next large frame grows it again). */
 static void release_spent(struct corio_stream *st)
 {
 	if (st->has_cur && st->coff == st->cur.len)
 		cur_release(st);
+	if (st->rcap > STREAM_RB_KEEP && !rb_len(st)) {
+		st->net->stream_bytes -= st->rcap;
+		free(st->rb);
+		st->rb = NULL;
+		st->rcap = st->rhead = st->rtail = 0;
+		st->stats.rbuf_size = 0;
+	}
 }
 
 /* Room in rb for `more` bytes past rtail, with rb's unread + more <=

@@ -1004,6 +1004,69 @@ Test(stats, metrics_silent_connections_cannot_lock_out_a_scraper, .timeout = 60)
 	cr_assert_eq(th_fd_count(), before);
 }
 
+/*
+ * /metrics answers its statuses, and the answer survives bytes the server
+ * never reads: a request with 64 KiB behind its head, from a client with a
+ * small receive buffer that reads late, gets the whole answer, then end of
+ * stream (the close is graceful: shutdown, drain, close). Before, the close
+ * with unread bytes sent a reset that destroyed the queued answer.
+ */
+Test(stats, metrics_statuses_and_answer_not_lost_to_a_reset, .timeout = 60)
+{
+	static const char *const reqs[][2] = {
+		{ "POST /metrics HTTP/1.1\r\n\r\n", "HTTP/1.1 405 " },
+		{ "GET /nothing HTTP/1.1\r\n\n", "HTTP/1.1 404 " },
+		{ "HEAD /metrics HTTP/1.0\r\nHost: x\r\n\r\n", "HTTP/1.1 200 OK\r\n" },
+	};
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	static char buf[1 << 20];
+	char *junk = calloc(1, 64 << 10);
+	int fd, rcv = 4096, before = th_fd_count();
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct pollfd pfd;
+	const char *cl;
+	size_t n;
+
+	metrics_pick_addr();
+	atomic_store(&metrics_ret, 0);
+	cfg.flags |= CORIO_F_NO_PIN;
+	cr_assert_eq(corio_start(&cfg, metrics_entry, NULL, &rt), 0, "%s", corio_last_error());
+	for (size_t i = 0; i < sizeof(reqs) / sizeof(reqs[0]); i++) {
+		fd = metrics_connect();
+		send_all(fd, reqs[i][0], strlen(reqs[i][0]));
+		read_until(fd, buf, sizeof(buf), NULL);
+		cr_assert(!strncmp(buf, reqs[i][1], strlen(reqs[i][1])), "'%s': '%.100s'", reqs[i][0],
+			  buf);
+		close(fd);
+	}
+	memset(junk, 'j', 64 << 10);
+	memcpy(junk, "X: ", 3);
+	sa.sin_port = htons((uint16_t)atoi(strchr(metrics_addr, ':') + 1));
+	fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	cr_assert_geq(fd, 0);
+	/* before connect, so the window it offers is small from the start */
+	cr_assert_eq(setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof(rcv)), 0);
+	cr_assert_eq(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0, "%s", strerror(errno));
+	send_all(fd, "GET /metrics HTTP/1.1\r\n\r\n", 25);
+	send_all(fd, junk, 64 << 10);
+	/* let the server finish with it first: a reset shows at once, a
+	 * graceful close only after the linger (it stays bounded either way) */
+	pfd = (struct pollfd){ .fd = fd, .events = POLLRDHUP };
+	poll(&pfd, 1, 3000);
+	n = read_until(fd, buf, sizeof(buf), NULL);
+	cl = strstr(buf, "Content-Length: ");
+	cr_assert(cl && strstr(buf, "\r\n\r\n"), "no head: '%.100s'", buf);
+	cr_assert_eq(n, (size_t)(strstr(buf, "\r\n\r\n") + 4 - buf) + strtoul(cl + 16, NULL, 10),
+		     "the answer was cut (%zu bytes)", n);
+	close(fd);
+	free(junk);
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	cr_assert_eq(atomic_load(&metrics_ret), -ECANCELED);
+	cr_assert_eq(th_fd_count(), before);
+}
+
 /* The abstract namespace has no file mode: the server checks SO_PEERCRED
  * and answers only its own user (and root). A child that became "nobody"
  * is refused with a message; this process is served. */

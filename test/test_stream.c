@@ -255,6 +255,62 @@ static void exact_entry(void *arg)
 	free(big);
 }
 
+struct big_send {
+	struct corio_sock *c;
+	const char *p;
+	size_t n;
+};
+
+static int send_big_then_line(void *arg)
+{
+	struct big_send *b = arg;
+
+	CHECK_EQ(corio_send(b->c, b->p, b->n), (ssize_t)b->n);
+	CHECK_EQ(corio_send(b->c, "x\n", 2), 2);
+	return 0;
+}
+
+/* A read buffer one big frame grew past 1 MiB is given back once empty:
+ * a connection that sent one large frame does not keep the memory (it
+ * used to stay at its largest for the stream's life). */
+static void shrink_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .max_frame = 4 << 20 };
+	struct corio_stream_stats ss;
+	struct corio_fiber *f = NULL;
+	struct big_send b;
+	size_t n = 3 << 20;
+	char *big = malloc(n);
+	const void *v;
+
+	(void)arg;
+	memset(big, 'b', n);
+	pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
+	b = (struct big_send){ c, big, n };
+	CHECK_EQ(corio_spawn(send_big_then_line, &b, NULL, &f), 0);
+	CHECK_EQ(corio_stream_read_exact(st, n, &v), (ssize_t)n); /* spans many buffers */
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	CHECK(ss.rbuf_size >= n);
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 2);
+	CHECK(memcmp(v, "x\n", 2) == 0);
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	CHECK_EQ(ss.rbuf_size, 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	free(big);
+}
+
+Test(stream, big_read_buffer_given_back_when_empty, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, shrink_entry, NULL);
+}
+
 Test(stream, read_exact_peek_consume, .timeout = 30)
 {
 	struct corio_config cfg = th_cfg(1);

@@ -95,7 +95,9 @@ struct corio_stream_opts {
 	/* Longest frame read_until, read_exact and peek may ask for (their
 	 * max / n): 1..1 GiB, 0: 64 KiB. The read buffer grows on demand up
 	 * to this (it is only used for frames that span received buffers, or
-	 * on a transport without read_buf), so memory per stream stays bounded. */
+	 * on a transport without read_buf), so memory per stream stays bounded;
+	 * grown past 1 MiB, it is freed at the next read call that finds it
+	 * empty. */
 	size_t max_frame;
 	/* The write buffer, allocated at the first buffered write: 1..1 GiB,
 	 * 0: 16 KiB. */
