@@ -243,4 +243,22 @@ static inline int th_fork_bounded(int (*fn)(void *), void *arg, unsigned timeout
 			  "%s: child ended with status 0x%x", (what), th_st);             \
 	} while (0)
 
+/* A connected TCP pair on this shard: *srv accepted, *cli connected (both
+ * NULL first; a failed step is a CHECK failure). */
+static inline void th_tcp_pair(struct corio_sock **srv, struct corio_sock **cli)
+{
+	struct corio_listener *l = NULL;
+	struct sockaddr_storage ss;
+	socklen_t len = sizeof(ss);
+	char addr[64];
+
+	*srv = *cli = NULL;
+	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
+	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
+	CHECK(corio_addr_format((struct sockaddr *)&ss, len, addr, sizeof(addr)) > 0);
+	CHECK_EQ(corio_tcp_connect(addr, cli), 0);
+	CHECK_EQ(corio_accept(l, srv), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
 #endif

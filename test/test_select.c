@@ -16,20 +16,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-static void tcp_pair(struct corio_sock **srv, struct corio_sock **cli)
-{
-	struct corio_listener *l = NULL;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	char addr[64];
-
-	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
-	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
-	CHECK(corio_addr_format((struct sockaddr *)&ss, len, addr, sizeof(addr)) > 0);
-	CHECK_EQ(corio_tcp_connect(addr, cli), 0);
-	CHECK_EQ(corio_accept(l, srv), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
-}
 
 /* No stand-in of a finished select is left on the objects' queues. */
 static void check_no_waiters(struct corio_chan *c, struct corio_timer *t)
@@ -66,7 +52,7 @@ static void arrangements_entry(void *arg)
 	ssize_t n;
 
 	(void)arg;
-	tcp_pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	corio_timer_init(&t, NULL, NULL);
 	CHECK_EQ(corio_chan_init(&ch, sizeof(int), 4), 0);
 
@@ -407,7 +393,7 @@ static void cancel_entry(void *arg)
 	int v = 0;
 
 	(void)arg;
-	tcp_pair(&b.s, &c);
+	th_tcp_pair(&b.s, &c);
 	CHECK_EQ(corio_chan_init(&b.ch, sizeof(int), 2), 0);
 	corio_timer_init(&b.t, NULL, NULL);
 	CHECK_EQ(corio_timer_arm_in(&b.t, 60ull * 1000000000, 0), 0);
@@ -557,7 +543,7 @@ static void kinds_entry(void *arg)
 	CHECK_EQ(corio_select(w, 2), 0);
 
 	/* end of stream on a socket: res 0; closed channel: -EPIPE */
-	tcp_pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_spawn(close_later, c, NULL, &f), 0);
 	corio_sel_recv(&w[0], s, buf, sizeof(buf));
 	CHECK_EQ(corio_select(w, 1), 0);

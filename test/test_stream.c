@@ -15,22 +15,6 @@
 
 /* ---- helpers ------------------------------------------------------------------ */
 
-/* A connected pair on this shard: *srv accepted, *cli connected. */
-static void pair(struct corio_sock **srv, struct corio_sock **cli)
-{
-	struct corio_listener *l = NULL;
-	struct sockaddr_storage ss;
-	socklen_t len = sizeof(ss);
-	char addr[64];
-
-	*srv = *cli = NULL;
-	CHECK_EQ(corio_tcp_listen("127.0.0.1:0", NULL, &l), 0);
-	CHECK_EQ(corio_listener_addr(l, &ss, &len), 0);
-	CHECK(corio_addr_format((struct sockaddr *)&ss, len, addr, sizeof(addr)) > 0);
-	CHECK_EQ(corio_tcp_connect(addr, cli), 0);
-	CHECK_EQ(corio_accept(l, srv), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
-}
 
 static uint64_t bytes_in(struct corio_stream *st)
 {
@@ -84,7 +68,7 @@ static void read_lines(const size_t *cuts, int ncuts, struct corio_stream_stats 
 	const void *v;
 	ssize_t r;
 
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
 	sd = (struct sender){ c, st, lines_in, sizeof(lines_in) - 1, cuts, ncuts };
 	CHECK_EQ(corio_spawn(send_pieces, &sd, NULL, &f), 0);
@@ -144,7 +128,7 @@ static void zero_copy_entry(void *arg)
 	const void *v[3];
 
 	(void)arg;
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
 	CHECK_EQ(corio_send(c, "one\ntwo\nthree\n", 14), 14);
 	CHECK_EQ(corio_stream_read_until(st, '\n', 100, &v[0]), 4);
@@ -179,7 +163,7 @@ static void too_long_entry(void *arg)
 	const void *v;
 
 	(void)arg;
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
 	/* in one buffer */
 	CHECK_EQ(corio_send(c, "0123456789abcdefXYZ\nok\n", 23), 23);
@@ -227,7 +211,7 @@ static void exact_entry(void *arg)
 	(void)arg;
 	for (size_t i = 0; i < n; i++)
 		big[i] = (char)(i * 7 + (i >> 9));
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
 	memcpy(hdr, &(uint32_t){ (uint32_t)n }, 4);
 	CHECK_EQ(corio_send(c, hdr, 4), 4);
@@ -287,7 +271,7 @@ static void shrink_entry(void *arg)
 
 	(void)arg;
 	memset(big, 'b', n);
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
 	b = (struct big_send){ c, big, n };
 	CHECK_EQ(corio_spawn(send_big_then_line, &b, NULL, &f), 0);
@@ -353,7 +337,7 @@ static void write_entry(void *arg)
 	(void)arg;
 	for (size_t i = 0; i < 5000; i++)
 		piece[i] = (char)('a' + i % 26);
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	d.c = c;
 	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
 	CHECK_EQ(corio_spawn(collect, &d, NULL, &f), 0);
@@ -446,7 +430,7 @@ static void close_case(bool graceful, struct close_case *cc)
 
 	*cc = (struct close_case){ 0 };
 	corio_event_init(&cc->closing);
-	pair(&s, &cc->c);
+	th_tcp_pair(&s, &cc->c);
 	/* the whole reply fits the server's send queue, the client's window a
 	 * part: without reading, most of it waits in the server */
 	CHECK_EQ(corio_setsockopt(s, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
@@ -518,7 +502,7 @@ static void keep_entry(void *arg)
 	const void *v;
 
 	(void)arg;
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
 	/* a deadline: the partial line stays */
 	CHECK_EQ(corio_send(c, "part", 4), 4);
@@ -590,7 +574,7 @@ static void copy_entry(void *arg)
 	char buf[64];
 
 	(void)arg;
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_new(&copy_ops, s, &o, &st), 0);
 	CHECK(corio_stream_transport(st) == s);
 	CHECK_EQ(corio_send(c, "hello world\nthis line is far too long\nabc", 41), 41);
@@ -627,7 +611,7 @@ static void bad_entry(void *arg)
 	const void *v;
 
 	(void)arg;
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EINVAL_NAMES(corio_stream_sock(s, &o, &st), "corio_stream_new");
 	o = (struct corio_stream_opts){ .reserved = { 1 } };
 	CHECK_EINVAL_NAMES(corio_stream_sock(s, &o, &st), "corio_stream_new");
@@ -662,7 +646,7 @@ static void leak_entry(void *arg)
 	struct corio_stream *st = NULL;
 
 	(void)arg;
-	pair(&s, &c);
+	th_tcp_pair(&s, &c);
 	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
 	CHECK_EQ(corio_stream_write(st, "x", 1), 1); /* holds its write buffer */
 	CHECK_EQ(corio_close(c), 0);
