@@ -73,7 +73,7 @@ int corio_fs_stats_get(struct corio_rt *rt, unsigned shard, struct corio_fs_stat
 
 	rt = corio__rt_or_own(rt);
 	if (!rt)
-		return -EPERM;
+		return corio__error(-EPERM, "corio_fs_stats_get: rt is NULL off a shard");
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return corio__error(-EINVAL, "corio_fs_stats_get: %s", out ? "no such shard" : "out is NULL");
 	fs = __atomic_load_n(&rt->shards[shard]->parts[CORIO__PART_FS], __ATOMIC_ACQUIRE);

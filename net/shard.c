@@ -304,7 +304,7 @@ int corio_net_stats_get(struct corio_rt *rt, unsigned shard, struct corio_net_st
 
 	rt = corio__rt_or_own(rt);
 	if (!rt)
-		return -EPERM;
+		return corio__error(-EPERM, "corio_net_stats_get: rt is NULL off a shard");
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return corio__error(-EINVAL, "corio_net_stats_get: %s",
 				    out ? "no such shard" : "out is NULL");

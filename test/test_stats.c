@@ -475,6 +475,43 @@ Test(stats, getters_copy_zeros_before_their_area_starts, .timeout = 30)
 	}
 }
 
+/* Off a shard with rt NULL, every getter refuses with -EPERM and says which
+ * getter and why (corio_net/fs/tls_stats_get returned a bare -EPERM, so the
+ * previous, unrelated message showed). */
+Test(stats, getters_off_a_shard_without_rt_name_themselves)
+{
+	struct corio_stats st;
+	struct corio_timer_stats ts;
+	struct corio_net_stats ns;
+	struct corio_fs_stats fs;
+	struct corio_work_stats ws;
+	struct corio_tls_stats tl;
+	struct corio_msg_stats ms;
+	struct {
+		const char *name;
+		int ret;
+	} r[] = {
+		{ "corio_stats_get", corio_stats_get(NULL, 0, &st) },
+		{ "corio_timer_stats_get", corio_timer_stats_get(NULL, 0, &ts) },
+		{ "corio_net_stats_get", corio_net_stats_get(NULL, 0, &ns) },
+		{ "corio_fs_stats_get", corio_fs_stats_get(NULL, 0, &fs) },
+		{ "corio_work_stats_get", corio_work_stats_get(NULL, 0, &ws) },
+		{ "corio_tls_stats_get", corio_tls_stats_get(NULL, 0, &tl) },
+		{ "corio_msg_stats_get", corio_msg_stats_get(NULL, 0, 0, &ms) },
+	};
+
+	for (size_t i = 0; i < sizeof(r) / sizeof(r[0]); i++) {
+		cr_expect_eq(r[i].ret, -EPERM, "%s: %d", r[i].name, r[i].ret);
+	}
+	/* each call's message replaces the last: check them one at a time */
+	cr_expect_eq(corio_net_stats_get(NULL, 0, &ns), -EPERM);
+	cr_expect(strstr(corio_last_error(), "corio_net_stats_get") != NULL, "%s", corio_last_error());
+	cr_expect_eq(corio_fs_stats_get(NULL, 0, &fs), -EPERM);
+	cr_expect(strstr(corio_last_error(), "corio_fs_stats_get") != NULL, "%s", corio_last_error());
+	cr_expect_eq(corio_tls_stats_get(NULL, 0, &tl), -EPERM);
+	cr_expect(strstr(corio_last_error(), "corio_tls_stats_get") != NULL, "%s", corio_last_error());
+}
+
 Test(stats, hist_buckets)
 {
 	cr_assert_eq(corio_stats_hist_bucket_ns(0), 256);

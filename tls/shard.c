@@ -159,7 +159,7 @@ int corio_tls_stats_get(struct corio_rt *rt, unsigned shard, struct corio_tls_st
 
 	rt = corio__rt_or_own(rt);
 	if (!rt)
-		return -EPERM;
+		return corio__error(-EPERM, "corio_tls_stats_get: rt is NULL off a shard");
 	if (!out || shard >= rt->nshards || !rt->shards[shard])
 		return corio__error(-EINVAL, "corio_tls_stats_get: %s",
 				    out ? "no such shard" : "out is NULL");
