@@ -145,6 +145,7 @@ struct corio_sock {
 	bool wr_shut;          /* corio_shutdown_write done */
 	int32_t serr;          /* the first send error, sticky */
 	uint16_t sq_count;     /* records queued (at most cap.send) */
+	uint16_t sq_owned;     /* of those, corio_send_owned ones: no ring buffer */
 	struct corio_waitq swq;      /* fibers waiting for the queue to drain */
 	struct corio_waitq sroom;    /* corio_send_buf callers waiting for room */
 	struct corio__link send_link; /* on net->sending while queued */

@@ -180,7 +180,9 @@ static struct corio__slice *slice_get(struct corio__net *n)
 
 /*
  * The shard-wide receive budget (corio__sock_arm). A stream socket holds
- * the buffers queued on it unread and its queued sends. One that holds
+ * the buffers queued on it unread and its queued corio_send_buf records
+ * (corio_send_owned records hold the caller's memory, not the ring's, and
+ * count for nothing). One that holds
  * none may always take one buffer (its receive is armed for one buffer's
  * worth: from the reserve, a single shot, once the ring is down to it). One
  * that holds some is armed only while the ring has more free than the
@@ -191,7 +193,7 @@ static struct corio__slice *slice_get(struct corio__net *n)
  */
 static unsigned holds(const struct corio_sock *s)
 {
-	return (unsigned)s->qcount + s->sq_count;
+	return (unsigned)s->qcount + s->sq_count - s->sq_owned;
 }
 
 static unsigned ring_reserve(const struct corio__net *n, const struct corio__bufring *b)

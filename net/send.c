@@ -169,6 +169,7 @@ static void srec_pop(struct corio_sock *s, int32_t res, struct srec_fin *fin)
 		s->sq_tail = NULL;
 	s->sq_count--;
 	if (r->owned) {
+		s->sq_owned--;
 		r->res = res;
 		r->next = NULL;
 		*fin->tail = r;
@@ -282,6 +283,7 @@ static void srec_queue(struct corio_sock *s, struct corio__srec *r)
 
 	r->next = NULL;
 	s->sq_count++;
+	s->sq_owned += r->owned;
 	if (s->sq_tail) {
 		s->sq_tail->next = r;
 		s->sq_tail = r;

@@ -3973,6 +3973,84 @@ Test(net, unread_connections_flood_cannot_stop_another_echo, .timeout = 60)
 	th_child_ok(fl_child, NULL, 40000, "flood of unread connections");
 }
 
+/* ---- owned sends hold no ring buffer ----------------------------------------------- */
+
+/*
+ * The receive budget lets a socket that holds no ring buffer take one from
+ * the reserve. Records of corio_send_owned hold the caller's memory, not a
+ * ring buffer, so a socket whose only queued sends are owned must count as
+ * holding nothing. Ring of 2 buffers, reserve 99% (1 buffer): another
+ * socket holds the other, so a socket that counted as holding would starve.
+ */
+static int ow_done_calls;
+
+static void ow_done(void *arg, int res)
+{
+	(void)arg;
+	(void)res;
+	ow_done_calls++;
+}
+
+static void ow_entry(void *arg)
+{
+	static uint8_t big[4 << 20];
+	struct corio_sock *a = NULL, *ac = NULL, *b = NULL, *bc = NULL;
+	struct corio_deadline d;
+	struct corio_buf held, got = { 0 };
+	int small = 4096;
+
+	(void)arg;
+	th_tcp_pair(&b, &bc);
+	th_tcp_pair(&a, &ac);
+	if (!a || !b)
+		return;
+	/* b takes the one buffer above the reserve and keeps it */
+	CHECK_EQ(corio_send(bc, big, 4096), 4096);
+	CHECK_EQ(corio_recv_buf(b, &held), 4096);
+	/* a's owned send stays queued: its peer reads nothing */
+	corio_setsockopt(a, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+	corio_setsockopt(ac, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+	CHECK_EQ(corio_send_owned(a, big, sizeof(big), ow_done, NULL), 0);
+	corio_yield();
+	CHECK(corio_sock_queued(a, NULL) > 0);
+	/* a holds no ring buffer: its receive may take the reserve */
+	CHECK_EQ(corio_send(ac, "ping", 4), 4);
+	corio_timeout_push(&d, 2000 * MS);
+	CHECK_EQ(corio_recv_buf(a, &got), 4);
+	corio_deadline_pop(&d);
+	CHECK(got.len == 4 && !memcmp(got.data, "ping", 4));
+	corio_buf_release(&got);
+	corio_buf_release(&held);
+	CHECK_EQ(corio_close(ac), 0); /* a's send fails with its peer gone */
+	CHECK_EQ(corio_close(a), 0);
+	while (!ow_done_calls) /* done runs from the loop */
+		corio_sleep_ns(MS);
+	CHECK_EQ(ow_done_calls, 1);
+	CHECK_EQ(corio_close(bc), 0);
+	CHECK_EQ(corio_close(b), 0);
+}
+
+static int ow_child(void *arg)
+{
+	struct corio_config cfg = th_cfg(1);
+	int ret;
+
+	(void)arg;
+	setenv("CORIO_NET_BUFS", "2:4096", 1);
+	setenv("CORIO_NET_RECV_RESERVE", "99", 1);
+	ret = corio_run(&cfg, ow_entry, NULL);
+	if (ret || atomic_load(&th_failures)) {
+		fprintf(stderr, "corio_run %d (%s); %s\n", ret, corio_last_error(), th_msg);
+		return 1;
+	}
+	return 0;
+}
+
+Test(net, owned_sends_hold_no_ring_buffer_for_the_budget, .timeout = 60)
+{
+	th_child_ok(ow_child, NULL, 30000, "owned sends and the receive budget");
+}
+
 /* ---- many waiting readers on a small ring: no ENOBUFS storm -------------------------- */
 
 /*

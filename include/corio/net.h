@@ -226,7 +226,8 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * approximate before: docs/NET.md, "Fallbacks", has the versions). Over the per-socket caps, a shard-wide
  * budget: CORIO_NET_RECV_RESERVE percent of the ring (default 50, 0: off)
  * is kept for sockets that hold nothing (no unread buffer, no queued
- * corio_send_buf), which can always take one buffer; a socket that holds
+ * corio_send_buf; queued corio_send_owned records hold the caller's memory,
+ * not the ring's, and do not count), which can always take one buffer; a socket that holds
  * some receives only into what is free above the reserve, so unread
  * connections, however many, cannot stop a new one's receive (refusals in
  * recv_budget). Buffers a caller keeps borrowed count against the ring but
