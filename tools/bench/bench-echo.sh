@@ -427,39 +427,42 @@ function us(v) { return v == "" ? "-" : sprintf("%.1f", v) }
 	for (f = 3; f <= 8; f++) v[key, f] = v[key, f] " " $f
 }
 END {
-	print "| case | msgs/s corio | uring | epoll | corio/uring | corio/epoll | server CPU ns/msg corio | uring | epoll | corio/uring | corio/epoll |"
-	print "|---|---|---|---|---|---|---|---|---|---|---|"
-	nl = split("corio uring epoll", S, " ")
-	for (i = 1; i <= nc; i++) {
-		c = order[i]
-		if (c ~ /^(sockperf|fallback|tls)/) continue
-		for (s = 1; s <= nl; s++) {
-			kk = c SUBSEP S[s]
-			for (f = 3; f <= 8; f++) { m[S[s], f] = med(v[kk, f]); sd[S[s], f] = spread(m[S[s], f]) }
+	for (i = 1; i <= nc; i++) if (order[i] !~ /^(sockperf|fallback|tls)/) main++
+	if (main) {
+		print "| case | msgs/s corio | uring | epoll | corio/uring | corio/epoll | server CPU ns/msg corio | uring | epoll | corio/uring | corio/epoll |"
+		print "|---|---|---|---|---|---|---|---|---|---|---|"
+		nl = split("corio uring epoll", S, " ")
+		for (i = 1; i <= nc; i++) {
+			c = order[i]
+			if (c ~ /^(sockperf|fallback|tls)/) continue
+			for (s = 1; s <= nl; s++) {
+				kk = c SUBSEP S[s]
+				for (f = 3; f <= 8; f++) { m[S[s], f] = med(v[kk, f]); sd[S[s], f] = spread(m[S[s], f]) }
+			}
+			printf "| %s | %s%s | %s%s | %s%s | %s | %s |", c,
+				k(m["corio", 3]), sd["corio", 3], k(m["uring", 3]), sd["uring", 3], k(m["epoll", 3]), sd["epoll", 3],
+				ratio(m["corio", 3], m["uring", 3]), ratio(m["corio", 3], m["epoll", 3])
+			for (s = 1; s <= nl; s++)
+				printf " %s |", (m[S[s], 8] > 0) ? sprintf("%.0f%s", m[S[s], 8], sd[S[s], 8]) : "-"
+			printf " %s | %s |\n", (m["corio", 8] > 0 ? ratio(m["corio", 8], m["uring", 8]) : "-"),
+				(m["corio", 8] > 0 ? ratio(m["corio", 8], m["epoll", 8]) : "-")
+			if (m["corio", 8] > 0)
+				printf "\"%s\" %s %s %s\n", c, m["corio", 8], m["uring", 8] + 0, m["epoll", 8] + 0 > (out "/cpu.dat")
 		}
-		printf "| %s | %s%s | %s%s | %s%s | %s | %s |", c,
-			k(m["corio", 3]), sd["corio", 3], k(m["uring", 3]), sd["uring", 3], k(m["epoll", 3]), sd["epoll", 3],
-			ratio(m["corio", 3], m["uring", 3]), ratio(m["corio", 3], m["epoll", 3])
-		for (s = 1; s <= nl; s++)
-			printf " %s |", (m[S[s], 8] > 0) ? sprintf("%.0f%s", m[S[s], 8], sd[S[s], 8]) : "-"
-		printf " %s | %s |\n", (m["corio", 8] > 0 ? ratio(m["corio", 8], m["uring", 8]) : "-"),
-			(m["corio", 8] > 0 ? ratio(m["corio", 8], m["epoll", 8]) : "-")
-		if (m["corio", 8] > 0)
-			printf "\"%s\" %s %s %s\n", c, m["corio", 8], m["uring", 8] + 0, m["epoll", 8] + 0 > (out "/cpu.dat")
-	}
-	print ""
-	print "| case | p50 us corio / uring / epoll | corio/uring | corio/epoll | p99 us | corio/uring | corio/epoll | p99.9 us | corio/uring | corio/epoll |"
-	print "|---|---|---|---|---|---|---|---|---|---|"
-	for (i = 1; i <= nc; i++) {
-		c = order[i]
-		if (c ~ /^(sockperf|fallback|tls)/) continue
-		for (s = 1; s <= nl; s++)
-			for (f = 4; f <= 6; f++) m[S[s], f] = med(v[c SUBSEP S[s], f])
-		printf "| %s |", c
-		for (f = 4; f <= 6; f++)
-			printf " %s / %s / %s | %s | %s |", us(m["corio", f]), us(m["uring", f]), us(m["epoll", f]),
-				ratio(m["corio", f], m["uring", f]), ratio(m["corio", f], m["epoll", f])
-		printf "\n"
+		print ""
+		print "| case | p50 us corio / uring / epoll | corio/uring | corio/epoll | p99 us | corio/uring | corio/epoll | p99.9 us | corio/uring | corio/epoll |"
+		print "|---|---|---|---|---|---|---|---|---|---|"
+		for (i = 1; i <= nc; i++) {
+			c = order[i]
+			if (c ~ /^(sockperf|fallback|tls)/) continue
+			for (s = 1; s <= nl; s++)
+				for (f = 4; f <= 6; f++) m[S[s], f] = med(v[c SUBSEP S[s], f])
+			printf "| %s |", c
+			for (f = 4; f <= 6; f++)
+				printf " %s / %s / %s | %s | %s |", us(m["corio", f]), us(m["uring", f]), us(m["epoll", f]),
+					ratio(m["corio", f], m["uring", f]), ratio(m["corio", f], m["epoll", f])
+			printf "\n"
+		}
 	}
 	for (i = 1; i <= nc; i++) {
 		c = order[i]
