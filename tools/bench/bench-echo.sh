@@ -24,6 +24,15 @@
 #                 <= 1.1x), msgs/s at 512 connections (client-bound: no goal);
 #                 its own table. Each server's "listening" line names its
 #                 backend, and a run on the wrong one is refused.
+#   TLS           corio-echo plain (its default modes) and with the modes TLS
+#                 has (--recv copy --send wait) beside corio-echo --tls
+#                 (its generated ECDSA P-256 certificate, trusted by
+#                 corio-load --tls --tls-ca: a full TLS 1.3 handshake per
+#                 connection, before the measured window), 1 shard,
+#                 alternated over BENCH_ECHO_TLS_REPS runs: msgs/s, server
+#                 CPU per message, p50 and p99; its own table, whose setup
+#                 line names the cipher openssl s_client agrees with the
+#                 server (corio-load uses the same OpenSSL defaults).
 #   UDP           the same servers with --udp (uring only when uring-echo has
 #                 --udp): 1 socket ping-pong 64 B closed loop, and 64 sockets
 #                 open loop at the same rates; corio-load --udp checks every
@@ -42,7 +51,8 @@
 # run that fails is retried once, with a message saying so.
 #
 # Environment: BENCH_ECHO_REPS (3), BENCH_ECHO_FB_REPS (5; 0 skips the
-# fallback section), BENCH_ECHO_SECS (1, closed loop; open
+# fallback section), BENCH_ECHO_TLS_REPS (5; 0 skips the TLS section),
+# BENCH_ECHO_ONLY=tls (the TLS section alone), BENCH_ECHO_SECS (1, closed loop; open
 # loop and sockperf run twice as long), BENCH_ECHO_CLIENT (corio | epoll:
 # corio-load's engine, busy-polling its own CPU), BENCH_ECHO_QUICK=1 (one
 # repetition of a few cases, for a smoke test).
@@ -51,12 +61,16 @@ T=$B/tools
 . "$(dirname "$0")/lib.sh"
 REPS=${BENCH_ECHO_REPS:-3}
 FB_REPS=${BENCH_ECHO_FB_REPS:-5}
+TLS_REPS=${BENCH_ECHO_TLS_REPS:-5}
+ONLY=${BENCH_ECHO_ONLY:-}
 SECS=${BENCH_ECHO_SECS:-1}
 CLIENT=${BENCH_ECHO_CLIENT:-corio}
 WARM=0.3
 SIDES="corio uring epoll"
 case "$REPS" in ''|*[!0-9]*|0) echo "bench-echo: BENCH_ECHO_REPS must be a positive integer" >&2; exit 2;; esac
 case "$FB_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_FB_REPS must be an integer >= 0" >&2; exit 2;; esac
+case "$ONLY" in ''|tls) ;; *) echo "bench-echo: BENCH_ECHO_ONLY must be tls (or unset)" >&2; exit 2;; esac
+case "$TLS_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_TLS_REPS must be an integer >= 0" >&2; exit 2;; esac
 case "$CLIENT" in corio|epoll) ;; *) echo "bench-echo: BENCH_ECHO_CLIENT must be corio or epoll" >&2; exit 2;; esac
 for t in corio-echo uring-echo epoll-echo corio-load; do
 	if [ ! -x "$T/$t" ]; then
@@ -217,6 +231,8 @@ srv() {
 	corio) s="$T/corio-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --idle poll" ;;
 	fallback) s="env CORIO_BACKEND=epoll $T/corio-echo --cpus $SCPU --port 0"
 		[ -n "$2" ] && s="$s --idle poll" ;;
+	copy) s="$T/corio-echo --cpus $SCPU --port 0 --recv copy --send wait" ;;
+	tls) s="$T/corio-echo --cpus $SCPU --port 0 --tls" ;;
 	uring) s="$T/uring-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
 	epoll) s="$T/epoll-echo --cpus $SCPU --port 0"; [ -n "$2" ] && s="$s --busy-poll" ;;
 	esac
@@ -253,6 +269,8 @@ run_once() {
 		stop_server
 		return 1
 	fi
+	# the TLS server's generated certificate is the one to trust
+	[ "$side" = tls ] && set -- --tls --tls-ca "$(sed -n 's/.* cert=\([^ ]*\).*/\1/p' "$OUT/server.out")" "$@"
 	load "$c" $side $rep "$@"
 	st=$?
 	stop_server
@@ -297,26 +315,28 @@ if [ -n "$BENCH_ECHO_QUICK" ]; then
 else
 	CONNS="1 64 512"; SIZES="64 4096"; RATES="20000 100000"
 fi
-for s in $SIZES; do
-	for n in $CONNS; do
-		bench "closed ${n}c ${s}B" "" -c $n -s $s -d $SECS
+if [ -z "$ONLY" ]; then
+	for s in $SIZES; do
+		for n in $CONNS; do
+			bench "closed ${n}c ${s}B" "" -c $n -s $s -d $SECS
+		done
 	done
-done
-bench "closed 1c 64B busy-poll" busy -c 1 -s 64 -d $SECS
-for rate in $RATES; do
-	bench "open 64c 64B $((rate / 1000))k/s" "" -c 64 -s 64 -r $rate -d $((SECS * 2))
-done
-if command -v sockperf >/dev/null 2>&1; then
-	r=1
-	while [ $r -le $REPS ]; do
-		# shellcheck disable=SC2046
-		start_server $(srv corio) --sockperf && { sp "sockperf ping-pong 64B" corio $r; stop_server; }
-		start_sockperf_server && sp "sockperf ping-pong 64B" sockperf $r
-		stop_server
-		r=$((r + 1))
+	bench "closed 1c 64B busy-poll" busy -c 1 -s 64 -d $SECS
+	for rate in $RATES; do
+		bench "open 64c 64B $((rate / 1000))k/s" "" -c 64 -s 64 -r $rate -d $((SECS * 2))
 	done
-else
-	echo "(sockperf not installed: no sockperf rows)"
+	if command -v sockperf >/dev/null 2>&1; then
+		r=1
+		while [ $r -le $REPS ]; do
+			# shellcheck disable=SC2046
+			start_server $(srv corio) --sockperf && { sp "sockperf ping-pong 64B" corio $r; stop_server; }
+			start_sockperf_server && sp "sockperf ping-pong 64B" sockperf $r
+			stop_server
+			r=$((r + 1))
+		done
+	else
+		echo "(sockperf not installed: no sockperf rows)"
+	fi
 fi
 
 # ---- the epoll fallback ------------------------------------------------------
@@ -324,7 +344,7 @@ fi
 # the same pinning and load, alternated; FB_REPS runs (5: issue 24's goals
 # want medians of at least 5).
 fb_start=$(date +%s)
-if [ "$FB_REPS" -gt 0 ]; then
+if [ "$FB_REPS" -gt 0 ] && [ -z "$ONLY" ]; then
 	TCP_SIDES=$SIDES TCP_REPS=$REPS
 	SIDES="fallback epoll corio" REPS=$FB_REPS
 	bench "fallback closed 1c 64B" "" -c 1 -s 64 -d $SECS
@@ -336,6 +356,30 @@ if [ "$FB_REPS" -gt 0 ]; then
 fi
 fb_end=$(date +%s)
 
+# ---- TLS ---------------------------------------------------------------------
+# corio-echo plain (bufs), plain with TLS's modes (copy), and --tls, alternated;
+# short runs (the section costs about 3 x 3 x TLS_REPS x (SECS + 1.5) s).
+tls_start=$(date +%s)
+TLS_CIPHER=-
+if [ "$TLS_REPS" -gt 0 ] && [ "$CLIENT" != corio ]; then
+	echo "bench-echo: no TLS rows: corio-load --tls runs on the corio engine (BENCH_ECHO_CLIENT=$CLIENT)" >&2
+elif [ "$TLS_REPS" -gt 0 ]; then
+	# shellcheck disable=SC2046
+	if command -v openssl >/dev/null 2>&1 && start_server $(srv tls); then
+		TLS_CIPHER=$(openssl s_client -connect "127.0.0.1:$PORT" -tls1_3 -CAfile \
+			"$(sed -n 's/.* cert=\([^ ]*\).*/\1/p' "$OUT/server.out")" < /dev/null 2>/dev/null |
+			sed -n 's/.*Cipher is \(.*\)/\1/p' | head -1)
+		stop_server
+	fi
+	TCP_SIDES=$SIDES TCP_REPS=$REPS
+	SIDES="corio copy tls" REPS=$TLS_REPS
+	bench "tls closed 1c 64B" "" -c 1 -s 64 -d $SECS
+	[ -z "$BENCH_ECHO_QUICK" ] && bench "tls closed 64c 4KiB" "" -c 64 -s 4096 -d $SECS
+	bench "tls open 64c 64B 20k/s" "" -c 64 -s 64 -r 20000 -d $SECS
+	SIDES=$TCP_SIDES REPS=$TCP_REPS
+fi
+tls_end=$(date +%s)
+
 # ---- UDP ---------------------------------------------------------------------
 PROTO=udp
 TCP_SIDES=$SIDES
@@ -344,19 +388,21 @@ for side in $TCP_SIDES; do
 	# a server without --udp (an older uring-echo) sits this section out
 	"$T/$side-echo" --help 2>&1 | grep -q -- '--udp' && SIDES="$SIDES $side"
 done
-bench "udp closed 1c 64B" "" --udp -c 1 -s 64 -d $SECS
-for rate in $RATES; do
-	bench "udp open 64c 64B $((rate / 1000))k/s" "" --udp -c 64 -s 64 -r $rate -d $((SECS * 2))
-done
-if command -v sockperf >/dev/null 2>&1; then
-	r=1
-	while [ $r -le $REPS ]; do
-		# shellcheck disable=SC2046
-		start_server $(srv corio) --sockperf && { sp "sockperf UDP ping-pong 64B" corio $r; stop_server; }
-		start_sockperf_server && sp "sockperf UDP ping-pong 64B" sockperf $r
-		stop_server
-		r=$((r + 1))
+if [ -z "$ONLY" ]; then
+	bench "udp closed 1c 64B" "" --udp -c 1 -s 64 -d $SECS
+	for rate in $RATES; do
+		bench "udp open 64c 64B $((rate / 1000))k/s" "" --udp -c 64 -s 64 -r $rate -d $((SECS * 2))
 	done
+	if command -v sockperf >/dev/null 2>&1; then
+		r=1
+		while [ $r -le $REPS ]; do
+			# shellcheck disable=SC2046
+			start_server $(srv corio) --sockperf && { sp "sockperf UDP ping-pong 64B" corio $r; stop_server; }
+			start_sockperf_server && sp "sockperf UDP ping-pong 64B" sockperf $r
+			stop_server
+			r=$((r + 1))
+		done
+	fi
 fi
 SIDES=$TCP_SIDES
 PROTO=tcp
@@ -381,39 +427,42 @@ function us(v) { return v == "" ? "-" : sprintf("%.1f", v) }
 	for (f = 3; f <= 8; f++) v[key, f] = v[key, f] " " $f
 }
 END {
-	print "| case | msgs/s corio | uring | epoll | corio/uring | corio/epoll | server CPU ns/msg corio | uring | epoll | corio/uring | corio/epoll |"
-	print "|---|---|---|---|---|---|---|---|---|---|---|"
-	nl = split("corio uring epoll", S, " ")
-	for (i = 1; i <= nc; i++) {
-		c = order[i]
-		if (c ~ /^(sockperf|fallback)/) continue
-		for (s = 1; s <= nl; s++) {
-			kk = c SUBSEP S[s]
-			for (f = 3; f <= 8; f++) { m[S[s], f] = med(v[kk, f]); sd[S[s], f] = spread(m[S[s], f]) }
+	for (i = 1; i <= nc; i++) if (order[i] !~ /^(sockperf|fallback|tls)/) main++
+	if (main) {
+		print "| case | msgs/s corio | uring | epoll | corio/uring | corio/epoll | server CPU ns/msg corio | uring | epoll | corio/uring | corio/epoll |"
+		print "|---|---|---|---|---|---|---|---|---|---|---|"
+		nl = split("corio uring epoll", S, " ")
+		for (i = 1; i <= nc; i++) {
+			c = order[i]
+			if (c ~ /^(sockperf|fallback|tls)/) continue
+			for (s = 1; s <= nl; s++) {
+				kk = c SUBSEP S[s]
+				for (f = 3; f <= 8; f++) { m[S[s], f] = med(v[kk, f]); sd[S[s], f] = spread(m[S[s], f]) }
+			}
+			printf "| %s | %s%s | %s%s | %s%s | %s | %s |", c,
+				k(m["corio", 3]), sd["corio", 3], k(m["uring", 3]), sd["uring", 3], k(m["epoll", 3]), sd["epoll", 3],
+				ratio(m["corio", 3], m["uring", 3]), ratio(m["corio", 3], m["epoll", 3])
+			for (s = 1; s <= nl; s++)
+				printf " %s |", (m[S[s], 8] > 0) ? sprintf("%.0f%s", m[S[s], 8], sd[S[s], 8]) : "-"
+			printf " %s | %s |\n", (m["corio", 8] > 0 ? ratio(m["corio", 8], m["uring", 8]) : "-"),
+				(m["corio", 8] > 0 ? ratio(m["corio", 8], m["epoll", 8]) : "-")
+			if (m["corio", 8] > 0)
+				printf "\"%s\" %s %s %s\n", c, m["corio", 8], m["uring", 8] + 0, m["epoll", 8] + 0 > (out "/cpu.dat")
 		}
-		printf "| %s | %s%s | %s%s | %s%s | %s | %s |", c,
-			k(m["corio", 3]), sd["corio", 3], k(m["uring", 3]), sd["uring", 3], k(m["epoll", 3]), sd["epoll", 3],
-			ratio(m["corio", 3], m["uring", 3]), ratio(m["corio", 3], m["epoll", 3])
-		for (s = 1; s <= nl; s++)
-			printf " %s |", (m[S[s], 8] > 0) ? sprintf("%.0f%s", m[S[s], 8], sd[S[s], 8]) : "-"
-		printf " %s | %s |\n", (m["corio", 8] > 0 ? ratio(m["corio", 8], m["uring", 8]) : "-"),
-			(m["corio", 8] > 0 ? ratio(m["corio", 8], m["epoll", 8]) : "-")
-		if (m["corio", 8] > 0)
-			printf "\"%s\" %s %s %s\n", c, m["corio", 8], m["uring", 8] + 0, m["epoll", 8] + 0 > (out "/cpu.dat")
-	}
-	print ""
-	print "| case | p50 us corio / uring / epoll | corio/uring | corio/epoll | p99 us | corio/uring | corio/epoll | p99.9 us | corio/uring | corio/epoll |"
-	print "|---|---|---|---|---|---|---|---|---|---|"
-	for (i = 1; i <= nc; i++) {
-		c = order[i]
-		if (c ~ /^(sockperf|fallback)/) continue
-		for (s = 1; s <= nl; s++)
-			for (f = 4; f <= 6; f++) m[S[s], f] = med(v[c SUBSEP S[s], f])
-		printf "| %s |", c
-		for (f = 4; f <= 6; f++)
-			printf " %s / %s / %s | %s | %s |", us(m["corio", f]), us(m["uring", f]), us(m["epoll", f]),
-				ratio(m["corio", f], m["uring", f]), ratio(m["corio", f], m["epoll", f])
-		printf "\n"
+		print ""
+		print "| case | p50 us corio / uring / epoll | corio/uring | corio/epoll | p99 us | corio/uring | corio/epoll | p99.9 us | corio/uring | corio/epoll |"
+		print "|---|---|---|---|---|---|---|---|---|---|"
+		for (i = 1; i <= nc; i++) {
+			c = order[i]
+			if (c ~ /^(sockperf|fallback|tls)/) continue
+			for (s = 1; s <= nl; s++)
+				for (f = 4; f <= 6; f++) m[S[s], f] = med(v[c SUBSEP S[s], f])
+			printf "| %s |", c
+			for (f = 4; f <= 6; f++)
+				printf " %s / %s / %s | %s | %s |", us(m["corio", f]), us(m["uring", f]), us(m["epoll", f]),
+					ratio(m["corio", f], m["uring", f]), ratio(m["corio", f], m["epoll", f])
+			printf "\n"
+		}
 	}
 	for (i = 1; i <= nc; i++) {
 		c = order[i]
@@ -492,6 +541,50 @@ END {
 	line("msgs/s, closed 1c 64B", "fallback closed 1c 64B", 3, "%.0f", "")
 	line("msgs/s, closed 512c 64B", "fallback closed 512c 64B", 3, "%.0f", "none: client-bound")
 	line("p50 us, open 64c 64B 100k/s", "fallback open 64c 64B 100k/s", 4, "%.1f", "")
+}' "$ROWS" >> "$OUT/table.md"
+# The TLS table: per case, msgs/s, server CPU per message, p50, p99;
+# medians ± half range, and --tls against the plain server in both modes.
+awk -F'\t' -v reps="$TLS_REPS" -v secs="$SECS" -v kern="$(uname -r)" -v scpu=$SCPU -v lcpu=$LCPU \
+	-v t=$((tls_end - tls_start)) -v cipher="$TLS_CIPHER" '
+function med(list,   n, a, i, j, x) {
+	n = split(list, a, " ")
+	if (n == 0) { MIN = MAX = ""; N = 0; return "" }
+	for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] + 0 > x + 0; j--) a[j + 1] = a[j]; a[j + 1] = x }
+	MIN = a[1]; MAX = a[n]; N = n
+	return (n % 2) ? a[(n + 1) / 2] : (a[n / 2] + a[n / 2 + 1]) / 2
+}
+function cell(c, side, f, fmt,   m) {
+	m = med(v[c SUBSEP side, f])
+	if (m == "" || m < 0) { M[side] = ""; return "-" }
+	M[side] = m
+	return sprintf(fmt, m) (m > 0 ? sprintf(" ±%.0f%%", 100 * (MAX - MIN) / 2 / m) : "") " (" N ")"
+}
+function ratio(a, b) { return (a != "" && b > 0) ? sprintf("%.2f", a / b) : "-" }
+function line(what, c, f, fmt,   a, b, d) {
+	if (!((c SUBSEP "tls", f) in v)) return
+	a = cell(c, "corio", f, fmt); b = cell(c, "copy", f, fmt); d = cell(c, "tls", f, fmt)
+	printf "| %s, %s | %s | %s | %s | %s | %s |\n", substr(c, 5), what, a, b, d,
+		ratio(M["tls"], M["copy"]), ratio(M["tls"], M["corio"])
+}
+$1 ~ /^tls / { for (f = 3; f <= 8; f++) v[$1 SUBSEP $2, f] = v[$1 SUBSEP $2, f] " " $f; if (!($1 in seen)) { seen[$1] = 1; order[++nc] = $1 } }
+END {
+	if (!nc) exit
+	print ""
+	print "### TLS echo (corio-echo --tls against plain corio-echo)"
+	printf "kernel %s; server pinned to CPU %d, corio-load (busy-poll, every byte verified) to CPU %d; 1 shard;\n", kern, scpu, lcpu
+	printf "TLS: TLS 1.3, cipher %s, ECDSA P-256 self-signed certificate (corio-echo --tls generates it;\n", cipher == "" ? "-" : cipher
+	print "corio-load --tls --tls-ca verifies it), one full handshake per connection before the measured window."
+	printf "%d alternating runs per case (plain bufs, plain copy, tls); medians ± half the min..max range (runs);\n", reps
+	printf "%s s per run; %d s for this section. plain: default modes (--recv bufs --send buf); copy: the\n", secs, t
+	print "modes TLS has (--recv copy --send wait), so tls/copy is the cost of the encryption alone.\n"
+	print "| case, metric | plain | copy | tls | tls/copy | tls/plain |"
+	print "|---|---|---|---|---|---|"
+	for (i = 1; i <= nc; i++) {
+		line("msgs/s", order[i], 3, "%.0f")
+		line("server CPU ns/msg", order[i], 8, "%.0f")
+		line("p50 us", order[i], 4, "%.1f")
+		line("p99 us", order[i], 5, "%.1f")
+	}
 }' "$ROWS" >> "$OUT/table.md"
 cat "$OUT/table.md"
 echo

@@ -33,6 +33,20 @@
  * UDP framing: every whole message of a datagram that asks for a reply is
  * sent back as its own datagram, the rest is dropped.
  *
+ * --tls: TLS (1.3 or 1.2, whichever the client offers best) on every TCP
+ * connection, with --tls-cert FILE --tls-key FILE, or, when neither is
+ * given, a fresh self-signed ECDSA P-256 certificate for "localhost" and
+ * 127.0.0.1 made at start: its key stays in memory only, the certificate is
+ * written to a private directory under $TMPDIR (named in the listening line
+ * as cert=PATH, for clients to trust with --tls-ca) and removed at exit.
+ * Each connection's fiber does the handshake (bounded by 10 s), then reads
+ * decrypted bytes into a per-connection buffer (corio_tls_read) and writes
+ * them back (corio_tls_write, waited for): --recv copy and --send wait,
+ * the only modes TLS has, since the session reads its records itself and
+ * encrypts into its own buffer, so the provided-buffer ring and
+ * corio_send_buf have nothing to lend it. --recv bufs, --send buf,
+ * --sockperf and --udp are refused with --tls.
+ *
  * Binds 127.0.0.1 only. Prints "corio-echo: listening on 127.0.0.1:PORT ..."
  * once every shard listens; stops cleanly on SIGINT/SIGTERM (or --timeout).
  */
@@ -57,6 +71,7 @@
 #define MAX_SHARDS 256
 #define NBUFS 16       /* buffers taken per corio_recv_bufs() */
 #define COPY_BUF 65536
+#define TLS_HANDSHAKE_NS 10000000000ull /* a client that stalls its handshake */
 
 enum accept_model { ACC_REUSEPORT, ACC_DISPATCH, ACC_DISPATCH_LEAST };
 
@@ -68,6 +83,9 @@ static struct {
 	int recv_copy;
 	int send_wait;            /* --send wait: corio_sendv and wait */
 	int udp;                  /* --udp */
+	int tls;                  /* --tls */
+	struct corio_tls_ctx *tls_ctx;
+	_Atomic uint64_t tls_failed; /* handshakes refused (the first few are printed) */
 	_Atomic int bound_port;   /* the port shard 0 bound (for port 0) */
 	_Atomic unsigned listening;
 	_Atomic int failed;       /* a shard could not listen: stop */
@@ -175,10 +193,40 @@ static int reflect(struct corio_sock *s)
 	return ret;
 }
 
+/* --tls: handshake, then echo decrypted bytes until the peer's close_notify. */
+static int echo_tls(struct corio_sock *s)
+{
+	struct corio_deadline dl;
+	struct corio_tls *t;
+	unsigned char *buf;
+	ssize_t n;
+	int ret;
+
+	corio_timeout_push(&dl, TLS_HANDSHAKE_NS);
+	ret = corio_tls_accept(g.tls_ctx, s, &t);
+	corio_deadline_pop(&dl);
+	if (ret) {
+		if (ret != -ECANCELED && atomic_fetch_add(&g.tls_failed, 1) < 10)
+			fprintf(stderr, "corio-echo: TLS handshake: %s (%s)\n", strerror(-ret),
+				corio_last_error());
+		return ret;
+	}
+	buf = malloc(COPY_BUF);
+	n = buf ? 0 : -ENOMEM;
+	while (buf && (n = corio_tls_read(t, buf, COPY_BUF)) > 0)
+		if ((n = corio_tls_write(t, buf, (size_t)n)) < 0)
+			break;
+	free(buf);
+	corio_tls_close(t); /* our close_notify after the client's */
+	return (int)n;
+}
+
 static int serve(struct corio_sock *s, void *arg)
 {
 	(void)arg;
-	if (g.sockperf)
+	if (g.tls)
+		echo_tls(s);
+	else if (g.sockperf)
 		reflect(s);
 	else if (g.recv_copy)
 		echo_copy(s);
@@ -433,6 +481,9 @@ static struct {
 	struct tool_cpus cpus;
 	int sqpoll, stats;
 	double timeout;
+	const char *tls_cert, *tls_key; /* --tls-cert, --tls-key */
+	char tls_dir[64];               /* the generated certificate's directory, or "" */
+	char tls_gen[128];              /* its path */
 } m = { .idle_name = "block", .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
 
 /* --idle block | spin[:US] | poll (or busy-poll); --busy-poll (value NULL)
@@ -493,6 +544,14 @@ static int parse_options(int argc, char **argv)
 		{ TOOL_OPT_COUNT("send-queue", 0, m.cfg.net_send_queue, 1, 65535, "N",
 				 "corio_send_buf sends a connection may queue\n"
 				 "(cfg.net_send_queue, 16)") },
+		{ TOOL_OPT_FLAG("tls", 0, g.tls,
+				"TLS on every connection (implies --recv copy --send wait);\n"
+				"without --tls-cert/--tls-key: a fresh self-signed ECDSA\n"
+				"P-256 certificate for localhost,127.0.0.1, its path in the\n"
+				"listening line (cert=PATH), removed at exit") },
+		{ TOOL_OPT_STRING("tls-cert", 0, m.tls_cert, "FILE",
+				  "--tls: certificate chain, PEM (leaf first)") },
+		{ TOOL_OPT_STRING("tls-key", 0, m.tls_key, "FILE", "--tls: its private key, PEM") },
 		{ TOOL_OPT_FLAG("sockperf", 0, g.sockperf,
 				"reflect sockperf's TCP (with --udp: UDP) framing instead\n"
 				"of echoing") },
@@ -508,12 +567,49 @@ static int parse_options(int argc, char **argv)
 	corio_config_init(&m.cfg);
 	m.cfg.shards = 1;
 	m.cfg.stall_ns = 0;
+	g.recv_copy = g.send_wait = -1; /* not given: --tls tells them apart */
 	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* What --tls can be combined with: 0 or 2. The receive and send modes
+ * TLS has are copy and wait (see the top of the file). */
+static int check_tls_options(void)
+{
+	if (!g.tls) {
+		if (m.tls_cert || m.tls_key) {
+			fprintf(stderr, "corio-echo: --tls-cert and --tls-key need --tls\n");
+			return 2;
+		}
+		g.recv_copy = g.recv_copy > 0;
+		g.send_wait = g.send_wait > 0;
+		return 0;
+	}
+	if (!m.tls_cert != !m.tls_key) {
+		fprintf(stderr, "corio-echo: --tls: give both --tls-cert and --tls-key, or neither "
+				"(a certificate is then made)\n");
+		return 2;
+	}
+	if (g.recv_copy == 0 || g.send_wait == 0) {
+		fprintf(stderr, "corio-echo: --tls: %s is not supported: a TLS session "
+				"receives its records itself and decrypts into a per-connection buffer, "
+				"and encrypts into its own before it sends (--recv copy --send wait, what "
+				"--tls does)\n", g.recv_copy == 0 ? "--recv bufs" : "--send buf");
+		return 2;
+	}
+	if (g.udp || g.sockperf) {
+		fprintf(stderr, "corio-echo: --tls: not with %s (TLS runs over TCP echo only)\n",
+			g.udp ? "--udp" : "--sockperf");
+		return 2;
+	}
+	g.recv_copy = g.send_wait = 1;
+	return 0;
 }
 
 /* The checks that span options, and the CPU list: 0 or 2. */
 static int check_options(void)
 {
+	if (check_tls_options())
+		return 2;
 	if (g.udp && g.accept != ACC_REUSEPORT) {
 		fprintf(stderr, "corio-echo: --udp: there is nothing to accept (--accept %s)\n",
 			accepts[g.accept]);
@@ -531,6 +627,66 @@ static int check_options(void)
 	return 0;
 }
 
+/* Remove the generated certificate and its directory (the key never stays
+ * on disk: it is removed as soon as the context holds it). */
+static void tls_cleanup(void)
+{
+	corio_tls_ctx_free(g.tls_ctx);
+	g.tls_ctx = NULL;
+	if (m.tls_dir[0]) {
+		remove(m.tls_gen);
+		remove(m.tls_dir);
+		m.tls_dir[0] = '\0';
+	}
+}
+
+/* --tls: the server context, from the files given or from a fresh ECDSA
+ * P-256 certificate: 0, 1 (could not make it, said) or 2 (a bad file). */
+static int tls_setup(void)
+{
+	struct corio_tls_cert c = { m.tls_cert, m.tls_key };
+	struct corio_tls_ctx_opts o = { .flags = CORIO_TLS_SERVER, .certs = &c, .ncerts = 1 };
+	const char *tmp = getenv("TMPDIR");
+	char key[128];
+	int ret;
+
+	if (!g.tls)
+		return 0;
+	if (!m.tls_cert) {
+		struct corio_tls_cert_gen gen = { .names = "localhost,127.0.0.1",
+						  .key_type = CORIO_TLS_KEY_EC_P256, .days = 30 };
+
+		snprintf(m.tls_dir, sizeof(m.tls_dir), "%s/corio-echo-XXXXXX",
+			 tmp && *tmp && strlen(tmp) < 32 ? tmp : "/tmp");
+		if (!mkdtemp(m.tls_dir)) {
+			fprintf(stderr, "corio-echo: --tls: %s: %s\n", m.tls_dir, strerror(errno));
+			m.tls_dir[0] = '\0';
+			return 1;
+		}
+		snprintf(m.tls_gen, sizeof(m.tls_gen), "%s/cert.pem", m.tls_dir);
+		snprintf(key, sizeof(key), "%s/key.pem", m.tls_dir);
+		gen.cert_file = c.cert_file = m.tls_gen;
+		gen.key_file = c.key_file = key;
+		ret = corio_tls_cert_generate(&gen);
+		if (!ret)
+			ret = corio_tls_ctx_new(&o, &g.tls_ctx);
+		remove(key);
+		if (ret) {
+			fprintf(stderr, "corio-echo: --tls: making a certificate: %s\n", corio_last_error());
+			tls_cleanup();
+			return 1;
+		}
+		return 0;
+	}
+	ret = corio_tls_ctx_new(&o, &g.tls_ctx);
+	if (ret) {
+		fprintf(stderr, "corio-echo: --tls-cert %s --tls-key %s: %s\n", m.tls_cert, m.tls_key,
+			corio_last_error());
+		return 2;
+	}
+	return 0;
+}
+
 static void print_listening(struct corio_rt *rt)
 {
 	printf("corio-echo: listening on 127.0.0.1:%d shards=%u cpus=", atomic_load(&g.bound_port),
@@ -541,11 +697,15 @@ static void print_listening(struct corio_rt *rt)
 		else
 			printf("%sauto", i ? "," : "");
 	}
-	printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s backend=%s pid=%d\n",
+	printf(" proto=%s accept=%s idle=%s%s recv=%s send=%s mode=%s backend=%s pid=%d",
 	       g.udp ? "udp" : "tcp", g.udp ? "-" : accepts[g.accept], m.idle_name,
 	       m.cfg.flags & CORIO_F_SQPOLL ? " sqpoll" : "", recvs[g.recv_copy],
 	       sends[g.send_wait], g.sockperf ? "sockperf" : "echo", tool_backend_of(rt),
 	       (int)getpid());
+	if (g.tls)
+		printf(" tls=%s cert=%s", m.tls_dir[0] ? "generated-ecdsa-p256-self-signed" : "files",
+		       m.tls_dir[0] ? m.tls_gen : m.tls_cert);
+	printf("\n");
 	fflush(stdout);
 }
 
@@ -572,6 +732,24 @@ static void wait_for_stop(struct corio_rt *rt, sigset_t *set)
 	}
 }
 
+static void print_tls_stats(struct corio_rt *rt, unsigned i)
+{
+	struct corio_tls_stats ts;
+
+	if (!g.tls || corio_tls_stats_get(rt, i, &ts))
+		return;
+	fprintf(stderr,
+		"corio-echo: shard %u tls: handshakes %llu resumed %llu handshake_failed %llu "
+		"verify_failed %llu proto_errors %llu truncated %llu notify_sent %llu bytes_in %llu "
+		"bytes_out %llu sessions_live %llu ktls %llu\n",
+		i, (unsigned long long)ts.handshakes, (unsigned long long)ts.resumed,
+		(unsigned long long)ts.handshake_failed, (unsigned long long)ts.verify_failed,
+		(unsigned long long)ts.proto_errors, (unsigned long long)ts.truncated,
+		(unsigned long long)ts.notify_sent, (unsigned long long)ts.bytes_in,
+		(unsigned long long)ts.bytes_out, (unsigned long long)ts.sessions_live,
+		(unsigned long long)ts.ktls);
+}
+
 static void print_stats(struct corio_rt *rt)
 {
 	for (unsigned i = 0; i < g.shards; i++) {
@@ -594,6 +772,7 @@ static void print_stats(struct corio_rt *rt)
 			(unsigned long long)ns.enobufs, (unsigned long long)ns.rearms,
 			(unsigned long long)ns.recv_capped, (unsigned long long)ns.send_full,
 			(unsigned long long)ns.send_gathered, (unsigned long long)ns.send_direct);
+		print_tls_stats(rt, i);
 	}
 }
 
@@ -608,6 +787,9 @@ int main(int argc, char **argv)
 		return ret > 0 ? 0 : 2;
 	if (check_options())
 		return 2;
+	ret = tls_setup();
+	if (ret)
+		return ret;
 	/* shards inherit this mask: only the main thread takes the signals */
 	sigemptyset(&set);
 	sigaddset(&set, SIGINT);
@@ -616,6 +798,7 @@ int main(int argc, char **argv)
 	ret = corio_start(&m.cfg, entry, NULL, &rt);
 	if (ret) {
 		fprintf(stderr, "corio-echo: cannot start: %s (%s)\n", strerror(-ret), corio_last_error());
+		tls_cleanup();
 		return 1;
 	}
 	wait_for_stop(rt, &set);
@@ -627,6 +810,7 @@ int main(int argc, char **argv)
 			(unsigned long long)atomic_load(&g.proto_errors));
 	corio_stop(rt);
 	ret = corio_wait(rt);
+	tls_cleanup(); /* after the wait: no session is open */
 	if (ret) {
 		fprintf(stderr, "corio-echo: runtime: %s\n", strerror(-ret));
 		return 1;

@@ -584,13 +584,15 @@ void tool_report_print(FILE *f, const struct tool_report *r, const struct tool_p
 			   "\"conns\":%u,\"size\":%zu,\"mode\":\"%s\",\"pipeline\":%u,\"rate\":%.0f,"
 			   "\"seconds\":%.3f,\"msgs\":%llu,\"msgs_per_s\":%.1f,\"mb_per_s\":%.3f,"
 			   "\"late_sends\":%llu,\"errors\":%llu,\"proto\":\"%s\",\"lost\":%llu,"
-			   "\"late\":%llu,\"dup\":%llu,\"reordered\":%llu,",
+			   "\"late\":%llu,\"dup\":%llu,\"reordered\":%llu,\"tls\":\"%s\","
+			   "\"tls_handshakes\":%llu,",
 			r->label ? r->label : "", r->engine, r->workers, r->cpus, r->busy_poll,
 			u.release, p->addr, p->conns, p->size, p->rate > 0 ? "open" : "closed",
 			p->pipeline, p->rate, r->seconds, (unsigned long long)r->msgs, mps, mbs,
 			(unsigned long long)r->late_sends, (unsigned long long)r->errors,
 			p->udp ? "udp" : "tcp", (unsigned long long)r->lost, (unsigned long long)r->late,
-			(unsigned long long)r->dup, (unsigned long long)r->reordered);
+			(unsigned long long)r->dup, (unsigned long long)r->reordered,
+			r->tls ? r->tls : "off", (unsigned long long)r->tls_handshakes);
 		fprintf(f, "\"lat_us\":{\"min\":%.3f,\"mean\":%.3f", h->count ? (double)h->min / 1e3 : 0,
 			tool_hist_mean(h) / 1e3);
 		for (size_t i = 0; i < sizeof(pcts) / sizeof(pcts[0]); i++)
@@ -614,6 +616,9 @@ void tool_report_print(FILE *f, const struct tool_report *r, const struct tool_p
 		fprintf(f, "  %s, %u conns, %zu B messages, closed loop, pipeline %u, %.1f s measured "
 			   "(after %.1f s warm-up)\n", p->addr, p->conns, p->size, p->pipeline,
 			r->seconds, p->warmup_s);
+	if (r->tls)
+		fprintf(f, "  TLS: %s, %llu handshakes (full, no resumption)\n", r->tls,
+			(unsigned long long)r->tls_handshakes);
 	fprintf(f, "  %.0f msgs/s, %.2f MB/s each way, %llu messages, %llu errors\n", mps, mbs,
 		(unsigned long long)r->msgs, (unsigned long long)r->errors);
 	fprintf(f, "  latency us: min %.1f", h->count ? (double)h->min / 1e3 : 0);

@@ -170,6 +170,8 @@ struct tool_report {
 	double seconds;      /* measured window */
 	int64_t server_cpu_ns; /* -1: not measured */
 	int64_t client_cpu_ns;
+	const char *tls;         /* the TLS version agreed ("TLSv1.3"), or NULL: plain */
+	uint64_t tls_handshakes; /* the client's completed handshakes */
 	char first_err[160];
 };
 /* Human-readable or one JSON object on a line. */

@@ -29,6 +29,16 @@
  * reordered datagrams are reported, and make the exit status 3 (1 is kept
  * for errors: wrong bytes, a socket that failed).
  *
+ * --tls (corio engine, TCP): each connection does a TLS 1.3 handshake (a
+ * full one: no session tickets, so every connection costs the server one)
+ * before the load starts, within the 5 s connect bound, then sends and
+ * receives through the session (corio_tls_write / corio_tls_read) and ends
+ * its side with close_notify; the same bytes are verified. The server's
+ * certificate is verified against --tls-ca FILE, else the system store, and
+ * its name against --tls-name (127.0.0.1); only --tls-insecure skips that.
+ * No probe connection is made (it speaks plain TCP); a refused handshake is
+ * each connection's error, with OpenSSL's reason.
+ *
  * --server-pid PID samples that process's CPU time (all threads, ns) at the
  * start and end of the measured window and prints server CPU per message.
  */
@@ -73,6 +83,10 @@ static struct {
 	_Atomic int go;   /* 1: start_ns is set, run; -1: abort */
 	_Atomic int dead; /* workers that gave up before go */
 	_Atomic uint64_t late;
+	int tls, tls_insecure;          /* --tls, --tls-insecure */
+	const char *tls_ca, *tls_name;  /* --tls-ca, --tls-name */
+	struct corio_tls_ctx *tls_ctx;
+	_Atomic(const char *) tls_version; /* what a handshake agreed */
 } g;
 
 static void sleep_until_ns(uint64_t t)
@@ -100,6 +114,7 @@ struct cconn {
 	struct tool_conn c;
 	struct tool_uconn u; /* --udp: instead of c */
 	struct corio_sock *s;
+	struct corio_tls *t; /* --tls: the session on s */
 	unsigned char *tx, *rx;
 	int rx_status; /* receiver's end: 0 EOF, else -errno */
 	int send_done; /* --udp open loop: the sender has sent its last datagram */
@@ -115,6 +130,52 @@ static int corio_wait_go(void)
 	return v > 0 ? 0 : -1;
 }
 
+/* Send on the connection (through its TLS session, if any): len or -errno. */
+static ssize_t conn_send(struct cconn *k, const void *p, size_t len)
+{
+	return k->t ? corio_tls_write(k->t, p, len) : corio_send(k->s, p, len);
+}
+
+/* End our side: close_notify over TLS, else a TCP half-close. */
+static int conn_shutdown(struct cconn *k)
+{
+	return k->t ? corio_tls_shutdown(k->t) : corio_shutdown_write(k->s);
+}
+
+/* Connect (and with --tls, the handshake), bounded by 5 s: 0, or -1 with
+ * the connection failed and counted dead (nothing left open). */
+static int conn_open(struct cconn *k)
+{
+	struct corio_deadline dl;
+	int ret;
+
+	corio_timeout_push(&dl, 5000000000ull);
+	ret = corio_tcp_connect(g.p.addr, &k->s);
+	if (ret) {
+		corio_deadline_pop(&dl);
+		tool_conn_fail(&k->c, "conn %u: connect %s: %s", k->c.id, g.p.addr, strerror(-ret));
+		atomic_fetch_add(&g.dead, 1);
+		return -1;
+	}
+	if (g.tls) {
+		ret = corio_tls_connect(g.tls_ctx, k->s, g.tls_name, &k->t);
+		if (ret) {
+			/* the library's reason names the call and OpenSSL's verdict */
+			tool_conn_fail(&k->c, "conn %u: TLS: %s", k->c.id, corio_last_error());
+			k->t = NULL;
+			corio_close(k->s);
+			k->s = NULL;
+		} else {
+			atomic_store_explicit(&g.tls_version, corio_tls_version(k->t),
+					      memory_order_relaxed);
+		}
+	}
+	corio_deadline_pop(&dl);
+	if (ret)
+		atomic_fetch_add(&g.dead, 1);
+	return ret ? -1 : 0;
+}
+
 /* Receive until EOF or error; verify and refill (closed loop). */
 static int corio_receive(struct cconn *k, int closed)
 {
@@ -128,7 +189,10 @@ static int corio_receive(struct cconn *k, int closed)
 		int done;
 		uint64_t now;
 
-		if (g.recv_copy) {
+		if (k->t) {
+			n = corio_tls_read(k->t, k->rx, rx_len());
+			data = k->rx;
+		} else if (g.recv_copy) {
 			n = corio_recv(k->s, k->rx, rx_len());
 			data = k->rx;
 		} else {
@@ -139,7 +203,7 @@ static int corio_receive(struct cconn *k, int closed)
 			return (int)n;
 		now = tool_now_ns();
 		done = tool_conn_rx(c, data, (size_t)n, now);
-		if (!g.recv_copy)
+		if (!g.recv_copy && !k->t)
 			corio_buf_release(&b);
 		if (done < 0)
 			return done;
@@ -149,11 +213,11 @@ static int corio_receive(struct cconn *k, int closed)
 			ssize_t r;
 
 			tool_conn_fill(c, (unsigned)done, k->tx, now);
-			r = corio_send(k->s, k->tx, (size_t)done * c->size);
+			r = conn_send(k, k->tx, (size_t)done * c->size);
 			if (r < 0)
 				return (int)r;
 		} else if (c->rx == c->tx) {
-			corio_shutdown_write(k->s);
+			conn_shutdown(k);
 		}
 	}
 }
@@ -225,14 +289,8 @@ static int corio_conn_fiber(void *arg)
 	uint64_t meas_end;
 	int ret;
 
-	corio_timeout_push(&dl, 5000000000ull);
-	ret = corio_tcp_connect(g.p.addr, &k->s);
-	corio_deadline_pop(&dl);
-	if (ret) {
-		tool_conn_fail(c, "conn %u: connect %s: %s", c->id, g.p.addr, strerror(-ret));
-		atomic_fetch_add(&g.dead, 1);
+	if (conn_open(k))
 		return 0;
-	}
 	atomic_fetch_add(&g.connected, 1);
 	if (corio_wait_go())
 		goto out;
@@ -240,7 +298,7 @@ static int corio_conn_fiber(void *arg)
 	corio_deadline_push(&dl, tool_drain_end(&g.p));
 	if (g.p.rate <= 0) {
 		tool_conn_fill(c, g.p.pipeline, k->tx, tool_now_ns());
-		ret = (int)corio_send(k->s, k->tx, g.p.pipeline * c->size);
+		ret = (int)conn_send(k, k->tx, g.p.pipeline * c->size);
 		if (ret >= 0)
 			ret = corio_receive(k, 1);
 	} else {
@@ -255,12 +313,12 @@ static int corio_conn_fiber(void *arg)
 		}
 		while ((n = paced_due(c, meas_end)) != 0) {
 			tool_conn_fill(c, n, k->tx, 0);
-			ret = (int)corio_send(k->s, k->tx, (size_t)n * c->size);
+			ret = (int)conn_send(k, k->tx, (size_t)n * c->size);
 			if (ret < 0)
 				break;
 		}
 		if (ret >= 0)
-			ret = corio_shutdown_write(k->s);
+			ret = conn_shutdown(k);
 		else
 			corio_cancel(rf); /* the send failed or timed out: no echo will end it */
 		if (join_receiver(rf)) {
@@ -281,6 +339,8 @@ static int corio_conn_fiber(void *arg)
 		tool_conn_fail(c, "conn %u: server closed after %llu of %llu messages", c->id,
 			     (unsigned long long)c->rx, (unsigned long long)c->tx);
 out:
+	if (k->t)
+		corio_tls_close(k->t); /* already shut down, or ends a failed run: bounded */
 	corio_close(k->s);
 	return 0;
 }
@@ -904,6 +964,7 @@ static struct {
 	struct pworker *pw; /* epoll engine */
 	struct corio_rt *rt;
 	int64_t srv0, srv1, cli0, cli1; /* CPU times at the measured window's edges */
+	uint64_t tls_handshakes;        /* summed over the shards before corio_wait */
 } m = { .probe = 1, .cpus = { g.cpus, MAX_WORKERS, 0, NULL }, .srv0 = -1, .srv1 = -1 };
 
 static int parse_options(int argc, char **argv)
@@ -938,6 +999,18 @@ static int parse_options(int argc, char **argv)
 				"(--size 12..65507); reports lost/late/dup/reordered") },
 		{ TOOL_OPT_SECONDS("loss", 0, g.p.loss_s, 0.001, 600, "SECS",
 				   "UDP: an echo this late is counted lost (0.5)") },
+		{ TOOL_OPT_FLAG("tls", 0, g.tls,
+				"TLS 1.3 on every connection (corio engine, TCP): a full\n"
+				"handshake each, before the load; no probe connection") },
+		{ TOOL_OPT_STRING("tls-ca", 0, g.tls_ca, "FILE",
+				  "--tls: trust these CAs (PEM; corio-echo's cert=PATH);\n"
+				  "default: the system store") },
+		{ TOOL_OPT_STRING("tls-name", 0, g.tls_name, "NAME",
+				  "--tls: the name (SNI) the certificate must carry\n"
+				  "(127.0.0.1)") },
+		{ TOOL_OPT_FLAG("tls-insecure", 0, g.tls_insecure,
+				"--tls: do not verify the certificate (anyone could\n"
+				"impersonate the server)") },
 		{ TOOL_OPT_COUNT("server-pid", 0, m.server_pid, 1, 1u << 30, "PID",
 				 "report that process's CPU time per message") },
 		{ TOOL_OPT_SET("no-probe", 0, m.probe, 0, "skip the probe connection") },
@@ -963,12 +1036,56 @@ static int parse_options(int argc, char **argv)
 	g.p.drain_s = 2;
 	g.p.loss_s = 0.5;
 	g.p.port = -1;
+	g.recv_copy = -1; /* not given: --tls tells it apart */
+	g.tls_name = "127.0.0.1";
 	return tool_opt_parse(&cli, argc, argv);
+}
+
+/* --tls and what it can be combined with; the client context: 0 or 2.
+ * TLS reads decrypt into the connection's buffer: --recv copy only. */
+static int check_tls(void)
+{
+	struct corio_tls_ctx_opts o = { .flags = CORIO_TLS_ONLY_13 | CORIO_TLS_NO_TICKETS };
+	const char *bad = NULL;
+
+	if (!g.tls) {
+		if (g.tls_ca || g.tls_insecure) {
+			fprintf(stderr, "corio-load: --tls-ca and --tls-insecure need --tls\n");
+			return 2;
+		}
+		g.recv_copy = g.recv_copy > 0;
+		return 0;
+	}
+	if (g.engine != 0)
+		bad = "--engine epoll (TLS runs on the corio engine)";
+	else if (g.p.udp)
+		bad = "--udp (TLS runs over TCP)";
+	else if (g.recv_copy == 0)
+		bad = "--recv buf (a TLS session decrypts into the connection's buffer: --recv copy)";
+	else if (g.tls_ca && g.tls_insecure)
+		bad = "--tls-ca and --tls-insecure together (verify, or do not)";
+	if (bad) {
+		fprintf(stderr, "corio-load: --tls: not with %s\n", bad);
+		return 2;
+	}
+	g.recv_copy = 1;
+	o.ca_file = g.tls_ca;
+	if (g.tls_insecure)
+		o.flags |= CORIO_TLS_NO_VERIFY;
+	if (corio_tls_ctx_new(&o, &g.tls_ctx)) {
+		fprintf(stderr, "corio-load: --tls-ca %s: %s\n", g.tls_ca ? g.tls_ca : "(system store)",
+			corio_last_error());
+		return 2;
+	}
+	m.probe = 0; /* the probe speaks plain TCP */
+	return 0;
 }
 
 /* The checks that span options, and the derived settings: 0 or 2. */
 static int check_options(void)
 {
+	if (check_tls())
+		return 2;
 	g.ncpus = m.cpus.n;
 	snprintf(g.cpus_str, sizeof(g.cpus_str), "%s", g.ncpus ? m.cpus.arg : "any");
 	if (!g.workers)
@@ -1022,7 +1139,7 @@ static int start_corio(void)
 			    : tool_conn_init(&c->c, i, &g.p, &g.ws[i % g.workers]))
 			return -ENOMEM;
 		c->tx = malloc(txn);
-		c->rx = g.recv_copy ? malloc(g.p.udp ? 65536 : rx_len()) : NULL;
+		c->rx = g.recv_copy ? malloc(g.p.udp ? 65536 : rx_len()) : NULL; /* --tls: copy */
 		if (!c->tx || (g.recv_copy && !c->rx))
 			return -ENOMEM;
 	}
@@ -1157,7 +1274,15 @@ static int run(void)
 		measure();
 	}
 	if (g.engine == 0) {
-		int r2 = corio_wait(m.rt);
+		int r2;
+
+		for (unsigned i = 0; g.tls && i < g.workers; i++) {
+			struct corio_tls_stats ts;
+
+			if (!corio_tls_stats_get(m.rt, i, &ts))
+				m.tls_handshakes += ts.handshakes;
+		}
+		r2 = corio_wait(m.rt);
 
 		if (r2) {
 			fprintf(stderr, "corio-load: runtime: %s\n", strerror(-r2));
@@ -1194,6 +1319,12 @@ static void gather(struct tool_report *rep)
 	}
 	rep->server_cpu_ns = m.srv0 >= 0 && m.srv1 >= 0 ? m.srv1 - m.srv0 : -1;
 	rep->client_cpu_ns = m.cli1 - m.cli0;
+	if (g.tls) {
+		rep->tls = atomic_load(&g.tls_version);
+		if (!rep->tls)
+			rep->tls = "none agreed";
+		rep->tls_handshakes = m.tls_handshakes;
+	}
 }
 
 /* Print the report (and the spectrum); the exit status from ret and it. */
@@ -1278,5 +1409,6 @@ int main(int argc, char **argv)
 		return ret;
 	ret = report(run());
 	free_all();
+	corio_tls_ctx_free(g.tls_ctx); /* after corio_wait: no session is open */
 	return ret;
 }

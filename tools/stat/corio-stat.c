@@ -5,7 +5,9 @@
  *   corio-stat SOCKET [--json | --prom] [--watch SECONDS]
  *
  * Default: a per-shard table like top's; with --watch, one every SECONDS,
- * with rates between samples (the first table shows averages since start).
+ * with rates between samples (the first table shows averages since start);
+ * below it the tls group's table once the program has had a TLS session
+ * (else one line saying there was none, and whether the kernel has kTLS).
  * --json / --prom print the server's answer as it is (repeatedly with
  * --watch). Exit status: 0 (also after --help), 1 on a usage error, 2 when
  * the socket cannot be reached or answers garbage.
@@ -186,6 +188,32 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 	}
 }
 
+/* The tls group: counts since start, and rates for handshakes and bytes. */
+static void tls_table(const struct flat *a, const struct flat *b, unsigned shards, double secs)
+{
+	const char *ktls = get(b, 0, "tls.ktls") ? "offered by the kernel" : "not in this kernel";
+	double any = 0;
+
+	for (unsigned s = 0; s < shards; s++)
+		any += get(b, s, "tls.handshakes") + get(b, s, "tls.handshake_failed") +
+		       get(b, s, "tls.sessions_live");
+	if (!any) {
+		printf("tls: no sessions (kTLS %s)\n", ktls);
+		return;
+	}
+	printf("tls (kTLS %s):\n", ktls);
+	printf("%5s %8s %10s %8s %8s %8s %8s %8s %8s %8s %8s\n", "shard", "sessions", "handshakes",
+	       "hs/s", "resumed", "failed", "verifyf", "proto", "trunc", "inMB/s", "outMB/s");
+	for (unsigned s = 0; s < shards; s++)
+		printf("%5u %8.0f %10.0f %8.1f %8.0f %8.0f %8.0f %8.0f %8.0f %8.2f %8.2f\n", s,
+		       get(b, s, "tls.sessions_live"), get(b, s, "tls.handshakes"),
+		       rate(a, b, s, "tls.handshakes", secs), get(b, s, "tls.resumed"),
+		       get(b, s, "tls.handshake_failed"), get(b, s, "tls.verify_failed"),
+		       get(b, s, "tls.proto_errors"), get(b, s, "tls.truncated"),
+		       rate(a, b, s, "tls.bytes_in", secs) / 1e6,
+		       rate(a, b, s, "tls.bytes_out", secs) / 1e6);
+}
+
 static double now_s(void)
 {
 	struct timespec ts;
@@ -236,11 +264,13 @@ int main(int argc, char **argv)
 			if (have_prev) {
 				secs = t - prev_t;
 				table(&f[!cur], &f[cur], shards, secs);
+				tls_table(&f[!cur], &f[cur], shards, secs);
 			} else {
 				/* first sample: averages since the shards started */
 				secs = (get(&f[cur], 0, "loop.busy_ns") +
 					get(&f[cur], 0, "loop.idle_ns")) / 1e9;
 				table(NULL, &f[cur], shards, secs);
+				tls_table(NULL, &f[cur], shards, secs);
 			}
 			have_prev = 1;
 			prev_t = t;
