@@ -82,7 +82,7 @@ struct corio__srec {
 
 /* Idle pipes a shard keeps for corio_sendfile; more are made (and closed
  * after) when more sendfiles run at once. */
-#define CORIO__NET_PIPES 4
+#define CORIO__NET_PIPES 32
 
 /* At most this many queued corio_send_buf records go out in one send. */
 #define CORIO__SEND_GATHER 16
@@ -143,6 +143,7 @@ struct corio_sock {
 	struct msghdr smsg;
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
 	bool wr_shut;          /* corio_shutdown_write done */
+	bool nonblock;         /* O_NONBLOCK set for corio_sendfile (one fcntl per socket) */
 	int32_t serr;          /* the first send error, sticky */
 	uint16_t sq_count;     /* records queued (at most cap.send) */
 	uint16_t sq_owned;     /* of those, corio_send_owned ones: no ring buffer */

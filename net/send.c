@@ -749,10 +749,14 @@ static ssize_t splice_op(int in, int64_t off_in, int out, size_t len)
 
 static int sock_nonblock(struct corio_sock *s)
 {
-	int fl = fcntl(s->fd, F_GETFL);
+	int fl;
 
+	if (s->nonblock)
+		return 0;
+	fl = fcntl(s->fd, F_GETFL);
 	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
 		return -errno;
+	s->nonblock = true;
 	return 0;
 }
 
