@@ -14,7 +14,9 @@
 #   HTTPS keep-alive (wrk), 13 B and 4 KiB at 50 connections
 #   full TLS handshakes: `openssl s_time -new` (a new connection and a full
 #          handshake per request: -new never offers a session or ticket),
-#          HS_CLIENTS of them at once, each fetching the 13-byte file
+#          HS_CLIENTS of them at once, each fetching the 13-byte file (not
+#          wrk with Connection: close: wrk SSL_clear()s and reuses its SSL
+#          per connection slot, so it offers the last ticket and resumes)
 # HTTPS: both servers hold the same ECDSA P-256 certificate made here; the
 # clients run with an OpenSSL config that allows TLS 1.3 only, the one
 # cipher TLS_AES_128_GCM_SHA256 and key exchange X25519, and a probe
