@@ -68,17 +68,6 @@ wait_port() { # wait_port PORT: 0 once it accepts (5 s at most)
 	return 1
 }
 
-# free_port: a port below the kernel's ephemeral range (where the clients'
-# own sockets live: redis-benchmark opens thousands), unused in any state.
-free_port() {
-	lo=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
-	[ -n "$lo" ] && [ "$lo" -gt 12000 ] || lo=32768
-	span=$((lo - 10000))
-	p=$((10000 + ($$ * 7 + $(date +%N | sed 's/^0*//;s/^$/0/') / 1000) % span))
-	while port_used $p; do p=$((10000 + (p - 10000 + 1) % span)); done
-	echo $p
-}
-
 # start_server SIDE: sets SRV_PID and PORT. A server that does not come up
 # is tried once more on another port; only a second failure is reported.
 start_server() {
@@ -124,19 +113,14 @@ stop_server() {
 	PORT=
 }
 
-# On-CPU nanoseconds of every thread of the server so far.
-cpu_ns() {
-	cat /proc/$SRV_PID/task/*/schedstat 2>/dev/null | awk '{ s += $1 } END { printf "%.0f", s }'
-}
-
 # run SIDE REP TEST PIPELINE: one redis-benchmark run; appends a row
 # test P side rep ops/s p50 p99 cpu-ns/request
 run() {
 	side=$1 rep=$2 t=$3 p=$4
-	c0=$(cpu_ns)
+	c0=$(cpu_ns $SRV_PID)
 	csv=$(taskset -c $LCPU redis-benchmark -p "$PORT" -c 50 -n "$N" -P "$p" -r 100000 -d 100 \
 		-t "$t" --csv 2> "$OUT/bench.err")
-	c1=$(cpu_ns)
+	c1=$(cpu_ns $SRV_PID)
 	printf '%s\n' "$csv" >> "$OUT/raw-$side.csv"
 	line=$(printf '%s\n' "$csv" | sed -n '2p')
 	if [ -z "$line" ]; then

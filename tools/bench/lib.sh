@@ -36,3 +36,22 @@ port_bound_udp() {
 	hex=$(printf '%04X' "$1")
 	awk -v p=":$hex" '$2 ~ p"$" { f = 1 } END { exit !f }' /proc/net/udp /proc/net/udp6
 }
+
+# free_port: a TCP port below the kernel's ephemeral range (where the
+# clients' own sockets live: a load generator opens thousands), unused in
+# any state, for a server that cannot pick its own and print it.
+free_port() {
+	lo=$(awk '{ print $1 }' /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null)
+	[ -n "$lo" ] && [ "$lo" -gt 12000 ] || lo=32768
+	span=$((lo - 10000))
+	p=$((10000 + ($$ * 7 + $(date +%N | sed 's/^0*//;s/^$/0/') / 1000) % span))
+	while port_used $p; do p=$((10000 + (p - 10000 + 1) % span)); done
+	echo $p
+}
+
+# cpu_ns PID...: on-CPU nanoseconds so far of every thread of the PIDs (the
+# first field of /proc/PID/task/*/schedstat), summed.
+cpu_ns() {
+	for pid in "$@"; do cat /proc/"$pid"/task/*/schedstat 2>/dev/null; done |
+		awk '{ s += $1 } END { printf "%.0f", s }'
+}
