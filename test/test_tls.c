@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- certificates --------------------------------------------------------- */
 
@@ -1369,6 +1370,172 @@ Test(tls, stream_read_deadline_keeps_the_decrypted_bytes, .timeout = 60)
 	cr_assert_eq(c.third, 0);
 	corio_tls_ctx_free(c.sctx);
 	corio_tls_ctx_free(c.cctx);
+}
+
+/* ---- the idle wait and files over TLS (corio_stream_wait, _sendfile) -------------------- */
+
+/* The wait looks at what the session holds before it races the socket
+ * against the event: a decrypted byte OpenSSL keeps (a 2-byte stream read
+ * took half a record) wins over a set event; with nothing held, the event
+ * ends the wait. A file goes out read, encrypted and written, byte-exact. */
+#define TFILE_LEN ((size_t)200 * 1024 + 3)
+
+struct tread {
+	struct corio_tls *t;
+	char *got;
+	ssize_t n;
+};
+
+static int tls_reader(void *arg)
+{
+	struct tread *r = arg;
+
+	r->n = read_full(r->t, r->got, TFILE_LEN + 2);
+	return 0;
+}
+
+static void wait_file_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct corio_stream_opts o = {.max_frame = 2};
+	struct corio_stream *st = NULL;
+	struct corio_event ev;
+	struct corio_fiber *f = NULL;
+	struct tread rd = {.got = malloc(TFILE_LEN + 2)};
+	char path[] = "/tmp/corio-tls-file-XXXXXX", *want = malloc(TFILE_LEN);
+	int fd = mkstemp(path);
+	struct tpair p;
+	const void *v;
+
+	CHECK(fd >= 0);
+	unlink(path);
+	for (size_t i = 0; i < TFILE_LEN; i++)
+		want[i] = (char)(i * 13 + i / 509);
+	CHECK_EQ(corio_write_all(fd, want, TFILE_LEN, 0, NULL), (ssize_t)TFILE_LEN);
+	corio_event_init(&ev);
+	tpair_open(&p, c->sctx, c->cctx);
+	CHECK_EQ(corio_stream_tls(p.st, &o, &st), 0);
+	corio_event_set(&ev);
+	c->first = corio_stream_wait(st, &ev); /* nothing sent: the event */
+	corio_event_reset(&ev);
+	CHECK_EQ(corio_tls_write(p.ct, "a\nb\n", 4), 4); /* one record */
+	CHECK_EQ(corio_stream_wait(st, &ev), 2); /* reads of 2 bytes: "b\n" stays in OpenSSL */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 2, &v), 2);
+	corio_event_set(&ev);
+	c->second = corio_stream_wait(st, &ev); /* "b\n" is there: it wins */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 2, &v), 2);
+	CHECK(memcmp(v, "b\n", 2) == 0);
+	rd.t = p.ct;
+	CHECK_EQ(corio_spawn(tls_reader, &rd, NULL, &f), 0);
+	CHECK_EQ(corio_stream_write(st, "hd", 2), 2);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, TFILE_LEN), (ssize_t)TFILE_LEN);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	c->third = rd.n;
+	CHECK(rd.n == (ssize_t)TFILE_LEN + 2 && memcmp(rd.got, "hd", 2) == 0 &&
+	      memcmp(rd.got + 2, want, TFILE_LEN) == 0);
+	CHECK_EQ(corio_tls_close(p.ct), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_close(p.c), 0);
+	close(fd);
+	free(want);
+	free(rd.got);
+}
+
+Test(tls, stream_wait_sees_what_the_session_holds_and_files_go_out_encrypted, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, wait_file_entry, &c);
+	cr_assert_eq(c.first, -ESHUTDOWN, "%zd", c.first);
+	cr_assert_eq(c.second, 2, "%zd", c.second);
+	cr_assert_eq(c.third, (ssize_t)TFILE_LEN + 2, "%zd", c.third);
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}
+
+/* ---- the handshake and the stream in one call ------------------------------------------- */
+
+struct hs {
+	struct corio_tls_ctx *sctx, *cctx;
+	struct corio_listener *l;
+	int server_ret, ok_ret, bad_ret, live_after;
+	char reply[16], bad_err[256];
+};
+
+/* Two connections: the first answers a line; the second's client refuses
+ * the certificate (a wrong host), so this end's handshake fails too. */
+static int hs_server(void *arg)
+{
+	struct hs *h = arg;
+	struct corio_stream_opts o = {.flags = CORIO_STREAM_AUTOFLUSH};
+	struct corio_stream *st;
+	struct corio_sock *s;
+
+	CHECK_EQ(corio_accept(h->l, &s), 0);
+	h->server_ret = corio_stream_tls_accept(h->sctx, s, &o, &st);
+	if (h->server_ret == 0)
+		CHECK_EQ(line_echo(st), 0);
+	CHECK_EQ(corio_accept(h->l, &s), 0);
+	CHECK(corio_stream_tls_accept(h->sctx, s, NULL, &st) < 0);
+	return corio_close(s); /* still ours after the failure */
+}
+
+static void hs_entry(void *arg)
+{
+	struct hs *h = arg;
+	struct corio_stream *st = NULL;
+	struct corio_tls_stats ts;
+	struct corio_fiber *f = NULL;
+	struct corio_sock *c;
+	char addr[64];
+	const void *v;
+	ssize_t n;
+
+	CHECK_EQ(listen_local(&h->l, addr, sizeof(addr)), 0);
+	CHECK_EQ(corio_spawn(hs_server, h, NULL, &f), 0);
+	CHECK_EQ(corio_tcp_connect(addr, &c), 0);
+	h->ok_ret = corio_stream_tls_connect(h->cctx, c, "localhost", NULL, &st);
+	if (h->ok_ret == 0) {
+		CHECK_EQ(corio_stream_write(st, "hi\n", 3), 3);
+		CHECK_EQ(corio_stream_flush(st), 0);
+		CHECK_EQ(corio_tls_alpn(corio_stream_transport(st), NULL) != NULL, 1);
+		n = corio_stream_read_until(st, '\n', sizeof(h->reply) - 1, &v);
+		if (n > 0)
+			memcpy(h->reply, v, (size_t)n);
+		CHECK_EQ(corio_stream_close(st), 0);
+	}
+	CHECK_EQ(corio_tcp_connect(addr, &c), 0);
+	h->bad_ret = corio_stream_tls_connect(h->cctx, c, "wrong.example", NULL, &st);
+	snprintf(h->bad_err, sizeof(h->bad_err), "%s", corio_last_error());
+	CHECK_EQ(corio_close(c), 0); /* the socket stayed the caller's */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_listener_close(h->l), 0);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &ts), 0);
+	h->live_after = (int)ts.sessions_live; /* the failed sessions were freed */
+}
+
+Test(tls, stream_tls_accept_and_connect_free_the_session_on_failure, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct hs h = {0};
+
+	certs();
+	h.sctx = server_ctx(srv_pem, srv_key);
+	h.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, hs_entry, &h);
+	cr_assert_eq(h.server_ret, 0);
+	cr_assert_eq(h.ok_ret, 0);
+	cr_assert_str_eq(h.reply, "> hi\n");
+	cr_assert_eq(h.bad_ret, -EKEYREJECTED, "%d: %s", h.bad_ret, h.bad_err);
+	cr_assert(strstr(h.bad_err, "hostname mismatch"), "%s", h.bad_err);
+	cr_assert_eq(h.live_after, 0);
+	corio_tls_ctx_free(h.sctx);
+	corio_tls_ctx_free(h.cctx);
 }
 
 /* ---- the census: a TLS stream never closed ------------------------------------------------ */
