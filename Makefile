@@ -198,11 +198,12 @@ $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
-# httpd too (its test runs the built program).
-$(B)/tools/examples/httpd: $(HTTPD_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
+# httpd too, and the stop-signal mask (its test runs the built program).
+HTTPD_COMMON := $(B)/obj/tools/common/opt.o $(B)/obj/tools/common/proc.o
+$(B)/tools/examples/httpd: $(HTTPD_OBJS) $(HTTPD_COMMON) $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(HTTPD_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(HTTPD_OBJS) $(HTTPD_COMMON) $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))
