@@ -474,6 +474,18 @@ Test(httpd, https_curl_files_keepalive_tls13_http11, .timeout = 60)
 	cr_assert(strstr(out, "ALPN: server accepted http/1.1"), "%s", out);
 	cr_assert(strstr(out, "Re-using existing connection"), "%s", out);
 	cr_assert(strstr(out, "[1.1 200][1.1 200]"), "%s", out);
+	/* the client example, verifying too: the same bytes */
+	if (access("build/tools/examples/https-get", X_OK) == 0) {
+		got = malloc(BIG + 1);
+		snprintf(cmd, sizeof(cmd), "build/tools/examples/https-get --cafile %s "
+			 "https://localhost:%d/big.bin > %s", ca_pem, port, path);
+		cr_assert_eq(system(cmd), 0);
+		cr_assert((f = fopen(path, "r")));
+		cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);
+		fclose(f);
+		cr_assert(memcmp(got, big, BIG) == 0);
+		free(got);
+	}
 	/* plain HTTP to the HTTPS port: no handshake, that connection closed */
 	exchange(port, "GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n", out, sizeof(out));
 	cr_assert(strncmp(out, "HTTP/", 5) != 0, "%s", out);

@@ -425,6 +425,110 @@ Test(tls, corio_client_against_openssl_s_server, .timeout = 60)
 	corio_tls_ctx_free(c.other_ca);
 }
 
+/* ---- the client example (tools/examples/https-get) against openssl s_server -------- */
+
+#define GET_PROG \
+	(getenv("HTTPS_GET_PROG") ? getenv("HTTPS_GET_PROG") : "build/tools/examples/https-get")
+#define PAGE_LEN (100 * 1024 + 17)
+
+/* openssl s_server -WWW in dir (it serves the files there), with pem/key,
+ * for n connections: its pid, and its port in *port. */
+static pid_t s_server_www(const char *pem, const char *key, int n, int *port)
+{
+	char line[256], addr[64] = "", nacc[16];
+	int fds[2];
+	pid_t pid;
+	FILE *f;
+
+	snprintf(nacc, sizeof(nacc), "%d", n);
+	cr_assert(pipe(fds) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		if (chdir(dir) != 0)
+			_exit(126);
+		execlp("openssl", "openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", pem,
+		       "-key", key, "-WWW", "-naccept", nacc, "-alpn", "http/1.1",
+		       (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	f = fdopen(fds[0], "r");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "ACCEPT %63s", addr) == 1)
+			break;
+	fclose(f);
+	cr_assert(addr[0] && strrchr(addr, ':'), "openssl s_server printed no ACCEPT line");
+	*port = atoi(strrchr(addr, ':') + 1);
+	return pid;
+}
+
+/* Run the client on url with --cafile ca: its exit status; stdout in
+ * dir/got, stderr in err. */
+static int https_get(const char *ca, const char *url, char *err, size_t errlen)
+{
+	char cmd[1024], path[160];
+	int st;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s --cafile %s -t 20 %s > %s/got 2> %s/err", GET_PROG, ca, url,
+		 dir, dir);
+	st = system(cmd);
+	snprintf(path, sizeof(path), "%s/err", dir);
+	cr_assert((f = fopen(path, "r")));
+	err[fread(err, 1, errlen - 1, f)] = '\0';
+	fclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * The right CA and host: the page byte-exact, exit 0. A certificate for
+ * another name (b.test) at localhost, and one signed by a CA the client
+ * does not trust: exit 3 with the verification's reason on stderr.
+ */
+Test(tls, https_get_example_verifies_against_openssl_s_server, .timeout = 60)
+{
+	char url[128], err[1024], path[160], *page = malloc(PAGE_LEN), *got = malloc(PAGE_LEN + 1);
+	int port, rc;
+	pid_t pid;
+	FILE *f;
+
+	need_openssl();
+	if (access(GET_PROG, X_OK) != 0)
+		cr_skip_test("%s is not built (make tools)", GET_PROG);
+	certs();
+	for (size_t i = 0; i < PAGE_LEN; i++)
+		page[i] = (char)('a' + i % 23 + (i / 1000) % 3);
+	snprintf(path, sizeof(path), "%s/page.txt", dir);
+	cr_assert((f = fopen(path, "w")) && fwrite(page, 1, PAGE_LEN, f) == PAGE_LEN &&
+		  fclose(f) == 0);
+	pid = s_server_www(srv_pem, srv_key, 2, &port);
+	snprintf(url, sizeof(url), "https://localhost:%d/page.txt", port);
+	rc = https_get(ca_pem, url, err, sizeof(err));
+	cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+	snprintf(path, sizeof(path), "%s/got", dir);
+	cr_assert((f = fopen(path, "r")));
+	cr_assert_eq(fread(got, 1, PAGE_LEN + 1, f), (size_t)PAGE_LEN);
+	fclose(f);
+	cr_assert(memcmp(got, page, PAGE_LEN) == 0);
+	rc = https_get(self_pem, url, err, sizeof(err)); /* trusts another root only */
+	cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
+	cr_assert(strstr(err, "certificate was refused: unable to get local issuer"), "%s", err);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	pid = s_server_www(b_pem, b_key, 1, &port); /* a certificate for b.test only */
+	snprintf(url, sizeof(url), "https://localhost:%d/page.txt", port);
+	rc = https_get(ca_pem, url, err, sizeof(err));
+	cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
+	cr_assert(strstr(err, "certificate was refused: hostname mismatch"), "%s", err);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	free(page);
+	free(got);
+}
+
 /* ---- a ClientHello a byte at a time ---------------------------------------------- */
 
 /*
