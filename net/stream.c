@@ -638,9 +638,13 @@ static ssize_t file_step(struct corio_stream *st, int fd, uint64_t off, size_t l
 		if ((ret = wb_alloc(st, "corio_stream_sendfile")) ||
 		    (st->wlen == st->wcap && (ret = flush_locked(st))))
 			return ret;
-		n = corio_read_at(fd, st->wb + st->wlen,
-				  len < st->wcap - st->wlen ? len : st->wcap - st->wlen, off);
+		n = corio__file_read(fd, st->wb + st->wlen,
+				     len < st->wcap - st->wlen ? len : st->wcap - st->wlen, (off_t)off,
+				     "corio_stream_sendfile");
 		st->wlen += n > 0 ? (size_t)n : 0;
+		if (n < 0 && n != -ECANCELED && n != -ETIMEDOUT)
+			n = corio__error((int)n, "corio_stream_sendfile: reading fd %d: %s", fd,
+					 strerror((int)-n));
 	}
 	if (n == 0)
 		n = corio__error(-ENODATA, "corio_stream_sendfile: the file ended %zu bytes early",

@@ -25,6 +25,8 @@
 
 /* The program; HTTPD_PROG names another build of it (a sanitizer's). */
 #define PROG (getenv("HTTPD_PROG") ? getenv("HTTPD_PROG") : "build/tools/examples/httpd")
+#define GET_PROG \
+	(getenv("HTTPS_GET_PROG") ? getenv("HTTPS_GET_PROG") : "build/tools/examples/https-get")
 #define BIG (4 * 1024 * 1024 + 123) /* sendfile runs in pieces */
 
 static char dir[64], www[128];
@@ -475,10 +477,10 @@ Test(httpd, https_curl_files_keepalive_tls13_http11, .timeout = 60)
 	cr_assert(strstr(out, "Re-using existing connection"), "%s", out);
 	cr_assert(strstr(out, "[1.1 200][1.1 200]"), "%s", out);
 	/* the client example, verifying too: the same bytes */
-	if (access("build/tools/examples/https-get", X_OK) == 0) {
+	if (access(GET_PROG, X_OK) == 0) {
 		got = malloc(BIG + 1);
-		snprintf(cmd, sizeof(cmd), "build/tools/examples/https-get --cafile %s "
-			 "https://localhost:%d/big.bin > %s", ca_pem, port, path);
+		snprintf(cmd, sizeof(cmd), "%s --cafile %s https://localhost:%d/big.bin > %s",
+			 GET_PROG, ca_pem, port, path);
 		cr_assert_eq(system(cmd), 0);
 		cr_assert((f = fopen(path, "r")));
 		cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);

@@ -199,7 +199,7 @@ CORIO_API ssize_t corio_stream_writev(struct corio_stream *st, const struct iove
  * Send what is buffered, then len bytes of the regular file fd from offset
  * off (fd's position is not used). The plain transport sends them with
  * corio_sendfile (no copy through user space); a transport without a
- * sendfile op (TLS) gets them read into the write buffer (corio_read_at),
+ * sendfile op (TLS) gets them read into the write buffer (a ring read),
  * a buffer at a time, and written as by corio_stream_write. len, or -errno
  * (sticky, as for writes): -ENODATA when the file ends before len bytes
  * (what went out cannot be taken back: close). Blocking.
