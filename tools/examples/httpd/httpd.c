@@ -12,7 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static const struct httpd_conf *srv; /* every shard's, read-only while they run */
+static __thread const struct httpd_conf *srv; /* the same, read-only, on every shard */
 
 enum { M_GET, M_HEAD, M_OTHER };
 
