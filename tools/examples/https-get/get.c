@@ -173,7 +173,8 @@ int get_fetch(struct get_req *r)
 
 	corio_timeout_push(&d, r->timeout_ns);
 	if ((ret = corio_tcp_connect(r->url.addr, &s)) < 0) {
-		ret = fail(r, ret, "connecting to %s: %s", r->url.addr, strerror(-ret));
+		ret = fail(r, ret, "connecting to %s: %s", r->url.addr, /* -ENOENT: corio/net.h */
+			   ret == -ENOENT ? "the name has no address" : strerror(-ret));
 	} else if ((ret = corio_stream_tls_connect(r->ctx, s, r->url.name, &so, &st)) < 0) {
 		fail(r, ret, "TLS with %s: %s", r->url.addr, reason(ret));
 		corio_close(s);
