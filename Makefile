@@ -125,7 +125,11 @@ vpath %.c $(TOOL_DIRS)
 KV_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/kv/*.c)))
 UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
 HTTPD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/httpd/*.c)))
-TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd
+GET_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/https-get/*.c)))
+TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
+	$(B)/tools/examples/https-get
+# The examples make install puts in BINDIR as corio-NAME.
+EXAMPLES_INST := httpd https-get
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
 TEST_BINS := $(TEST_SRCS:test/%.c=$(B)/test/%)
 
@@ -198,11 +202,18 @@ $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
-# httpd too (its test runs the built program).
-$(B)/tools/examples/httpd: $(HTTPD_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
+# httpd too, and the stop-signal mask (its test runs the built program).
+HTTPD_COMMON := $(B)/obj/tools/common/opt.o $(B)/obj/tools/common/proc.o
+$(B)/tools/examples/httpd: $(HTTPD_OBJS) $(HTTPD_COMMON) $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
-	$(Q)$(CC) $(LDFLAGS) -o $@ $(HTTPD_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(HTTPD_OBJS) $(HTTPD_COMMON) $(STATIC) $(LIBS) -lm
+
+# https-get: the option parser too (its tests run the built program).
+$(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))
@@ -227,7 +238,8 @@ MAN_PAGES := corio.3:API corio-runtime.3:RUNTIME corio-backend.3:BACKEND \
 	corio-timer.3:TIMERS corio-msg.3:MSG corio-net.3:NET corio-select.3:SELECT \
 	corio-work.3:WORK corio-fs.3:FS corio-stats.3:STATS corio-stream.3:STREAM \
 	corio-tls.3:TLS \
-	corio-stat.1:corio-stat corio-kv.1:corio-kv
+	corio-stat.1:corio-stat corio-kv.1:corio-kv \
+	corio-httpd.1:HTTPD corio-https-get.1:corio-https-get
 MAN_TOOLS := corio-stat corio-kv
 MAN_OUT   := $(foreach m,$(MAN_PAGES),$(B)/man/man$(subst .,,$(suffix $(word 1,$(subst :, ,$(m)))))/$(word 1,$(subst :, ,$(m))))
 man_src = docs/$(word 2,$(subst :, ,$(filter $(1):%,$(MAN_PAGES)))).md
@@ -244,6 +256,14 @@ $(B)/man/man1/%.1: $$(call man_src,%.1) tools/scripts/md2man.sh $(B)/tools/%
 	@mkdir -p $(dir $@)
 	$(Q)$(B)/tools/$* --help > $@.help 2>&1 || true
 	$(Q)sh tools/scripts/md2man.sh $< $* 1 $(VERSION) $@.help > $@.tmp && mv $@.tmp $@ && rm -f $@.help
+
+# The examples' pages: their binaries are tools/examples/NAME, installed as corio-NAME.
+$(EXAMPLES_INST:%=$(B)/man/man1/corio-%.1): $(B)/man/man1/corio-%.1: \
+		$$(call man_src,corio-$$*.1) tools/scripts/md2man.sh $(B)/tools/examples/%
+	$(quiet) MAN $@
+	@mkdir -p $(dir $@)
+	$(Q)$(B)/tools/examples/$* --help > $@.help 2>&1 || true
+	$(Q)sh tools/scripts/md2man.sh $< corio-$* 1 $(VERSION) $@.help > $@.tmp && mv $@.tmp $@ && rm -f $@.help
 
 # Every public header compiles on its own, as C and as C++.
 check-headers: $(B)/.headers-ok
@@ -288,7 +308,7 @@ soak: deps
 fuzz: deps
 	$(Q)sh tools/scripts/fuzz.sh $(SECS)
 
-install: lib man $(MAN_TOOLS:%=$(B)/tools/%) $(B)/tools/examples/httpd
+install: lib man $(MAN_TOOLS:%=$(B)/tools/%) $(EXAMPLES_INST:%=$(B)/tools/examples/%)
 	install -d $(DESTDIR)$(LIBDIR) $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(PCDIR)
 	install -m 644 $(STATIC) $(DESTDIR)$(LIBDIR)/
 	install -m 755 $(SHARED) $(DESTDIR)$(LIBDIR)/
@@ -300,14 +320,14 @@ install: lib man $(MAN_TOOLS:%=$(B)/tools/%) $(B)/tools/examples/httpd
 	$(PC_SED) corio.pc.in > $(DESTDIR)$(PCDIR)/corio.pc # this PREFIX, not the build's
 	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(MANDIR)/man1 $(DESTDIR)$(MANDIR)/man3
 	install -m 755 $(MAN_TOOLS:%=$(B)/tools/%) $(DESTDIR)$(BINDIR)/
-	install -m 755 $(B)/tools/examples/httpd $(DESTDIR)$(BINDIR)/corio-httpd
+	for e in $(EXAMPLES_INST); do install -m 755 $(B)/tools/examples/$$e $(DESTDIR)$(BINDIR)/corio-$$e || exit 1; done
 	install -m 644 $(filter %.1,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man1/
 	install -m 644 $(filter %.3,$(MAN_OUT)) $(DESTDIR)$(MANDIR)/man3/
 
 uninstall:
 	rm -f $(DESTDIR)$(LIBDIR)/libcorio.* $(DESTDIR)$(PCDIR)/corio.pc $(DESTDIR)$(INCLUDEDIR)/corio.h
 	rm -rf $(DESTDIR)$(INCLUDEDIR)/corio
-	rm -f $(MAN_TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(DESTDIR)$(BINDIR)/corio-httpd
+	rm -f $(MAN_TOOLS:%=$(DESTDIR)$(BINDIR)/%) $(EXAMPLES_INST:%=$(DESTDIR)$(BINDIR)/corio-%)
 	rm -f $(patsubst $(B)/man/%,$(DESTDIR)$(MANDIR)/%,$(MAN_OUT))
 
 clean:

@@ -395,6 +395,9 @@ struct corio_rt {
 	int first_err;
 	bool go;
 	_Atomic int draining; /* corio_drain() was called (the first one wins) */
+	/* corio_drain_on_signal: the signals that start a drain (shard 0
+	 * reads them as they arrive), and its timeout */
+	_Atomic uint64_t drain_sig_mask, drain_sig_ns;
 	unsigned setup_left; /* cfg.setup: shards whose setup has not returned */
 	int setup_err;       /* the first negative value a setup returned */
 	/* corio__rt_memo(): values made once per runtime, under lock */

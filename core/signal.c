@@ -11,7 +11,8 @@
  * is full is owed its signals, retried every 1 ms until the post goes). A shard keeps one pending
  * bit per signal and wakes the fibers waiting on it; a wait takes the lowest
  * pending signal of its mask. All of it is shard-owned state: the only
- * cross-thread step is the message.
+ * cross-thread step is the message. corio_drain_on_signal's signals also
+ * start the drain right there, on shard 0's loop.
  */
 #include "core/internal.h"
 
@@ -139,6 +140,7 @@ static void sig_done(struct corio__op *op, int32_t res, uint32_t flags)
 {
 	struct corio__shard *s = op->data;
 	struct signalfd_siginfo si[8];
+	uint64_t got = 0;
 	ssize_t n;
 
 	(void)flags;
@@ -156,8 +158,11 @@ static void sig_done(struct corio__op *op, int32_t res, uint32_t flags)
 			for (unsigned k = 1; k < s->rt->nshards; k++)
 				s->sig_owed[k] |= bit;
 			deliver(s, bit);
+			got |= bit;
 		}
 	}
+	if (got & atomic_load_explicit(&s->rt->drain_sig_mask, memory_order_acquire))
+		corio_drain(atomic_load_explicit(&s->rt->drain_sig_ns, memory_order_relaxed));
 	sig_flush(s);
 	sig_arm(s);
 }
@@ -207,5 +212,20 @@ int corio_signal_wait(uint64_t mask, int *signo)
 	got = s->sig_pending & mask & -(s->sig_pending & mask); /* the lowest */
 	s->sig_pending &= ~got;
 	*signo = __builtin_ctzll(got) + 1;
+	return 0;
+}
+
+int corio_drain_on_signal(uint64_t mask, uint64_t timeout_ns)
+{
+	struct corio__shard *s = corio__shard();
+
+	if (!s)
+		return corio__misuse(-EPERM, "corio_drain_on_signal", "not called on a shard");
+	if (mask & ~s->rt->cfg.signals)
+		return corio__error(-EINVAL, "corio_drain_on_signal: signal %d is not in cfg.signals",
+				    __builtin_ctzll(mask & ~s->rt->cfg.signals) + 1);
+	/* the timeout first: shard 0 reads it after it sees the mask */
+	atomic_store_explicit(&s->rt->drain_sig_ns, timeout_ns, memory_order_relaxed);
+	atomic_store_explicit(&s->rt->drain_sig_mask, mask, memory_order_release);
 	return 0;
 }

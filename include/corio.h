@@ -231,6 +231,16 @@ CORIO_API int corio_signal_wait(uint64_t mask, int *signo);
  * fiber, a timer callback or a corio_post() function.
  */
 CORIO_API int corio_drain(uint64_t timeout_ns);
+/*
+ * Drain on a signal, as servers do on SIGTERM: from now on, a signal of
+ * mask (a subset of cfg.signals) that reaches the runtime starts
+ * corio_drain(timeout_ns) as shard 0 reads it, without a fiber (nothing
+ * waits, so nothing keeps the runtime alive). The signal still reaches
+ * corio_signal_wait() as usual. A later call replaces mask and timeout
+ * (mask 0: off). 0, -EINVAL (a signal not in cfg.signals), -EPERM off a
+ * shard. Any shard; never blocks.
+ */
+CORIO_API int corio_drain_on_signal(uint64_t mask, uint64_t timeout_ns);
 /* The calling shard's drain event (NULL off a shard): set when the drain
  * reaches the shard. Wait on it, or select on it with corio_sel_event(),
  * to end idle work at once (an idle keep-alive connection). */

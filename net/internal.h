@@ -401,6 +401,10 @@ int corio__net_pipe_get(struct corio__net *n, int p[2]);
  * room, else closed. */
 void corio__net_pipe_put(struct corio__net *n, int p[2], bool clean);
 
+/* One read of fd at off into buf: the count (0 at the end of the file)
+ * or -errno. The ring's READ where the probe has it, else pread(2); who
+ * names the call for misuse messages. Blocking. */
+ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *who);
 /* The copying way from a file to a writer: read len bytes of fd from off
  * (the ring's READ where the probe has it, else pread(2)) into a buffer
  * and hand each piece to write(ctx, buf, len), which returns len or

@@ -842,10 +842,29 @@ static ssize_t sendfile_nonblock(struct corio_sock *s, int fd, off_t off, size_t
 	return (ssize_t)done;
 }
 
+ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *who)
+{
+	struct corio__shard *sh = corio__shard();
+	ssize_t ret;
+
+	if (sh && corio__ring_has_op(&sh->ring, IORING_OP_READ)) {
+		struct io_uring_sqe *sqe;
+		struct corio__op op;
+
+		ret = corio__op_begin_who(&op, &sqe, who);
+		if (!ret) {
+			io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)off);
+			ret = corio__op_wait(&op);
+		}
+		return ret;
+	}
+	ret = pread(fd, buf, len, off); /* the fallback: page cache, mostly */
+	return ret < 0 ? -errno : ret;
+}
+
 ssize_t corio__file_copy(int fd, off_t off, size_t len,
 			 ssize_t (*write)(void *ctx, const void *buf, size_t len), void *ctx)
 {
-	struct corio__shard *sh = corio__shard();
 	/* the slow path: one buffer per call, not per chunk */
 	size_t bufsz = len < (64u << 10) ? len : (64u << 10);
 	char *buf = malloc(bufsz ? bufsz : 1);
@@ -858,20 +877,7 @@ ssize_t corio__file_copy(int fd, off_t off, size_t len,
 		size_t want = len - done < bufsz ? len - done : bufsz;
 		off_t at = off + (off_t)done;
 
-		if (sh && corio__ring_has_op(&sh->ring, IORING_OP_READ)) {
-			struct io_uring_sqe *sqe;
-			struct corio__op op;
-
-			ret = corio__op_begin_who(&op, &sqe, "corio_sendfile");
-			if (!ret) {
-				io_uring_prep_read(sqe, fd, buf, (unsigned)want, (uint64_t)at);
-				ret = corio__op_wait(&op);
-			}
-		} else {
-			ret = pread(fd, buf, want, at); /* the fallback: page cache, mostly */
-			if (ret < 0)
-				ret = -errno;
-		}
+		ret = corio__file_read(fd, buf, want, at, "corio_sendfile");
 		if (ret <= 0)
 			break; /* 0: end of file */
 		ret = write(ctx, buf, (size_t)ret);

@@ -190,8 +190,9 @@ static int gather(struct corio_stream *st, size_t n)
 static int flush_locked(struct corio_stream *st);
 
 /* Wait for more bytes from the transport; call only with cur empty. >= 1
- * (bytes added to cur or rb), 0 at end of stream, -errno (nothing lost). */
-static ssize_t fill(struct corio_stream *st)
+ * (bytes added to cur or rb), 0 at end of stream, -errno (nothing lost).
+ * With ev (corio_stream_wait) through read_or, which copies into rb. */
+static ssize_t fill_or(struct corio_stream *st, struct corio_event *ev)
 {
 	ssize_t r;
 
@@ -206,7 +207,7 @@ static ssize_t fill(struct corio_stream *st)
 		if (ret)
 			return ret;
 	}
-	if (st->ops->read_buf) {
+	if (st->ops->read_buf && !ev) {
 		cur_release(st);
 		r = st->ops->read_buf(st->t, &st->cur);
 		if (r > 0) {
@@ -219,7 +220,8 @@ static ssize_t fill(struct corio_stream *st)
 
 		if (ret)
 			return ret;
-		r = st->ops->read(st->t, st->rb + st->rtail, st->rcap - st->rtail);
+		r = ev ? st->ops->read_or(st->t, st->rb + st->rtail, st->rcap - st->rtail, ev)
+		       : st->ops->read(st->t, st->rb + st->rtail, st->rcap - st->rtail);
 		if (r > 0)
 			st->rtail += (size_t)r;
 	}
@@ -228,6 +230,11 @@ static ssize_t fill(struct corio_stream *st)
 	if (r > 0)
 		st->stats.bytes_in += (uint64_t)r;
 	return r;
+}
+
+static ssize_t fill(struct corio_stream *st)
+{
+	return fill_or(st, NULL);
 }
 
 /* Return rb's first n bytes as the frame. */
@@ -477,6 +484,21 @@ size_t corio_stream_buffered(const struct corio_stream *st)
 	return mine(st) ? rb_len(st) + cur_len(st) : 0;
 }
 
+ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event *ev)
+{
+	ssize_t r = read_enter(st, "corio_stream_wait");
+
+	if (r)
+		return r;
+	if (!ev || !st->ops->read_or)
+		return read_leave(st, corio__error(ev ? -ENOTSUP : -EINVAL, "corio_stream_wait: %s",
+						   ev ? "the transport has no read_or" : "ev is NULL"));
+	release_spent(st);
+	if (!corio_stream_buffered(st)) /* a spent lent buffer went back just now */
+		r = fill_or(st, ev);
+	return read_leave(st, r < 0 ? r : (ssize_t)corio_stream_buffered(st));
+}
+
 /* ---- writing ----------------------------------------------------------------------- */
 
 /* One transport write of iov; a failure is kept as the write side's error. */
@@ -525,6 +547,19 @@ static ssize_t write_leave(struct corio_stream *st, ssize_t ret)
 	return ret;
 }
 
+/* The write buffer, allocated at its first use: 0 or -ENOMEM. */
+static int wb_alloc(struct corio_stream *st, const char *who)
+{
+	if (st->wb)
+		return 0;
+	st->wb = malloc(st->wcap);
+	if (!st->wb)
+		return corio__error(-ENOMEM, "%s: no memory for the write buffer", who);
+	st->net->stream_bytes += st->wcap;
+	st->stats.wbuf_size = st->wcap;
+	return 0;
+}
+
 ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len)
 {
 	struct iovec iov[2];
@@ -534,14 +569,8 @@ ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len)
 		return ret;
 	if (!buf && len)
 		return write_leave(st, corio__error(-EINVAL, "corio_stream_write: buf is NULL"));
-	if (!st->wb) {
-		st->wb = malloc(st->wcap);
-		if (!st->wb)
-			return write_leave(st, corio__error(-ENOMEM, "corio_stream_write: no memory "
-									    "for the write buffer"));
-		st->net->stream_bytes += st->wcap;
-		st->stats.wbuf_size = st->wcap;
-	}
+	if ((ret = wb_alloc(st, "corio_stream_write")))
+		return write_leave(st, ret);
 	if (st->wlen + len <= st->wcap) {
 		memcpy(st->wb + st->wlen, buf, len);
 		st->wlen += len;
@@ -592,6 +621,57 @@ ssize_t corio_stream_writev(struct corio_stream *st, const struct iovec *iov, in
 			ret = send_iov(st, iov, iovcnt);
 	}
 	return write_leave(st, ret ? ret : (ssize_t)total);
+}
+
+/* One piece of a file: sent by the transport, or read into the write
+ * buffer (flushed first when full). The count (>= 1), or -errno. */
+static ssize_t file_step(struct corio_stream *st, int fd, uint64_t off, size_t len)
+{
+	ssize_t n;
+	int ret;
+
+	if (st->ops->sendfile) {
+		n = st->ops->sendfile(st->t, fd, (off_t)off, len);
+		st->stats.writes++;
+		st->stats.bytes_out += n > 0 ? (uint64_t)n : 0;
+	} else {
+		if ((ret = wb_alloc(st, "corio_stream_sendfile")) ||
+		    (st->wlen == st->wcap && (ret = flush_locked(st))))
+			return ret;
+		n = corio__file_read(fd, st->wb + st->wlen,
+				     len < st->wcap - st->wlen ? len : st->wcap - st->wlen, (off_t)off,
+				     "corio_stream_sendfile");
+		st->wlen += n > 0 ? (size_t)n : 0;
+		if (n < 0 && n != -ECANCELED && n != -ETIMEDOUT)
+			n = corio__error((int)n, "corio_stream_sendfile: reading fd %d: %s", fd,
+					 strerror((int)-n));
+	}
+	if (n == 0)
+		n = corio__error(-ENODATA, "corio_stream_sendfile: the file ended %zu bytes early",
+				 len);
+	return n;
+}
+
+ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, size_t len)
+{
+	size_t done = 0;
+	ssize_t n = write_enter(st, "corio_stream_sendfile");
+
+	if (n)
+		return n;
+	if (off > INT64_MAX || len > INT64_MAX - off)
+		return write_leave(st, corio__error(-EINVAL, "corio_stream_sendfile: off + len "
+							     "is past the largest file offset"));
+	if (st->ops->sendfile)
+		n = flush_locked(st); /* the buffered bytes go first */
+	while (n == 0 && done < len) {
+		n = file_step(st, fd, off + done, len - done);
+		done += n > 0 ? (size_t)n : 0;
+		n = n > 0 ? 0 : n;
+	}
+	if (n < 0) /* sticky: the peer was promised bytes that did not come */
+		st->werr = (int)n;
+	return write_leave(st, n < 0 ? n : (ssize_t)len);
 }
 
 /* ---- creating and closing ------------------------------------------------------------ */
@@ -755,8 +835,27 @@ static int sock_close(void *t)
 	return corio_close(t);
 }
 
+/* The idle wait: a select copies (corio/select.h), so this path does too. */
+static ssize_t sock_read_or(void *t, void *buf, size_t len, struct corio_event *ev)
+{
+	struct corio_sel w[2];
+	int i;
+
+	corio_sel_recv(&w[0], t, buf, len); /* first: input that came wins */
+	corio_sel_event(&w[1], ev);
+	i = corio_select(w, 2);
+	return i < 0 ? i : i == 0 ? w[0].res : -ESHUTDOWN;
+}
+
+static ssize_t sock_sendfile(void *t, int fd, off_t off, size_t len)
+{
+	return corio_sendfile(t, fd, off, len);
+}
+
 static const struct corio_stream_transport sock_ops = {
 	.read_buf = sock_read_buf,
+	.read_or = sock_read_or,
+	.sendfile = sock_sendfile,
 	.release = sock_release,
 	.writev = sock_writev,
 	.shutdown_write = sock_shutdown,

@@ -4,7 +4,10 @@
  * process: curl (a real client) for files, HEAD, errors, path escapes and
  * keep-alive; raw sockets for pipelining and the malformed, oversized and
  * slow heads; and the drain: 500 keep-alive connections, idle and busy,
- * then SIGTERM.
+ * then SIGTERM. HTTPS (--tls-cert/--tls-key, certificates made at run time
+ * with corio_tls_cert_generate): curl and openssl s_client against it
+ * (TLS 1.3, ALPN http/1.1, files byte-exact, keep-alive), handshakes that
+ * fail, files that do not load, and the drain over TLS from a corio client.
  */
 #include "helpers.h"
 
@@ -22,6 +25,8 @@
 
 /* The program; HTTPD_PROG names another build of it (a sanitizer's). */
 #define PROG (getenv("HTTPD_PROG") ? getenv("HTTPD_PROG") : "build/tools/examples/httpd")
+#define GET_PROG \
+	(getenv("HTTPS_GET_PROG") ? getenv("HTTPS_GET_PROG") : "build/tools/examples/https-get")
 #define BIG (4 * 1024 * 1024 + 123) /* sendfile runs in pieces */
 
 static char dir[64], www[128];
@@ -61,7 +66,32 @@ static void remove_tree(void)
 	free(big);
 }
 
-static pid_t start_prog(int *port, const char *idle, const char *shards)
+/* HTTPS: a CA, and a certificate it signed for localhost and 127.0.0.1. */
+static char ca_pem[160], srv_pem[160], srv_key[160];
+
+static void gen(const char *pem, const char *key, const char *names, unsigned flags,
+		const char *ca, const char *cakey)
+{
+	struct corio_tls_cert_gen g = { .cert_file = pem, .key_file = key, .names = names,
+					.flags = flags, .ca_cert_file = ca, .ca_key_file = cakey };
+
+	cr_assert_eq(corio_tls_cert_generate(&g), 0, "%s: %s", names, corio_last_error());
+}
+
+static void make_certs(void)
+{
+	char ca_key[160];
+
+	snprintf(ca_pem, sizeof(ca_pem), "%s/ca.pem", dir);
+	snprintf(ca_key, sizeof(ca_key), "%s/ca.key", dir);
+	snprintf(srv_pem, sizeof(srv_pem), "%s/srv.pem", dir);
+	snprintf(srv_key, sizeof(srv_key), "%s/srv.key", dir);
+	gen(ca_pem, ca_key, "corio httpd test CA", CORIO_TLS_GEN_CA, NULL, NULL);
+	gen(srv_pem, srv_key, "localhost,127.0.0.1", 0, ca_pem, ca_key);
+}
+
+/* The program on www, plain or (tls) HTTPS with the certificate above. */
+static pid_t start_prog_tls(int *port, const char *idle, const char *shards, bool tls)
 {
 	int pfd[2];
 	pid_t pid;
@@ -71,6 +101,8 @@ static pid_t start_prog(int *port, const char *idle, const char *shards)
 	if (access(PROG, X_OK) != 0)
 		cr_skip_test("%s is not built (make tools)", PROG);
 	make_tree();
+	if (tls)
+		make_certs();
 	cr_assert_eq(pipe(pfd), 0);
 	pid = fork();
 	cr_assert(pid >= 0);
@@ -78,7 +110,12 @@ static pid_t start_prog(int *port, const char *idle, const char *shards)
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);
-		execl(PROG, PROG, "-d", www, "-p", "0", "-i", idle, "-s", shards, (char *)NULL);
+		if (tls)
+			execl(PROG, PROG, "-d", www, "-p", "0", "-i", idle, "-s", shards,
+			      "--tls-cert", srv_pem, "--tls-key", srv_key, (char *)NULL);
+		else
+			execl(PROG, PROG, "-d", www, "-p", "0", "-i", idle, "-s", shards,
+			      (char *)NULL);
 		_exit(127);
 	}
 	close(pfd[1]);
@@ -93,6 +130,11 @@ static pid_t start_prog(int *port, const char *idle, const char *shards)
 	cr_assert(sscanf(line, "httpd: listening on 127.0.0.1:%d", port) == 1, "no port in '%s'",
 		  line);
 	return pid;
+}
+
+static pid_t start_prog(int *port, const char *idle, const char *shards)
+{
+	return start_prog_tls(port, idle, shards, false);
 }
 
 /* SIGTERM, and the exit status within a bounded wait: it must be 0. */
@@ -395,4 +437,207 @@ Test(httpd, drain_500_connections, .timeout = 120)
 	}
 	free(buf);
 	stop_prog(pid); /* already exiting: the status must be 0 */
+}
+
+/* ---- HTTPS ------------------------------------------------------------------------ */
+
+/*
+ * curl verifying the server against the test CA: a 4 MiB file byte-exact
+ * (read, encrypted, written: sendfile cannot apply), keep-alive, TLS 1.3
+ * and HTTP/1.1 by ALPN, status codes. A client that speaks plain HTTP to
+ * the port, and one that sends nothing past -i, lose their connection
+ * only: the next curl is served.
+ */
+Test(httpd, https_curl_files_keepalive_tls13_http11, .timeout = 60)
+{
+	char cmd[1024], out[8192], path[200];
+	int port, fd;
+	pid_t pid;
+	FILE *f;
+	char *got = malloc(BIG + 1);
+
+	need_curl();
+	pid = start_prog_tls(&port, "1", "2", true);
+	snprintf(path, sizeof(path), "%s/got.bin", dir);
+	snprintf(cmd, sizeof(cmd), "curl -sf --cacert %s -o %s https://127.0.0.1:%d/big.bin",
+		 ca_pem, path, port);
+	cr_assert_eq(system(cmd), 0);
+	cr_assert((f = fopen(path, "r")));
+	cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);
+	fclose(f);
+	cr_assert(memcmp(got, big, BIG) == 0);
+	free(got);
+	snprintf(cmd, sizeof(cmd),
+		 "curl -sv --cacert %s -o /dev/null -o /dev/null -w '[%%{http_version} "
+		 "%%{http_code}]' https://127.0.0.1:%d/small.txt https://127.0.0.1:%d/big.bin 2>&1",
+		 ca_pem, port, port);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, "SSL connection using TLSv1.3"), "%s", out);
+	cr_assert(strstr(out, "ALPN: server accepted http/1.1"), "%s", out);
+	cr_assert(strstr(out, "Re-using existing connection"), "%s", out);
+	cr_assert(strstr(out, "[1.1 200][1.1 200]"), "%s", out);
+	/* the client example, verifying too: the same bytes */
+	if (access(GET_PROG, X_OK) == 0) {
+		got = malloc(BIG + 1);
+		snprintf(cmd, sizeof(cmd), "%s --cafile %s https://localhost:%d/big.bin > %s",
+			 GET_PROG, ca_pem, port, path);
+		cr_assert_eq(system(cmd), 0);
+		cr_assert((f = fopen(path, "r")));
+		cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);
+		fclose(f);
+		cr_assert(memcmp(got, big, BIG) == 0);
+		free(got);
+	}
+	/* plain HTTP to the HTTPS port: no handshake, that connection closed */
+	exchange(port, "GET /small.txt HTTP/1.1\r\nHost: x\r\n\r\n", out, sizeof(out));
+	cr_assert(strncmp(out, "HTTP/", 5) != 0, "%s", out);
+	/* no ClientHello within -i 1: closed, nothing sent */
+	fd = dial(port);
+	cr_assert_eq(read_to_eof(fd, out, sizeof(out)), 0);
+	close(fd);
+	snprintf(cmd, sizeof(cmd),
+		 "for u in /small.txt /nope.txt /../outside.txt; do curl -s --path-as-is "
+		 "--cacert %s -o /dev/null -w '%%{http_code} ' https://127.0.0.1:%d$u; done",
+		 ca_pem, port);
+	run(cmd, out, sizeof(out));
+	cr_assert_str_eq(out, "200 404 403 ");
+	stop_prog(pid);
+}
+
+static void need_openssl(void)
+{
+	if (system("command -v openssl >/dev/null 2>&1") != 0)
+		cr_skip_test("the openssl command is not installed (apt-get install openssl)");
+}
+
+/* openssl s_client asking for TLS 1.3 and http/1.1: both agreed, the
+ * certificate verified, a real response. */
+Test(httpd, https_openssl_s_client_tls13_alpn, .timeout = 60)
+{
+	char cmd[1024], out[16384];
+	int port;
+	pid_t pid;
+
+	need_openssl();
+	pid = start_prog_tls(&port, "5", "1", true);
+	snprintf(cmd, sizeof(cmd),
+		 "printf 'GET /small.txt HTTP/1.1\\r\\nHost: x\\r\\nConnection: close\\r\\n\\r\\n' | "
+		 "timeout 20 openssl s_client -connect 127.0.0.1:%d -CAfile %s -alpn http/1.1 "
+		 "-tls1_3 -verify_return_error -ign_eof 2>&1",
+		 port, ca_pem);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, "Protocol  : TLSv1.3"), "%s", out);
+	cr_assert(strstr(out, "ALPN protocol: http/1.1"), "%s", out);
+	cr_assert(strstr(out, "Verify return code: 0 (ok)"), "%s", out);
+	cr_assert(strstr(out, "HTTP/1.1 200 OK\r\n"), "%s", out);
+	cr_assert(strstr(out, "\r\n\r\nhello, world\n"), "%s", out);
+	stop_prog(pid);
+}
+
+/* A certificate or key that does not load, or one without the other: exit
+ * status 2 and a message naming the file, never an abort. */
+Test(httpd, https_files_that_do_not_load_exit_2_naming_the_file, .timeout = 60)
+{
+	char cmd[1024], out[4096];
+
+	if (access(PROG, X_OK) != 0)
+		cr_skip_test("%s is not built (make tools)", PROG);
+	make_tree();
+	make_certs();
+	snprintf(cmd, sizeof(cmd), "%s -d %s --tls-cert %s/nope.pem --tls-key %s 2>&1; echo rc=$?",
+		 PROG, www, dir, srv_key);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, "nope.pem") && strstr(out, "rc=2\n"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s -d %s --tls-cert %s --tls-key %s/small.txt 2>&1; echo rc=$?",
+		 PROG, www, srv_pem, www);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, "small.txt") && strstr(out, "rc=2\n"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s -d %s --tls-cert %s --tls-key %s 2>&1; echo rc=$?", PROG,
+		 www, srv_pem, ca_pem);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, ca_pem) && strstr(out, "rc=2\n"), "%s", out);
+	snprintf(cmd, sizeof(cmd), "%s -d %s --tls-cert %s 2>&1; echo rc=$?", PROG, www, srv_pem);
+	run(cmd, out, sizeof(out));
+	cr_assert(strstr(out, "go together") && strstr(out, "rc=2\n"), "%s", out);
+	remove_tree();
+}
+
+/* ---- the drain over TLS, from a corio client -------------------------------------- */
+
+struct tdrain {
+	pid_t pid;
+	int port;
+	struct corio_tls_ctx *ctx;
+	ssize_t idle_end, part_end;
+	bool part_closed;
+};
+
+static struct corio_stream *tls_dial(struct tdrain *d)
+{
+	struct corio_stream_opts o = { .max_frame = 8192 };
+	struct corio_stream *st = NULL;
+	struct corio_sock *s = NULL;
+	char addr[64];
+
+	snprintf(addr, sizeof(addr), "127.0.0.1:%d", d->port);
+	CHECK_EQ(corio_tcp_connect(addr, &s), 0);
+	CHECK_EQ(corio_stream_tls_connect(d->ctx, s, "127.0.0.1", &o, &st), 0);
+	return st;
+}
+
+/* Send req, read one response to SMALL_REQ whole: whether it said
+ * Connection: close. */
+static bool tls_small(struct corio_stream *st, const char *req)
+{
+	bool close_hdr = false;
+	const void *v;
+	ssize_t n;
+
+	CHECK_EQ(corio_stream_write(st, req, strlen(req)), (ssize_t)strlen(req));
+	CHECK_EQ(corio_stream_flush(st), 0);
+	while ((n = corio_stream_read_until(st, '\n', 8192, &v)) > 2)
+		close_hdr |= n == 19 && memcmp(v, "Connection: close\r\n", 19) == 0;
+	if (n == 2 && corio_stream_read_exact(st, 13, &v) == 13) /* the blank line, the body */
+		CHECK(memcmp(v, "hello, world\n", 13) == 0);
+	else
+		CHECK(!"a whole response");
+	return close_hdr;
+}
+
+/* An idle keep-alive connection and one with half a second request; then
+ * SIGTERM: the idle one ends with close_notify (a clean end of stream, not
+ * a truncation), the half request is answered with Connection: close and
+ * then ends cleanly too. */
+static void tdrain_entry(void *arg)
+{
+	struct tdrain *d = arg;
+	struct corio_stream *idle = tls_dial(d), *part = tls_dial(d);
+	const void *v;
+
+	CHECK(!tls_small(idle, SMALL_REQ));
+	CHECK(!tls_small(part, SMALL_REQ));
+	CHECK_EQ(corio_stream_write(part, "GET /small.txt HTTP/1.1\r\n", 25), 25);
+	CHECK_EQ(corio_stream_flush(part), 0);
+	CHECK_EQ(kill(d->pid, SIGTERM), 0);
+	d->idle_end = corio_stream_read_until(idle, '\n', 8192, &v);
+	d->part_closed = tls_small(part, "Host: x\r\n\r\n");
+	d->part_end = corio_stream_read_until(part, '\n', 8192, &v);
+	corio_stream_close(idle);
+	corio_stream_close(part);
+}
+
+Test(httpd, https_drain_closes_idle_connections_with_close_notify, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_tls_ctx_opts o = { .ca_file = ca_pem, .alpn = "http/1.1" };
+	struct tdrain d = { 0 };
+
+	d.pid = start_prog_tls(&d.port, "30", "1", true);
+	cr_assert_eq(corio_tls_ctx_new(&o, &d.ctx), 0, "%s", corio_last_error());
+	th_run(&cfg, tdrain_entry, &d);
+	corio_tls_ctx_free(d.ctx);
+	cr_assert_eq(d.idle_end, 0, "the idle connection's end: %zd", d.idle_end);
+	cr_assert(d.part_closed, "the answer after the drain lacks Connection: close");
+	cr_assert_eq(d.part_end, 0, "the answered connection's end: %zd", d.part_end);
+	stop_prog(d.pid); /* already exiting: the status must be 0 */
 }

@@ -12,6 +12,7 @@
 
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
 
@@ -598,6 +599,121 @@ Test(stream, copying_transport_and_autoflush, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, copy_entry, NULL);
+}
+
+/* ---- waiting for input or an event (corio_stream_wait) ------------------------------- */
+
+/* The idle wait of a keep-alive server: input wins, a set event ends the
+ * wait with -ESHUTDOWN, bytes already buffered return at once, a deadline
+ * keeps what came, end of stream is 0; a transport without read_or says
+ * -ENOTSUP. */
+static void wait_entry(void *arg)
+{
+	struct corio_sock *s, *c, *s2, *c2;
+	struct corio_stream *st = NULL, *st2 = NULL;
+	struct corio_event ev;
+	struct corio_deadline d;
+	const void *v;
+
+	(void)arg;
+	corio_event_init(&ev);
+	th_tcp_pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EQ(corio_stream_wait(st, NULL), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_stream_wait") != NULL);
+	CHECK_EQ(corio_send(c, "ab\ncd\n", 6), 6);
+	CHECK_EQ(corio_stream_wait(st, &ev), 6); /* event unset: waits for the bytes */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 3);
+	corio_event_set(&ev);
+	CHECK_EQ(corio_stream_wait(st, &ev), 3); /* buffered: at once, event or not */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 3);
+	CHECK(memcmp(v, "cd\n", 3) == 0);
+	CHECK_EQ(corio_stream_wait(st, &ev), -ESHUTDOWN); /* nothing came: the event */
+	corio_event_reset(&ev);
+	CHECK_EQ(corio_timeout_push(&d, 20 * 1000 * 1000), 0);
+	CHECK_EQ(corio_stream_wait(st, &ev), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_send(c, "ef\n", 3), 3);
+	CHECK_EQ(corio_stream_wait(st, &ev), 3); /* nothing lost to the timeout */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 3);
+	CHECK(memcmp(v, "ef\n", 3) == 0);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	CHECK_EQ(corio_stream_wait(st, &ev), 0); /* end of stream */
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_close(c), 0);
+	th_tcp_pair(&s2, &c2);
+	CHECK_EQ(corio_stream_new(&copy_ops, s2, NULL, &st2), 0);
+	CHECK_EQ(corio_stream_wait(st2, &ev), -ENOTSUP);
+	CHECK_EQ(corio_stream_abort(st2), 0);
+	CHECK_EQ(corio_close(c2), 0);
+}
+
+Test(stream, wait_ends_at_input_or_the_event, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, wait_entry, NULL);
+}
+
+/* ---- files on a stream (corio_stream_sendfile) ----------------------------------------- */
+
+#define FILE_LEN ((size_t)300 * 1024 + 7)
+
+/* A head, a file, a tail, byte-exact, on the plain transport (sendfile) and
+ * on the copying one (read into the write buffer); a file shorter than
+ * asked is -ENODATA and breaks the write side. */
+static void file_case(const struct corio_stream_transport *ops, int fd, const char *want)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .wbuf = 1000 };
+	struct corio_fiber *f = NULL;
+	struct drain_to d = { NULL, malloc(FILE_LEN + (1 << 17)), 0 };
+
+	th_tcp_pair(&s, &c);
+	d.c = c;
+	CHECK_EQ(ops ? corio_stream_new(ops, s, &o, &st) : corio_stream_sock(s, &o, &st), 0);
+	CHECK_EQ(corio_spawn(collect, &d, NULL, &f), 0);
+	CHECK_EQ(corio_stream_write(st, "head", 4), 4);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, FILE_LEN), (ssize_t)FILE_LEN);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 5, 10), 10);
+	CHECK_EQ(corio_stream_write(st, "tail", 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_stream_sendfile(st, fd, FILE_LEN - 3, 4), -ENODATA);
+	CHECK(strstr(corio_last_error(), "corio_stream_sendfile") != NULL);
+	CHECK_EQ(corio_stream_write(st, "x", 1), -ENODATA); /* sticky */
+	corio_stream_close(st); /* its error is the sticky one */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK(d.n >= 4 + FILE_LEN + 14);
+	CHECK(memcmp(d.got, "head", 4) == 0);
+	CHECK(memcmp(d.got + 4, want, FILE_LEN) == 0);
+	CHECK(memcmp(d.got + 4 + FILE_LEN, want + 5, 10) == 0);
+	CHECK(memcmp(d.got + 4 + FILE_LEN + 10, "tail", 4) == 0);
+	free(d.got);
+}
+
+static void file_entry(void *arg)
+{
+	char path[] = "/tmp/corio-stream-file-XXXXXX", *want = malloc(FILE_LEN);
+	int fd = mkstemp(path);
+
+	(void)arg;
+	CHECK(fd >= 0);
+	unlink(path);
+	for (size_t i = 0; i < FILE_LEN; i++)
+		want[i] = (char)(i * 7 + i / 251);
+	CHECK_EQ(corio_write_all(fd, want, FILE_LEN, 0, NULL), (ssize_t)FILE_LEN);
+	file_case(NULL, fd, want);
+	file_case(&copy_ops, fd, want);
+	close(fd);
+	free(want);
+}
+
+Test(stream, sendfile_byte_exact_on_both_transports, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, file_entry, NULL);
 }
 
 /* ---- bad input ------------------------------------------------------------------------ */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- certificates --------------------------------------------------------- */
 
@@ -422,6 +423,110 @@ Test(tls, corio_client_against_openssl_s_server, .timeout = 60)
 	cr_assert(strstr(c.untrusted_err, "certificate"), "%s", c.untrusted_err);
 	corio_tls_ctx_free(c.good);
 	corio_tls_ctx_free(c.other_ca);
+}
+
+/* ---- the client example (tools/examples/https-get) against openssl s_server -------- */
+
+#define GET_PROG \
+	(getenv("HTTPS_GET_PROG") ? getenv("HTTPS_GET_PROG") : "build/tools/examples/https-get")
+#define PAGE_LEN (100 * 1024 + 17)
+
+/* openssl s_server -WWW in dir (it serves the files there), with pem/key,
+ * for n connections: its pid, and its port in *port. */
+static pid_t s_server_www(const char *pem, const char *key, int n, int *port)
+{
+	char line[256], addr[64] = "", nacc[16];
+	int fds[2];
+	pid_t pid;
+	FILE *f;
+
+	snprintf(nacc, sizeof(nacc), "%d", n);
+	cr_assert(pipe(fds) == 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		dup2(fds[1], 1);
+		close(fds[0]);
+		if (chdir(dir) != 0)
+			_exit(126);
+		execlp("openssl", "openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", pem,
+		       "-key", key, "-WWW", "-naccept", nacc, "-alpn", "http/1.1",
+		       (char *)NULL);
+		_exit(127);
+	}
+	close(fds[1]);
+	f = fdopen(fds[0], "r");
+	while (fgets(line, sizeof(line), f))
+		if (sscanf(line, "ACCEPT %63s", addr) == 1)
+			break;
+	fclose(f);
+	cr_assert(addr[0] && strrchr(addr, ':'), "openssl s_server printed no ACCEPT line");
+	*port = atoi(strrchr(addr, ':') + 1);
+	return pid;
+}
+
+/* Run the client on url with --cafile ca: its exit status; stdout in
+ * dir/got, stderr in err. */
+static int https_get(const char *ca, const char *url, char *err, size_t errlen)
+{
+	char cmd[1024], path[160];
+	int st;
+	FILE *f;
+
+	snprintf(cmd, sizeof(cmd), "%s --cafile %s -t 20 %s > %s/got 2> %s/err", GET_PROG, ca, url,
+		 dir, dir);
+	st = system(cmd);
+	snprintf(path, sizeof(path), "%s/err", dir);
+	cr_assert((f = fopen(path, "r")));
+	err[fread(err, 1, errlen - 1, f)] = '\0';
+	fclose(f);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/*
+ * The right CA and host: the page byte-exact, exit 0. A certificate for
+ * another name (b.test) at localhost, and one signed by a CA the client
+ * does not trust: exit 3 with the verification's reason on stderr.
+ */
+Test(tls, https_get_example_verifies_against_openssl_s_server, .timeout = 60)
+{
+	char url[128], err[1024], path[160], *page = malloc(PAGE_LEN), *got = malloc(PAGE_LEN + 1);
+	int port, rc;
+	pid_t pid;
+	FILE *f;
+
+	need_openssl();
+	if (access(GET_PROG, X_OK) != 0)
+		cr_skip_test("%s is not built (make tools)", GET_PROG);
+	certs();
+	for (size_t i = 0; i < PAGE_LEN; i++)
+		page[i] = (char)('a' + i % 23 + (i / 1000) % 3);
+	snprintf(path, sizeof(path), "%s/page.txt", dir);
+	cr_assert((f = fopen(path, "w")) && fwrite(page, 1, PAGE_LEN, f) == PAGE_LEN &&
+		  fclose(f) == 0);
+	pid = s_server_www(srv_pem, srv_key, 2, &port);
+	snprintf(url, sizeof(url), "https://localhost:%d/page.txt", port);
+	rc = https_get(ca_pem, url, err, sizeof(err));
+	cr_assert_eq(rc, 0, "exit %d: %s", rc, err);
+	snprintf(path, sizeof(path), "%s/got", dir);
+	cr_assert((f = fopen(path, "r")));
+	cr_assert_eq(fread(got, 1, PAGE_LEN + 1, f), (size_t)PAGE_LEN);
+	fclose(f);
+	cr_assert(memcmp(got, page, PAGE_LEN) == 0);
+	rc = https_get(self_pem, url, err, sizeof(err)); /* trusts another root only */
+	cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
+	cr_assert(strstr(err, "certificate was refused: unable to get local issuer"), "%s", err);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	pid = s_server_www(b_pem, b_key, 1, &port); /* a certificate for b.test only */
+	snprintf(url, sizeof(url), "https://localhost:%d/page.txt", port);
+	rc = https_get(ca_pem, url, err, sizeof(err));
+	cr_assert_eq(rc, 3, "exit %d: %s", rc, err);
+	cr_assert(strstr(err, "certificate was refused: hostname mismatch"), "%s", err);
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	free(page);
+	free(got);
 }
 
 /* ---- a ClientHello a byte at a time ---------------------------------------------- */
@@ -1369,6 +1474,172 @@ Test(tls, stream_read_deadline_keeps_the_decrypted_bytes, .timeout = 60)
 	cr_assert_eq(c.third, 0);
 	corio_tls_ctx_free(c.sctx);
 	corio_tls_ctx_free(c.cctx);
+}
+
+/* ---- the idle wait and files over TLS (corio_stream_wait, _sendfile) -------------------- */
+
+/* The wait looks at what the session holds before it races the socket
+ * against the event: a decrypted byte OpenSSL keeps (a 2-byte stream read
+ * took half a record) wins over a set event; with nothing held, the event
+ * ends the wait. A file goes out read, encrypted and written, byte-exact. */
+#define TFILE_LEN ((size_t)200 * 1024 + 3)
+
+struct tread {
+	struct corio_tls *t;
+	char *got;
+	ssize_t n;
+};
+
+static int tls_reader(void *arg)
+{
+	struct tread *r = arg;
+
+	r->n = read_full(r->t, r->got, TFILE_LEN + 2);
+	return 0;
+}
+
+static void wait_file_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct corio_stream_opts o = {.max_frame = 2};
+	struct corio_stream *st = NULL;
+	struct corio_event ev;
+	struct corio_fiber *f = NULL;
+	struct tread rd = {.got = malloc(TFILE_LEN + 2)};
+	char path[] = "/tmp/corio-tls-file-XXXXXX", *want = malloc(TFILE_LEN);
+	int fd = mkstemp(path);
+	struct tpair p;
+	const void *v;
+
+	CHECK(fd >= 0);
+	unlink(path);
+	for (size_t i = 0; i < TFILE_LEN; i++)
+		want[i] = (char)(i * 13 + i / 509);
+	CHECK_EQ(corio_write_all(fd, want, TFILE_LEN, 0, NULL), (ssize_t)TFILE_LEN);
+	corio_event_init(&ev);
+	tpair_open(&p, c->sctx, c->cctx);
+	CHECK_EQ(corio_stream_tls(p.st, &o, &st), 0);
+	corio_event_set(&ev);
+	c->first = corio_stream_wait(st, &ev); /* nothing sent: the event */
+	corio_event_reset(&ev);
+	CHECK_EQ(corio_tls_write(p.ct, "a\nb\n", 4), 4); /* one record */
+	CHECK_EQ(corio_stream_wait(st, &ev), 2); /* reads of 2 bytes: "b\n" stays in OpenSSL */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 2, &v), 2);
+	corio_event_set(&ev);
+	c->second = corio_stream_wait(st, &ev); /* "b\n" is there: it wins */
+	CHECK_EQ(corio_stream_read_until(st, '\n', 2, &v), 2);
+	CHECK(memcmp(v, "b\n", 2) == 0);
+	rd.t = p.ct;
+	CHECK_EQ(corio_spawn(tls_reader, &rd, NULL, &f), 0);
+	CHECK_EQ(corio_stream_write(st, "hd", 2), 2);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, TFILE_LEN), (ssize_t)TFILE_LEN);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	c->third = rd.n;
+	CHECK(rd.n == (ssize_t)TFILE_LEN + 2 && memcmp(rd.got, "hd", 2) == 0 &&
+	      memcmp(rd.got + 2, want, TFILE_LEN) == 0);
+	CHECK_EQ(corio_tls_close(p.ct), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_close(p.c), 0);
+	close(fd);
+	free(want);
+	free(rd.got);
+}
+
+Test(tls, stream_wait_sees_what_the_session_holds_and_files_go_out_encrypted, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, wait_file_entry, &c);
+	cr_assert_eq(c.first, -ESHUTDOWN, "%zd", c.first);
+	cr_assert_eq(c.second, 2, "%zd", c.second);
+	cr_assert_eq(c.third, (ssize_t)TFILE_LEN + 2, "%zd", c.third);
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}
+
+/* ---- the handshake and the stream in one call ------------------------------------------- */
+
+struct hs {
+	struct corio_tls_ctx *sctx, *cctx;
+	struct corio_listener *l;
+	int server_ret, ok_ret, bad_ret, live_after;
+	char reply[16], bad_err[256];
+};
+
+/* Two connections: the first answers a line; the second's client refuses
+ * the certificate (a wrong host), so this end's handshake fails too. */
+static int hs_server(void *arg)
+{
+	struct hs *h = arg;
+	struct corio_stream_opts o = {.flags = CORIO_STREAM_AUTOFLUSH};
+	struct corio_stream *st;
+	struct corio_sock *s;
+
+	CHECK_EQ(corio_accept(h->l, &s), 0);
+	h->server_ret = corio_stream_tls_accept(h->sctx, s, &o, &st);
+	if (h->server_ret == 0)
+		CHECK_EQ(line_echo(st), 0);
+	CHECK_EQ(corio_accept(h->l, &s), 0);
+	CHECK(corio_stream_tls_accept(h->sctx, s, NULL, &st) < 0);
+	return corio_close(s); /* still ours after the failure */
+}
+
+static void hs_entry(void *arg)
+{
+	struct hs *h = arg;
+	struct corio_stream *st = NULL;
+	struct corio_tls_stats ts;
+	struct corio_fiber *f = NULL;
+	struct corio_sock *c;
+	char addr[64];
+	const void *v;
+	ssize_t n;
+
+	CHECK_EQ(listen_local(&h->l, addr, sizeof(addr)), 0);
+	CHECK_EQ(corio_spawn(hs_server, h, NULL, &f), 0);
+	CHECK_EQ(corio_tcp_connect(addr, &c), 0);
+	h->ok_ret = corio_stream_tls_connect(h->cctx, c, "localhost", NULL, &st);
+	if (h->ok_ret == 0) {
+		CHECK_EQ(corio_stream_write(st, "hi\n", 3), 3);
+		CHECK_EQ(corio_stream_flush(st), 0);
+		CHECK_EQ(corio_tls_alpn(corio_stream_transport(st), NULL) != NULL, 1);
+		n = corio_stream_read_until(st, '\n', sizeof(h->reply) - 1, &v);
+		if (n > 0)
+			memcpy(h->reply, v, (size_t)n);
+		CHECK_EQ(corio_stream_close(st), 0);
+	}
+	CHECK_EQ(corio_tcp_connect(addr, &c), 0);
+	h->bad_ret = corio_stream_tls_connect(h->cctx, c, "wrong.example", NULL, &st);
+	snprintf(h->bad_err, sizeof(h->bad_err), "%s", corio_last_error());
+	CHECK_EQ(corio_close(c), 0); /* the socket stayed the caller's */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_listener_close(h->l), 0);
+	CHECK_EQ(corio_tls_stats_get(NULL, 0, &ts), 0);
+	h->live_after = (int)ts.sessions_live; /* the failed sessions were freed */
+}
+
+Test(tls, stream_tls_accept_and_connect_free_the_session_on_failure, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct hs h = {0};
+
+	certs();
+	h.sctx = server_ctx(srv_pem, srv_key);
+	h.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, hs_entry, &h);
+	cr_assert_eq(h.server_ret, 0);
+	cr_assert_eq(h.ok_ret, 0);
+	cr_assert_str_eq(h.reply, "> hi\n");
+	cr_assert_eq(h.bad_ret, -EKEYREJECTED, "%d: %s", h.bad_ret, h.bad_err);
+	cr_assert(strstr(h.bad_err, "hostname mismatch"), "%s", h.bad_err);
+	cr_assert_eq(h.live_after, 0);
+	corio_tls_ctx_free(h.sctx);
+	corio_tls_ctx_free(h.cctx);
 }
 
 /* ---- the census: a TLS stream never closed ------------------------------------------------ */

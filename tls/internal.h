@@ -86,6 +86,8 @@ int corio__tls_handshake(struct corio_tls *t);
 /* corio_tls_read without the fiber checks (the fuzz targets call it off
  * any runtime, with io calls that never wait). */
 ssize_t corio__tls_read(struct corio_tls *t, void *buf, size_t len);
+/* corio_tls_read, or -ESHUTDOWN when ev is set first (the stream's read_or). */
+ssize_t corio__tls_read_or(struct corio_tls *t, void *buf, size_t len, struct corio_event *ev);
 /* Free without close_notify (the fuzz targets; corio_tls_close's end). */
 void corio__tls_free(struct corio_tls *t);
 

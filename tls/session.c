@@ -381,6 +381,38 @@ ssize_t corio__tls_read(struct corio_tls *t, void *buf, size_t len)
 	return r;
 }
 
+/*
+ * corio_tls_read, unless ev is set while there is nothing to read: then
+ * -ESHUTDOWN (the stream's read_or, tls/stream.c). Something to read is
+ * a decrypted byte or a record OpenSSL holds, one in the pair, the
+ * session's end or error; without any, the socket's next bytes race ev,
+ * into the pair as fill_in would put them.
+ */
+ssize_t corio__tls_read_or(struct corio_tls *t, void *buf, size_t len, struct corio_event *ev)
+{
+	struct corio_sel w[2];
+	char *p;
+	int room, i;
+
+	if (!t->err && !t->eof && !t->net_eof && t->sock && !SSL_has_pending(t->ssl) &&
+	    !BIO_ctrl_pending(SSL_get_rbio(t->ssl)) && (room = BIO_nwrite0(t->net, &p)) > 0) {
+		corio_sel_recv(&w[0], t->sock, p, (size_t)room); /* first: bytes that came win */
+		corio_sel_event(&w[1], ev);
+		i = corio_select(w, 2);
+		if (i != 0)
+			return i < 0 ? i : -ESHUTDOWN;
+		if (w[0].res < 0)
+			return w[0].res;
+		if (w[0].res == 0) {
+			t->net_eof = true;
+			BIO_shutdown_wr(t->net);
+		} else {
+			BIO_nwrite(t->net, &p, (int)w[0].res);
+		}
+	}
+	return corio_tls_read(t, buf, len);
+}
+
 /* Write buf whole into records (the pair sends as it fills): 0 or -errno. */
 static int write_all(struct corio_tls *t, const char *buf, size_t len)
 {

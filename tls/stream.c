@@ -8,7 +8,9 @@
  * knows transports only through their ops table, and this file fills one
  * with the session's calls. The transport copies (read, not read_buf): the
  * bytes are decrypted into the stream's own buffer, there is no kernel
- * buffer to lend.
+ * buffer to lend. It has no sendfile op: the file's bytes must pass
+ * through OpenSSL, so corio_stream_sendfile reads them into the write
+ * buffer and writes them (kTLS would change that: docs/TLS.md).
  *
  * Closing tells the peer which end it was. The graceful stream close calls
  * shutdown_write (close_notify, after every queued record) before close;
@@ -27,6 +29,11 @@
 static ssize_t tls_read(void *t, void *buf, size_t len)
 {
 	return corio_tls_read(t, buf, len);
+}
+
+static ssize_t tls_read_or(void *t, void *buf, size_t len, struct corio_event *ev)
+{
+	return corio__tls_read_or(t, buf, len, ev);
 }
 
 static ssize_t tls_writev(void *t, const struct iovec *iov, int iovcnt)
@@ -59,6 +66,7 @@ static int tls_close(void *t)
 
 static const struct corio_stream_transport tls_ops = {
 	.read = tls_read,
+	.read_or = tls_read_or,
 	.writev = tls_writev,
 	.shutdown_write = tls_shutdown,
 	.close = tls_close,
@@ -80,4 +88,34 @@ int corio_stream_tls(struct corio_tls *t, const struct corio_stream_opts *opts,
 	if (ret == 0)
 		t->in_stream = true;
 	return ret;
+}
+
+/* A handshake's session t into a stream: 0, or -errno with t freed (a
+ * stream that could not be made after a good handshake says close_notify). */
+static int open_stream(struct corio_tls *t, const struct corio_stream_opts *opts,
+		       struct corio_stream **out)
+{
+	int ret = corio_stream_tls(t, opts, out);
+
+	if (ret < 0)
+		corio_tls_close(t);
+	return ret;
+}
+
+int corio_stream_tls_accept(struct corio_tls_ctx *ctx, struct corio_sock *s,
+			    const struct corio_stream_opts *opts, struct corio_stream **out)
+{
+	struct corio_tls *t = NULL;
+	int ret = corio_tls_accept(ctx, s, &t);
+
+	return ret < 0 ? ret : open_stream(t, opts, out);
+}
+
+int corio_stream_tls_connect(struct corio_tls_ctx *ctx, struct corio_sock *s, const char *host,
+			     const struct corio_stream_opts *opts, struct corio_stream **out)
+{
+	struct corio_tls *t = NULL;
+	int ret = corio_tls_connect(ctx, s, host, &t);
+
+	return ret < 0 ? ret : open_stream(t, opts, out);
 }

@@ -13,7 +13,7 @@
  *
  * Views. The read calls return a pointer (*view) to the bytes instead of
  * copying them out. A view is valid until the next read call on the stream
- * (read_until, skip_until, read_exact, peek, consume, read) or its close:
+ * (read_until, skip_until, read_exact, peek, consume, read, wait) or its close:
  * copy what must live longer. On the plain transport a frame that lies in
  * one received buffer is returned in place, in the buffer the kernel filled
  * (zero copy: corio_recv_buf); a frame that spans two is copied once into
@@ -79,6 +79,15 @@ struct corio_stream_transport {
 	int (*shutdown_write)(void *t);
 	/* Close and free t. 0 or -errno; t is gone either way. */
 	int (*close)(void *t);
+	/* Optional (NULL: corio_stream_wait says -ENOTSUP): read as read does,
+	 * unless ev is set while no input has come: then -ESHUTDOWN, nothing
+	 * read. Input already there wins over a set event. */
+	ssize_t (*read_or)(void *t, void *buf, size_t len, struct corio_event *ev);
+	/* Optional: send len bytes of the regular file fd from off as
+	 * corio_sendfile does (the count, fewer at the file's end; -errno).
+	 * NULL: corio_stream_sendfile reads the file and writes it (a
+	 * transport that must see the bytes: TLS encrypts them). */
+	ssize_t (*sendfile)(void *t, int fd, off_t off, size_t len);
 };
 
 /* corio_stream_opts.flags */
@@ -161,6 +170,16 @@ CORIO_API int corio_stream_consume(struct corio_stream *st, size_t n);
 CORIO_API ssize_t corio_stream_read(struct corio_stream *st, void *buf, size_t len);
 /* Bytes received and not yet consumed (0 for a bad st). */
 CORIO_API size_t corio_stream_buffered(const struct corio_stream *st);
+/*
+ * Wait for input or for the event ev, whichever comes first: the bytes
+ * buffered (>= 1; at once when some are), 0 at end of stream, -ESHUTDOWN
+ * when ev is set and nothing has come (ev is not reset; bytes that came
+ * first win), -errno from the transport, -ENOTSUP when the transport has no
+ * read_or (both built-in ones have it). For a server's idle keep-alive wait
+ * against corio_drain_event(): the drain ends the wait, a request that
+ * arrived first is still read. Honours the deadline scope. Blocking.
+ */
+CORIO_API ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event *ev);
 
 /* ---- writing --------------------------------------------------------------- */
 
@@ -175,6 +194,18 @@ CORIO_API int corio_stream_flush(struct corio_stream *st);
  * of iov, or -errno (sticky). iov is not modified. Blocking. */
 CORIO_API ssize_t corio_stream_writev(struct corio_stream *st, const struct iovec *iov,
 				      int iovcnt);
+
+/*
+ * Send what is buffered, then len bytes of the regular file fd from offset
+ * off (fd's position is not used). The plain transport sends them with
+ * corio_sendfile (no copy through user space); a transport without a
+ * sendfile op (TLS) gets them read into the write buffer (a ring read),
+ * a buffer at a time, and written as by corio_stream_write. len, or -errno
+ * (sticky, as for writes): -ENODATA when the file ends before len bytes
+ * (what went out cannot be taken back: close). Blocking.
+ */
+CORIO_API ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off,
+					size_t len);
 
 /* ---- closing --------------------------------------------------------------- */
 

@@ -191,6 +191,21 @@ struct corio_stream_opts;
 CORIO_API int corio_stream_tls(struct corio_tls *t, const struct corio_stream_opts *opts,
 			       struct corio_stream **out);
 
+/*
+ * The handshake and the stream in one call: corio_tls_accept (server) or
+ * corio_tls_connect (client, to host) on s, then corio_stream_tls. 0 and
+ * *out, owning the session and s; or -errno (the handshake's or the
+ * stream's, the reason in corio_last_error()) with the session freed and s
+ * still the caller's to close. The handshake is bounded by the fiber's
+ * deadline scope. Blocking.
+ */
+CORIO_API int corio_stream_tls_accept(struct corio_tls_ctx *ctx, struct corio_sock *s,
+				      const struct corio_stream_opts *opts,
+				      struct corio_stream **out);
+CORIO_API int corio_stream_tls_connect(struct corio_tls_ctx *ctx, struct corio_sock *s,
+				       const char *host, const struct corio_stream_opts *opts,
+				       struct corio_stream **out);
+
 /* ---- details -------------------------------------------------------------- */
 
 /* The ALPN protocol agreed (not terminated; *len its length), or NULL. */

@@ -89,7 +89,7 @@ if [ "$examples" = 0 ]; then # the extraction itself broke: say so
 fi
 
 # make install (into a scratch DESTDIR, with the flags of this build: make
-# passes them down in MAKEFLAGS) puts the man pages and the two tools where
+# passes them down in MAKEFLAGS) puts the man pages, the tools and the examples where
 # they belong, and every page renders: groff (or mandoc) where installed,
 # else at least a .TH first line. Skipped when not run from make.
 if [ -n "${MAKEFLAGS+set}" ] && [ -d docs ]; then
@@ -99,7 +99,9 @@ if [ -n "${MAKEFLAGS+set}" ] && [ -d docs ]; then
 	if ${MAKE:-make} --no-print-directory install DESTDIR="$inst" PREFIX=/usr >"$log" 2>&1; then
 		for f in usr/bin/corio-stat usr/bin/corio-kv usr/share/man/man3/corio.3 \
 			usr/share/man/man3/corio-net.3 usr/share/man/man3/corio-timer.3 \
-			usr/share/man/man1/corio-stat.1 usr/share/man/man1/corio-kv.1; do
+			usr/share/man/man1/corio-stat.1 usr/share/man/man1/corio-kv.1 \
+			usr/bin/corio-httpd usr/bin/corio-https-get \
+			usr/share/man/man1/corio-httpd.1 usr/share/man/man1/corio-https-get.1; do
 			[ -e "$inst/$f" ] || bad="$bad missing:$f"
 		done
 		for f in "$inst"/usr/share/man/man*/*; do

@@ -7,47 +7,12 @@
 #include <fcntl.h>
 #include <stdbool.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 
-static __thread struct httpd_server *srv; /* this shard's */
-
-/* The stream's transport: a socket whose wait for the next request of an idle
- * keep-alive connection is a select against corio_drain_event() (it copies:
- * a select's receive copies anyway). */
-struct conn {
-	struct corio_sock *s;
-	bool idle; /* no byte of the next request yet: a drain ends the wait */
-};
-
-static ssize_t conn_read(void *t, void *buf, size_t len)
-{
-	struct conn *c = t;
-	struct corio_sel w[2];
-	int i;
-
-	if (!c->idle)
-		return corio_recv(c->s, buf, len);
-	corio_sel_recv(&w[0], c->s, buf, len); /* first: a request that came is answered */
-	corio_sel_event(&w[1], corio_drain_event());
-	i = corio_select(w, 2);
-	return i < 0 ? i : i == 0 ? w[0].res : -ESHUTDOWN;
-}
-
-#define SOCK(t) (((struct conn *)(t))->s)
-static ssize_t conn_writev(void *t, const struct iovec *v, int n)
-{
-	return corio_sendv(SOCK(t), v, n, NULL);
-}
-static int conn_shutdown(void *t) { return corio_shutdown_write(SOCK(t)); }
-static int conn_close(void *t) { return corio_close(SOCK(t)); /* t is on the fiber's stack */ }
-
-static const struct corio_stream_transport conn_ops = {
-	.read = conn_read, .writev = conn_writev, .shutdown_write = conn_shutdown, .close = conn_close,
-};
+static __thread const struct httpd_conf *srv; /* the same, read-only, on every shard */
 
 enum { M_GET, M_HEAD, M_OTHER };
 
@@ -102,22 +67,21 @@ static int parse_header(const char *p, size_t n, struct req *r)
 
 /* Read a request head into r within the idle deadline: 0, a status to
  * answer before closing (400, 408, 413, 431), or -1: close quietly (end of
- * stream, an idle timeout or the drain, an error). */
-static int read_head(struct corio_stream *st, struct conn *c, struct req *r)
+ * stream, an idle timeout or the drain before a byte of it came, an error). */
+static int read_head(struct corio_stream *st, struct req *r)
 {
 	struct corio_deadline d;
 	size_t used = 0;
-	int ret = 0;
+	int ret;
 
-	c->idle = corio_stream_buffered(st) == 0;
 	corio_timeout_push(&d, srv->idle_ns ? srv->idle_ns : UINT64_MAX / 2);
+	ret = corio_stream_wait(st, corio_drain_event()) > 0 ? 0 : -1;
 	while (ret == 0) {
 		const char *v;
 		ssize_t n = used >= HTTPD_HEAD_MAX ? -EMSGSIZE
 			    : corio_stream_read_until(st, '\n', HTTPD_HEAD_MAX - used, (const void **)&v);
 		size_t k = n > 0 ? (size_t)n - 1 - (n > 1 && v[n - 2] == '\r') : 0; /* without CRLF */
 
-		c->idle = false;
 		if (n == -EMSGSIZE)
 			ret = 431;
 		else if (n == -ETIMEDOUT)
@@ -251,73 +215,70 @@ static int open_path(char *path, off_t *size, const char **type)
 	return -404;
 }
 
-/* Answer a GET or HEAD: the head into the stream, then (GET) the file from the
- * page cache to the socket with corio_sendfile. 0, or -1: end the connection. */
-static int answer_file(struct corio_stream *st, struct conn *c, struct req *r)
+/* Answer a GET or HEAD: the head into the stream, then (GET) the file:
+ * corio_sendfile from the page cache to the socket in plain HTTP, read,
+ * encrypted and written over TLS. 0, or -1: end the connection (an error,
+ * or the file shrank: the length sent is a lie now). */
+static int answer_file(struct corio_stream *st, struct req *r)
 {
 	const char *type;
-	off_t size = 0, off = 0;
-	int fd, ret = 0;
+	off_t size = 0;
+	int fd, ret;
 
-	if (strchr(r->path, '?'))
-		*strchr(r->path, '?') = '\0';
+	r->path[strcspn(r->path, "?")] = '\0'; /* the query is ignored */
 	if (unescape(r->path) < 0)
 		return answer_error(st, 400, r);
 	type = content_type(r->path); /* before open_path cuts the path up */
 	fd = open_path(r->path, &size, &type);
 	if (fd < 0)
 		return answer_error(st, -fd, r);
-	if (write_head(st, 200, r, type, (uint64_t)size) < 0)
-		ret = -1;
-	else if (r->method == M_GET && size > 0 && corio_stream_flush(st) < 0)
-		ret = -1; /* the head goes first: sendfile writes to the socket itself */
-	while (ret == 0 && r->method == M_GET && off < size) {
-		ssize_t n = corio_sendfile(c->s, fd, off, (size_t)(size - off));
-
-		ret = n > 0 ? 0 : -1; /* an error, or the file shrank: the length is a lie now */
-		off += n > 0 ? n : 0;
-	}
+	ret = write_head(st, 200, r, type, (uint64_t)size) < 0 ||
+	      (r->method == M_GET && corio_stream_sendfile(st, fd, 0, (size_t)size) < 0) ? -1 : 0;
 	corio_close_fd(fd);
 	return ret;
 }
 
 static int conn_main(void *arg)
 {
-	struct conn c = { .s = arg };
 	struct corio_stream_opts so = { .max_frame = HTTPD_HEAD_MAX, .linger_ns = 2000000000ull,
 					.flags = CORIO_STREAM_AUTOFLUSH };
 	struct corio_stream *st;
+	struct corio_deadline d;
 	struct req r;
-	int code = 0;
+	int code;
 
-	if (corio_stream_new(&conn_ops, &c, &so, &st) < 0)
-		return corio_close(c.s), 0;
+	corio_timeout_push(&d, srv->idle_ns ? srv->idle_ns : UINT64_MAX / 2); /* the handshake */
+	code = srv->tls ? corio_stream_tls_accept(srv->tls, arg, &so, &st)
+			: corio_stream_sock(arg, &so, &st);
+	corio_deadline_pop(&d);
+	if (code < 0) /* a failed handshake ends this connection only */
+		return corio_close(arg), 0;
 	do {
 		r.method = M_OTHER;
 		r.close = false;
-		code = read_head(st, &c, &r);
+		code = read_head(st, &r);
 		if (code > 0)
 			answer_error(st, code, &r); /* and close */
 		else if (code == 0)
-			code = r.method == M_OTHER ? answer_error(st, 405, &r) : answer_file(st, &c, &r);
+			code = r.method == M_OTHER ? answer_error(st, 405, &r) : answer_file(st, &r);
 	} while (code == 0 && !r.close);
-	corio_stream_close(st); /* flush, half-close, let the client read, then close */
+	corio_stream_close(st); /* flush, half-close (TLS: close_notify), drain, close */
 	return 0;
 }
 
-int httpd_serve(struct httpd_server *s)
+int httpd_serve(const struct httpd_conf *conf, struct corio_listener *l)
 {
-	int ret = corio_group_init(&s->conns, 0);
+	struct corio_group conns;
 	struct corio_sock *sock;
+	int ret = corio_group_init(&conns, 0);
 
-	srv = s;
-	while (ret == 0 && (ret = corio_accept(s->l, &sock)) == 0)
-		if (corio_group_spawn(&s->conns, conn_main, sock, NULL, NULL) < 0)
+	srv = conf;
+	while (ret == 0 && (ret = corio_accept(l, &sock)) == 0)
+		if (corio_group_spawn(&conns, conn_main, sock, NULL, NULL) < 0)
 			corio_close(sock);
 	if (ret == -ESHUTDOWN)
-		corio_group_wait(&s->conns); /* the drain: let them finish */
-	corio_group_close(&s->conns);
-	corio_listener_close(s->l);
-	s->l = NULL;
+		corio_group_wait(&conns); /* the drain: let them finish */
+	corio_group_close(&conns);
+	corio_listener_close(l);
 	return ret;
 }

@@ -7,16 +7,15 @@
 
 #define HTTPD_HEAD_MAX 8192 /* a longer request head gets 431 */
 
-struct httpd_server {
-	struct corio_listener *l; /* this shard's (corio_tcp_listen_shared) */
-	int dir;                  /* the served directory (O_DIRECTORY fd)  */
-	uint64_t idle_ns;         /* deadline for a request head (0: none)  */
-	struct corio_group conns;
+struct httpd_conf {
+	int dir;                   /* the served directory (O_DIRECTORY fd) */
+	struct corio_tls_ctx *tls; /* HTTPS (shared by every shard), or NULL */
+	uint64_t idle_ns;          /* deadline for a handshake or a request head (0: none) */
 };
 
-/* Serve srv->l's connections, each in a fiber of srv->conns, until the drain
+/* Serve l's connections, each in a fiber of a group, until the drain
  * (accept: -ESHUTDOWN; then let them finish) or cancellation (cancel them);
- * close the listener. Returns the accept error that ended it. Blocking. */
-int httpd_serve(struct httpd_server *srv);
+ * close l. Returns the accept error that ended it. Blocking. */
+int httpd_serve(const struct httpd_conf *conf, struct corio_listener *l);
 
 #endif

@@ -1,38 +1,29 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * httpd - a static-file HTTP/1.1 server on corio's toolkit; docs/HTTPD.md
- * states what it serves and answers. httpd -d DIR [-p port] [-s shards] [-i idle_s]
+ * states what it serves and answers. httpd -d DIR [-p port] [-s shards]
+ * [-i idle_s] [--tls-cert FILE --tls-key FILE] (HTTPS, ALPN http/1.1).
  * Each shard listens on the one port in cfg.setup (corio_tcp_listen_shared:
- * port 0 picks one for all) and serves in httpd.c; a fiber on shard 0 turns
- * SIGTERM / SIGINT (cfg.signals) into corio_drain(2 s).
+ * port 0 picks one for all) and serves in httpd.c; SIGTERM / SIGINT (in
+ * cfg.signals) start corio_drain(2 s) (corio_drain_on_signal).
  */
 #include "httpd.h"
 #include "../../common/opt.h"
+#include "../../common/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
-static struct httpd_server *srv; /* one per shard */
+static struct httpd_conf conf;
 static char addr[64];
+static __thread struct corio_listener *listener; /* this shard's */
 
 static int setup(void *arg)
 {
 	(void)arg;
-	return corio_tcp_listen_shared(addr, NULL, &srv[corio_shard_id()].l);
-}
-
-static int on_signal(void *arg)
-{
-	int signo;
-
-	(void)arg;
-	if (corio_signal_wait(CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT), &signo) == 0)
-		corio_drain(2000000000ull);
-	return 0;
+	return corio_tcp_listen_shared(addr, NULL, &listener);
 }
 
 static void entry(void *arg)
@@ -42,50 +33,56 @@ static void entry(void *arg)
 	char name[128];
 
 	if (corio_shard_id() == 0) {
-		if (corio_listener_addr(srv[0].l, &ss, &len) == 0 &&
+		if (corio_listener_addr(listener, &ss, &len) == 0 &&
 		    corio_addr_format((struct sockaddr *)&ss, len, name, sizeof(name)) >= 0)
 			printf("httpd: listening on %s\n", name);
 		fflush(stdout);
-		if (corio_spawn(on_signal, arg, NULL, NULL) < 0)
-			corio_shutdown();
 	}
-	httpd_serve(&srv[corio_shard_id()]);
+	if (corio_drain_on_signal(CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT), 2000000000ull) == 0)
+		httpd_serve(&conf, listener);
 }
 
 int main(int argc, char **argv)
 {
 	const char *dir = NULL;
 	unsigned port = 8080, shards = 1, idle_s = 5;
+	struct corio_tls_cert pem = { 0 };
+	struct corio_tls_ctx_opts tls = { .flags = CORIO_TLS_SERVER, .certs = &pem, .ncerts = 1,
+					  .alpn = "http/1.1" };
 	struct corio_config cfg;
-	sigset_t set;
-	int fd, ret;
+	int ret;
 	const struct tool_opt table[] = {
 		{ TOOL_OPT_STRING(NULL, 'd', dir, "dir", "the directory to serve"), .required = 1 },
 		{ TOOL_OPT_COUNT(NULL, 'p', port, 0, 65535, "port",
 				 "port on 127.0.0.1 (8080; 0: pick one, printed)") },
 		{ TOOL_OPT_COUNT(NULL, 's', shards, 1, 1024, "shards", "shards (threads) (1)") },
 		{ TOOL_OPT_COUNT(NULL, 'i', idle_s, 0, 1000000, "seconds",
-				 "deadline for a request head, idle keep-alive included (5; 0: none)") },
+				 "deadline for a handshake or a request head, idle keep-alive "
+				 "included (5; 0: none)") },
+		{ TOOL_OPT_STRING("tls-cert", 0, pem.cert_file, "FILE",
+				  "serve HTTPS: the certificate chain (PEM)") },
+		{ TOOL_OPT_STRING("tls-key", 0, pem.key_file, "FILE", "its private key (PEM)") },
 		{ 0 },
 	};
-	const struct tool_cli cli = { "httpd", "-d DIR [-p port] [-s shards] [-i idle_s]",
+	const struct tool_cli cli = { "httpd", "-d DIR [-p port] [-s shards] [-i idle_s] "
+				      "[--tls-cert FILE --tls-key FILE]",
 				      "Drains and exits on SIGINT or SIGTERM.\n", table };
 
 	if ((ret = tool_opt_parse(&cli, argc, argv)))
 		return ret > 0 ? 0 : 2;
-	fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-	srv = calloc(shards, sizeof(*srv));
-	if (fd < 0 || !srv) {
+	if (!pem.cert_file != !pem.key_file ||
+	    (pem.cert_file && corio_tls_ctx_new(&tls, &conf.tls) < 0)) {
+		fprintf(stderr, "httpd: %s\n", !pem.cert_file != !pem.key_file
+				? "--tls-cert and --tls-key go together" : corio_last_error());
+		return 2;
+	}
+	conf.idle_ns = idle_s * 1000000000ull;
+	if ((conf.dir = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0) {
 		fprintf(stderr, "httpd: %s: %s\n", dir, strerror(errno));
 		return 1;
 	}
-	for (unsigned i = 0; i < shards; i++)
-		srv[i] = (struct httpd_server){ .dir = fd, .idle_ns = idle_s * 1000000000ull };
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
-	sigemptyset(&set); /* cfg.signals: blocked before any thread exists */
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
+	tool_block_stop_signals(); /* cfg.signals: blocked before any thread exists */
 	corio_config_init(&cfg);
 	cfg.shards = shards;
 	cfg.flags |= CORIO_F_NO_PIN;
@@ -93,5 +90,6 @@ int main(int argc, char **argv)
 	cfg.signals = CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT);
 	if ((ret = corio_run(&cfg, entry, NULL)) < 0)
 		fprintf(stderr, "httpd: %s\n", corio_last_error());
+	corio_tls_ctx_free(conf.tls);
 	return ret < 0 ? 1 : 0;
 }
