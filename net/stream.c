@@ -36,6 +36,7 @@
 #include <limits.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 
 #define STREAM_MAX_FRAME_DEFAULT ((size_t)64 * 1024)
 #define STREAM_WBUF_DEFAULT      ((size_t)16 * 1024)
@@ -44,6 +45,7 @@
 #define STREAM_RB_MIN            ((size_t)4096)
 #define STREAM_RB_KEEP           ((size_t)1 << 20) /* an empty read buffer above it is freed */
 #define STREAM_IOV               16 /* writev entries gathered with the buffer */
+#define STREAM_FILE_COPY         ((size_t)16 * 1024) /* sendfile copies a cached file up to it */
 
 struct corio_stream {
 	const struct corio_stream_transport *ops;
@@ -652,6 +654,25 @@ static ssize_t file_step(struct corio_stream *st, int fd, uint64_t off, size_t l
 	return n;
 }
 
+/* A small file on a transport that could send it without a copy: read
+ * into the write buffer on the spot when its pages are cached, so it leaves
+ * in one send with the head before it (no pipe, no second send). false
+ * when it is not small, does not fit or is not all cached (RWF_NOWAIT
+ * refuses rather than block): nothing was appended. */
+static bool file_inline(struct corio_stream *st, int fd, uint64_t off, size_t len)
+{
+	struct iovec v;
+
+	if (!st->ops->sendfile || !len || len > STREAM_FILE_COPY ||
+	    wb_alloc(st, "corio_stream_sendfile") || st->wcap - st->wlen < len)
+		return false;
+	v = (struct iovec){ st->wb + st->wlen, len };
+	if (preadv2(fd, &v, 1, (off_t)off, RWF_NOWAIT) != (ssize_t)len)
+		return false;
+	st->wlen += len;
+	return true;
+}
+
 ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, size_t len)
 {
 	size_t done = 0;
@@ -662,6 +683,8 @@ ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, siz
 	if (off > INT64_MAX || len > INT64_MAX - off)
 		return write_leave(st, corio__error(-EINVAL, "corio_stream_sendfile: off + len "
 							     "is past the largest file offset"));
+	if (file_inline(st, fd, off, len))
+		return write_leave(st, (ssize_t)len);
 	if (st->ops->sendfile)
 		n = flush_locked(st); /* the buffered bytes go first */
 	while (n == 0 && done < len) {

@@ -716,6 +716,57 @@ Test(stream, sendfile_byte_exact_on_both_transports, .timeout = 60)
 	th_run(&cfg, file_entry, NULL);
 }
 
+/* A small cached file goes out in the same send as the head before it and
+ * the tail after it (one transport write), byte-exact; a large one does not
+ * (head, file, tail). */
+static void small_file_entry(void *arg)
+{
+	static const size_t sizes[] = { 13, 4096, 16384, 3 << 20 };
+	char path[] = "/tmp/corio-stream-small-XXXXXX", *want = malloc(3 << 20);
+	int fd = mkstemp(path);
+
+	(void)arg;
+	CHECK(fd >= 0);
+	unlink(path);
+	for (size_t i = 0; i < (3u << 20); i++)
+		want[i] = (char)(i * 13 + i / 509);
+	CHECK_EQ(corio_write_all(fd, want, 3 << 20, 0, NULL), (ssize_t)(3 << 20));
+	for (size_t k = 0; k < sizeof(sizes) / sizeof(sizes[0]); k++) {
+		struct corio_sock *s, *c;
+		struct corio_stream *st = NULL;
+		struct corio_stream_opts o = { .wbuf = 32768 };
+		struct corio_stream_stats ss;
+		struct corio_fiber *f = NULL;
+		struct drain_to d = { NULL, malloc(sizes[k] + (1 << 17)), 0 };
+
+		th_tcp_pair(&s, &c);
+		d.c = c;
+		CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
+		CHECK_EQ(corio_spawn(collect, &d, NULL, &f), 0);
+		CHECK_EQ(corio_stream_write(st, "head", 4), 4);
+		CHECK_EQ(corio_stream_sendfile(st, fd, 0, sizes[k]), (ssize_t)sizes[k]);
+		CHECK_EQ(corio_stream_write(st, "tail", 4), 4);
+		CHECK_EQ(corio_stream_flush(st), 0);
+		CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+		CHECK_EQ(ss.writes, sizes[k] <= 16384 ? 1u : 3u);
+		CHECK_EQ(ss.bytes_out, sizes[k] + 8);
+		CHECK_EQ(corio_stream_close(st), 0);
+		CHECK_EQ(corio_join(f, NULL), 0);
+		CHECK(d.n == sizes[k] + 8 && !memcmp(d.got, "head", 4) &&
+		      !memcmp(d.got + 4, want, sizes[k]) && !memcmp(d.got + 4 + sizes[k], "tail", 4));
+		free(d.got);
+	}
+	close(fd);
+	free(want);
+}
+
+Test(stream, sendfile_small_cached_file_leaves_in_the_heads_send, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, small_file_entry, NULL);
+}
+
 /* ---- bad input ------------------------------------------------------------------------ */
 
 static void bad_entry(void *arg)

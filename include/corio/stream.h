@@ -200,7 +200,12 @@ CORIO_API ssize_t corio_stream_writev(struct corio_stream *st, const struct iove
  * off (fd's position is not used). The plain transport sends them with
  * corio_sendfile (no copy through user space); a transport without a
  * sendfile op (TLS) gets them read into the write buffer (a ring read),
- * a buffer at a time, and written as by corio_stream_write. len, or -errno
+ * a buffer at a time, and written as by corio_stream_write. One exception
+ * on the plain transport: a file of at most 16 KiB whose pages are all
+ * cached and that fits the write buffer is copied into it and goes out
+ * with the next flush, in one send with what was buffered before it (a
+ * pipe and a second send cost more than the copy: docs/STREAM.md, "Files").
+ * len, or -errno
  * (sticky, as for writes): -ENODATA when the file ends before len bytes
  * (what went out cannot be taken back: close). Blocking.
  */
