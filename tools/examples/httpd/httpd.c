@@ -47,7 +47,7 @@ static int parse_request_line(const char *p, size_t n, struct req *r)
 /* "Name: value": 0, 400 (malformed) or 413 (a body: this server reads none). */
 static int parse_header(const char *p, size_t n, struct req *r)
 {
-	const char *colon = memchr(p, ':', n), *v = colon + 1;
+	const char *colon = memchr(p, ':', n), *v = colon ? colon + 1 : p;
 	size_t nl = colon ? (size_t)(colon - p) : 0, vl;
 
 	if (!nl || memchr(p, ' ', nl))
