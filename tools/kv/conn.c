@@ -77,9 +77,10 @@ static int kv_parse_batch(struct kv_conn *c, const char *p, size_t n, size_t *po
 	return RESP_CMD;
 }
 
-/* Run the planned batch, answer a protocol error, send the replies and drop
+/* Run the planned batch, answer a protocol error, send the replies when
+ * flush (or the connection ends, or KV_OUT_DEFER of them wait) and drop
  * buffers a big batch grew. 0 to go on, -1 when the connection ends. */
-static int kv_finish_batch(struct kv_conn *c, bool perr, const char *errbuf)
+static int kv_finish_batch(struct kv_conn *c, bool perr, const char *errbuf, bool flush)
 {
 	if ((c->ncmds || c->exec) && kv_run_batch(c))
 		return -1;
@@ -92,9 +93,11 @@ static int kv_finish_batch(struct kv_conn *c, bool perr, const char *errbuf)
 	}
 	if (c->out.nomem)
 		return -1;
-	if (c->out.len && kv_send(c) < 0)
-		return -1;
-	c->out.len = 0;
+	if (c->out.len && (flush || c->closing || c->out.len >= KV_OUT_DEFER)) {
+		if (kv_send(c) < 0)
+			return -1;
+		c->out.len = 0;
+	}
 	if (c->exec) { /* the batch no longer points into the queue */
 		c->exec = false;
 		kv_multi_reset(c);
@@ -102,47 +105,50 @@ static int kv_finish_batch(struct kv_conn *c, bool perr, const char *errbuf)
 	for (unsigned i = 0; i < c->srv->nshards; i++)
 		if (c->rem[i].out.cap > KV_BIG_BUF)
 			kv_buf_free(&c->rem[i].out);
-	if (c->out.cap > KV_BIG_BUF)
+	if (c->out.cap > KV_BIG_BUF && !c->out.len)
 		kv_buf_free(&c->out);
 	return c->closing ? -1 : 0;
 }
 
 /*
- * How many bytes to peek for next, when the command at the head of the
- * stream (have bytes of it seen) is incomplete and the parser asks for
- * need. When the parser knows the length (a bulk string), exactly that.
- * When it does not (a line whose end has not come: need is have + 1),
- * take what the stream already holds, up to twice what was seen, so a long
- * line spanning buffers is gathered in doubling steps, not a byte a time,
- * and never wait for more than the parser asked.
+ * How much to gather for the next look, when the command at the head of
+ * the stream is incomplete (have bytes of it seen) and the parser waits
+ * for need bytes: twice what was seen (KV_GATHER_MIN at least). The parser
+ * starts the command again at every look, so looks that double finish a
+ * long command in a few passes, where looking for need (one bulk string
+ * more) took one per argument; and the copy stays about the command's
+ * size: what the stream gathered past it is read in place again once the
+ * command is consumed.
  */
-static size_t kv_next_want(struct corio_stream *st, size_t have, size_t need)
+static size_t kv_gather_upto(size_t have, size_t need, size_t max_frame)
 {
-	size_t buffered = corio_stream_buffered(st), more = have * 2;
+	size_t more = have * 2 > KV_GATHER_MIN ? have * 2 : KV_GATHER_MIN;
 
-	if (need > have + 1)
-		return need;
-	if (more > buffered)
-		more = buffered;
-	return more > need ? more : need;
+	if (more < need)
+		more = need;
+	return more < max_frame ? more : max_frame;
 }
 
 /*
  * Serve one connection: parse every complete command the stream holds in
  * place (a command in one received buffer is read where the kernel put
- * it; one that spans two is gathered once by the stream), run them as a
- * batch, send the replies, consume, repeat. Returns when the client
- * leaves, QUITs, breaks the protocol or a limit, or the fiber is cancelled.
+ * it; one that spans two is gathered by the stream, with what follows it
+ * in that buffer), run them as a batch, send the replies, consume, repeat.
+ * The replies wait while the next look will not (the stream holds the
+ * bytes it waits for): a batch cut short by a received buffer's end does
+ * not cost a send of its own, and no reply ever waits for input. Returns
+ * when the client leaves, QUITs, breaks the protocol or a limit, or the
+ * fiber is cancelled.
  */
 static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 {
 	char errbuf[160];
-	size_t want = 1;
+	size_t want = 1, upto = 1;
 
 	for (;;) {
 		const void *v;
 		size_t pos = 0, need = 0;
-		ssize_t n = corio_stream_peek(c->st, want, &v);
+		ssize_t n = corio_stream_peek_upto(c->st, want, upto, &v);
 		int ret;
 
 		if (n <= 0 || (size_t)n < want)
@@ -155,12 +161,14 @@ static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 				 "bytes, the most a connection buffers", max_frame);
 			ret = RESP_ERR;
 		}
+		/* need counts from pos; the stream's count (pos..) once consumed */
+		want = ret == RESP_MORE ? need : 1;
+		upto = ret == RESP_MORE ? kv_gather_upto((size_t)n - pos, need, max_frame) : 1;
 		/* the batch's arguments point into v: consume only once it ran */
-		if (kv_finish_batch(c, ret == RESP_ERR, errbuf) || corio_stream_consume(c->st, pos))
+		if (kv_finish_batch(c, ret == RESP_ERR, errbuf,
+				    corio_stream_buffered(c->st) - pos < want) ||
+		    corio_stream_consume(c->st, pos))
 			return;
-		want = ret == RESP_MORE ? kv_next_want(c->st, (size_t)n - pos, need) : 1;
-		if (want > max_frame)
-			want = max_frame;
 	}
 }
 

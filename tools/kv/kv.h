@@ -74,6 +74,8 @@
 #define KV_VERSION "7.0.0" /* the Redis version whose replies we follow */
 #define KV_STREAM_MAX ((size_t)1 << 30) /* the stream's largest max_frame */
 #define KV_BIG_BUF (1024 * 1024)  /* buffers above this shrink when idle */
+#define KV_OUT_DEFER (64 * 1024)  /* replies held back while more input is buffered */
+#define KV_GATHER_MIN 4096        /* the least gathered for an incomplete command */
 #define KV_BATCH_CMDS 256         /* commands per batch */
 #define KV_BATCH_OPS 4096         /* ops per batch (one command may exceed it) */
 #define KV_NONE UINT32_MAX
