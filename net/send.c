@@ -604,6 +604,18 @@ ssize_t corio_send(struct corio_sock *s, const void *buf, size_t len)
 
 #define SENDV_BATCH 64
 
+/* A ring send of mh's iovecs: a SEND when there is one (the kernel then has
+ * no msghdr and iovec array to copy in and import: a stream's writev of one
+ * reply buffer is the common case), a SENDMSG otherwise. */
+static void prep_sendv(struct io_uring_sqe *sqe, int fd, struct msghdr *mh)
+{
+	if (mh->msg_iovlen == 1)
+		io_uring_prep_send(sqe, fd, mh->msg_iov[0].iov_base, mh->msg_iov[0].iov_len,
+				   MSG_NOSIGNAL);
+	else
+		io_uring_prep_sendmsg(sqe, fd, mh, MSG_NOSIGNAL);
+}
+
 ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, size_t *sent)
 {
 	struct corio__net *n = corio__sock_owner(s);
@@ -653,7 +665,7 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 			} else {
 				ret = corio__op_begin(&op, &sqe);
 				if (!ret) {
-					io_uring_prep_sendmsg(sqe, s->fd, &mh, MSG_NOSIGNAL);
+					prep_sendv(sqe, s->fd, &mh);
 					ret = corio__op_wait(&op);
 					if (ret >= 0) {
 						CORIO__STAT_ADD(n->stats.ops_out, 1);

@@ -19,6 +19,14 @@
  * may point into it (the header's view lifetime). Nothing is consumed
  * before a call succeeds, so an error or a timeout loses no byte.
  *
+ * Back in place. Bytes gathered from cur are contiguous and end at coff
+ * (coff moves without a gather only while rb is empty), and rb is consumed
+ * from its head. So when a caller gathered more than it then consumed (a
+ * parser that peeks for more than one frame), and what is left in rb all
+ * came from cur (rb_len <= cgath), those bytes are still in cur just
+ * before coff: the next read call drops them from rb and steps coff back,
+ * and reading goes on in place instead of through rb until rb runs dry.
+ *
  * The write side is one buffer, sent with the caller's bytes appended in
  * one gathered write when they do not fit. A failed write is sticky (werr):
  * how much went out is unknown, so nothing after it could be framed right.
@@ -59,6 +67,7 @@ struct corio_stream {
 	size_t rcap, rhead, rtail;
 	struct corio_buf cur; /* lent by the transport while has_cur */
 	size_t coff;
+	size_t cgath;     /* bytes gathered from cur into rb (back in place) */
 	size_t rscan;    /* bytes at rb's head known to hold no rscan_delim */
 	int rscan_delim;
 	bool has_cur, eof, reading;
@@ -121,6 +130,7 @@ static void cur_release(struct corio_stream *st)
 		st->ops->release(st->t, &st->cur);
 		st->has_cur = false;
 		st->coff = 0;
+		st->cgath = 0;
 	}
 }
 
@@ -131,6 +141,14 @@ static void cur_release(struct corio_stream *st)
  * life (the next large frame grows it again). */
 static void release_spent(struct corio_stream *st)
 {
+	size_t b = rb_len(st);
+
+	if (st->has_cur && b && b <= st->cgath) { /* back in place (top of the file) */
+		st->coff -= b;
+		st->cgath = 0;
+		st->rhead = st->rtail = 0;
+		st->rscan = 0;
+	}
 	if (st->has_cur && st->coff == st->cur.len)
 		cur_release(st);
 	if (st->rcap > STREAM_RB_KEEP && !rb_len(st)) {
@@ -185,6 +203,7 @@ static int gather(struct corio_stream *st, size_t n)
 	memcpy(st->rb + st->rtail, (char *)st->cur.data + st->coff, n);
 	st->rtail += n;
 	st->coff += n;
+	st->cgath += n;
 	st->stats.bytes_copied += n;
 	return 0;
 }
@@ -366,26 +385,27 @@ ssize_t corio_stream_skip_until(struct corio_stream *st, int delim)
 	}
 }
 
-/* Make n bytes (or all there will be) contiguous without consuming: the
+/* Make n bytes (or all there will be) contiguous without consuming, and
+ * when they must be gathered, up to max (>= n) of what is buffered: the
  * count at *view (>= n, fewer only at end of stream), or -errno. */
-static ssize_t peek_locked(struct corio_stream *st, size_t n, const void **view)
+static ssize_t peek_locked(struct corio_stream *st, size_t n, size_t max, const void **view)
 {
 	for (;;) {
 		size_t b = rb_len(st), c = cur_len(st);
 		ssize_t r;
 
-		if (b >= n || (b && !c && st->eof)) {
-			*view = st->rb + st->rhead;
-			return (ssize_t)b;
-		}
 		if (!b && c >= n) {
 			*view = (char *)st->cur.data + st->coff;
 			return (ssize_t)c;
 		}
-		if (c) {
-			if (gather(st, c < n - b ? c : n - b) < 0)
+		if (c && b < max) {
+			if (gather(st, c < max - b ? c : max - b) < 0)
 				return -ENOMEM;
 			continue;
+		}
+		if (b >= n || (b && st->eof)) {
+			*view = st->rb + st->rhead;
+			return (ssize_t)b;
 		}
 		r = fill(st);
 		if (r < 0)
@@ -415,7 +435,23 @@ ssize_t corio_stream_peek(struct corio_stream *st, size_t n, const void **view)
 	if (ret)
 		return read_leave(st, ret);
 	release_spent(st);
-	return read_leave(st, peek_locked(st, n, view));
+	return read_leave(st, peek_locked(st, n, n, view));
+}
+
+ssize_t corio_stream_peek_upto(struct corio_stream *st, size_t n, size_t max, const void **view)
+{
+	int ret = read_enter(st, "corio_stream_peek_upto");
+
+	if (ret)
+		return ret;
+	ret = bad_n("corio_stream_peek_upto", st, n, view);
+	if (!ret && (max < n || max > st->max_frame))
+		ret = corio__error(-EINVAL, "corio_stream_peek_upto: max is below n or over the "
+					    "stream's max_frame (%zu)", st->max_frame);
+	if (ret)
+		return read_leave(st, ret);
+	release_spent(st);
+	return read_leave(st, peek_locked(st, n, max, view));
 }
 
 ssize_t corio_stream_read_exact(struct corio_stream *st, size_t n, const void **view)
@@ -429,7 +465,7 @@ ssize_t corio_stream_read_exact(struct corio_stream *st, size_t n, const void **
 	if (ret)
 		return read_leave(st, ret);
 	release_spent(st);
-	r = peek_locked(st, n, view);
+	r = peek_locked(st, n, n, view);
 	if (r > 0 && (size_t)r < n)
 		r = corio__error(-ENODATA, "corio_stream_read_exact: the stream ended %zd bytes "
 					   "into a %zu-byte frame", r, n);
@@ -468,7 +504,7 @@ ssize_t corio_stream_read(struct corio_stream *st, void *buf, size_t len)
 		return read_leave(st, corio__error(-EINVAL, "corio_stream_read: %s",
 						   buf ? "len is 0" : "buf is NULL"));
 	release_spent(st);
-	r = peek_locked(st, 1, &v);
+	r = peek_locked(st, 1, 1, &v);
 	if (r > 0) {
 		if ((size_t)r > len)
 			r = (ssize_t)len;
@@ -608,14 +644,13 @@ ssize_t corio_stream_writev(struct corio_stream *st, const struct iovec *iov, in
 										  : "iov is NULL"));
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
-	if (iovcnt <= STREAM_IOV) { /* the buffer and iov in one write */
-		int n = 0;
-
-		if (st->wlen)
-			v[n++] = (struct iovec){ st->wb, st->wlen };
+	if (!st->wlen) { /* nothing buffered: iov as it is */
+		ret = iovcnt ? send_iov(st, iov, iovcnt) : 0;
+	} else if (iovcnt <= STREAM_IOV) { /* the buffer and iov in one write */
+		v[0] = (struct iovec){ st->wb, st->wlen };
 		if (iovcnt)
-			memcpy(v + n, iov, sizeof(*iov) * (size_t)iovcnt);
-		ret = n + iovcnt ? send_iov(st, v, n + iovcnt) : 0;
+			memcpy(v + 1, iov, sizeof(*iov) * (size_t)iovcnt);
+		ret = send_iov(st, v, 1 + iovcnt);
 		st->wlen = 0;
 	} else {
 		ret = flush_locked(st);
@@ -843,8 +878,13 @@ static void sock_release(void *t, struct corio_buf *b)
 	corio_buf_release(b);
 }
 
+/* One buffer (a reply the caller built, or the write buffer alone) goes
+ * out with corio_send: half the instructions of corio_sendv's general
+ * path, which a request-reply loop pays on every answer. */
 static ssize_t sock_writev(void *t, const struct iovec *iov, int iovcnt)
 {
+	if (iovcnt == 1)
+		return corio_send(t, iov[0].iov_base, iov[0].iov_len);
 	return corio_sendv(t, iov, iovcnt, NULL);
 }
 

@@ -1055,6 +1055,34 @@ Test(kv, bytes_one_at_a_time, .timeout = 60)
 	run_kv(2, NULL, trickle);
 }
 
+/* A reply never waits for input: with the next command half received, the
+ * replies before it go out (the loop holds replies back only while the
+ * stream already holds the bytes its next look waits for). */
+static void half_next_command(struct kv_test *t)
+{
+	static const char first[] = "PING\r\n*2\r\n$4\r\nECHO\r\n$5\r\nhel";
+	struct cl *c = cl_open(t->port);
+
+	cl_raw(c, first, sizeof(first) - 1); /* a bulk string cut short */
+	cl_flush(c);
+	EXPECT(c, "+PONG\r\n");
+	cl_raw(c, "lo\r\n", 4);
+	cl_flush(c);
+	EXPECT(c, "$5\r\nhello\r\n");
+	cl_raw(c, "PING\r\nECH", 9); /* a line whose end has not come */
+	cl_flush(c);
+	EXPECT(c, "+PONG\r\n");
+	cl_raw(c, "O x\r\n", 5);
+	cl_flush(c);
+	EXPECT(c, "$1\r\nx\r\n");
+	cl_close(c);
+}
+
+Test(kv, reply_not_held_while_the_next_command_is_half_received, .timeout = 60)
+{
+	run_kv(1, NULL, half_next_command);
+}
+
 /* ---- expiry -------------------------------------------------------------------------- */
 
 static long long info_num(struct cl *c, const char *section, const char *field)

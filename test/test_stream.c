@@ -3,7 +3,8 @@
  * Buffered streams (corio/stream.h) over real TCP connections on
  * 127.0.0.1: lines cut at every byte (sent in pieces the reader receives
  * apart), zero copy where a frame lies in one buffer, a line over the
- * maximum, read_exact, peek and consume, writes and writev byte-exact, the
+ * maximum, read_exact, peek and consume (and reading in place again after
+ * a peek gathered more than was consumed), writes and writev byte-exact, the
  * graceful close against the reset a plain close causes, a timed-out or
  * cancelled read that keeps its bytes, a copying transport, bad input, and
  * the leak census for a stream never closed.
@@ -301,6 +302,93 @@ Test(stream, read_exact_peek_consume, .timeout = 30)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, exact_entry, NULL);
+}
+
+/* A peek that gathered more than the caller then consumed goes back in
+ * place: what is left of the copy came from the received buffer the stream
+ * still holds, so the next read finds it there (it used to be read from
+ * the copy, a piece at a time, until the copy ran dry). */
+static void back_in_place_entry(void *arg)
+{
+	static const char in[] = "0123456789abcdef";
+	static const size_t cut = 4;
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_stats ss;
+	struct corio_fiber *f = NULL;
+	struct sender sd;
+	const void *v;
+
+	(void)arg;
+	th_tcp_pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	sd = (struct sender){ c, st, in, sizeof(in) - 1, &cut, 1 };
+	CHECK_EQ(corio_spawn(send_pieces, &sd, NULL, &f), 0);
+	CHECK_EQ(corio_stream_peek(st, 8, &v), 8); /* "0123" + "4567": gathered */
+	CHECK(memcmp(v, "01234567", 8) == 0);
+	CHECK_EQ(corio_stream_consume(st, 6), 0); /* "67" is left of the copy */
+	CHECK_EQ(corio_stream_buffered(st), 10);
+	CHECK_EQ(corio_stream_peek(st, 1, &v), 10); /* in place: all of it at once */
+	CHECK(memcmp(v, "6789abcdef", 10) == 0);
+	CHECK_EQ(corio_stream_read_exact(st, 10, &v), 10);
+	CHECK(memcmp(v, "6789abcdef", 10) == 0);
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	CHECK_EQ(ss.frames_borrowed, 1);
+	CHECK_EQ(ss.frames_buffered, 0);
+	CHECK_EQ(ss.bytes_copied, 8);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_stream_read_exact(st, 1, &v), 0); /* end of stream */
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+Test(stream, gathered_bytes_not_consumed_are_read_in_place_again, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, back_in_place_entry, NULL);
+}
+
+/* peek_upto waits for n bytes only, but gathers up to max of what is
+ * buffered: a parser sees the frames behind a spanning one in one view. */
+static void peek_upto_entry(void *arg)
+{
+	static const char in[] = "0123456789abcdef";
+	static const size_t cut = 4;
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_stream_opts o = { .max_frame = 64 };
+	struct corio_stream_stats ss;
+	struct corio_fiber *f = NULL;
+	struct sender sd;
+	const void *v;
+
+	(void)arg;
+	th_tcp_pair(&s, &c);
+	CHECK_EQ(corio_stream_sock(s, &o, &st), 0);
+	CHECK_EINVAL_NAMES(corio_stream_peek_upto(st, 4, 3, &v), "corio_stream_peek_upto");
+	CHECK_EINVAL_NAMES(corio_stream_peek_upto(st, 4, 65, &v), "corio_stream_peek_upto");
+	CHECK_EINVAL_NAMES(corio_stream_peek_upto(st, 0, 8, &v), "corio_stream_peek_upto");
+	sd = (struct sender){ c, st, in, sizeof(in) - 1, &cut, 1 };
+	CHECK_EQ(corio_spawn(send_pieces, &sd, NULL, &f), 0);
+	/* "0123", then "456789abcdef": 6 wanted, 12 gathered, none waited for */
+	CHECK_EQ(corio_stream_peek_upto(st, 6, 12, &v), 12);
+	CHECK(memcmp(v, "0123456789ab", 12) == 0);
+	CHECK_EQ(corio_stream_consume(st, 10), 0);
+	CHECK_EQ(corio_stream_peek_upto(st, 1, 64, &v), 6); /* "ab" back in place */
+	CHECK(memcmp(v, "abcdef", 6) == 0);
+	CHECK_EQ(corio_stream_consume(st, 6), 0);
+	CHECK_EQ(corio_stream_stats_get(st, &ss), 0);
+	CHECK_EQ(ss.bytes_copied, 12);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_stream_peek_upto(st, 1, 64, &v), 0); /* end of stream */
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+Test(stream, peek_upto_gathers_what_is_buffered_up_to_max, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, peek_upto_entry, NULL);
 }
 
 /* ---- writing ----------------------------------------------------------------------- */

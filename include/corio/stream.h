@@ -17,7 +17,10 @@
  * copy what must live longer. On the plain transport a frame that lies in
  * one received buffer is returned in place, in the buffer the kernel filled
  * (zero copy: corio_recv_buf); a frame that spans two is copied once into
- * the stream's own read buffer. The stream holds at most one borrowed
+ * the stream's own read buffer. Bytes gathered that way and not consumed
+ * (a peek for more than the caller then took) are read in place again from
+ * the next read call on, once none of the earlier buffer's bytes remain
+ * before them. The stream holds at most one borrowed
  * buffer, and none while it waits for the transport (what is left of it is
  * copied first), so an idle stream pins no ring buffer.
  *
@@ -162,6 +165,15 @@ CORIO_API ssize_t corio_stream_read_exact(struct corio_stream *st, size_t n, con
  * are in one place), fewer only at end of stream, 0 at end of stream with
  * nothing buffered. peek(st, 1, &v) is "whatever has come". Blocking. */
 CORIO_API ssize_t corio_stream_peek(struct corio_stream *st, size_t n, const void **view);
+/* corio_stream_peek(st, n, view) for a parser that takes several frames
+ * per look: it waits only for n bytes (1..max_frame), but when they span
+ * received buffers and must be gathered, it gathers up to max bytes
+ * (n..max_frame) of what is already buffered, so the frames behind come in
+ * the same view and the parser does not start again on a piece. What it
+ * gathered and the caller did not consume is read in place again (above).
+ * The count at *view as corio_stream_peek. Blocking. */
+CORIO_API ssize_t corio_stream_peek_upto(struct corio_stream *st, size_t n, size_t max,
+					 const void **view);
 /* Consume n buffered bytes (at most corio_stream_buffered()): 0, or
  * -EINVAL for more. Does not block. */
 CORIO_API int corio_stream_consume(struct corio_stream *st, size_t n);

@@ -72,7 +72,7 @@ static int kv_out_drain(struct kv_conn *c)
 	kv_out_peak(c);
 	KV_INC(c->sh->st.out_flushes, 1);
 	KV_INC(c->sh->st.out_waiting, 1);
-	n = corio_send(c->s, c->out.p, c->out.len);
+	n = kv_send(c);
 	KV_INC(c->sh->st.out_waiting, (uint64_t)-1);
 	c->out.len = 0;
 	return n < 0 ? (int)n : 0;

@@ -14,7 +14,6 @@
 
 static void kv_conn_free(struct kv_conn *c)
 {
-	free(c->q);
 	kv_buf_free(&c->out);
 	kv_buf_free(&c->mq);
 	free(c->av.v);
@@ -26,42 +25,26 @@ static void kv_conn_free(struct kv_conn *c)
 	free(c);
 }
 
-/* Make room for need bytes of unparsed input at the front of the query buffer. */
-static int kv_qbuf_room(struct kv_conn *c, size_t need)
+/* Send the replies in c->out through the stream's writer, from corio-kv's
+ * own buffer (not copied: the output limit and its accounting stay here).
+ * The bytes sent, or -errno; a failure is the stream's sticky write error. */
+ssize_t kv_send(struct kv_conn *c)
 {
-	size_t left = c->qlen - c->qpos, cap;
-	char *q;
+	struct iovec iov = { c->out.p, c->out.len };
 
-	if (c->qpos) {
-		memmove(c->q, c->q + c->qpos, left);
-		c->qlen = left;
-		c->qpos = 0;
-	}
-	if (need < left + 1)
-		need = left + 1;
-	if (need <= c->qcap && !(c->qcap > KV_BIG_BUF && need <= KV_QBUF_INIT))
-		return 0;
-	cap = KV_QBUF_INIT;
-	while (cap < need)
-		cap *= 2;
-	if (cap == c->qcap)
-		return 0;
-	q = realloc(c->q, cap);
-	if (!q)
-		return -ENOMEM;
-	c->q = q;
-	c->qcap = cap;
-	return 0;
+	return corio_stream_writev(c->st, &iov, 1);
 }
 
 /*
- * Parse and plan the complete commands in the query buffer as one batch.
- * RESP_MORE: all were taken and *need bytes are worth waiting for; RESP_ERR:
- * a protocol error (in errbuf) after them; RESP_CMD: the batch is full,
- * QUIT ended it, or an EXEC that must be a batch of its own ends or makes
- * it; RESP_NOMEM.
+ * Parse and plan the complete commands in p[0..n) (what the stream holds,
+ * in place) as one batch; *pos is advanced past each command taken.
+ * RESP_MORE: all were taken and the command at *pos is incomplete: *need
+ * bytes from *pos are worth waiting for; RESP_ERR: a protocol error (in
+ * errbuf) after them; RESP_CMD: the batch is full, QUIT ended it, or an
+ * EXEC that must be a batch of its own ends or makes it; RESP_NOMEM.
  */
-static int kv_parse_batch(struct kv_conn *c, size_t *need, char *errbuf, size_t errlen)
+static int kv_parse_batch(struct kv_conn *c, const char *p, size_t n, size_t *pos, size_t *need,
+			  char *errbuf, size_t errlen)
 {
 	c->av.n = 0;
 	c->ncmds = c->nops = 0;
@@ -69,84 +52,123 @@ static int kv_parse_batch(struct kv_conn *c, size_t *need, char *errbuf, size_t 
 		c->rem[i].head = KV_NONE;
 	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
 		size_t used = 0, arg0 = c->av.n;
-		int r = resp_parse(c->q + c->qpos, c->qlen - c->qpos, &c->srv->lim, &c->av, &used, need,
-				   errbuf, errlen);
+		int r = resp_parse(p + *pos, n - *pos, &c->srv->lim, &c->av, &used, need, errbuf,
+				   errlen);
 
 		if (r != RESP_CMD)
 			return r;
 		if (c->av.n == arg0) { /* an empty command */
-			c->qpos += used;
+			*pos += used;
 			continue;
 		}
 		r = kv_plan(c, (uint32_t)arg0, (uint32_t)(c->av.n - arg0));
 		if (r == KV_PLAN_EXEC) { /* a batch of its own: this one, or the next */
 			c->av.n = arg0;
 			if (!c->ncmds) {
-				c->qpos += used;
+				*pos += used;
 				r = kv_plan_exec(c);
 			}
 			return r < 0 ? RESP_NOMEM : RESP_CMD;
 		}
 		if (r)
 			return RESP_NOMEM;
-		c->qpos += used;
+		*pos += used;
 	}
 	return RESP_CMD;
 }
 
+/* Run the planned batch, answer a protocol error, send the replies when
+ * flush (or the connection ends, or KV_OUT_DEFER of them wait) and drop
+ * buffers a big batch grew. 0 to go on, -1 when the connection ends. */
+static int kv_finish_batch(struct kv_conn *c, bool perr, const char *errbuf, bool flush)
+{
+	if ((c->ncmds || c->exec) && kv_run_batch(c))
+		return -1;
+	if (perr) {
+		KV_INC(c->sh->st.proto_errors, 1);
+		KV_LIT(&c->out, "-ERR ");
+		kv_put(&c->out, errbuf, strlen(errbuf));
+		KV_LIT(&c->out, "\r\n");
+		c->closing = true;
+	}
+	if (c->out.nomem)
+		return -1;
+	if (c->out.len && (flush || c->closing || c->out.len >= KV_OUT_DEFER)) {
+		if (kv_send(c) < 0)
+			return -1;
+		c->out.len = 0;
+	}
+	if (c->exec) { /* the batch no longer points into the queue */
+		c->exec = false;
+		kv_multi_reset(c);
+	}
+	for (unsigned i = 0; i < c->srv->nshards; i++)
+		if (c->rem[i].out.cap > KV_BIG_BUF)
+			kv_buf_free(&c->rem[i].out);
+	if (c->out.cap > KV_BIG_BUF && !c->out.len)
+		kv_buf_free(&c->out);
+	return c->closing ? -1 : 0;
+}
+
 /*
- * Serve one connection: receive, parse every complete command, run them
- * as a batch, send the replies, repeat. Returns when the client leaves,
- * QUITs, breaks the protocol or a limit, or the fiber is cancelled.
+ * How much to gather for the next look, when the command at the head of
+ * the stream is incomplete (have bytes of it seen) and the parser waits
+ * for need bytes: twice what was seen (KV_GATHER_MIN at least). The parser
+ * starts the command again at every look, so looks that double finish a
+ * long command in a few passes, where looking for need (one bulk string
+ * more) took one per argument; and the copy stays about the command's
+ * size: what the stream gathered past it is read in place again once the
+ * command is consumed.
  */
-static void kv_serve_conn(struct kv_conn *c)
+static size_t kv_gather_upto(size_t have, size_t need, size_t max_frame)
+{
+	size_t more = have * 2 > KV_GATHER_MIN ? have * 2 : KV_GATHER_MIN;
+
+	if (more < need)
+		more = need;
+	return more < max_frame ? more : max_frame;
+}
+
+/*
+ * Serve one connection: parse every complete command the stream holds in
+ * place (a command in one received buffer is read where the kernel put
+ * it; one that spans two is gathered by the stream, with what follows it
+ * in that buffer), run them as a batch, send the replies, consume, repeat.
+ * The replies wait while the next look will not (the stream holds the
+ * bytes it waits for): a batch cut short by a received buffer's end does
+ * not cost a send of its own, and no reply ever waits for input. Returns
+ * when the client leaves, QUITs, breaks the protocol or a limit, or the
+ * fiber is cancelled.
+ */
+static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 {
 	char errbuf[160];
+	size_t want = 1, upto = 1;
 
 	for (;;) {
-		size_t need = 0;
-		int ret = kv_parse_batch(c, &need, errbuf, sizeof(errbuf));
-		bool perr = ret == RESP_ERR, more = ret == RESP_MORE;
+		const void *v;
+		size_t pos = 0, need = 0;
+		ssize_t n = corio_stream_peek_upto(c->st, want, upto, &v);
+		int ret;
 
+		if (n <= 0 || (size_t)n < want)
+			return; /* closed (inside a command or not), reset, or cancelled */
+		ret = kv_parse_batch(c, v, (size_t)n, &pos, &need, errbuf, sizeof(errbuf));
 		if (ret == RESP_NOMEM)
 			return;
-		if ((c->ncmds || c->exec) && kv_run_batch(c))
-			return;
-		if (perr) {
-			KV_INC(c->sh->st.proto_errors, 1);
-			KV_LIT(&c->out, "-ERR ");
-			kv_put(&c->out, errbuf, strlen(errbuf));
-			KV_LIT(&c->out, "\r\n");
-			c->closing = true;
+		if (ret == RESP_MORE && need > max_frame) { /* only with a limit near 1 GiB */
+			snprintf(errbuf, sizeof(errbuf), "Protocol error: command larger than %zu "
+				 "bytes, the most a connection buffers", max_frame);
+			ret = RESP_ERR;
 		}
-		if (c->out.nomem)
+		/* need counts from pos; the stream's count (pos..) once consumed */
+		want = ret == RESP_MORE ? need : 1;
+		upto = ret == RESP_MORE ? kv_gather_upto((size_t)n - pos, need, max_frame) : 1;
+		/* the batch's arguments point into v: consume only once it ran */
+		if (kv_finish_batch(c, ret == RESP_ERR, errbuf,
+				    corio_stream_buffered(c->st) - pos < want) ||
+		    corio_stream_consume(c->st, pos))
 			return;
-		if (c->out.len && corio_send(c->s, c->out.p, c->out.len) < 0)
-			return;
-		c->out.len = 0;
-		if (c->exec) { /* the batch no longer points into the queue */
-			c->exec = false;
-			kv_multi_reset(c);
-		}
-		for (unsigned i = 0; i < c->srv->nshards; i++)
-			if (c->rem[i].out.cap > KV_BIG_BUF)
-				kv_buf_free(&c->rem[i].out);
-		if (c->out.cap > KV_BIG_BUF)
-			kv_buf_free(&c->out);
-		if (c->closing)
-			return;
-		if (!more)
-			continue; /* the batch was full: more commands are waiting */
-		ret = kv_qbuf_room(c, need);
-		if (ret)
-			return;
-		{
-			ssize_t n = corio_recv(c->s, c->q + c->qlen, c->qcap - c->qlen);
-
-			if (n <= 0)
-				return; /* closed, reset, or cancelled */
-			c->qlen += (size_t)n;
-		}
 	}
 }
 
@@ -157,14 +179,32 @@ struct kv_listener {
 	struct corio_group conns;
 };
 
+/* The stream's largest frame: a whole command up to the query-buffer
+ * limit, plus the lines the parser may look at past it before it refuses
+ * (an inline request or a count line, KV_MAX_LINE each), within the
+ * stream's 1 GiB. */
+static size_t kv_max_frame(const struct kv_server *srv)
+{
+	uint64_t f = srv->lim.qbuf_limit + 2 * (uint64_t)KV_MAX_LINE + 2;
+
+	return f > KV_STREAM_MAX ? KV_STREAM_MAX : (size_t)f;
+}
+
 static int kv_conn_fiber(void *arg)
 {
 	struct kv_conn *c = arg;
+	struct corio_stream_opts so = { .max_frame = kv_max_frame(c->srv) };
 
 	KV_INC(c->sh->st.conns, 1);
 	KV_INC(c->sh->st.conns_total, 1);
-	kv_serve_conn(c);
-	corio_close(c->s);
+	if (corio_stream_sock(c->s, &so, &c->st) == 0) {
+		kv_serve_conn(c, so.max_frame);
+		/* half-close and let the client read the last reply (a QUIT's,
+		 * a protocol error's) before the socket goes: no reset */
+		corio_stream_close(c->st);
+	} else {
+		corio_close(c->s);
+	}
 	KV_INC(c->sh->st.conns, (uint64_t)-1);
 	kv_conn_free(c);
 	return 0; /* a connection's trouble is not the server's */

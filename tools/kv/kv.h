@@ -72,8 +72,10 @@
 #include "store.h"
 
 #define KV_VERSION "7.0.0" /* the Redis version whose replies we follow */
-#define KV_QBUF_INIT (16 * 1024)
+#define KV_STREAM_MAX ((size_t)1 << 30) /* the stream's largest max_frame */
 #define KV_BIG_BUF (1024 * 1024)  /* buffers above this shrink when idle */
+#define KV_OUT_DEFER (64 * 1024)  /* replies held back while more input is buffered */
+#define KV_GATHER_MIN 4096        /* the least gathered for an incomplete command */
 #define KV_BATCH_CMDS 256         /* commands per batch */
 #define KV_BATCH_OPS 4096         /* ops per batch (one command may exceed it) */
 #define KV_NONE UINT32_MAX
@@ -168,10 +170,9 @@ struct kv_remote {
 struct kv_conn {
 	struct kv_server *srv;
 	struct kv_shard *sh;
-	struct corio_sock *s;
+	struct corio_sock *s;  /* until the fiber makes the stream of it */
+	struct corio_stream *st; /* reads in place; writes c->out (kv_send) */
 	uint64_t id;
-	char *q;               /* query buffer: [qpos, qlen) not parsed yet */
-	size_t qlen, qcap, qpos;
 	struct kv_buf out;
 	struct kv_argv av;
 	struct kv_cmd *cmds;
@@ -209,6 +210,8 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 
 /* batch.c: run a planned batch and write its replies to c->out. */
 int kv_run_batch(struct kv_conn *c);
+/* conn.c: send c->out through the connection's stream; bytes or -errno. */
+ssize_t kv_send(struct kv_conn *c);
 
 /* conn.c: a shard's listener and connections; the server's setup. */
 void kv_shard_main(struct kv_server *srv);
