@@ -873,7 +873,7 @@ static void tls_echo_clean(const char *backend, char *const sargs[], const char 
 	cert_of(line, cert, sizeof(cert));
 	for (int m = 0; m < 2; m++) {
 		const char *args[] = { "--tls", "--tls-ca", ca ? ca : cert, "-c", "4", modes[m][0],
-				       modes[m][1], "-s", modes[m][3], "-w", "0.05", "-d", "0.3",
+				       modes[m][1], "-s", modes[m][3], "-w", "0.2", "-d", "1",
 				       "--json", "-q", NULL };
 		int st = load_run(port, args, out, sizeof(out), err, sizeof(err));
 
