@@ -58,7 +58,10 @@
  * The shard's thread gets a timer slack of 1 ns at set-up: epoll timeouts
  * are stretched by the thread's slack (50 us by default) where a kernel
  * TIMEOUT's hrtimer is not, and with it every emulated timer woke ~55 us
- * late (bench-timer: p50 56 us against 7 us for a timerfd).
+ * late (bench-timer: p50 56 us against 7 us for a timerfd). The clock is
+ * read only where a time is needed (a pending TIMEOUT or retry, a busy
+ * turn deciding whether to look at epoll): a plain wait and its harvest read
+ * none, where they were two vDSO calls per wake-up.
  *
  * Owner-thread only, like the ring. Allocation happens when pools grow
  * (op records, fd records, the overflow list), never per op in steady state.
@@ -89,7 +92,7 @@ enum {
 	NEVENTS = 256,      /* epoll events per wait                             */
 	POOL_CHUNK = 128,   /* op and fd records allocated at a time             */
 	MAX_BUFRINGS = 16,  /* registered provided-buffer rings per ring         */
-	HARVEST_NS = 50000, /* busy loop: look at epoll at least this often      */
+	HARVEST_NS = 50000, /* busy turns: epoll looked at this often        */
 	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
@@ -985,7 +988,9 @@ static void harvest(struct corio__ring *r, int n)
 		f->ready |= corio__fault_events(r, e->evs[i].events);
 		ready_add(e, f);
 	}
-	e->last_harvest = mono_ns(CLOCK_MONOTONIC);
+	/* Looked just now; when exactly is asked only if a busy turn wants
+	 * it (corio__emu_poll_due), not paid here on every wake-up. */
+	e->last_harvest = 0;
 	if (n)
 		process_ready(r);
 }
@@ -1274,13 +1279,14 @@ static int epoll_wait_ns(struct corio__emu *e, int64_t ns)
 
 bool corio__emu_poll_due(const struct corio__ring *r)
 {
-	const struct corio__emu *e = r->em;
-
+	struct corio__emu *e = r->em;
 	uint64_t now;
 
 	if (!e->parked && !e->timeouts)
 		return false;
 	now = mono_ns(CLOCK_MONOTONIC);
+	if (!e->last_harvest)
+		e->last_harvest = now; /* the first busy look since a harvest */
 	return (e->parked && now - e->last_harvest >= HARVEST_NS) ||
 	       (e->timeouts && e->timeouts->deadline <= now) ||
 	       (e->retry && e->retry_at <= now);
@@ -1308,7 +1314,8 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 		until = mono_ns(CLOCK_MONOTONIC) + (uint64_t)limit->tv_sec * 1000000000ull +
 			(uint64_t)limit->tv_nsec;
 	while (wait_nr && io_uring_cq_ready(&r->ring) < 1 && !e->ready_head) {
-		uint64_t now = mono_ns(CLOCK_MONOTONIC);
+		/* no clock read when nothing is timed (the common wait) */
+		uint64_t now = e->timeouts || e->retry || until ? mono_ns(CLOCK_MONOTONIC) : 0;
 		int64_t ns = -1;
 
 		if (e->timeouts)
