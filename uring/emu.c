@@ -13,8 +13,9 @@
  *
  * Submit consumes SQEs in order and tries each at once with a non-blocking
  * syscall (recv/send with MSG_DONTWAIT, accept4 and connect on a socket set
- * O_NONBLOCK). An op that would block (EAGAIN) is parked on its fd's record
- * and waits for readiness from one epoll instance, edge-triggered
+ * O_NONBLOCK); a SEND that completes so is answered from its SQE alone,
+ * with no op record. An op that would block (EAGAIN) is parked on its fd's
+ * record and waits for readiness from one epoll instance, edge-triggered
  * (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, registered once per record). Several
  * ops may wait on one fd (a multishot receive, a send, a hang-up poll, a
  * user's corio_poll): they hang on the record in submission order, and a
@@ -1173,13 +1174,38 @@ static int timeout_add(struct corio__ring *r, struct emu_op *o, const struct io_
 	return 1;
 }
 
+/*
+ * A SEND the socket takes at once (or fails at once) is answered from the
+ * SQE: no op record, no fd-record look-up, which every ring-issued send
+ * (corio_send_buf while other fibers are ready) paid per message. 1: its
+ * CQE is posted; 0: tried, it would block (the full path parks it without
+ * a second try); -1: not tried. Fault builds never try here: their
+ * injection sits on the full path's syscall sites.
+ */
+static int send_at_once(struct corio__ring *r, const struct io_uring_sqe *sqe)
+{
+#ifdef CORIO_FAULTS
+	(void)r;
+	(void)sqe;
+	return -1;
+#else
+	ssize_t n = send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
+			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	post(r, sqe->user_data, n < 0 ? -errno : (int32_t)n, 0);
+	return 1;
+#endif
+}
+
 /* Issue one SQE: complete it now, or park it. */
 static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 {
 	struct corio__emu *e = r->em;
 	struct emu_op *o;
-	uint32_t flags;
-	int res;
+	uint32_t flags = 0;
+	int res, tried = -1;
 
 	/* links, drains, fixed files, CQE skipping: never reported, never used */
 	if (UNLIKELY(sqe->flags & ~(IOSQE_BUFFER_SELECT | IOSQE_ASYNC))) {
@@ -1201,6 +1227,10 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	case IORING_OP_SHUTDOWN:
 		post(r, sqe->user_data, shutdown(sqe->fd, (int)sqe->len) < 0 ? -errno : 0, 0);
 		return;
+	case IORING_OP_SEND:
+		if ((tried = send_at_once(r, sqe)) == 1)
+			return;
+		break;
 	}
 	o = op_get(e);
 	if (!o) {
@@ -1223,8 +1253,12 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 		return;
 	}
 	/* A poll is answered from the record's bits while it waits on other
-	 * ops; otherwise the registration below reports the fd's state. */
-	res = o->opcode == IORING_OP_POLL_ADD && !o->f->head ? T_AGAIN : try_op(r, o, &flags);
+	 * ops; otherwise the registration below reports the fd's state. A
+	 * send tried already would block: park it. */
+	if ((o->opcode == IORING_OP_POLL_ADD && !o->f->head) || tried == 0)
+		res = T_AGAIN;
+	else
+		res = try_op(r, o, &flags);
 	if (res == T_AGAIN || res == T_MORE) {
 		struct emu_fd *f = o->f;
 
