@@ -374,6 +374,10 @@ int corio__rt_memo(const char *key, int (*make)(void *ctx, void *val), void *ctx
 struct corio_rt {
 	struct corio_config cfg;
 	const struct corio__part *const *parts; /* CORIO__PART_MAX slots, from ctl/ */
+	/* the parts' poll hooks in slot order, packed: the loop calls them up
+	 * to three times a turn, and empty slots cost each pass their tests */
+	unsigned (*polls[CORIO__PART_MAX])(struct corio__shard *s);
+	unsigned npolls;
 	unsigned nshards;
 	int *cpus;
 	struct corio__shard **shards;

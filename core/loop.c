@@ -146,12 +146,11 @@ static void begin_stop(struct corio__shard *s)
 
 static unsigned parts_poll(struct corio__shard *s)
 {
-	const struct corio__part *const *parts = s->rt->parts;
+	const struct corio_rt *rt = s->rt;
 	unsigned work = 0;
 
-	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
-		if (parts[i] && parts[i]->poll)
-			work += parts[i]->poll(s);
+	for (unsigned i = 0; i < rt->npolls; i++)
+		work += rt->polls[i](s);
 	return work;
 }
 

@@ -558,6 +558,9 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 		return ret;
 	}
 	rt->parts = parts;
+	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
+		if (parts[i] && parts[i]->poll)
+			rt->polls[rt->npolls++] = parts[i]->poll;
 	rt->nshards = n;
 	rt->entry = entry;
 	rt->entry_arg = arg;

@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * net/send.c - sending on connected sockets: a direct sendmsg(2) first
+ * net/send.c - sending on connected sockets: a direct send(2)/sendmsg(2) first
  * where that saves a loop turn, the queue of borrowed buffers behind
  * corio_send_buf (its cap, gathering, its completion), the blocking sends
  * with all-or-error semantics (zero-copy option), shutdown of the write
@@ -55,7 +55,14 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 		one = (struct msghdr){ .msg_iov = &cut, .msg_iovlen = 1 };
 		mh = &one;
 	}
-	r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+	/* One buffer, no address or control data (every corio_send and a
+	 * single corio_send_buf): send(2) skips the kernel's copy and check
+	 * of the msghdr and its iovec array. */
+	if (mh->msg_iovlen == 1 && !mh->msg_name && !mh->msg_controllen)
+		r = send(s->fd, mh->msg_iov[0].iov_base, mh->msg_iov[0].iov_len,
+			 MSG_DONTWAIT | MSG_NOSIGNAL);
+	else
+		r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	if (r > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);

@@ -13,8 +13,9 @@
  *
  * Submit consumes SQEs in order and tries each at once with a non-blocking
  * syscall (recv/send with MSG_DONTWAIT, accept4 and connect on a socket set
- * O_NONBLOCK). An op that would block (EAGAIN) is parked on its fd's record
- * and waits for readiness from one epoll instance, edge-triggered
+ * O_NONBLOCK); a SEND that completes so is answered from its SQE alone,
+ * with no op record. An op that would block (EAGAIN) is parked on its fd's
+ * record and waits for readiness from one epoll instance, edge-triggered
  * (EPOLLIN|EPOLLOUT|EPOLLRDHUP|EPOLLET, registered once per record). Several
  * ops may wait on one fd (a multishot receive, a send, a hang-up poll, a
  * user's corio_poll): they hang on the record in submission order, and a
@@ -58,7 +59,10 @@
  * The shard's thread gets a timer slack of 1 ns at set-up: epoll timeouts
  * are stretched by the thread's slack (50 us by default) where a kernel
  * TIMEOUT's hrtimer is not, and with it every emulated timer woke ~55 us
- * late (bench-timer: p50 56 us against 7 us for a timerfd).
+ * late (bench-timer: p50 56 us against 7 us for a timerfd). The clock is
+ * read only where a time is needed (a pending TIMEOUT or retry, a busy
+ * turn deciding whether to look at epoll): a plain wait and its harvest read
+ * none, where they were two vDSO calls per wake-up.
  *
  * Owner-thread only, like the ring. Allocation happens when pools grow
  * (op records, fd records, the overflow list), never per op in steady state.
@@ -89,7 +93,7 @@ enum {
 	NEVENTS = 256,      /* epoll events per wait                             */
 	POOL_CHUNK = 128,   /* op and fd records allocated at a time             */
 	MAX_BUFRINGS = 16,  /* registered provided-buffer rings per ring         */
-	HARVEST_NS = 50000, /* busy loop: look at epoll at least this often      */
+	HARVEST_NS = 50000, /* busy turns: epoll looked at this often        */
 	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
@@ -985,7 +989,9 @@ static void harvest(struct corio__ring *r, int n)
 		f->ready |= corio__fault_events(r, e->evs[i].events);
 		ready_add(e, f);
 	}
-	e->last_harvest = mono_ns(CLOCK_MONOTONIC);
+	/* Looked just now; when exactly is asked only if a busy turn wants
+	 * it (corio__emu_poll_due), not paid here on every wake-up. */
+	e->last_harvest = 0;
 	if (n)
 		process_ready(r);
 }
@@ -1168,13 +1174,38 @@ static int timeout_add(struct corio__ring *r, struct emu_op *o, const struct io_
 	return 1;
 }
 
+/*
+ * A SEND the socket takes at once (or fails at once) is answered from the
+ * SQE: no op record, no fd-record look-up, which every ring-issued send
+ * (corio_send_buf while other fibers are ready) paid per message. 1: its
+ * CQE is posted; 0: tried, it would block (the full path parks it without
+ * a second try); -1: not tried. Fault builds never try here: their
+ * injection sits on the full path's syscall sites.
+ */
+static int send_at_once(struct corio__ring *r, const struct io_uring_sqe *sqe)
+{
+#ifdef CORIO_FAULTS
+	(void)r;
+	(void)sqe;
+	return -1;
+#else
+	ssize_t n = send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
+			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	post(r, sqe->user_data, n < 0 ? -errno : (int32_t)n, 0);
+	return 1;
+#endif
+}
+
 /* Issue one SQE: complete it now, or park it. */
 static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 {
 	struct corio__emu *e = r->em;
 	struct emu_op *o;
-	uint32_t flags;
-	int res;
+	uint32_t flags = 0;
+	int res, tried = -1;
 
 	/* links, drains, fixed files, CQE skipping: never reported, never used */
 	if (UNLIKELY(sqe->flags & ~(IOSQE_BUFFER_SELECT | IOSQE_ASYNC))) {
@@ -1196,6 +1227,10 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	case IORING_OP_SHUTDOWN:
 		post(r, sqe->user_data, shutdown(sqe->fd, (int)sqe->len) < 0 ? -errno : 0, 0);
 		return;
+	case IORING_OP_SEND:
+		if ((tried = send_at_once(r, sqe)) == 1)
+			return;
+		break;
 	}
 	o = op_get(e);
 	if (!o) {
@@ -1218,8 +1253,12 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 		return;
 	}
 	/* A poll is answered from the record's bits while it waits on other
-	 * ops; otherwise the registration below reports the fd's state. */
-	res = o->opcode == IORING_OP_POLL_ADD && !o->f->head ? T_AGAIN : try_op(r, o, &flags);
+	 * ops; otherwise the registration below reports the fd's state. A
+	 * send tried already would block: park it. */
+	if ((o->opcode == IORING_OP_POLL_ADD && !o->f->head) || tried == 0)
+		res = T_AGAIN;
+	else
+		res = try_op(r, o, &flags);
 	if (res == T_AGAIN || res == T_MORE) {
 		struct emu_fd *f = o->f;
 
@@ -1274,13 +1313,14 @@ static int epoll_wait_ns(struct corio__emu *e, int64_t ns)
 
 bool corio__emu_poll_due(const struct corio__ring *r)
 {
-	const struct corio__emu *e = r->em;
-
+	struct corio__emu *e = r->em;
 	uint64_t now;
 
 	if (!e->parked && !e->timeouts)
 		return false;
 	now = mono_ns(CLOCK_MONOTONIC);
+	if (!e->last_harvest)
+		e->last_harvest = now; /* the first busy look since a harvest */
 	return (e->parked && now - e->last_harvest >= HARVEST_NS) ||
 	       (e->timeouts && e->timeouts->deadline <= now) ||
 	       (e->retry && e->retry_at <= now);
@@ -1308,7 +1348,8 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 		until = mono_ns(CLOCK_MONOTONIC) + (uint64_t)limit->tv_sec * 1000000000ull +
 			(uint64_t)limit->tv_nsec;
 	while (wait_nr && io_uring_cq_ready(&r->ring) < 1 && !e->ready_head) {
-		uint64_t now = mono_ns(CLOCK_MONOTONIC);
+		/* no clock read when nothing is timed (the common wait) */
+		uint64_t now = e->timeouts || e->retry || until ? mono_ns(CLOCK_MONOTONIC) : 0;
 		int64_t ns = -1;
 
 		if (e->timeouts)
