@@ -52,7 +52,7 @@
 #
 # Environment: BENCH_ECHO_REPS (3), BENCH_ECHO_FB_REPS (5; 0 skips the
 # fallback section), BENCH_ECHO_TLS_REPS (5; 0 skips the TLS section),
-# BENCH_ECHO_ONLY=tls (the TLS section alone), BENCH_ECHO_SECS (1, closed loop; open
+# BENCH_ECHO_ONLY=tls or fallback (that section alone), BENCH_ECHO_SECS (1, closed loop; open
 # loop and sockperf run twice as long), BENCH_ECHO_CLIENT (corio | epoll:
 # corio-load's engine, busy-polling its own CPU), BENCH_ECHO_QUICK=1 (one
 # repetition of a few cases, for a smoke test).
@@ -69,7 +69,7 @@ WARM=0.3
 SIDES="corio uring epoll"
 case "$REPS" in ''|*[!0-9]*|0) echo "bench-echo: BENCH_ECHO_REPS must be a positive integer" >&2; exit 2;; esac
 case "$FB_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_FB_REPS must be an integer >= 0" >&2; exit 2;; esac
-case "$ONLY" in ''|tls) ;; *) echo "bench-echo: BENCH_ECHO_ONLY must be tls (or unset)" >&2; exit 2;; esac
+case "$ONLY" in ''|tls|fallback) ;; *) echo "bench-echo: BENCH_ECHO_ONLY must be tls or fallback (or unset)" >&2; exit 2;; esac
 case "$TLS_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_TLS_REPS must be an integer >= 0" >&2; exit 2;; esac
 case "$CLIENT" in corio|epoll) ;; *) echo "bench-echo: BENCH_ECHO_CLIENT must be corio or epoll" >&2; exit 2;; esac
 for t in corio-echo uring-echo epoll-echo corio-load; do
@@ -344,7 +344,7 @@ fi
 # the same pinning and load, alternated; FB_REPS runs (5: issue 24's goals
 # want medians of at least 5).
 fb_start=$(date +%s)
-if [ "$FB_REPS" -gt 0 ] && [ -z "$ONLY" ]; then
+if [ "$FB_REPS" -gt 0 ] && { [ -z "$ONLY" ] || [ "$ONLY" = fallback ]; }; then
 	TCP_SIDES=$SIDES TCP_REPS=$REPS
 	SIDES="fallback epoll corio" REPS=$FB_REPS
 	bench "fallback closed 1c 64B" "" -c 1 -s 64 -d $SECS
@@ -361,7 +361,9 @@ fb_end=$(date +%s)
 # short runs (the section costs about 3 x 3 x TLS_REPS x (SECS + 1.5) s).
 tls_start=$(date +%s)
 TLS_CIPHER=-
-if [ "$TLS_REPS" -gt 0 ] && [ "$CLIENT" != corio ]; then
+if [ "$ONLY" = fallback ]; then
+	: # the fallback section alone
+elif [ "$TLS_REPS" -gt 0 ] && [ "$CLIENT" != corio ]; then
 	echo "bench-echo: no TLS rows: corio-load --tls runs on the corio engine (BENCH_ECHO_CLIENT=$CLIENT)" >&2
 elif [ "$TLS_REPS" -gt 0 ]; then
 	# shellcheck disable=SC2046
