@@ -566,6 +566,29 @@ static void stop_server_tool(struct child *c, const char *name)
 		  msg);
 }
 
+/* Read fd (a pipe's end, closed here) to end of file into out, NUL-ended,
+ * waiting at most ms: the bytes read. */
+static size_t read_to_eof(int fd, char *out, size_t outlen, unsigned ms)
+{
+	size_t got = 0;
+
+	fcntl(fd, F_SETFL, O_NONBLOCK);
+	for (unsigned waited = 0; waited < ms; waited++) {
+		ssize_t k = read(fd, out + got, outlen - 1 - got);
+
+		if (k > 0) {
+			got += (size_t)k;
+			continue;
+		}
+		if (k == 0)
+			break;
+		usleep(1000);
+	}
+	out[got] = '\0';
+	close(fd);
+	return got;
+}
+
 /* corio-load --udp -c 4 for 0.35 s against port, with extra options (NULL
  * terminated), --json on stdout: its exit status, and the JSON line in out. */
 static int udp_load(int port, const char *engine, const char *const extra[], char *out,
@@ -577,7 +600,6 @@ static int udp_load(int port, const char *engine, const char *const extra[], cha
 	const char *argv[32];
 	struct child c;
 	int p[2], n = 0, st;
-	size_t got = 0;
 
 	tool_path(prog, sizeof(prog), "corio-load");
 	if (access(prog, X_OK))
@@ -593,20 +615,7 @@ static int udp_load(int port, const char *engine, const char *const extra[], cha
 	c = spawn_tool_out(prog, (char *const *)argv, p[1]);
 	close(p[1]);
 	/* the report is one line at the end: read until EOF (bounded), then reap */
-	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	for (unsigned waited = 0; waited < 20000; waited++) {
-		ssize_t k = read(p[0], out + got, outlen - 1 - got);
-
-		if (k > 0) {
-			got += (size_t)k;
-			continue;
-		}
-		if (k == 0)
-			break;
-		usleep(1000);
-	}
-	out[got] = '\0';
-	close(p[0]);
+	read_to_eof(p[0], out, outlen, 20000);
 	st = wait_tool(&c, 20000, err, sizeof(err));
 	cr_assert(st != TH_HUNG, "corio-load --udp is still running 20 s after a 0.35 s run: %s",
 		  err);
@@ -759,7 +768,6 @@ static int load_run(int port, const char *const args[], char *out, size_t outlen
 	const char *argv[40];
 	struct child c;
 	int p[2], n = 0, st;
-	size_t got = 0;
 
 	tool_path(prog, sizeof(prog), "corio-load");
 	if (access(prog, X_OK))
@@ -774,20 +782,7 @@ static int load_run(int port, const char *const args[], char *out, size_t outlen
 	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
 	c = spawn_tool_out(prog, (char *const *)argv, p[1]);
 	close(p[1]);
-	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	for (unsigned waited = 0; waited < 30000; waited++) {
-		ssize_t k = read(p[0], out + got, outlen - 1 - got);
-
-		if (k > 0) {
-			got += (size_t)k;
-			continue;
-		}
-		if (k == 0)
-			break;
-		usleep(1000);
-	}
-	out[got] = '\0';
-	close(p[0]);
+	read_to_eof(p[0], out, outlen, 30000);
 	st = wait_tool(&c, 20000, err, errlen);
 	cr_assert(st != TH_HUNG, "corio-load is still running 20 s after a short run: %s", err);
 	return st;
