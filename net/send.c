@@ -17,6 +17,7 @@
 #include <sys/ioctl.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ---- direct sends ------------------------------------------------------------- */
@@ -867,8 +868,17 @@ ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *w
 	ssize_t ret;
 
 	if (sh && corio__ring_has_op(&sh->ring, IORING_OP_READ)) {
+		struct iovec v = { buf, len };
 		struct io_uring_sqe *sqe;
 		struct corio__op op;
+
+		/* What is in the page cache is read on the spot: one syscall,
+		 * no round trip through the loop (a 64 KiB file over TLS took
+		 * four); RWF_NOWAIT refuses (EAGAIN) rather than wait for the
+		 * disk, and then the ring reads it. */
+		ret = preadv2(fd, &v, 1, off, RWF_NOWAIT);
+		if (ret >= 0)
+			return ret; /* 0: end of file (RWF_NOWAIT says EAGAIN, not 0) */
 
 		ret = corio__op_begin_who(&op, &sqe, who);
 		if (!ret) {

@@ -13,6 +13,7 @@
 
 #include <stdlib.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 /* ---- helpers ------------------------------------------------------------------ */
@@ -747,6 +748,8 @@ Test(stream, wait_ends_at_input_or_the_event, .timeout = 30)
 
 #define FILE_LEN ((size_t)300 * 1024 + 7)
 
+static bool uncached_reached;
+
 /* A head, a file, a tail, byte-exact, on the plain transport (sendfile) and
  * on the copying one (read into the write buffer); a file shorter than
  * asked is -ENODATA and breaks the write side. */
@@ -802,6 +805,39 @@ Test(stream, sendfile_byte_exact_on_both_transports, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, file_entry, NULL);
+}
+
+/* A file that is not in the page cache: the copying transport's read is
+ * refused on the spot (RWF_NOWAIT) and goes through the ring, byte-exact. */
+static void uncached_entry(void *arg)
+{
+	char path[] = "/var/tmp/corio-stream-cold-XXXXXX", *want = malloc(FILE_LEN), b;
+	struct iovec v = { &b, 1 };
+	int fd = mkstemp(path);
+
+	(void)arg;
+	CHECK(fd >= 0);
+	unlink(path);
+	for (size_t i = 0; i < FILE_LEN; i++)
+		want[i] = (char)(i * 11 + i / 241);
+	CHECK_EQ(corio_write_all(fd, want, FILE_LEN, 0, NULL), (ssize_t)FILE_LEN);
+	CHECK_EQ(fdatasync(fd), 0);
+	CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	if (preadv2(fd, &v, 1, 0, RWF_NOWAIT) == -1 && errno == EAGAIN)
+		uncached_reached = true; /* else the kernel kept the pages: skip */
+	if (uncached_reached)
+		file_case(&copy_ops, fd, want);
+	close(fd);
+	free(want);
+}
+
+Test(stream, sendfile_of_a_file_not_in_the_page_cache_reads_it_through_the_ring, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, uncached_entry, NULL);
+	if (!uncached_reached)
+		cr_skip_test("the page cache kept the file after POSIX_FADV_DONTNEED");
 }
 
 /* A small cached file goes out in the same send as the head before it and
