@@ -231,6 +231,7 @@ struct corio__net {
 	/* corio_sendfile (net/send.c): IORING_OP_SPLICE through pipes from
 	 * this pool (net/shard.c), sized pipe_size (CORIO_NET_PIPE_SIZE) */
 	bool splice;              /* probed, and not CORIO_NET_DISABLE=splice */
+	bool sendfile_cached;     /* cached files by sendfile(2) inline (not =cached) */
 	unsigned pipe_size;       /* bytes a pooled pipe holds (F_GETPIPE_SZ) */
 	unsigned npipes;          /* idle pipes in pipes[] */
 	unsigned pipes_out;       /* pipes a sendfile holds now (the census) */
@@ -282,7 +283,7 @@ static inline int corio__sock_not_mine(const char *who, const struct corio_sock 
 /* CORIO_NET_DISABLE's words as bits of net->disabled (net/shard.c parses
  * them): forced fallbacks for tests and A/B runs. */
 enum { NO_BUFRING, NO_PBUF_INC, NO_MULTISHOT, NO_SEND_ZC, NO_RECV_LIMIT, NO_SEND_GATHER,
-       NO_UDP_DIRECT, NO_TCP_DIRECT, NO_SPLICE };
+       NO_UDP_DIRECT, NO_TCP_DIRECT, NO_SPLICE, NO_CACHED };
 
 static inline bool corio__net_disabled(const struct corio__net *n, unsigned what)
 {

@@ -43,11 +43,11 @@
  * itself when that is not incremental, else one of their own, same size.
  */
 /* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather,udp_direct,
- * tcp_direct forces fallbacks (tests, A/B): the words, in the order of
+ * tcp_direct,splice,cached forces fallbacks (tests, A/B): the words, in the order of
  * net->disabled's bits (NO_* in net/internal.h). */
 static const char *const disable_words[] = {
 	"bufring", "pbuf_inc", "multishot", "send_zc", "recv_limit", "send_gather", "udp_direct",
-	"tcp_direct", "splice", NULL,
+	"tcp_direct", "splice", "cached", NULL,
 };
 
 /* CORIO_NET_BUFS=count:size: count a power of two (the ring's mask). */
@@ -155,6 +155,7 @@ static int net_init(struct corio__shard *s)
 	/* corio_sendfile: SPLICE (5.7) file -> pipe -> socket; without it
 	 * sendfile(2) on the emulator, a copy on an io_uring without it */
 	n->splice = corio__ring_has_op(r, IORING_OP_SPLICE) && !corio__net_disabled(n, NO_SPLICE);
+	n->sendfile_cached = !corio__net_disabled(n, NO_CACHED);
 	s->parts[CORIO__PART_NET] = n;
 	return 0;
 }

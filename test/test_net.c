@@ -5622,7 +5622,75 @@ Test(net, sendfile_small_pipes_byte_exact, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	setenv("CORIO_NET_PIPE_SIZE", "4096", 1);
+	setenv("CORIO_NET_DISABLE", "cached", 1); /* the pipe even for a cached file */
 	th_run(&cfg, sf_exact_entry, NULL);
+}
+
+/* The files these tests write are in the page cache, so on io_uring they go
+ * by sendfile(2) on the spot; this one forces the SPLICE path for them. */
+Test(net, sendfile_splice_path_byte_exact, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "cached", 1);
+	th_run(&cfg, sf_exact_entry, NULL);
+}
+
+/*
+ * A file all in the page cache goes by sendfile(2) on the spot: no SQE (no
+ * SPLICE op on a kernel worker, no pipe); with CORIO_NET_DISABLE=cached, or
+ * once the pages are evicted, it takes the SPLICE path (at least one SQE).
+ * Byte-exact either way. io_uring only: the fallback always uses sendfile.
+ */
+static void sf_sqes_case(int fd, bool evict, bool inline_expected)
+{
+	struct corio_stats a, b;
+	struct sf_read r;
+	struct corio_fiber *f;
+	struct pair p;
+
+	if (evict) {
+		CHECK_EQ(fdatasync(fd), 0);
+		CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
+	}
+	pair_open(&p, 0, 0);
+	CHECK_EQ(corio_stats_get(NULL, corio_shard_id(), &a), 0);
+	CHECK_EQ(corio_sendfile(p.s, fd, 0, 32768), 32768); /* fits the socket: no wait */
+	CHECK_EQ(corio_stats_get(NULL, corio_shard_id(), &b), 0);
+	if (inline_expected)
+		CHECK_EQ(b.sqes, a.sqes);
+	else
+		CHECK(b.sqes > a.sqes);
+	r = (struct sf_read){ .c = p.c, .off = 0, .len = 32768 };
+	CHECK_EQ(corio_spawn(sf_reader, &r, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(r.bad, 0);
+	pair_close(&p);
+}
+
+static void sf_cached_entry(void *arg)
+{
+	int fd = sf_file(32768);
+
+	CHECK(fd >= 0);
+	if (arg) {
+		sf_sqes_case(fd, false, false); /* CORIO_NET_DISABLE=cached */
+	} else {
+		sf_sqes_case(fd, false, true);
+		sf_sqes_case(fd, true, false); /* evicted: the splice reads it... */
+		sf_sqes_case(fd, false, true); /* ...into the cache again */
+	}
+	close(fd);
+}
+
+Test(net, sendfile_of_a_cached_file_goes_inline_else_by_splice, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	TH_URING_ONLY("IORING_OP_SPLICE (the fallback always calls sendfile(2))");
+	th_run(&cfg, sf_cached_entry, NULL);
+	setenv("CORIO_NET_DISABLE", "cached", 1);
+	th_run(&cfg, sf_cached_entry, (void *)1);
 }
 
 /* Owned sends queued before a sendfile go out first. */
@@ -5722,6 +5790,12 @@ Test(net, sendfile_copy_path_deadline_and_cancel, .timeout = 60)
 {
 	setenv("CORIO_NET_DISABLE", "splice", 1);
 	th_child_ok(sf_cut_child, NULL, 20000, "sendfile (copy) cut short");
+}
+
+Test(net, sendfile_splice_path_deadline_and_cancel, .timeout = 60)
+{
+	setenv("CORIO_NET_DISABLE", "cached", 1);
+	th_child_ok(sf_cut_child, NULL, 20000, "sendfile (splice) cut short");
 }
 
 /* Bad input: -errno and a message, no callback. */

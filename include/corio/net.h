@@ -557,7 +557,10 @@ CORIO_API ssize_t corio_sock_queued(struct corio_sock *s, size_t *kernel);
 /*
  * Send len bytes of the regular file fd, from offset off, on the stream
  * socket s, without copying them through user space where the backend
- * allows: on io_uring, an IORING_OP_SPLICE file -> pipe (the file's reads
+ * allows: on io_uring, a file of at most a pipeful whose pages are all in
+ * the page cache (cachestat(2), 6.5+) by sendfile(2) on the spot with
+ * readiness waits (no read can wait for the disk; CORIO_NET_DISABLE=cached
+ * turns this off); otherwise an IORING_OP_SPLICE file -> pipe (the file's reads
  * run on the kernel's workers, never blocking the shard) and a
  * non-blocking splice(2) pipe -> socket with readiness waits, through the
  * shard's pipe pool (CORIO_NET_PIPE_SIZE); on the epoll fallback,
