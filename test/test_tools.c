@@ -594,8 +594,13 @@ static size_t read_to_eof(int fd, char *out, size_t outlen, unsigned ms)
 static int udp_load(int port, const char *engine, const char *const extra[], char *out,
 		    size_t outlen)
 {
+	/* --loss/--drain 10: an echo only counts lost after 10 s, so a test
+	 * running beside this one (make test runs two at once) that takes the
+	 * CPUs for half a second makes echoes late, not lost: what this
+	 * checks is loss, duplication and order, not time */
 	static const char *const base[] = { "--udp", "-e", NULL, "-c", "4", "-w", "0.05", "-d",
-					     "0.3", "--json", "-q", "-p", NULL };
+					     "0.3", "--loss", "10", "--drain", "10", "--json", "-q",
+					     "-p", NULL };
 	char prog[PATH_MAX + 32], ports[16], err[4096];
 	const char *argv[32];
 	struct child c;
@@ -636,6 +641,15 @@ static void check_udp_clean(const char *server, char *const sargs[])
 		for (int m = 0; m < 2; m++) {
 			char out[4096];
 			int st = udp_load(port, engines[e], modes[m], out, sizeof(out));
+
+			/* a run in which the test beside this one held both CPUs
+			 * for the whole 0.3 s measures nothing and proves nothing:
+			 * run it again (loss, duplicates and order are still
+			 * checked on every run) */
+			for (int again = 0; again < 3 && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+					    strstr(out, "\"msgs\":0,") && strstr(out, "\"lost\":0,");
+			     again++)
+				st = udp_load(port, engines[e], modes[m], out, sizeof(out));
 
 			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0,
 				  "%s, engine %s %s %s: status 0x%x, report: %s", server, engines[e],
