@@ -1086,7 +1086,6 @@ static int stat_run(const char *sock, char *out, size_t len)
 	char prog[PATH_MAX + 32], err[2048];
 	struct child c;
 	int p[2], st;
-	size_t got = 0;
 
 	tool_path(prog, sizeof(prog), "corio-stat");
 	if (access(prog, X_OK))
@@ -1094,20 +1093,7 @@ static int stat_run(const char *sock, char *out, size_t len)
 	cr_assert_eq(pipe2(p, O_CLOEXEC), 0);
 	c = spawn_tool_out(prog, (char *[]){ prog, (char *)sock, NULL }, p[1]);
 	close(p[1]);
-	fcntl(p[0], F_SETFL, O_NONBLOCK);
-	for (unsigned waited = 0; waited < 10000; waited++) {
-		ssize_t k = read(p[0], out + got, len - 1 - got);
-
-		if (k > 0) {
-			got += (size_t)k;
-			continue;
-		}
-		if (k == 0)
-			break;
-		usleep(1000);
-	}
-	out[got] = '\0';
-	close(p[0]);
+	read_to_eof(p[0], out, len, 10000);
 	st = wait_tool(&c, 10000, err, sizeof(err));
 	cr_assert(st != TH_HUNG, "corio-stat is still running");
 	return st;
