@@ -693,6 +693,12 @@ Test(tools, udp_load_counts_lost_and_ends, .timeout = 60)
 			uint64_t t0 = corio_now_ns();
 			int st = udp_load(ntohs(sa.sin_port), engines[e], extra, out, sizeof(out));
 
+			/* nothing sent in the window (the test beside this one held
+			 * the CPUs): nothing to count as lost; run it again */
+			for (int again = 0; again < 3 && WIFEXITED(st) && WEXITSTATUS(st) == 0 &&
+					    strstr(out, "\"msgs\":0,") && strstr(out, "\"lost\":0,");
+			     again++)
+				st = udp_load(ntohs(sa.sin_port), engines[e], extra, out, sizeof(out));
 			cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 3 && strstr(out, "\"lost\":") &&
 					  !strstr(out, "\"lost\":0,"),
 				  "engine %s: status 0x%x, report: %s", engines[e], st, out);
