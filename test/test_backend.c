@@ -528,6 +528,173 @@ Test(backend, busy_loop_does_not_poll_epoll_every_turn, .timeout = 30)
 	th_run(&cfg, busy_entry, NULL);
 }
 
+/*
+ * A fiber whose every op completes at once (here a NOP; in httpd's drain
+ * test, a POLLOUT answered from a stale ready bit) must not keep the
+ * shard from looking at epoll: each such turn used to wait for "one
+ * completion", find it at once, and never call epoll_pwait2, so a receive
+ * parked on another socket starved until the spinner stopped. The spinner
+ * gives up after 5 s; the receive must end long before (it ends within
+ * about 50 us of spinning when the look is kept).
+ */
+struct starve {
+	struct corio_sock *s;
+	bool got, gave_up;
+	unsigned long spins;
+};
+
+static int starve_recv(void *arg)
+{
+	struct starve *t = arg;
+	char buf[8];
+
+	CHECK_EQ(corio_recv(t->s, buf, sizeof(buf)), 1);
+	t->got = true;
+	return 0;
+}
+
+static int starve_spin(void *arg)
+{
+	struct starve *t = arg;
+	uint64_t end = corio_now_ns() + 5000000000ull;
+
+	while (!t->got) {
+		if (corio_now_ns() >= end) {
+			t->gave_up = true;
+			break;
+		}
+		CHECK_EQ(corio_nop(), 0);
+		t->spins++;
+	}
+	return 0;
+}
+
+static void starve_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *c, *s;
+	struct corio_fiber *r, *sp;
+	struct starve t = { 0 };
+	int st;
+
+	(void)arg;
+	CHECK_EQ(my_backend(), 1);
+	pair(&l, &c, &s);
+	t.s = s;
+	CHECK_EQ(corio_spawn(starve_recv, &t, NULL, &r), 0);
+	corio_yield(); /* parked: the socket is on epoll */
+	CHECK_EQ(corio_spawn(starve_spin, &t, NULL, &sp), 0);
+	corio_yield(); /* the spinner runs */
+	CHECK_EQ(corio_send(c, "x", 1), 1);
+	CHECK_EQ(corio_join(r, &st), 0);
+	CHECK_EQ(corio_join(sp, &st), 0);
+	CHECK(t.got);
+	if (t.gave_up)
+		th_fail(__FILE__, __LINE__, "a parked receive starved while a fiber's NOPs completed");
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(backend, ops_that_complete_at_once_do_not_starve_parked_ones, .timeout = 30)
+{
+	struct corio_config cfg = epoll_cfg(1);
+
+	th_run(&cfg, starve_entry, NULL);
+}
+
+/*
+ * corio_sendfile to a peer that does not read parks until there is room,
+ * also while another fiber's receive is parked on the same socket. The
+ * receive keeps the socket's epoll record busy, so the sendfile's POLLOUT
+ * wait used to be answered from the record's last edge ("writable", from
+ * when the socket was new) and never parked: sendfile(2) said EAGAIN and
+ * the wait said writable, about 25,000 times a second, at 100% CPU. The
+ * loop turns while the peer reads nothing for 200 ms must be few (a
+ * parked wait turns the loop for the timer only), then every byte
+ * arrives once the peer reads.
+ */
+#define SF_LEN (8u << 20)
+
+struct sf {
+	struct corio_sock *s;
+	int fd;
+	ssize_t sent;
+};
+
+static int sf_send(void *arg)
+{
+	struct sf *t = arg;
+
+	t->sent = corio_sendfile(t->s, t->fd, 0, SF_LEN);
+	return 0;
+}
+
+static void sendfile_parks_entry(void *arg)
+{
+	struct corio_listener *l;
+	struct corio_sock *c, *s;
+	struct corio_fiber *r, *w;
+	struct corio_stats a, b;
+	struct sf t = { 0 };
+	char tmpl[] = "/tmp/test-backend-sf-XXXXXX", why[120];
+	char *buf = malloc(1 << 16);
+	size_t got = 0;
+	int st;
+
+	(void)arg;
+	CHECK_EQ(my_backend(), 1);
+	CHECK(buf != NULL);
+	t.fd = mkstemp(tmpl);
+	CHECK(t.fd >= 0);
+	unlink(tmpl);
+	memset(buf, 'f', 1 << 16);
+	for (size_t i = 0; i < SF_LEN; i += 1 << 16)
+		CHECK_EQ(write(t.fd, buf, 1 << 16), 1 << 16);
+	pair(&l, &c, &s);
+	t.s = s;
+	CHECK_EQ(corio_spawn(parked_recv, s, NULL, &r), 0); /* a receive parked on s */
+	CHECK_EQ(corio_sleep_ns(10000000), 0); /* the loop has read the socket's first edge */
+	CHECK_EQ(corio_spawn(sf_send, &t, NULL, &w), 0);
+	CHECK_EQ(corio_sleep_ns(50000000), 0); /* the socket's buffers are full */
+	CHECK_EQ(corio_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(corio_sleep_ns(200000000), 0);
+	CHECK_EQ(corio_stats_get(NULL, 0, &b), 0);
+	CHECK_EQ(t.sent, 0); /* still parked: the peer read nothing */
+	if (b.loop_turns - a.loop_turns > 1000) {
+		snprintf(why, sizeof(why), "%llu loop turns in 200 ms of a sendfile waiting for room",
+			 (unsigned long long)(b.loop_turns - a.loop_turns));
+		th_fail(__FILE__, __LINE__, why);
+	}
+	while (got < SF_LEN) {
+		ssize_t n = corio_recv(c, buf, 1 << 16);
+
+		CHECK(n > 0);
+		if (n <= 0)
+			break;
+		for (ssize_t i = 0; i < n; i++)
+			CHECK_EQ(buf[i], 'f');
+		got += (size_t)n;
+	}
+	CHECK_EQ(corio_join(w, &st), 0);
+	CHECK_EQ(t.sent, (ssize_t)SF_LEN);
+	CHECK_EQ(corio_send(c, "x", 1), 1); /* ends the parked receive */
+	CHECK_EQ(corio_join(r, &st), 0);
+	CHECK_EQ(st, 1);
+	free(buf);
+	close(t.fd);
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+Test(backend, sendfile_waiting_for_room_parks_beside_a_parked_receive, .timeout = 60)
+{
+	struct corio_config cfg = epoll_cfg(1);
+
+	th_run(&cfg, sendfile_parks_entry, NULL);
+}
+
 /* ---- selection ---------------------------------------------------------------------------------- */
 
 static void nothing(void *arg)

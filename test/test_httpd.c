@@ -179,17 +179,6 @@ static size_t read_to_eof(int fd, char *buf, size_t cap)
 	return got;
 }
 
-/* Read exactly n bytes. */
-static void read_n(int fd, char *buf, size_t n)
-{
-	for (size_t got = 0; got < n;) {
-		ssize_t r = read(fd, buf + got, n - got);
-
-		cr_assert(r > 0, "read: %zd after %zu of %zu", r, got, n);
-		got += (size_t)r;
-	}
-}
-
 /* One raw exchange: what the server sends until it closes. */
 static size_t exchange(int port, const char *req, char *buf, size_t cap)
 {
@@ -413,7 +402,13 @@ Test(httpd, drain_500_connections, .timeout = 120)
 	for (int i = 0; i < N_SLOW; i++) {
 		slow[i] = dial(port);
 		send_all(slow[i], "GET /big.bin HTTP/1.1\r\nHost: x\r\n\r\n");
-		read_n(slow[i], buf, 4096); /* the response has begun */
+		for (size_t got = 0; got < 4096;) { /* the response has begun */
+			ssize_t r = read(slow[i], buf + got, 4096 - got);
+
+			cr_assert(r > 0, "slow connection %d: read %zd (%s) after %zu of 4096", i, r,
+				  r < 0 ? strerror(errno) : "end", got);
+			got += (size_t)r;
+		}
 	}
 	cr_assert_eq(kill(pid, SIGTERM), 0);
 	for (int i = 0; i < N_IDLE; i++) { /* closed, with nothing more said */

@@ -765,13 +765,35 @@ static int try_sendmsg(struct corio__ring *r, struct emu_op *o)
 	return n < 0 ? err() : (int)n;
 }
 
+/*
+ * A poll answered from the record's bits. The bits are edges the record
+ * has seen, cleared only when one of the emulator's own ops meets EAGAIN:
+ * a socket that corio_sendfile() filled with sendfile(2), outside the
+ * emulator, kept "writable" from its first edge, and a POLLOUT wait beside
+ * a parked receive then completed at once, every time, while sendfile(2)
+ * said EAGAIN (a spin at 100% CPU). So a one-shot poll asks poll(2) for
+ * the state now before it completes, and drops the bits that are stale;
+ * the record stays registered, so the next change is an edge. A multishot
+ * poll reports edges, as the kernel's does.
+ */
 static int try_poll(struct emu_op *o)
 {
 	uint32_t ready = o->f->ready & (o->events | EPOLLERR | EPOLLHUP);
+	struct pollfd p;
 
 	if (!ready)
 		return T_AGAIN;
-	return (int)ready; /* EPOLL* and POLL* share their bit values */
+	if (o->mshot)
+		return (int)ready; /* EPOLL* and POLL* share their bit values */
+	p = (struct pollfd){ .fd = o->fd, .events = (short)o->events };
+	if (poll(&p, 1, 0) < 0)
+		return (int)ready; /* cannot tell: as before */
+	if (!p.revents) {
+		o->f->ready &= ~(o->events & (EPOLLIN | EPOLLOUT | EPOLLPRI | EPOLLRDNORM |
+					     EPOLLWRNORM | EPOLLRDHUP));
+		return T_AGAIN;
+	}
+	return p.revents & (short)(o->events | POLLERR | POLLHUP | POLLNVAL);
 }
 
 /* One attempt at op o; flags gets CQE flags for a result posted by the caller. */
@@ -1338,7 +1360,13 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 		process_ready(r);
 	fire_timeouts(r);
 	flush_overflow(e);
-	if (poll || (!wait_nr && corio__emu_poll_due(r))) {
+	/* Look at epoll when asked, or when a busy turn is due for a look. A
+	 * wait that the submit satisfied at once (an op that completes on
+	 * the spot) is a busy turn too: it used to skip the look, so a fiber
+	 * whose every op completed at once kept every parked op of the shard
+	 * from being served (backend::ops_that_complete_at_once_...). */
+	if (poll || ((!wait_nr || io_uring_cq_ready(&r->ring) || e->ready_head) &&
+		     corio__emu_poll_due(r))) {
 		n = epoll_wait_ns(e, 0);
 		if (n >= 0) /* 0 events is a look too (else every busy turn polls) */
 			harvest(r, n);
