@@ -185,6 +185,7 @@ static const struct metric metrics[] = {
 	M("fs", "dma_allocs", COUNTER, false, fs.dma_allocs, "corio_dma_alloc calls."),
 	M("fs", "dma_cache_hits", COUNTER, false, fs.dma_cache_hits, "DMA allocations served from the cache."),
 	M("fs", "dma_cached", GAUGE, false, fs.dma_cached, "Bytes held in the DMA buffer cache."),
+	M("fs", "open_cached", COUNTER, false, fs.open_cached, "Opens done on the spot from the dentry cache."),
 };
 #define NMETRICS (sizeof(metrics) / sizeof(metrics[0]))
 

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -347,15 +348,69 @@ static ssize_t rw(struct req *q)
 
 /* ---- open / close ------------------------------------------------------------ */
 
+/*
+ * An open that needs no I/O, on the spot: openat2(2) with RESOLVE_CACHED
+ * (5.12) resolves the path from the dentry cache alone and says EAGAIN
+ * where the lookup would have to read the disk, and O_NONBLOCK keeps the
+ * open itself from waiting (a FIFO without a writer, a lease being
+ * broken); it is cleared afterwards unless the caller asked for it. That
+ * is what the ring's OPENAT tries first inside the kernel, without the
+ * round trip through the loop (or, on the epoll fallback, the hop to a
+ * pool thread): a file server opens a file per request. Creating,
+ * truncating and O_TMPFILE opens, and an EAGAIN, take the ring (or the
+ * pool). Returns the fd, -errno, or -EAGAIN: not done here.
+ */
+#ifndef RESOLVE_CACHED
+#define RESOLVE_CACHED 0x20
+#endif
+static int open_cached(struct corio__fs *fs, int dirfd, const char *path, int flags)
+{
+	struct { uint64_t flags, mode, resolve; } how = {
+		.flags = (uint64_t)(unsigned)(flags | O_CLOEXEC | O_NONBLOCK),
+		.resolve = RESOLVE_CACHED,
+	};
+	int fd, ret;
+
+	if (!fs || fs->no_cached_open || fs->forced[CORIO_FS_OPEN] ||
+	    (flags & (O_CREAT | O_TRUNC | O_PATH)) || (flags & O_TMPFILE) == O_TMPFILE)
+		return -EAGAIN;
+	ret = corio__may_block("corio_open");
+	if (ret)
+		return ret; /* cancelled, or the deadline has passed: no open */
+	fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	if (fd < 0) {
+		ret = -errno;
+		/* EAGAIN: not cached (or a lease to break); EINVAL: let the
+		 * ring say it and explain it (O_DIRECT); ENXIO: a FIFO with no
+		 * reader, which a blocking open waits for */
+		if (ret == -EAGAIN || ret == -EINVAL || (ret == -ENXIO && !(flags & O_NONBLOCK)))
+			return -EAGAIN;
+		return ret;
+	}
+	if (!(flags & O_NONBLOCK) && fcntl(fd, F_SETFL, flags & ~O_NONBLOCK) < 0) {
+		ret = -errno;
+		close(fd);
+		return ret;
+	}
+	CORIO__STAT_ADD(fs->st.open_cached, 1);
+	return fd;
+}
+
 int corio_openat(int dirfd, const char *path, int flags, mode_t mode)
 {
 	struct req q = { .fn = "corio_open", .kind = CORIO_FS_OPEN, .opcode = IORING_OP_OPENAT,
 			 .fd = dirfd, .addr = path, .len = mode,
 			 .flags = (uint32_t)(flags | O_CLOEXEC) };
+	struct corio__fs *fs = corio__fs_of(corio__shard());
 	int ret = check_path(q.fn, path);
 
 	if (ret)
 		return ret;
+	ret = open_cached(fs, dirfd, path, flags);
+	if (ret != -EAGAIN) {
+		corio__fs_account(fs, q.kind, ret);
+		return ret;
+	}
 	ret = (int)run(&q);
 	if (ret == -EINVAL && (flags & O_DIRECT))
 		corio__error(ret, "corio_open: %s: EINVAL with O_DIRECT: its filesystem probably "

@@ -25,6 +25,8 @@
 struct corio__fs {
 	struct corio_fs_stats st;
 	bool sync[CORIO_FS_NKINDS]; /* do this kind with the blocking syscall */
+	bool forced[CORIO_FS_NKINDS]; /* ... because CORIO_FS_SYNC says so */
+	bool no_cached_open; /* openat2 RESOLVE_CACHED refused (before 5.12) */
 	void *dma_free[FS_DMA_CLASSES]; /* intrusive lists: next pointer in the buffer */
 	size_t dma_cached;
 };

@@ -7,8 +7,11 @@
 #include "fs/internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 /* The io_uring ops each kind needs, with the kernel that added them. */
 static const struct {
@@ -27,6 +30,24 @@ static const struct {
 	[CORIO_FS_MKDIR] = { "mkdir", { IORING_OP_MKDIRAT, IORING_OP_MKDIRAT } },      /* 5.15 */
 };
 
+/* Whether openat2(2) takes RESOLVE_CACHED (5.12; before: ENOSYS, or
+ * EINVAL for the flag; a seccomp filter may refuse the call): corio_open's
+ * on-the-spot path (fs/file.c). */
+#ifndef RESOLVE_CACHED
+#define RESOLVE_CACHED 0x20
+#endif
+static bool cached_open_works(void)
+{
+	struct { uint64_t flags, mode, resolve; } how = {
+		.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_CACHED };
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how));
+
+	if (fd < 0)
+		return errno == EAGAIN; /* works; "/" was not cached (hardly) */
+	close(fd);
+	return true;
+}
+
 static int fs_init(struct corio__shard *s)
 {
 	const char *words[CORIO_FS_NKINDS + 1] = { NULL };
@@ -43,6 +64,9 @@ static int fs_init(struct corio__shard *s)
 	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
 		fs->sync[k] = !corio__ring_has_op(&s->ring, kinds[k].op[0]) ||
 			      !corio__ring_has_op(&s->ring, kinds[k].op[1]) || (sync >> k & 1);
+	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++)
+		fs->forced[k] = sync >> k & 1;
+	fs->no_cached_open = !cached_open_works();
 	__atomic_store_n(&s->parts[CORIO__PART_FS], fs, __ATOMIC_RELEASE); /* stats readers */
 	return 0;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* ---- temporary directory -------------------------------------------------- */
@@ -946,4 +947,94 @@ static int fallback_read_child(void *arg)
 FS_TEST(blocking_fallback_runs_on_the_pool_and_the_shard_keeps_serving)
 {
 	th_child_ok(fallback_read_child, NULL, 10000, "fallback read of a pipe");
+}
+
+/* ---- open on the spot -------------------------------------------------------------- */
+
+/* Whether this kernel takes openat2(2) RESOLVE_CACHED (5.12). */
+static bool cached_open_here(void)
+{
+	struct { uint64_t flags, mode, resolve; } how = {
+		.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC, .resolve = 0x20 };
+	int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how));
+
+	if (fd >= 0)
+		close(fd);
+	return fd >= 0 || errno == EAGAIN;
+}
+
+/*
+ * corio_open takes a path that the dentry cache knows on the spot (openat2
+ * RESOLVE_CACHED, O_NONBLOCK for the open itself) and every other through
+ * the ring (or, on the fallback, the pool): the fd's flags are the same
+ * either way (O_NONBLOCK only when asked, O_CLOEXEC always), and
+ * open_cached counts the first kind only. /proc/version's lookup must be
+ * revalidated every time (procfs refuses the cached walk), so it always
+ * takes the ring. A creating open never
+ * takes the spot path; a passed deadline opens nothing.
+ */
+static void fd_flags_are(int fd, bool nonblock)
+{
+	int fl = fcntl(fd, F_GETFL), fdfl = fcntl(fd, F_GETFD);
+
+	CHECK(fl >= 0 && fdfl >= 0);
+	CHECK_EQ(!!(fl & O_NONBLOCK), nonblock);
+	CHECK(fdfl & FD_CLOEXEC);
+}
+
+static void open_spot(void *arg)
+{
+	char path[PATH_MAX], buf[8];
+	struct corio_fs_stats a, b;
+	struct corio_deadline d;
+	bool spot = *(bool *)arg;
+	int fd;
+
+	tpath(path, "known");
+	fd = corio_open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(corio_write_at(fd, "hello", 5, 0), 5);
+	CHECK_EQ(corio_close_fd(fd), 0);
+
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &a), 0);
+	fd = corio_open(path, O_RDONLY, 0); /* just created: its dentry is cached */
+	CHECK(fd >= 0);
+	fd_flags_are(fd, false);
+	CHECK_EQ(corio_read_at(fd, buf, sizeof(buf), 0), 5);
+	CHECK(memcmp(buf, "hello", 5) == 0);
+	CHECK_EQ(corio_close_fd(fd), 0);
+	fd = corio_open(path, O_RDONLY | O_NONBLOCK, 0);
+	CHECK(fd >= 0);
+	fd_flags_are(fd, true);
+	CHECK_EQ(corio_close_fd(fd), 0);
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &b), 0);
+	CHECK_EQ(b.open_cached - a.open_cached, spot ? 2u : 0u);
+	CHECK_EQ(b.kind[CORIO_FS_OPEN].ops - a.kind[CORIO_FS_OPEN].ops, 2u);
+
+	/* the ring's (or the pool's) kind: the same flags */
+	fd = corio_open("/proc/version", O_RDONLY, 0);
+	CHECK(fd >= 0);
+	fd_flags_are(fd, false);
+	CHECK(corio_read_at(fd, buf, sizeof(buf), 0) > 0);
+	CHECK_EQ(corio_close_fd(fd), 0);
+	CHECK_EQ(corio_open(path, O_WRONLY | O_CREAT | O_EXCL, 0600), -EEXIST);
+	tpath(path, "never-made");
+	CHECK_EQ(corio_open(path, O_RDONLY, 0), -ENOENT);
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(a.open_cached, b.open_cached);
+
+	/* a passed deadline: -ETIMEDOUT, and no fd was opened (th_run
+	 * counts the fds) */
+	tpath(path, "known");
+	CHECK_EQ(corio_timeout_push(&d, 1), 0);
+	CHECK_EQ(corio_sleep_ns(1000000), -ETIMEDOUT);
+	CHECK_EQ(corio_open(path, O_RDONLY, 0), -ETIMEDOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+FS_TEST(open_on_the_spot_when_the_path_is_cached)
+{
+	bool spot = cached_open_here() && !getenv("CORIO_FS_SYNC"); /* that forces the pool */
+
+	run1(open_spot, &spot);
 }

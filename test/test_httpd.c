@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -107,6 +108,7 @@ static pid_t start_prog_tls(int *port, const char *idle, const char *shards, boo
 	pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves no server behind */
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);

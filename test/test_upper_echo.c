@@ -12,6 +12,7 @@
 
 #include <netinet/in.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -333,6 +334,7 @@ static pid_t start_prog(int *port, const char *shards)
 	pid = fork();
 	cr_assert(pid >= 0);
 	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves no server behind */
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);

@@ -11,7 +11,14 @@
  *
  * Each call is one io_uring op (IORING_OP_READ, _WRITE, _READV, _WRITEV,
  * _FSYNC, _OPENAT, _CLOSE, _STATX, _FALLOCATE, _RENAMEAT, _UNLINKAT,
- * _MKDIRAT). Where the running kernel lacks an op (probed when the shard
+ * _MKDIRAT), but for an open that needs no I/O: corio_open and
+ * corio_openat first try openat2(2) with RESOLVE_CACHED (5.12) and
+ * O_NONBLOCK on the spot, which succeeds only when the dentry cache knows
+ * every component and the open itself would not wait (O_NONBLOCK is
+ * cleared again unless asked for), as the ring's OPENAT does first inside
+ * the kernel; counted in corio_fs_stats.open_cached. Every other open (a
+ * lookup that must read the disk, O_CREAT, O_TRUNC, O_PATH, O_TMPFILE)
+ * takes the op. Where the running kernel lacks an op (probed when the shard
  * starts, or on the epoll backend) the call falls back to the syscall,
  * counted in corio_fs_stats.sync_fallbacks: on a pipe, FIFO, socket or
  * character device it waits for readiness on the shard (corio_poll) and
@@ -192,7 +199,8 @@ struct corio_fs_stats {
 	uint64_t dma_allocs;     /* corio_dma_alloc() calls on this shard        */
 	uint64_t dma_cache_hits; /* ... served from the shard's cache            */
 	uint64_t dma_cached;     /* bytes held in the cache now                  */
-	uint64_t reserved[12];
+	uint64_t open_cached;    /* opens done on the spot from the dentry cache */
+	uint64_t reserved[11];
 };
 
 /* Copy a snapshot of shard's fs counters. Any thread while the runtime runs
