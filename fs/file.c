@@ -19,7 +19,9 @@
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -423,6 +425,33 @@ int corio_open(const char *path, int flags, mode_t mode)
 	return corio_openat(AT_FDCWD, path, flags, mode);
 }
 
+/*
+ * Whether close(2) of fd cannot wait: a file on a filesystem whose files
+ * have no flush method (local disks, tmpfs, overlayfs over them, procfs,
+ * sysfs; a pipe). io_uring's CLOSE runs inline in that case and goes to a
+ * kernel worker only for a file with a flush (NFS, FUSE, SMB, ...), which
+ * may wait for the network. Without the op (the epoll fallback) the same
+ * test keeps a file server's per-request close off the pool: one
+ * fstatfs(2) instead of a hop to a pool thread and back. Sockets are not
+ * here: SO_LINGER can make their close wait.
+ */
+static bool close_cannot_wait(int fd)
+{
+	static const unsigned long local[] = {
+		EXT4_SUPER_MAGIC, XFS_SUPER_MAGIC, BTRFS_SUPER_MAGIC, TMPFS_MAGIC,
+		OVERLAYFS_SUPER_MAGIC, RAMFS_MAGIC, PROC_SUPER_MAGIC,
+		SYSFS_MAGIC, PIPEFS_MAGIC,
+	};
+	struct statfs sf;
+
+	if (fstatfs(fd, &sf) != 0)
+		return false;
+	for (size_t i = 0; i < sizeof(local) / sizeof(local[0]); i++)
+		if ((unsigned long)sf.f_type == local[i])
+			return true;
+	return false;
+}
+
 int corio_close_fd(int fd)
 {
 	struct req q = { .fn = "corio_close_fd", .kind = CORIO_FS_CLOSE,
@@ -449,6 +478,12 @@ int corio_close_fd(int fd)
 	 */
 	if (f->flags & CORIO__FF_CANCELLED) {
 		ret = (int)run_sync(&q);
+		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
+		corio__fs_account(fs, q.kind, ret);
+		return ret;
+	}
+	if (fs->sync[CORIO_FS_CLOSE] && !fs->forced[CORIO_FS_CLOSE] && close_cannot_wait(fd)) {
+		ret = (int)run_sync(&q); /* the fallback, a local file: on the spot */
 		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
 		corio__fs_account(fs, q.kind, ret);
 		return ret;

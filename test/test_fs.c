@@ -10,7 +10,9 @@
 #include <limits.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <linux/magic.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -1037,4 +1039,49 @@ FS_TEST(open_on_the_spot_when_the_path_is_cached)
 	bool spot = cached_open_here() && !getenv("CORIO_FS_SYNC"); /* that forces the pool */
 
 	run1(open_spot, &spot);
+}
+
+/*
+ * On the epoll fallback (no CLOSE op) a file on a local filesystem is
+ * closed on the shard: its close cannot wait (no flush method), so it
+ * does not take a pool thread. The fd is gone when the call returns, and
+ * the pool counted no job. A file that is not local would go to the pool
+ * (CORIO_FS_SYNC=close forces that path in forced_sync_fallback_...).
+ */
+static void close_spot(void *arg)
+{
+	struct corio_work_stats wa, wb;
+	struct corio_fs_stats a, b;
+	char path[PATH_MAX];
+	int fd;
+
+	(void)arg;
+	tpath(path, "closed-here");
+	fd = corio_open(path, O_WRONLY | O_CREAT | O_EXCL, 0600);
+	CHECK(fd >= 0);
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &wa), 0);
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(corio_close_fd(fd), 0);
+	CHECK_EQ(fcntl(fd, F_GETFD), -1); /* closed */
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &wb), 0);
+	CHECK_EQ(corio_fs_stats_get(NULL, 0, &b), 0);
+	CHECK_EQ(wb.submitted, wa.submitted);
+	CHECK_EQ(b.kind[CORIO_FS_CLOSE].ops - a.kind[CORIO_FS_CLOSE].ops, 1u);
+	CHECK_EQ(b.kind[CORIO_FS_CLOSE].errors, a.kind[CORIO_FS_CLOSE].errors);
+}
+
+FS_TEST(fallback_closes_a_local_file_on_the_shard)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct statfs sf;
+
+	cr_assert_eq(statfs(tdir, &sf), 0);
+	if (sf.f_type != EXT4_SUPER_MAGIC && sf.f_type != XFS_SUPER_MAGIC &&
+	    sf.f_type != BTRFS_SUPER_MAGIC && sf.f_type != TMPFS_MAGIC &&
+	    sf.f_type != OVERLAYFS_SUPER_MAGIC)
+		cr_skip_test("%s is on a filesystem this test does not know (0x%lx)", tdir,
+			     (unsigned long)sf.f_type);
+	unsetenv("CORIO_BACKEND");
+	cfg.backend = CORIO_BACKEND_EPOLL;
+	th_run(&cfg, close_spot, NULL);
 }

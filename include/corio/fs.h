@@ -82,7 +82,11 @@ CORIO_API int corio_openat(int dirfd, const char *path, int flags, mode_t mode);
  * Close fd: 0 or -errno. A close always runs to its end, so clean-up code
  * after a cancel or a timeout never leaks descriptors: deadline scopes do
  * not apply to it, a cancel arriving meanwhile does not interrupt it, and a
- * fiber already cancelled closes with close(2) on the shard thread.
+ * fiber already cancelled closes with close(2) on the shard thread. Where
+ * the ring has no CLOSE op (the epoll fallback), a file on a filesystem
+ * whose close cannot wait (ext2/3/4, XFS, Btrfs, tmpfs, ramfs, overlayfs,
+ * procfs, sysfs, a pipe; fstatfs(2) tells) is closed on the shard as well,
+ * and anything else (NFS, FUSE, SMB, a socket) on the pool.
  */
 CORIO_API int corio_close_fd(int fd);
 
