@@ -43,7 +43,8 @@ static bool direct_ok(struct corio__net *n)
 /* The bytes the socket took (0: none, use the ring) or -errno.
  * CORIO_NET_TCP_SHORT=N (tests) takes at most N bytes of the first iovec,
  * as a nearly full send buffer would: the callers' short-write paths. */
-static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghdr *mh,
+			int more)
 {
 	struct iovec cut;
 	struct msghdr one;
@@ -62,9 +63,9 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 	 * of the msghdr and its iovec array. */
 	if (mh->msg_iovlen == 1 && !mh->msg_name && !mh->msg_controllen)
 		r = send(s->fd, mh->msg_iov[0].iov_base, mh->msg_iov[0].iov_len,
-			 MSG_DONTWAIT | MSG_NOSIGNAL);
+			 MSG_DONTWAIT | MSG_NOSIGNAL | more);
 	else
-		r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL);
+		r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL | more);
 
 	if (r > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
@@ -79,14 +80,15 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 
 /* For the blocking sends: deadline and cancellation are checked first, as
  * for every blocking call (the ring path makes the same checks). */
-static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh)
+static ssize_t send_direct(struct corio__net *n, struct corio_sock *s, struct msghdr *mh,
+			   int more)
 {
 	ssize_t r;
 
 	if (!direct_ok(n))
 		return 0;
 	r = corio__may_block("corio_send"); /* or _sendv, _send_buf: one path */
-	return r ? r : send_now(n, s, mh);
+	return r ? r : send_now(n, s, mh, more);
 }
 
 /* ---- asynchronous sends of borrowed buffers ----------------------------------- */
@@ -351,7 +353,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		struct iovec v = { .iov_base = b->data, .iov_len = b->len };
 		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
 
-		sent = send_now(n, s, &mh);
+		sent = send_now(n, s, &mh, 0);
 		if (sent < 0) {
 			s->serr = (int)sent;
 			ret = corio__net_err(n, (int)sent);
@@ -525,7 +527,7 @@ static int zc_wait_notif(struct corio_sock *s, struct zc_op *z)
 	return ret;
 }
 
-static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc)
+static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc, int more)
 {
 	struct io_uring_sqe *sqe;
 	struct zc_op z;
@@ -534,7 +536,7 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
 	if (ret)
 		return ret;
 	if (*zc) {
-		io_uring_prep_send_zc(sqe, s->fd, buf, len, MSG_NOSIGNAL, 0);
+		io_uring_prep_send_zc(sqe, s->fd, buf, len, MSG_NOSIGNAL | more, 0);
 		z.inner = z.op.cb;
 		z.op.cb = zc_cb;
 		z.shard = s->net->shard;
@@ -542,7 +544,7 @@ static int send_once(struct corio_sock *s, const void *buf, size_t len, bool *zc
 		z.wq = (struct corio_waitq){ 0 };
 		z.notif = false;
 	} else {
-		io_uring_prep_send(sqe, s->fd, buf, len, MSG_NOSIGNAL);
+		io_uring_prep_send(sqe, s->fd, buf, len, MSG_NOSIGNAL | more);
 	}
 	ret = corio__op_wait(&z.op);
 	if (*zc && z.notif && (wret = zc_wait_notif(s, &z)) < 0)
@@ -559,6 +561,7 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 		      size_t *sent)
 {
 	struct corio__net *n = corio__sock_owner(s);
+	int more = flags & CORIO_SEND_MORE ? MSG_MORE : 0;
 	bool zc;
 	size_t done = 0;
 
@@ -566,9 +569,9 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 		*sent = 0;
 	if (!n)
 		return corio__sock_not_mine("corio_send", s);
-	if (flags & ~CORIO_SEND_ZC)
+	if (flags & ~(CORIO_SEND_ZC | CORIO_SEND_MORE))
 		return corio__error(-EINVAL, "corio_send_ex: unknown flags 0x%x",
-				    flags & ~CORIO_SEND_ZC);
+				    flags & ~(CORIO_SEND_ZC | CORIO_SEND_MORE));
 	if (!buf && len)
 		return corio__error(-EINVAL, "corio_send: buf is NULL");
 	if (s->sq_head || s->serr) {
@@ -581,7 +584,7 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 	if (!zc && n->send_direct && len) {
 		struct iovec v = { .iov_base = (void *)buf, .iov_len = len };
 		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
-		ssize_t r = send_direct(n, s, &mh);
+		ssize_t r = send_direct(n, s, &mh, more);
 
 		if (r < 0)
 			return corio__net_err(n, (int)r);
@@ -591,7 +594,7 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 	}
 	while (done < len) {
 		size_t chunk = len - done > INT32_MAX ? INT32_MAX : len - done;
-		int ret = send_once(s, (const char *)buf + done, chunk, &zc);
+		int ret = send_once(s, (const char *)buf + done, chunk, &zc, more);
 
 		if (ret == -EAGAIN)
 			continue;
@@ -670,7 +673,7 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 
 			if (direct) {
 				direct = false;
-				ret = send_direct(n, s, &mh);
+				ret = send_direct(n, s, &mh, 0);
 			} else {
 				ret = corio__op_begin(&op, &sqe);
 				if (!ret) {

@@ -660,6 +660,8 @@ ssize_t corio_stream_writev(struct corio_stream *st, const struct iovec *iov, in
 	return write_leave(st, ret ? ret : (ssize_t)total);
 }
 
+static const struct corio_stream_transport sock_ops; /* below */
+
 /* One piece of a file: sent by the transport, or read into the write
  * buffer (flushed first when full). The count (>= 1), or -errno. */
 static ssize_t file_step(struct corio_stream *st, int fd, uint64_t off, size_t len)
@@ -720,8 +722,18 @@ ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, siz
 							     "is past the largest file offset"));
 	if (file_inline(st, fd, off, len))
 		return write_leave(st, (ssize_t)len);
-	if (st->ops->sendfile)
+	if (st->ops == &sock_ops && st->wlen && !st->werr) {
+		/* the buffered bytes go first, and with the file's first
+		 * segment rather than in one of their own (MSG_MORE: a response
+		 * head, one packet fewer per response; nginx corks for this) */
+		n = corio_send_ex(st->t, st->wb, st->wlen, CORIO_SEND_MORE, NULL);
+		st->stats.writes++;
+		st->stats.bytes_out += n > 0 ? (uint64_t)n : 0;
+		st->wlen = 0;
+		n = n < 0 ? n : 0;
+	} else if (st->ops->sendfile) {
 		n = flush_locked(st); /* the buffered bytes go first */
+	}
 	while (n == 0 && done < len) {
 		n = file_step(st, fd, off + done, len - done);
 		done += n > 0 ? (size_t)n : 0;

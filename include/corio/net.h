@@ -257,6 +257,12 @@ CORIO_API void corio_buf_release(struct corio_buf *b);
                               connection is aborted (reset) to make it let
                               go: the call returns -ETIMEDOUT / -ECANCELED
                               and later calls on s -ECONNABORTED */
+#define CORIO_SEND_MORE 0x2u /* more follows at once: MSG_MORE, so a last
+                                partial TCP segment waits for the next send
+                                or corio_sendfile on s and leaves with it
+                                (a response head before its body). Only
+                                when something follows: the kernel may hold
+                                the bytes until then. */
 
 /*
  * Send all len bytes: len, or -errno (-EPIPE, -ECONNRESET, -ETIMEDOUT,
