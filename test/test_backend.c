@@ -346,6 +346,13 @@ static void pair(struct corio_listener **l, struct corio_sock **c, struct corio_
 	CHECK_EQ(corio_accept(*l, s), 0);
 }
 
+static void unpair(struct corio_listener *l, struct corio_sock *c, struct corio_sock *s)
+{
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_listener_close(l), 0);
+}
+
 static int parked_recv(void *arg)
 {
 	char buf[16];
@@ -382,9 +389,7 @@ static void deadline_cancel_entry(void *arg)
 	CHECK_EQ(corio_send(c, "ping", 4), 4);
 	CHECK_EQ(corio_recv(s, buf, sizeof(buf)), 4);
 	CHECK(memcmp(buf, "ping", 4) == 0);
-	CHECK_EQ(corio_close(c), 0);
-	CHECK_EQ(corio_close(s), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
+	unpair(l, c, s);
 }
 
 Test(backend, deadline_and_cancel_of_parked_receives, .timeout = 30)
@@ -591,9 +596,7 @@ static void starve_entry(void *arg)
 	CHECK(t.got);
 	if (t.gave_up)
 		th_fail(__FILE__, __LINE__, "a parked receive starved while a fiber's NOPs completed");
-	CHECK_EQ(corio_close(c), 0);
-	CHECK_EQ(corio_close(s), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
+	unpair(l, c, s);
 }
 
 Test(backend, ops_that_complete_at_once_do_not_starve_parked_ones, .timeout = 30)
@@ -683,9 +686,7 @@ static void sendfile_parks_entry(void *arg)
 	CHECK_EQ(st, 1);
 	free(buf);
 	close(t.fd);
-	CHECK_EQ(corio_close(c), 0);
-	CHECK_EQ(corio_close(s), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
+	unpair(l, c, s);
 }
 
 Test(backend, sendfile_waiting_for_room_parks_beside_a_parked_receive, .timeout = 60)
@@ -774,9 +775,7 @@ static void seccomp_entry(void *arg)
 		got += (size_t)n;
 	}
 	CHECK(got == sizeof(out) && memcmp(in, out, sizeof(out)) == 0);
-	CHECK_EQ(corio_close(c), 0);
-	CHECK_EQ(corio_close(s), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
+	unpair(l, c, s);
 }
 
 static int seccomp_child(void *arg)
@@ -1082,9 +1081,7 @@ static void eof_entry(void *arg)
 	CHECK_EQ(corio_recv(s, buf, sizeof(buf)), 0);
 	CHECK_EQ(corio_shutdown_write(s), 0);
 	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 0);
-	CHECK_EQ(corio_close(c), 0);
-	CHECK_EQ(corio_close(s), 0);
-	CHECK_EQ(corio_listener_close(l), 0);
+	unpair(l, c, s);
 }
 
 Test(backend, hangup_without_data_is_end_of_stream_on_both_backends, .timeout = 30)

@@ -1687,3 +1687,87 @@ Test(tls, census_counts_a_tls_stream_never_closed, .timeout = 60)
 	corio_tls_ctx_free(c.sctx);
 	corio_tls_ctx_free(c.cctx);
 }
+
+/* ---- the output buffer (corio_tls_ctx_opts.out_buf) ------------------------------------ */
+
+/*
+ * A session sends what its output buffer holds: with the default (two
+ * full records) a 512 KiB write takes 16 sends (at least 12 is checked);
+ * with out_buf 1 MiB the whole write fits and takes 1 (at most 4: only
+ * the socket's room could split it). Byte-exact either way. Out-of-range sizes are
+ * -EINVAL with the range in the message.
+ */
+struct outbuf {
+	struct tpair p;
+	char *in;
+};
+
+static int outbuf_reader(void *arg)
+{
+	struct outbuf *o = arg;
+
+	return read_full(o->p.ct, o->in, 512 << 10) == 512 << 10 ? 0 : -EIO;
+}
+
+static uint64_t outbuf_sends(unsigned out_buf)
+{
+	struct corio_tls_cert c = {srv_pem, srv_key};
+	struct corio_tls_ctx_opts so = {.flags = CORIO_TLS_SERVER, .certs = &c, .ncerts = 1,
+					.out_buf = out_buf};
+	struct corio_tls_ctx *sctx = NULL, *cctx = client_ctx(ca_pem, 0);
+	struct corio_net_stats a, b;
+	struct corio_fiber *f = NULL;
+	struct outbuf o;
+	char *out = malloc(512 << 10);
+	int ret = -1;
+
+	CHECK_EQ(corio_tls_ctx_new(&so, &sctx), 0);
+	o.in = malloc(512 << 10);
+	for (size_t i = 0; i < (512u << 10); i++)
+		out[i] = (char)(i * 7 + i / 4096);
+	tpair_open(&o.p, sctx, cctx);
+	CHECK_EQ(corio_spawn(outbuf_reader, &o, NULL, &f), 0);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(corio_tls_write(o.p.st, out, 512 << 10), 512 << 10);
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &b), 0);
+	CHECK_EQ(corio_join(f, &ret), 0);
+	CHECK_EQ(ret, 0);
+	CHECK(memcmp(o.in, out, 512 << 10) == 0);
+	corio_tls_close(o.p.st);
+	CHECK_EQ(corio_close(o.p.s), 0);
+	cli_close(&o.p);
+	corio_tls_ctx_free(sctx);
+	corio_tls_ctx_free(cctx);
+	free(out);
+	free(o.in);
+	return b.ops_out - a.ops_out;
+}
+
+static void outbuf_entry(void *arg)
+{
+	uint64_t dflt = outbuf_sends(0), big = outbuf_sends(1u << 20);
+	char why[96];
+
+	(void)arg;
+	if (dflt < 12 || big > 4) {
+		snprintf(why, sizeof(why), "512 KiB took %llu sends by default, %llu with out_buf 1 MiB",
+			 (unsigned long long)dflt, (unsigned long long)big);
+		th_fail(__FILE__, __LINE__, why);
+	}
+}
+
+Test(tls, out_buf_sends_a_large_write_in_fewer_sends, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_tls_cert c = {srv_pem, srv_key};
+	struct corio_tls_ctx_opts o = {.flags = CORIO_TLS_SERVER, .certs = &c, .ncerts = 1};
+	struct corio_tls_ctx *ctx = NULL;
+
+	certs();
+	for (int i = 0; i < 2; i++) {
+		o.out_buf = i ? (2u << 20) : 1;
+		cr_assert_eq(corio_tls_ctx_new(&o, &ctx), -EINVAL);
+		cr_assert(strstr(corio_last_error(), "out_buf"), "%s", corio_last_error());
+	}
+	th_run(&cfg, outbuf_entry, NULL);
+}

@@ -208,6 +208,9 @@ static int ctx_check(const struct corio_tls_ctx_opts *o, struct corio_tls_ctx **
 	for (unsigned i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return corio__error(-EINVAL, "corio_tls_ctx_new: reserved fields must be zero");
+	if (o->out_buf && (o->out_buf < 4096 || o->out_buf > (1u << 20)))
+		return corio__error(-EINVAL, "corio_tls_ctx_new: out_buf %u is outside 4096..1048576 "
+				    "(0: the default)", o->out_buf);
 	if ((o->flags & CORIO_TLS_SERVER) && (!o->certs || !o->ncerts || o->ncerts > 64))
 		return corio__error(-EINVAL, "corio_tls_ctx_new: a server needs 1 to 64 certs");
 	return 0;
@@ -229,6 +232,7 @@ int corio_tls_ctx_new(const struct corio_tls_ctx_opts *o, struct corio_tls_ctx *
 		return corio__error(-ENOMEM, "corio_tls_ctx_new: out of memory");
 	}
 	c->flags = o->flags;
+	c->out_buf = o->out_buf ? o->out_buf : CORIO__TLS_OUT_BUF;
 	c->id = atomic_fetch_add(&next_id, 1);
 	ERR_clear_error();
 	if (o->alpn && (ret = alpn_wire(o->alpn, &c->alpn, &c->alpn_len)))

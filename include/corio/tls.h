@@ -81,7 +81,13 @@ struct corio_tls_ctx_opts {
 	 * list the client offers, and a client offering none of them gets
 	 * no protocol (not an error); a client sends its list. */
 	const char *alpn;
-	unsigned reserved[4]; /* must be zero */
+	/* Bytes of records a session holds before it must send them (0: 34
+	 * KiB, two full records; else 4 KiB to 1 MiB). A write larger than
+	 * this goes out in several sends; a larger buffer sends a large
+	 * response in fewer (httpd: 72 KiB, a 64 KiB file in one send), at
+	 * that much memory per session once it has written. */
+	unsigned out_buf;
+	unsigned reserved[3]; /* must be zero */
 };
 
 /*

@@ -241,7 +241,7 @@ static int answer_file(struct corio_stream *st, struct req *r)
 static int conn_main(void *arg)
 {
 	struct corio_stream_opts so = { .max_frame = HTTPD_HEAD_MAX, .linger_ns = 2000000000ull,
-					.flags = CORIO_STREAM_AUTOFLUSH };
+					.flags = CORIO_STREAM_AUTOFLUSH, .wbuf = srv->tls ? 72 << 10 : 0 };
 	struct corio_stream *st;
 	struct corio_deadline d;
 	struct req r;

@@ -48,7 +48,7 @@ int main(int argc, char **argv)
 	unsigned port = 8080, shards = 1, idle_s = 5;
 	struct corio_tls_cert pem = { 0 };
 	struct corio_tls_ctx_opts tls = { .flags = CORIO_TLS_SERVER, .certs = &pem, .ncerts = 1,
-					  .alpn = "http/1.1" };
+					  .alpn = "http/1.1", .out_buf = 72 << 10 }; /* docs/HTTPD.md */
 	struct corio_config cfg;
 	int ret;
 	const struct tool_opt table[] = {
