@@ -365,12 +365,16 @@ static ssize_t rw(struct req *q)
 #ifndef RESOLVE_CACHED
 #define RESOLVE_CACHED 0x20
 #endif
+int corio__openat2_cached(int dirfd, const char *path, int flags)
+{
+	struct { uint64_t flags, mode, resolve; } how = { .flags = (uint64_t)(unsigned)flags,
+							  .resolve = RESOLVE_CACHED };
+
+	return (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+}
+
 static int open_cached(struct corio__fs *fs, int dirfd, const char *path, int flags)
 {
-	struct { uint64_t flags, mode, resolve; } how = {
-		.flags = (uint64_t)(unsigned)(flags | O_CLOEXEC | O_NONBLOCK),
-		.resolve = RESOLVE_CACHED,
-	};
 	int fd, ret;
 
 	if (!fs || fs->no_cached_open || fs->forced[CORIO_FS_OPEN] ||
@@ -379,7 +383,7 @@ static int open_cached(struct corio__fs *fs, int dirfd, const char *path, int fl
 	ret = corio__may_block("corio_open");
 	if (ret)
 		return ret; /* cancelled, or the deadline has passed: no open */
-	fd = (int)syscall(SYS_openat2, dirfd, path, &how, sizeof(how));
+	fd = corio__openat2_cached(dirfd, path, flags | O_CLOEXEC | O_NONBLOCK);
 	if (fd < 0) {
 		ret = -errno;
 		/* EAGAIN: not cached (or a lease to break); EINVAL: let the

@@ -53,4 +53,8 @@ static inline void corio__fs_account(struct corio__fs *fs, enum corio_fs_kind ki
 
 void corio__fs_dma_fini(struct corio__fs *fs);
 
+/* openat2(2) with RESOLVE_CACHED (the dentry cache only): the fd, or -1
+ * with errno (EAGAIN: a lookup would read the disk). fs/file.c. */
+int corio__openat2_cached(int dirfd, const char *path, int flags);
+
 #endif

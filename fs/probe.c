@@ -10,7 +10,6 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 /* The io_uring ops each kind needs, with the kernel that added them. */
@@ -33,14 +32,9 @@ static const struct {
 /* Whether openat2(2) takes RESOLVE_CACHED (5.12; before: ENOSYS, or
  * EINVAL for the flag; a seccomp filter may refuse the call): corio_open's
  * on-the-spot path (fs/file.c). */
-#ifndef RESOLVE_CACHED
-#define RESOLVE_CACHED 0x20
-#endif
 static bool cached_open_works(void)
 {
-	struct { uint64_t flags, mode, resolve; } how = {
-		.flags = O_RDONLY | O_DIRECTORY | O_CLOEXEC, .resolve = RESOLVE_CACHED };
-	int fd = (int)syscall(SYS_openat2, AT_FDCWD, "/", &how, sizeof(how));
+	int fd = corio__openat2_cached(AT_FDCWD, "/", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	if (fd < 0)
 		return errno == EAGAIN; /* works; "/" was not cached (hardly) */

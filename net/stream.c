@@ -539,10 +539,19 @@ ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event *ev)
 
 /* ---- writing ----------------------------------------------------------------------- */
 
-/* One transport write of iov; a failure is kept as the write side's error. */
-static int send_iov(struct corio_stream *st, const struct iovec *iov, int n)
+static const struct corio_stream_transport sock_ops; /* below */
+
+/* One transport write of iov; a failure is kept as the write side's error.
+ * more (a socket stream, one buffer): a file follows at once, so the bytes
+ * wait for its first segment (MSG_MORE) rather than leave in a packet of
+ * their own: a response head, one packet fewer per response (nginx corks
+ * for this). */
+static int send_iov(struct corio_stream *st, const struct iovec *iov, int n, bool more)
 {
-	ssize_t r = st->ops->writev(st->t, iov, n);
+	ssize_t r = more && n == 1 && st->ops == &sock_ops
+			    ? corio_send_ex(st->t, iov[0].iov_base, iov[0].iov_len, CORIO_SEND_MORE,
+					    NULL)
+			    : st->ops->writev(st->t, iov, n);
 
 	st->stats.writes++;
 	if (r < 0) {
@@ -553,7 +562,7 @@ static int send_iov(struct corio_stream *st, const struct iovec *iov, int n)
 	return 0;
 }
 
-static int flush_locked(struct corio_stream *st)
+static int flush_more(struct corio_stream *st, bool more)
 {
 	struct iovec iov = { st->wb, st->wlen };
 	int ret;
@@ -562,9 +571,14 @@ static int flush_locked(struct corio_stream *st)
 		return st->werr;
 	if (!st->wlen)
 		return 0;
-	ret = send_iov(st, &iov, 1);
+	ret = send_iov(st, &iov, 1, more);
 	st->wlen = 0;
 	return ret;
+}
+
+static int flush_locked(struct corio_stream *st)
+{
+	return flush_more(st, false);
 }
 
 static int write_enter(struct corio_stream *st, const char *who)
@@ -616,7 +630,7 @@ ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len)
 	}
 	iov[0] = (struct iovec){ st->wb, st->wlen };
 	iov[1] = (struct iovec){ (void *)buf, len };
-	ret = st->wlen ? send_iov(st, iov, 2) : send_iov(st, iov + 1, 1);
+	ret = st->wlen ? send_iov(st, iov, 2, false) : send_iov(st, iov + 1, 1, false);
 	st->wlen = 0;
 	return write_leave(st, ret ? ret : (ssize_t)len);
 }
@@ -645,22 +659,20 @@ ssize_t corio_stream_writev(struct corio_stream *st, const struct iovec *iov, in
 	for (int i = 0; i < iovcnt; i++)
 		total += iov[i].iov_len;
 	if (!st->wlen) { /* nothing buffered: iov as it is */
-		ret = iovcnt ? send_iov(st, iov, iovcnt) : 0;
+		ret = iovcnt ? send_iov(st, iov, iovcnt, false) : 0;
 	} else if (iovcnt <= STREAM_IOV) { /* the buffer and iov in one write */
 		v[0] = (struct iovec){ st->wb, st->wlen };
 		if (iovcnt)
 			memcpy(v + 1, iov, sizeof(*iov) * (size_t)iovcnt);
-		ret = send_iov(st, v, 1 + iovcnt);
+		ret = send_iov(st, v, 1 + iovcnt, false);
 		st->wlen = 0;
 	} else {
 		ret = flush_locked(st);
 		if (!ret)
-			ret = send_iov(st, iov, iovcnt);
+			ret = send_iov(st, iov, iovcnt, false);
 	}
 	return write_leave(st, ret ? ret : (ssize_t)total);
 }
-
-static const struct corio_stream_transport sock_ops; /* below */
 
 /* One piece of a file: sent by the transport, or read into the write
  * buffer (flushed first when full). The count (>= 1), or -errno. */
@@ -722,18 +734,8 @@ ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, siz
 							     "is past the largest file offset"));
 	if (file_inline(st, fd, off, len))
 		return write_leave(st, (ssize_t)len);
-	if (st->ops == &sock_ops && st->wlen && !st->werr) {
-		/* the buffered bytes go first, and with the file's first
-		 * segment rather than in one of their own (MSG_MORE: a response
-		 * head, one packet fewer per response; nginx corks for this) */
-		n = corio_send_ex(st->t, st->wb, st->wlen, CORIO_SEND_MORE, NULL);
-		st->stats.writes++;
-		st->stats.bytes_out += n > 0 ? (uint64_t)n : 0;
-		st->wlen = 0;
-		n = n < 0 ? n : 0;
-	} else if (st->ops->sendfile) {
-		n = flush_locked(st); /* the buffered bytes go first */
-	}
+	if (st->ops->sendfile)
+		n = flush_more(st, true); /* the buffered bytes go first, with the file */
 	while (n == 0 && done < len) {
 		n = file_step(st, fd, off + done, len - done);
 		done += n > 0 ? (size_t)n : 0;

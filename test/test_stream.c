@@ -783,17 +783,27 @@ static void file_case(const struct corio_stream_transport *ops, int fd, const ch
 	free(d.got);
 }
 
+/* An unlinked temporary file of FILE_LEN bytes made from tmpl (a mkstemp
+ * template): its fd, and its bytes in *want (malloc'd). */
+static int test_file(char *tmpl, unsigned mul, unsigned div, char **want)
+{
+	int fd = mkstemp(tmpl);
+
+	*want = malloc(FILE_LEN);
+	CHECK(fd >= 0 && *want);
+	unlink(tmpl);
+	for (size_t i = 0; i < FILE_LEN; i++)
+		(*want)[i] = (char)(i * mul + i / div);
+	CHECK_EQ(corio_write_all(fd, *want, FILE_LEN, 0, NULL), (ssize_t)FILE_LEN);
+	return fd;
+}
+
 static void file_entry(void *arg)
 {
-	char path[] = "/tmp/corio-stream-file-XXXXXX", *want = malloc(FILE_LEN);
-	int fd = mkstemp(path);
+	char path[] = "/tmp/corio-stream-file-XXXXXX", *want;
+	int fd = test_file(path, 7, 251, &want);
 
 	(void)arg;
-	CHECK(fd >= 0);
-	unlink(path);
-	for (size_t i = 0; i < FILE_LEN; i++)
-		want[i] = (char)(i * 7 + i / 251);
-	CHECK_EQ(corio_write_all(fd, want, FILE_LEN, 0, NULL), (ssize_t)FILE_LEN);
 	file_case(NULL, fd, want);
 	file_case(&copy_ops, fd, want);
 	close(fd);
@@ -811,16 +821,11 @@ Test(stream, sendfile_byte_exact_on_both_transports, .timeout = 60)
  * refused on the spot (RWF_NOWAIT) and goes through the ring, byte-exact. */
 static void uncached_entry(void *arg)
 {
-	char path[] = "/var/tmp/corio-stream-cold-XXXXXX", *want = malloc(FILE_LEN), b;
+	char path[] = "/var/tmp/corio-stream-cold-XXXXXX", *want, b;
 	struct iovec v = { &b, 1 };
-	int fd = mkstemp(path);
+	int fd = test_file(path, 11, 241, &want);
 
 	(void)arg;
-	CHECK(fd >= 0);
-	unlink(path);
-	for (size_t i = 0; i < FILE_LEN; i++)
-		want[i] = (char)(i * 11 + i / 241);
-	CHECK_EQ(corio_write_all(fd, want, FILE_LEN, 0, NULL), (ssize_t)FILE_LEN);
 	CHECK_EQ(fdatasync(fd), 0);
 	CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	if (preadv2(fd, &v, 1, 0, RWF_NOWAIT) == -1 && errno == EAGAIN)
