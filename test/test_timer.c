@@ -532,6 +532,76 @@ Test(timer, deadline_scope_without_linked_timeouts, .timeout = 30)
 	run1(scope_entry, NULL);
 }
 
+/* A kernel op whose deadline comes after a timer already armed is bounded
+ * by a heap timer (no linked timeout: the kernel wakes the loop first
+ * anyway); one whose deadline is the shard's earliest gets a linked timeout
+ * (io_uring; the fallback has none). Either way it ends with -ETIMEDOUT, not
+ * before its deadline. */
+struct bound_kind {
+	uint64_t linked[2];
+	bool uring;
+};
+
+static void no_fire(struct corio_timer *t, void *arg, int res)
+{
+	(void)t;
+	(void)arg;
+	(void)res;
+}
+
+static void bound_kind_entry(void *arg)
+{
+	struct bound_kind *k = arg;
+	struct corio_timer early, late;
+	struct corio_timer_stats st0, st1, st2;
+	struct corio_stats ss;
+	struct corio_deadline d;
+	uint64_t dl;
+	int p[2];
+
+	CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
+	CHECK_EQ(corio_stats_get(NULL, 0, &ss), 0);
+	k->uring = ss.backend == 0; /* io_uring */
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st0), 0);
+
+	/* covered: a timer 10 ms out, the poll's deadline 60 ms out */
+	corio_timer_init(&early, no_fire, NULL);
+	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 10 * MS, 0), 0);
+	dl = corio_now_ns() + 60 * MS;
+	CHECK_EQ(corio_deadline_push(&d, dl), 0);
+	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
+	CHECK(corio_now_ns() >= dl);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st1), 0);
+	k->linked[0] = st1.linked - st0.linked;
+
+	/* the earliest: the only other timer is 10 s out */
+	corio_timer_init(&late, no_fire, NULL);
+	CHECK_EQ(corio_timer_arm(&late, corio_now_ns() + 10000 * MS, 0), 0);
+	dl = corio_now_ns() + 30 * MS;
+	CHECK_EQ(corio_deadline_push(&d, dl), 0);
+	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
+	CHECK(corio_now_ns() >= dl);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_timer_cancel(&late), 0);
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st2), 0);
+	k->linked[1] = st2.linked - st1.linked;
+	CHECK(st2.timed_out - st0.timed_out >= 2);
+	close(p[0]);
+	close(p[1]);
+}
+
+Test(timer, op_deadline_behind_an_armed_timer_takes_no_linked_timeout, .timeout = 30)
+{
+	struct bound_kind k = { { 9, 9 }, false };
+
+	run1(bound_kind_entry, &k);
+	cr_assert_eq(k.linked[0], 0, "a covered deadline took %llu linked timeouts",
+		     (unsigned long long)k.linked[0]);
+	cr_assert_eq(k.linked[1], k.uring ? 1u : 0u, "the earliest deadline took %llu",
+		     (unsigned long long)k.linked[1]);
+}
+
 /* A full SQ never splits an op from its linked timeout: 300 fibers with a
  * scope each issue polls through a 4-entry SQ. */
 struct small_sq {

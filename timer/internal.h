@@ -93,6 +93,15 @@ unsigned corio__timers_poll(struct corio__timers *T, bool may_block);
 /* Shutdown: remove the kernel timeout, disarm every timer (callbacks and
  * deliver() see -ECANCELED). */
 void corio__timers_stop(struct corio__timers *T);
+/* True when a timer armed at ns would cost no SQE: the kernel's timeout
+ * is armed at or before ns, or an earlier timer will have it armed so, and
+ * the loop wakes before ns anyway (core/deadline.c picks its kind of op
+ * bound by this). */
+static inline bool corio__timers_cover(const struct corio__timers *T, uint64_t ns)
+{
+	return !T->stopping && ((T->n && T->heap[0].deadline <= ns) ||
+				(T->inflight && !T->removing && T->armed_ns <= ns));
+}
 /* True while the kernel still holds T's op records. */
 bool corio__timers_busy(const struct corio__timers *T);
 void corio__timers_fini(struct corio__timers *T); /* after the ring drained */
