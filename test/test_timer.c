@@ -538,7 +538,7 @@ Test(timer, deadline_scope_without_linked_timeouts, .timeout = 30)
  * (io_uring; the fallback has none). Either way it ends with -ETIMEDOUT, not
  * before its deadline. */
 struct bound_kind {
-	uint64_t linked[2];
+	uint64_t linked[4];
 	bool uring;
 };
 
@@ -547,6 +547,13 @@ static void no_fire(struct corio_timer *t, void *arg, int res)
 	(void)t;
 	(void)arg;
 	(void)res;
+}
+
+static int cancel_early(void *arg)
+{
+	CHECK_EQ(corio_sleep_ns(5 * MS), 0);
+	CHECK_EQ(corio_timer_cancel(arg), 0);
+	return 0;
 }
 
 static void bound_kind_entry(void *arg)
@@ -586,20 +593,50 @@ static void bound_kind_entry(void *arg)
 	CHECK_EQ(corio_timer_cancel(&late), 0);
 	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st2), 0);
 	k->linked[1] = st2.linked - st1.linked;
-	CHECK(st2.timed_out - st0.timed_out >= 2);
+
+	/* covered by a timer that is cancelled while the op waits: the
+	 * kernel's timeout then fires for nothing, and the op's own heap
+	 * timer still ends it at its deadline */
+	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 20 * MS, 0), 0);
+	CHECK_EQ(corio_spawn(cancel_early, &early, NULL, NULL), 0);
+	dl = corio_now_ns() + 60 * MS;
+	CHECK_EQ(corio_deadline_push(&d, dl), 0);
+	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
+	CHECK(corio_now_ns() >= dl);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st1), 0);
+	k->linked[2] = st1.linked - st2.linked;
+
+	/* covered by the kernel's timeout alone: armed for a timer that was
+	 * cancelled after a loop turn had told the kernel, the heap empty */
+	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 20 * MS, 0), 0);
+	corio_yield(); /* the loop arms the kernel's timeout */
+	CHECK_EQ(corio_timer_cancel(&early), 0);
+	dl = corio_now_ns() + 60 * MS;
+	CHECK_EQ(corio_deadline_push(&d, dl), 0);
+	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
+	CHECK(corio_now_ns() >= dl);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st2), 0);
+	k->linked[3] = st2.linked - st1.linked;
+	CHECK(st2.timed_out - st0.timed_out >= 4);
 	close(p[0]);
 	close(p[1]);
 }
 
 Test(timer, op_deadline_behind_an_armed_timer_takes_no_linked_timeout, .timeout = 30)
 {
-	struct bound_kind k = { { 9, 9 }, false };
+	struct bound_kind k = { { 9, 9, 9, 9 }, false };
 
 	run1(bound_kind_entry, &k);
 	cr_assert_eq(k.linked[0], 0, "a covered deadline took %llu linked timeouts",
 		     (unsigned long long)k.linked[0]);
 	cr_assert_eq(k.linked[1], k.uring ? 1u : 0u, "the earliest deadline took %llu",
 		     (unsigned long long)k.linked[1]);
+	cr_assert_eq(k.linked[2], 0, "a deadline covered by a cancelled timer took %llu",
+		     (unsigned long long)k.linked[2]);
+	cr_assert_eq(k.linked[3], 0, "a deadline covered by the kernel's timeout took %llu",
+		     (unsigned long long)k.linked[3]);
 }
 
 /* A full SQ never splits an op from its linked timeout: 300 fibers with a
