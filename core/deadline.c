@@ -16,12 +16,13 @@
  *  - a fiber parked on a wait queue or in a bare park gets a heap timer at
  *    its deadline (corio__deadline_arm / _arm_park) that takes it off the
  *    queue, or wakes it, with -ETIMEDOUT;
- *  - a kernel op whose deadline is no earlier than the heap's first timer
- *    gets a heap timer at the deadline that async-cancels the op if it
- *    fires: the kernel wakes the loop before that deadline anyway, so the
- *    bound costs no SQE and no CQE when the op completes in time, the usual
- *    case (an idle-timeout scope around a server's reply: the linked
- *    timeout below cost httpd ~7% of its CPU per 4 KiB GET under wrk -c500,
+ *  - a kernel op whose deadline is covered (corio__timers_cover: a timer
+ *    no later than it is in the heap, or the kernel's timeout is armed no
+ *    later) gets a heap timer at the deadline that async-cancels the op if
+ *    it fires: the loop wakes before that deadline anyway, so the bound
+ *    costs no SQE and no CQE when the op completes in time, the usual case
+ *    (an idle-timeout scope around a server's reply: the linked timeout
+ *    below cost httpd ~6% of its CPU per 4 KiB GET under wrk -c500,
  *    docs/TIMERS.md);
  *  - any other kernel op (its deadline is the shard's earliest: a linked
  *    timeout costs what moving the kernel's timeout earlier would, and
