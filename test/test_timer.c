@@ -549,9 +549,11 @@ static void no_fire(struct corio_timer *t, void *arg, int res)
 	(void)res;
 }
 
+/* Runs once the entry fiber has parked in its poll (a yield whether spawn
+ * runs the child first or not), long before the timer is due. */
 static int cancel_early(void *arg)
 {
-	CHECK_EQ(corio_sleep_ns(5 * MS), 0);
+	corio_yield();
 	CHECK_EQ(corio_timer_cancel(arg), 0);
 	return 0;
 }
@@ -597,9 +599,9 @@ static void bound_kind_entry(void *arg)
 	/* covered by a timer that is cancelled while the op waits: the
 	 * kernel's timeout then fires for nothing, and the op's own heap
 	 * timer still ends it at its deadline */
-	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 20 * MS, 0), 0);
+	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 100 * MS, 0), 0);
 	CHECK_EQ(corio_spawn(cancel_early, &early, NULL, NULL), 0);
-	dl = corio_now_ns() + 60 * MS;
+	dl = corio_now_ns() + 150 * MS;
 	CHECK_EQ(corio_deadline_push(&d, dl), 0);
 	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
 	CHECK(corio_now_ns() >= dl);
@@ -609,10 +611,10 @@ static void bound_kind_entry(void *arg)
 
 	/* covered by the kernel's timeout alone: armed for a timer that was
 	 * cancelled after a loop turn had told the kernel, the heap empty */
-	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 20 * MS, 0), 0);
+	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 100 * MS, 0), 0);
 	corio_yield(); /* the loop arms the kernel's timeout */
 	CHECK_EQ(corio_timer_cancel(&early), 0);
-	dl = corio_now_ns() + 60 * MS;
+	dl = corio_now_ns() + 150 * MS;
 	CHECK_EQ(corio_deadline_push(&d, dl), 0);
 	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
 	CHECK(corio_now_ns() >= dl);
