@@ -17,10 +17,11 @@
  * at most one per loop turn). A timer never fires before its deadline.
  *
  * Per-call timeouts come from deadline scopes: while a scope is open, every
- * kernel operation the fiber waits on is submitted with IOSQE_IO_LINK and an
- * IORING_OP_LINK_TIMEOUT at the scope's deadline, and every fiber wait
- * (corio_event_wait, corio_chan_recv, corio_sleep_ns, corio_timer_wait, ...)
- * is bounded by it.
+ * kernel operation the fiber waits on is bounded by the scope's deadline
+ * (a heap timer that async-cancels the op when an earlier timer already
+ * wakes the shard before it, else an IORING_OP_LINK_TIMEOUT linked behind
+ * the op's SQE: docs/TIMERS.md), and so is every fiber wait
+ * (corio_event_wait, corio_chan_recv, corio_sleep_ns, corio_timer_wait, ...).
  */
 #ifndef CORIO_TIMER_H
 #define CORIO_TIMER_H
@@ -130,8 +131,8 @@ CORIO_API uint64_t corio_timer_deadline(const struct corio_timer *t);
 /*
  * A deadline scope, on the caller's stack. While it is open, every blocking
  * call of the fiber that opened it is bounded by its deadline: kernel
- * operations (recv, send, read, nop, poll, ...) get a linked timeout and
- * return -ETIMEDOUT when it fires, fiber waits (events, channels, mutexes,
+ * operations (recv, send, read, nop, poll, ...) are cancelled at the
+ * deadline and return -ETIMEDOUT, fiber waits (events, channels, mutexes,
  * semaphores, wait groups, sleeps, timers, corio_join, cross-shard
  * messages: see corio/msg.h for corio_call) return -ETIMEDOUT at the
  * deadline. Once the deadline has passed, every blocking call in the scope
@@ -201,7 +202,8 @@ struct corio_timer_stats {
 	uint64_t cancelled;      /* timers disarmed before they expired                      */
 	uint64_t active;         /* timers armed right now                                   */
 	uint64_t kernel_arms;    /* timeout SQEs for the shard's heap (arm + update)         */
-	uint64_t linked;         /* kernel ops submitted with a linked timeout               */
+	uint64_t linked;         /* kernel ops submitted with a linked timeout (not the ones
+	                            an earlier timer covers: those take a heap timer)       */
 	uint64_t timed_out;      /* blocking calls that returned -ETIMEDOUT                  */
 	uint64_t lateness_max_ns;
 	/* log-linear buckets: see corio_timer_hist_bucket_ns() */
