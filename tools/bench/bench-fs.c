@@ -739,9 +739,15 @@ int main(int argc, char **argv)
 		ratio32[m] = run_mode(direct);
 	}
 	unlink(path);
+	/* The goal is io_uring's: on the fallback corio's file reads go
+	 * through a blocking-work pool themselves, so no goal is judged there. */
 	for (int m = 0; m < 2; m++)
-		if (ratio32[m] > 0)
+		if (ratio32[m] > 0 && strcmp(tool_backend(), "io_uring") == 0)
 			printf("goal QD32 >= 2x pool IOPS per core, %s: %.2fx %s\n",
 			       m ? "direct" : "buffered", ratio32[m], ratio32[m] >= 2 ? "met" : "NOT met");
+		else if (ratio32[m] > 0)
+			printf("QD32 corio/pool IOPS per core, %s: %.2fx (the 2x goal is io_uring's: "
+			       "on the %s fallback corio reads regular files on a blocking-work pool "
+			       "too)\n", m ? "direct" : "buffered", ratio32[m], tool_backend());
 	return 0;
 }
