@@ -558,70 +558,59 @@ static int cancel_early(void *arg)
 	return 0;
 }
 
+/* A poll of fd (nothing comes) under a scope ending in_ns from now: it must
+ * end with -ETIMEDOUT, not before the deadline. The linked timeouts it took. */
+static uint64_t bounded_poll(int fd, uint64_t in_ns)
+{
+	struct corio_timer_stats a, b;
+	struct corio_deadline d;
+	uint64_t dl = corio_now_ns() + in_ns;
+
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &a), 0);
+	CHECK_EQ(corio_deadline_push(&d, dl), 0);
+	CHECK_EQ(corio_poll(fd, POLLIN), -ETIMEDOUT);
+	CHECK(corio_now_ns() >= dl);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_timer_stats_get(NULL, 0, &b), 0);
+	CHECK(b.timed_out > a.timed_out);
+	return b.linked - a.linked;
+}
+
 static void bound_kind_entry(void *arg)
 {
 	struct bound_kind *k = arg;
 	struct corio_timer early, late;
-	struct corio_timer_stats st0, st1, st2;
 	struct corio_stats ss;
-	struct corio_deadline d;
-	uint64_t dl;
 	int p[2];
 
 	CHECK_EQ(pipe2(p, O_CLOEXEC), 0);
 	CHECK_EQ(corio_stats_get(NULL, 0, &ss), 0);
 	k->uring = ss.backend == 0; /* io_uring */
-	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st0), 0);
 
 	/* covered: a timer 10 ms out, the poll's deadline 60 ms out */
 	corio_timer_init(&early, no_fire, NULL);
 	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 10 * MS, 0), 0);
-	dl = corio_now_ns() + 60 * MS;
-	CHECK_EQ(corio_deadline_push(&d, dl), 0);
-	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
-	CHECK(corio_now_ns() >= dl);
-	CHECK_EQ(corio_deadline_pop(&d), 0);
-	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st1), 0);
-	k->linked[0] = st1.linked - st0.linked;
+	k->linked[0] = bounded_poll(p[0], 60 * MS);
 
 	/* the earliest: the only other timer is 10 s out */
 	corio_timer_init(&late, no_fire, NULL);
 	CHECK_EQ(corio_timer_arm(&late, corio_now_ns() + 10000 * MS, 0), 0);
-	dl = corio_now_ns() + 30 * MS;
-	CHECK_EQ(corio_deadline_push(&d, dl), 0);
-	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
-	CHECK(corio_now_ns() >= dl);
-	CHECK_EQ(corio_deadline_pop(&d), 0);
+	k->linked[1] = bounded_poll(p[0], 30 * MS);
 	CHECK_EQ(corio_timer_cancel(&late), 0);
-	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st2), 0);
-	k->linked[1] = st2.linked - st1.linked;
 
 	/* covered by a timer that is cancelled while the op waits: the
 	 * kernel's timeout then fires for nothing, and the op's own heap
 	 * timer still ends it at its deadline */
 	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 100 * MS, 0), 0);
 	CHECK_EQ(corio_spawn(cancel_early, &early, NULL, NULL), 0);
-	dl = corio_now_ns() + 150 * MS;
-	CHECK_EQ(corio_deadline_push(&d, dl), 0);
-	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
-	CHECK(corio_now_ns() >= dl);
-	CHECK_EQ(corio_deadline_pop(&d), 0);
-	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st1), 0);
-	k->linked[2] = st1.linked - st2.linked;
+	k->linked[2] = bounded_poll(p[0], 150 * MS);
 
 	/* covered by the kernel's timeout alone: armed for a timer that was
 	 * cancelled after a loop turn had told the kernel, the heap empty */
 	CHECK_EQ(corio_timer_arm(&early, corio_now_ns() + 100 * MS, 0), 0);
 	corio_yield(); /* the loop arms the kernel's timeout */
 	CHECK_EQ(corio_timer_cancel(&early), 0);
-	dl = corio_now_ns() + 150 * MS;
-	CHECK_EQ(corio_deadline_push(&d, dl), 0);
-	CHECK_EQ(corio_poll(p[0], POLLIN), -ETIMEDOUT);
-	CHECK(corio_now_ns() >= dl);
-	CHECK_EQ(corio_deadline_pop(&d), 0);
-	CHECK_EQ(corio_timer_stats_get(NULL, 0, &st2), 0);
-	k->linked[3] = st2.linked - st1.linked;
-	CHECK(st2.timed_out - st0.timed_out >= 4);
+	k->linked[3] = bounded_poll(p[0], 150 * MS);
 	close(p[0]);
 	close(p[1]);
 }

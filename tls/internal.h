@@ -31,7 +31,7 @@ struct corio_tls_ctx {
 	SSL_CTX **ctxs;            /* nctx; ctxs[0]: the default and the client's */
 	unsigned char *alpn;       /* wire format (length-prefixed), or NULL */
 	unsigned alpn_len;
-	unsigned out_buf;          /* the BIO pair's output half, bytes */
+	unsigned out_buf;          /* the BIO pair's output half, bytes (never 0) */
 	uint64_t id;               /* cache key part: never reused in a process */
 };
 

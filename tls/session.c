@@ -223,8 +223,7 @@ int corio__tls_new(struct corio_tls_ctx *ctx, bool server, const char *host,
 	t->server = server;
 	t->part = corio__tls_part_here();
 	if (!(t->ssl = SSL_new(ctx->ctxs[0])) ||
-	    !BIO_new_bio_pair(&inner, ctx->out_buf ? ctx->out_buf : CORIO__TLS_OUT_BUF, &t->net,
-			      CORIO__TLS_IN_BUF)) {
+	    !BIO_new_bio_pair(&inner, ctx->out_buf, &t->net, CORIO__TLS_IN_BUF)) {
 		SSL_free(t->ssl);
 		free(t);
 		return corio__error(-ENOMEM, "tls: out of memory for a session");
