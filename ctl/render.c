@@ -153,6 +153,8 @@ static const struct metric metrics[] = {
 	M("net", "resolve_hits", COUNTER, false, net.resolve_hits, "Host names answered from the shard's cache (negative answers too)."),
 	M("net", "resolve_misses", COUNTER, false, net.resolve_misses, "Host names looked up with the system resolver on the work pool."),
 	M("net", "resolve_failed", COUNTER, false, net.resolve_failed, "Name resolutions that failed (no such name, cached or not; resolver errors)."),
+	M("net", "starved", GAUGE, false, net.starved, "Receives waiting now for a free ring buffer, armed again in order as buffers return."),
+	M("net", "starved_armed", COUNTER, false, net.starved_armed, "Starved receives armed again as buffers returned."),
 	M("tls", "sessions_live", GAUGE, false, tls.sessions_live, "TLS sessions open now."),
 	M("tls", "handshakes", COUNTER, false, tls.handshakes, "TLS handshakes completed, server and client."),
 	M("tls", "resumed", COUNTER, false, tls.resumed, "Completed TLS handshakes that resumed a session (a ticket)."),

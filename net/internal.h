@@ -118,7 +118,6 @@ struct corio_sock {
 	bool capped;           /* receive stopped: qcount reached cap.recv */
 	bool r_limited;        /* r armed with a byte limit (recv.c mshot_limit) */
 	bool slow;             /* capped without a limit: single-shot receives */
-	bool poll_armed;       /* re-armed by the part's poll, no CQE yet */
 	uint16_t promise;      /* buffers r may still take under the budget */
 	/* stream sockets with a multishot recv: a one-shot poll for
 	 * POLLERR|POLLHUP|POLLRDHUP beside it, because the kernel can miss the
@@ -193,7 +192,7 @@ struct corio__net {
 	uint8_t cap_env;       /* bits 0/1: CORIO_NET_RECV/SEND_QUEUE set: listeners keep them */
 	unsigned reserve_pct;  /* CORIO_NET_RECV_RESERVE: % of a ring kept for
 	                          stream sockets that hold nothing */
-	unsigned poll_arms;    /* receives net_poll armed that have no CQE yet */
+	unsigned nstarved;     /* sockets on starved (stats.starved) */
 	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
@@ -340,6 +339,8 @@ void corio__listeners_drain(struct corio__net *n);
 
 /* Queue a receive on s (multishot where possible): 0 or -errno. */
 int corio__sock_arm(struct corio_sock *s);
+/* Take s off net->starved (it is on it). */
+void corio__sock_unstarve(struct corio_sock *s);
 /* Park until s has queued data (stream bytes or datagrams) or a terminal
  * result, arming its receive as needed: 0, or -errno (-EBUSY if another
  * fiber is already receiving on s). */

@@ -219,9 +219,13 @@ static bool budget_ok(const struct corio__net *n, const struct corio_sock *s,
 
 static void starve(struct corio_sock *s)
 {
+	struct corio__net *n = s->net;
+
 	if (!s->starved) {
 		s->starved = true;
-		corio__list_add(&s->net->starved, &s->starved_link);
+		corio__list_add(&n->starved, &s->starved_link);
+		n->nstarved++;
+		CORIO__STAT_SET(n->stats.starved, n->nstarved);
 	}
 }
 
@@ -368,10 +372,6 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	bool enobufs = false;
 	struct corio__bufring *ring = corio__net_ring(n, s->rtag);
 
-	if (s->poll_armed) {
-		s->poll_armed = false; /* it has taken its buffer, or not */
-		n->poll_arms--;
-	}
 	if (s->promise && (res > 0 || !more)) {
 		/* one promised buffer taken; the final CQE frees the rest */
 		unsigned k = more ? 1 : s->promise;
@@ -483,48 +483,64 @@ void corio__sock_hup_cb(struct corio__op *op, int32_t res, uint32_t flags)
 
 /* ---- re-arming starved receives (the part's poll) ---------------------------- */
 
-/* Buffers of b the part's poll may still hand to starved receives: the
- * free ones less those that receives it armed before are about to take. */
-static unsigned poll_room(const struct corio__net *n, const struct corio__bufring *b)
-{
-	return b->in_ring > n->poll_arms ? b->in_ring - n->poll_arms : 0;
-}
-
 /*
  * Re-arm receives that an empty ring (or the budget) stopped, once buffers
- * came back, in the order they stopped. A socket whose reader waits gets a
- * free buffer; one nobody waits on only when the ring has some slack, so a
- * slow consumer holding buffers does not make the others ping-pong on
- * ENOBUFS. At most one receive per free buffer is armed, counting those
- * armed in earlier turns whose first CQE has not come yet (poll_arms):
- * arming every starved socket at the first buffer back had all but one of
- * them stop on ENOBUFS again, once per returned buffer.
+ * came back, in the order they stopped (net->starved is a FIFO). A socket
+ * whose reader waits gets a free buffer; one nobody waits on only when the
+ * ring has some slack, so a slow consumer holding buffers does not make the
+ * others ping-pong on ENOBUFS. Each call arms at most one receive per
+ * buffer free now: arming every starved socket at the first buffer back
+ * had all but one of them stop on ENOBUFS again, once per returned buffer.
+ *
+ * The count starts afresh at every call, and that is what keeps a starved
+ * receive from waiting for good. A receive armed here on a socket with
+ * bytes waiting completes at the submit that follows (its CQE is reaped in
+ * the same turn), so the next call sees the buffer it took. One armed on a
+ * socket with nothing to read (its reader found the ring dry before its
+ * peer had sent anything) takes no buffer until bytes come, maybe never.
+ * Counting such receives against the free buffers until their first CQE,
+ * as this poll once did, let 64 idle readers use up a 64-buffer ring's
+ * room for good: every socket starved after them waited forever with
+ * every buffer back in the ring (issue 31: 1,804-2,555 of a 5,000
+ * connection burst). net::burst_of_5000_on_a_small_ring_serves_every_connection
+ * holds it.
  */
+void corio__sock_unstarve(struct corio_sock *s)
+{
+	struct corio__net *n = s->net;
+
+	corio__list_del(&s->starved_link);
+	s->starved = false;
+	n->nstarved--;
+	CORIO__STAT_SET(n->stats.starved, n->nstarved);
+}
+
 unsigned corio__net_recv_poll(struct corio__shard *sh)
 {
 	struct corio__net *n = sh->parts[CORIO__PART_NET];
 	struct corio__link *l, *next;
-	unsigned work = 0, slack;
+	unsigned work = 0, room[2];
 
 	if (!n || n->starved.next == &n->starved || n->stopping)
 		return 0;
-	for (l = n->starved.next; l != &n->starved; l = next) {
+	room[0] = n->bufs.in_ring;
+	room[1] = n->dbufs.in_ring;
+	for (l = n->starved.next; l != &n->starved && (room[0] || room[1]); l = next) {
 		struct corio_sock *s = CORIO__CONTAINER(l, struct corio_sock, starved_link);
 		const struct corio__bufring *b = corio__net_ring(n, s->rtag);
-		unsigned room = poll_room(n, b);
+		unsigned *r = &room[s->rtag ? 1 : 0];
+		unsigned slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
 
 		next = l->next;
-		slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
-		if (!room || (!s->rwq.head && room < slack) || !budget_ok(n, s, b))
+		if (!*r || (!s->rwq.head && *r < slack) || !budget_ok(n, s, b))
 			continue;
-		corio__list_del(l);
-		s->starved = false;
+		corio__sock_unstarve(s);
 		if (s->qcount >= s->cap.recv) {
 			s->capped = true; /* its reader re-arms it */
 		} else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0 &&
 			   s->r.state == NET_ARMED) {
-			s->poll_armed = true;
-			n->poll_arms++;
+			CORIO__STAT_ADD(n->stats.starved_armed, 1);
+			(*r)--;
 			work++;
 		}
 	}

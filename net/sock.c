@@ -138,8 +138,8 @@ static void quiesce(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 
-	corio__list_del(&s->starved_link);
-	s->starved = false;
+	if (s->starved)
+		corio__sock_unstarve(s);
 	if (rop_idle(s))
 		return;
 	if (s->r.state == NET_ARMED) {

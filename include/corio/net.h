@@ -213,8 +213,10 @@ CORIO_API ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len);
  * ring; data lands in whichever buffer the kernel picks, so idle sockets
  * hold no receive memory. Returns b->len (>= 1), 0 at end of stream, or
  * -errno like corio_recv(). When the ring runs dry (-ENOBUFS from the
- * kernel) nothing is lost: the data waits in the socket, and the receive is
- * re-armed as soon as a buffer comes back. Flow control: a socket holds at
+ * kernel) nothing is lost: the data waits in the socket, and the receive
+ * waits in the shard's FIFO of starved receives (stats: starved), which
+ * are armed again in the order they stopped, one per buffer that comes
+ * back: a dry ring may delay a receive, never stop it. Flow control: a socket holds at
  * most its receive queue cap (corio_config.net_recv_queue, a listener's
  * recv_queue, CORIO_NET_RECV_QUEUE; default 16) received slices that
  * nobody has taken yet (one per completion, each within one ring buffer: a
@@ -496,6 +498,12 @@ struct corio_net_stats {
 	uint64_t resolve_failed; /* resolutions that failed: no such name
 	                          (cached or not), resolver errors, pool full;
 	                          not a deadline or cancel                      */
+	uint64_t starved;      /* stream and datagram receives waiting now for a
+	                          free ring buffer (an empty ring or the budget
+	                          stopped them): each is armed again, in the
+	                          order it stopped, as buffers return           */
+	uint64_t starved_armed; /* starved receives armed again as buffers
+	                          returned (part of rearms)                     */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime

@@ -162,10 +162,10 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 {
 	printf("backend: %s\n", get(b, 0, "ring.backend") == 1 ? "epoll (the fallback: io_uring "
 		"is refused here or CORIO_BACKEND=epoll)" : "io_uring");
-	printf("%5s %4s %9s %6s %6s %9s %9s %6s %9s %6s %7s %9s %8s %8s %8s %8s %6s %6s %9s\n",
+	printf("%5s %4s %9s %6s %6s %9s %9s %6s %9s %6s %7s %9s %8s %8s %8s %8s %6s %7s %8s %6s %9s\n",
 	       "shard", "cpu", "turns/s", "busy%", "cpu%", "enters/s", "sqes/s", "sq/ent", "cqes/s", "cq/wk",
 	       "fibers", "switch/s", "msgin/s", "msgout/s", "netinMB", "netoutMB", "conns",
-	       "stalls", "turnmax");
+	       "starved", "rearm/s", "stalls", "turnmax");
 	for (unsigned s = 0; s < shards; s++) {
 		double busy = rate(a, b, s, "loop.busy_ns", secs);
 		double idle = rate(a, b, s, "loop.idle_ns", secs);
@@ -175,7 +175,7 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 		double wcq = rate(a, b, s, "ring.wake_cqes", secs);
 
 		printf("%5u %4.0f %9.0f %6.1f %6.1f %9.0f %9.0f %6.2f %9.0f %6.2f %7.0f %9.0f %8.0f %8.0f "
-		       "%8.2f %8.2f %6.0f %6.0f %7.2fms\n",
+		       "%8.2f %8.2f %6.0f %7.0f %8.0f %6.0f %7.2fms\n",
 		       s, get(b, s, "cpu"), rate(a, b, s, "loop.turns", secs),
 		       busy + idle > 0 ? 100.0 * busy / (busy + idle) : 0,
 		       rate(a, b, s, "loop.cpu_ns", secs) / 1e7, enters, sqes,
@@ -184,6 +184,7 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 		       rate(a, b, s, "fibers.switches", secs), rate(a, b, s, "msg.received", secs),
 		       rate(a, b, s, "msg.sent", secs), rate(a, b, s, "net.bytes_in", secs) / 1e6,
 		       rate(a, b, s, "net.bytes_out", secs) / 1e6, get(b, s, "net.conns_live"),
+		       get(b, s, "net.starved"), rate(a, b, s, "net.rearms", secs),
 		       get(b, s, "loop.stalls"), get(b, s, "loop.turn_max_ns") / 1e6);
 	}
 }
