@@ -135,6 +135,15 @@ struct corio__part {
 	int (*init)(struct corio__shard *s);
 	/* once per loop turn, after running fibers; returns work done */
 	unsigned (*poll)(struct corio__shard *s);
+	/* Parts that another thread can feed (messages, pool completions):
+	 * whether work waits, running nothing. The loop asks it again after
+	 * raising `sleeping` (seq_cst loads: core/msg.c's handshake), and only
+	 * these parts: the rest get work only from this shard's own fibers
+	 * and completions, all of which come before the turn's poll. */
+	bool (*pending)(struct corio__shard *s);
+	/* Once before the shard blocks in the kernel (optional): the timers
+	 * arm their kernel timeout here when the loop spun first. */
+	void (*sleep)(struct corio__shard *s);
 	/* when shutdown begins on this shard */
 	void (*stop)(struct corio__shard *s);
 	/* true while the part still has kernel ops or work to drain */
@@ -378,6 +387,10 @@ struct corio_rt {
 	 * to three times a turn, and empty slots cost each pass their tests */
 	unsigned (*polls[CORIO__PART_MAX])(struct corio__shard *s);
 	unsigned npolls;
+	bool (*pendings[CORIO__PART_MAX])(struct corio__shard *s);
+	unsigned npendings;
+	void (*sleeps[CORIO__PART_MAX])(struct corio__shard *s);
+	unsigned nsleeps;
 	unsigned nshards;
 	int *cpus;
 	struct corio__shard **shards;

@@ -154,6 +154,17 @@ static unsigned parts_poll(struct corio__shard *s)
 	return work;
 }
 
+/* Cross-thread parts only: does work wait? (seq_cst loads in the parts) */
+static bool parts_pending(struct corio__shard *s)
+{
+	const struct corio_rt *rt = s->rt;
+
+	for (unsigned i = 0; i < rt->npendings; i++)
+		if (rt->pendings[i](s))
+			return true;
+	return false;
+}
+
 static bool parts_busy(struct corio__shard *s)
 {
 	const struct corio__part *const *parts = s->rt->parts;
@@ -162,16 +173,6 @@ static bool parts_busy(struct corio__shard *s)
 		if (parts[i] && parts[i]->busy && parts[i]->busy(s))
 			return true;
 	return false;
-}
-
-static void publish_ring_stats(struct corio__shard *s)
-{
-	CORIO__STAT_SET(s->stats.enters, s->ring.cnt.enters);
-	CORIO__STAT_SET(s->stats.sqes, s->ring.cnt.sqes);
-	CORIO__STAT_SET(s->stats.cqes, s->ring.cnt.cqes);
-	CORIO__STAT_SET(s->stats.sq_full, s->ring.cnt.sq_full);
-	CORIO__STAT_SET(s->stats.cq_overflow, s->ring.cnt.cq_overflow);
-	CORIO__STAT_SET(s->stats.cqe_dropped, s->ring.cnt.cqe_dropped);
 }
 
 /*
@@ -233,14 +234,20 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 		corio__ring_poll(&s->ring); /* submit, and flush deferred completions */
 		goto out;
 	}
-	/* One more pass before advertising sleep: under a steady stream of
-	 * messages this usually finds work, and senders never see us asleep. */
-	if (cfg->idle == CORIO_IDLE_BLOCK && (parts_poll(s) || s->runq_head))
+	/* Before blocking: the parts' last word (the timers arm their kernel
+	 * timeout if the loop spun; that may fire one). Then one look at what
+	 * other threads feed before advertising sleep: under a steady stream
+	 * of messages this usually finds work, and senders never see us
+	 * asleep. The parts this shard feeds itself were polled this turn,
+	 * after every fiber and completion that could give them work. */
+	for (unsigned i = 0; i < s->rt->nsleeps; i++)
+		s->rt->sleeps[i](s);
+	if (s->runq_head || parts_pending(s))
 		goto submit;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
 	 * awake (seq_cst loads in the parts; see core/msg.c). */
-	if (!parts_poll(s) && !s->runq_head && !atomic_load(&s->rt->stopping)) {
+	if (!parts_pending(s) && !atomic_load(&s->rt->stopping)) {
 		enter_t = corio__tick();
 		corio__ring_enter(&s->ring, 1);
 		blocked = true;
@@ -319,8 +326,6 @@ void corio__loop(struct corio__shard *s)
 			CORIO__STAT_ADD(s->stats.wake_cqes, n);
 		}
 		CORIO__STAT_ADD(s->stats.loop_turns, 1);
-		publish_ring_stats(s);
 	}
-	publish_ring_stats(s);
 }
 

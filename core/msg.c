@@ -917,13 +917,16 @@ static unsigned msg_pending(struct msg *m)
 	return (atomic_load(&m->tail) & ~CLOSED) != m->head;
 }
 
+static bool msg_pending_part(struct corio__shard *s)
+{
+	return msg_pending(part(s)) != 0;
+}
+
 static unsigned msg_poll(struct corio__shard *s)
 {
 	struct msg *m = part(s);
 	unsigned work;
 
-	if (atomic_load_explicit(&s->sleeping, memory_order_relaxed))
-		return msg_pending(m);
 	work = replies(m);
 	if (m->room_waiting)
 		work += room_wakeups(m);
@@ -1046,6 +1049,7 @@ const struct corio__part corio__msg_part = {
 	.census = msg_census,
 	.init = msg_init,
 	.poll = msg_poll,
+	.pending = msg_pending_part,
 	.stop = msg_stop,
 	.busy = msg_busy,
 	.release = msg_release,

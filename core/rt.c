@@ -559,8 +559,14 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 	}
 	rt->parts = parts;
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
-		if (parts[i] && parts[i]->poll)
-			rt->polls[rt->npolls++] = parts[i]->poll;
+		if (parts[i]) {
+			if (parts[i]->poll)
+				rt->polls[rt->npolls++] = parts[i]->poll;
+			if (parts[i]->pending)
+				rt->pendings[rt->npendings++] = parts[i]->pending;
+			if (parts[i]->sleep)
+				rt->sleeps[rt->nsleeps++] = parts[i]->sleep;
+		}
 	rt->nshards = n;
 	rt->entry = entry;
 	rt->entry_arg = arg;

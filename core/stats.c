@@ -333,6 +333,14 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 				    out ? "no such shard" : "out is NULL");
 	s = rt->shards[shard];
 	corio__stats_copy(out, &s->stats, sizeof(*out));
+	/* the ring's own counters, read where the ring keeps them (relaxed
+	 * atomics: uring/internal.h), not copied into stats every turn */
+	out->enters = __atomic_load_n(&s->ring.cnt.enters, __ATOMIC_RELAXED);
+	out->sqes = __atomic_load_n(&s->ring.cnt.sqes, __ATOMIC_RELAXED);
+	out->cqes = __atomic_load_n(&s->ring.cnt.cqes, __ATOMIC_RELAXED);
+	out->sq_full = __atomic_load_n(&s->ring.cnt.sq_full, __ATOMIC_RELAXED);
+	out->cq_overflow = __atomic_load_n(&s->ring.cnt.cq_overflow, __ATOMIC_RELAXED);
+	out->cqe_dropped = __atomic_load_n(&s->ring.cnt.cqe_dropped, __ATOMIC_RELAXED);
 	if (s != corio__tl_shard) {
 		/* An idle period in progress (the shard may be blocked for
 		 * hours): count it up to now. Read after idle_ns, see loop.c. */

@@ -59,17 +59,18 @@ static int timers_init(struct corio__shard *s)
 	return 0;
 }
 
+/* Arm the kernel timeout only when the loop may block: at every turn's
+ * poll under BLOCK; under SPIN once the spin is over and the shard is
+ * about to sleep (timers_sleep); POLL never blocks. */
 static unsigned timers_poll(struct corio__shard *s)
 {
-	enum corio_idle idle = s->rt->cfg.idle;
+	return corio__timers_poll(corio__timers(s), s->rt->cfg.idle == CORIO_IDLE_BLOCK);
+}
 
-	/* Arm the kernel timeout only when the loop may block: BLOCK, or SPIN
-	 * once it is about to sleep (POLL never blocks). A kicker that clears
-	 * `sleeping` under us also sends the wake-up, so the next turn arms. */
-	return corio__timers_poll(corio__timers(s),
-				  idle == CORIO_IDLE_BLOCK ||
-					  (idle == CORIO_IDLE_SPIN &&
-					   atomic_load_explicit(&s->sleeping, memory_order_relaxed)));
+static void timers_sleep(struct corio__shard *s)
+{
+	if (s->rt->cfg.idle == CORIO_IDLE_SPIN)
+		(void)corio__timers_poll(corio__timers(s), true);
 }
 
 static void timers_stop(struct corio__shard *s)
@@ -97,6 +98,7 @@ const struct corio__part corio__timer_part = {
 	.name = "timer",
 	.init = timers_init,
 	.poll = timers_poll,
+	.sleep = timers_sleep,
 	.stop = timers_stop,
 	.busy = timers_busy,
 	.fini = timers_fini,

@@ -480,6 +480,11 @@ static unsigned work_poll(struct corio__shard *s)
 	return 1;
 }
 
+static bool work_pending(struct corio__shard *s)
+{
+	return atomic_load(&part(s)->done) != NULL; /* seq_cst: the sleep handshake */
+}
+
 static unsigned work_census(struct corio__shard *s, char *buf, size_t len)
 {
 	struct work *w = part(s);
@@ -508,6 +513,7 @@ const struct corio__part corio__work_part = {
 	.name = "work",
 	.init = work_init,
 	.poll = work_poll,
+	.pending = work_pending,
 	.census = work_census,
 	.release = work_release,
 };

@@ -62,10 +62,10 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 	 * single corio_send_buf): send(2) skips the kernel's copy and check
 	 * of the msghdr and its iovec array. */
 	if (mh->msg_iovlen == 1 && !mh->msg_name && !mh->msg_controllen)
-		r = send(s->fd, mh->msg_iov[0].iov_base, mh->msg_iov[0].iov_len,
-			 MSG_DONTWAIT | MSG_NOSIGNAL | more);
+		r = corio__sys_send(s->fd, mh->msg_iov[0].iov_base, mh->msg_iov[0].iov_len,
+				    MSG_DONTWAIT | MSG_NOSIGNAL | more);
 	else
-		r = sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL | more);
+		r = corio__sys_sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL | more);
 
 	if (r > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
@@ -73,9 +73,9 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 		CORIO__STAT_ADD(n->stats.send_direct, 1);
 		return r;
 	}
-	if (r == 0 || errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)
+	if (r == 0 || r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR)
 		return 0;
-	return -errno;
+	return r;
 }
 
 /* For the blocking sends: deadline and cancellation are checked first, as

@@ -364,7 +364,7 @@ static void post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags
 
 			if (!p) {
 				/* Nothing sane is left: a lost CQE hangs a fiber. */
-				r->cnt.cqe_dropped++;
+				CORIO__RCNT_ADD(r->cnt.cqe_dropped, 1);
 				return;
 			}
 			for (unsigned i = 0; i < e->novf; i++)

@@ -20,6 +20,7 @@
  * struct corio__op, whose cb runs once per CQE. For a multishot op the
  * callback sees IORING_CQE_F_MORE on every CQE but the last one.
  */
+#include "uring/sys.h"
 #include "uring/fault.h" /* the fault-injection hooks (FAULTS=1 builds) */
 #include <liburing.h>
 #include <stdbool.h>
@@ -59,9 +60,14 @@ struct corio__ring_params {
 };
 
 /* Ring counters; the core copies them into its stats. Owner-written. */
+/* Written only by the ring's thread, read by the stats getters from any
+ * thread (core/stats.c): every write is a relaxed atomic store of the new
+ * value (CORIO__RCNT_ADD, a plain add and store on x86-64 and aarch64), so
+ * readers never see a torn value and nothing is copied per loop turn. */
 struct corio__ring_counters {
 	uint64_t enters, sqes, cqes, sq_full, cq_overflow, cqe_dropped;
 };
+#define CORIO__RCNT_ADD(field, n) __atomic_store_n(&(field), (field) + (n), __ATOMIC_RELAXED)
 
 struct corio__emu;
 

@@ -24,10 +24,10 @@ int corio__ring_msg_doorbell(struct corio__ring *r, int target_fd, struct corio_
 	corio__fault_sq(r); /* test builds: faults for what else is queued */
 	do {
 		ret = io_uring_submit(&r->ring);
-		r->cnt.enters++;
+		CORIO__RCNT_ADD(r->cnt.enters, 1);
 	} while (ret == -EINTR);
 	if (ret > 0)
-		r->cnt.sqes += (unsigned)ret;
+		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
 	if (io_uring_sq_ready(&r->ring)) {
 		/* Not consumed (-EBUSY with a full CQ, -EAGAIN, ...). Ours is the
 		 * last SQE queued and the kernel reads SQEs only inside an enter

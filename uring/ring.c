@@ -395,7 +395,7 @@ void corio__ring_exit(struct corio__ring *r)
 int corio__ring_check(struct corio__ring *r, int ret, const char *what)
 {
 	if (CORIO__RING_UNLIKELY(ret == -EBADR)) {
-		r->cnt.cqe_dropped++;
+		CORIO__RCNT_ADD(r->cnt.cqe_dropped, 1);
 		corio__log("corio: %s: EBADR: the kernel dropped completions (no memory for "
 			   "its CQ overflow list); operations waiting on them will never complete "
 			   "(%llu so far)", what, (unsigned long long)r->cnt.cqe_dropped);
@@ -433,20 +433,20 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 		/* SQ full: hand what is queued to the kernel and try again. With
 		 * SQPOLL the kernel thread may not have consumed them yet: wait
 		 * for room. */
-		r->cnt.sq_full++;
+		CORIO__RCNT_ADD(r->cnt.sq_full, 1);
 		corio__fault_sq(r);
 		if (r->caps & CORIO__CAP_SQPOLL) {
 			io_uring_submit(&r->ring);
 			io_uring_sqring_wait(&r->ring);
 			continue;
 		}
-		r->cnt.enters++;
+		CORIO__RCNT_ADD(r->cnt.enters, 1);
 		ret = corio__fault_enter(r, true);
 		if (!ret)
 			ret = sys_submit(r);
 		ret = corio__ring_check(r, ret, "io_uring_submit");
 		if (ret > 0)
-			r->cnt.sqes += (unsigned)ret;
+			CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
 		else if (ret == -EAGAIN || ret == -EBUSY)
 			submit_refused(r);
 		else if (ret < 0 && ret != -EINTR && ret != -EBADR) {
@@ -460,7 +460,7 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 void corio__ring_reserve(struct corio__ring *r, unsigned n)
 {
 	while (io_uring_sq_space_left(&r->ring) < n) {
-		r->cnt.sq_full++;
+		CORIO__RCNT_ADD(r->cnt.sq_full, 1);
 		if (r->caps & CORIO__CAP_SQPOLL) {
 			corio__fault_sq(r);
 			io_uring_submit(&r->ring);
@@ -530,14 +530,14 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 	} else {
 		return 0;
 	}
-	r->cnt.enters++;
+	CORIO__RCNT_ADD(r->cnt.enters, 1);
 	if (CORIO__RING_UNLIKELY(r->fault_ebadr) && wait_nr) {
 		r->fault_ebadr = false;
 		ret = -EBADR;
 	}
 	ret = corio__ring_check(r, ret, "io_uring_enter");
 	if (ret > 0)
-		r->cnt.sqes += (unsigned)ret;
+		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
 	return ret;
 }
 
@@ -550,9 +550,9 @@ unsigned corio__ring_poll(struct corio__ring *r)
 	    !(r->caps & CORIO__CAP_TASKRUN_FLAG)) {
 		int ret = corio__ring_check(r, sys_submit_and_get_events(r), "io_uring_enter");
 
-		r->cnt.enters++;
+		CORIO__RCNT_ADD(r->cnt.enters, 1);
 		if (ret > 0)
-			r->cnt.sqes += (unsigned)ret;
+			CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
 	}
 	return io_uring_cq_ready(&r->ring) + r->nstash;
 }
@@ -629,7 +629,7 @@ static void stash_cqes(struct corio__ring *r)
 		}
 		if (!(IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_CQ_OVERFLOW))
 			break;
-		r->cnt.enters++;
+		CORIO__RCNT_ADD(r->cnt.enters, 1);
 		corio__ring_check(r, sys_get_events(r), "io_uring_get_events");
 	}
 }
@@ -684,10 +684,10 @@ unsigned corio__ring_reap(struct corio__ring *r)
 		 * the next turn (the loop's enter flushes them), so fibers run. */
 		flushes++;
 		if (kflags & IORING_SQ_CQ_OVERFLOW)
-			r->cnt.cq_overflow++;
-		r->cnt.enters++;
+			CORIO__RCNT_ADD(r->cnt.cq_overflow, 1);
+		CORIO__RCNT_ADD(r->cnt.enters, 1);
 		corio__ring_check(r, sys_get_events(r), "io_uring_get_events");
 	}
-	r->cnt.cqes += total;
+	CORIO__RCNT_ADD(r->cnt.cqes, total);
 	return total;
 }
