@@ -761,6 +761,12 @@ ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, siz
 	if (off > INT64_MAX || len > INT64_MAX - off)
 		return write_leave(st, corio__error(-EINVAL, "corio_stream_sendfile: off + len "
 							     "is past the largest file offset"));
+	/* Before any path reads fd: a device reads fine (the inline copy sent
+	 * 4 KiB of /dev/zero), a FIFO or socket would wait for input. Bad
+	 * input, so not sticky: nothing was sent. */
+	n = corio__sendfile_fd(fd, "corio_stream_sendfile");
+	if (n)
+		return write_leave(st, n);
 	if (file_inline(st, fd, off, len))
 		return write_leave(st, (ssize_t)len);
 	if (st->ops->sendfile)
@@ -953,9 +959,10 @@ static ssize_t sock_read_or(void *t, void *buf, size_t len, struct corio_event *
 	return i < 0 ? i : i == 0 ? w[0].res : -ESHUTDOWN;
 }
 
+/* corio_stream_sendfile has checked fd (one fstat per call, not per piece) */
 static ssize_t sock_sendfile(void *t, int fd, off_t off, size_t len)
 {
-	return corio_sendfile(t, fd, off, len);
+	return corio__sendfile_checked(t, fd, off, len);
 }
 
 static const struct corio_stream_transport sock_ops = {

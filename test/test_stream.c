@@ -990,6 +990,86 @@ Test(stream, sendfile_small_cached_file_leaves_in_the_heads_send, .timeout = 60)
 	th_run(&cfg, small_file_entry, NULL);
 }
 
+/* ---- sendfile of anything but a regular file --------------------------------------------- */
+
+/* A character device, a FIFO, a directory, a socket: -EINVAL with a message
+ * naming the call; a closed fd: -EBADF. Nothing goes out and the write side
+ * stays whole (bad input, not a failed write), on corio_sendfile, on the
+ * plain transport (sendfile, and the small cached file copied inline: it
+ * used to read 4 KiB of /dev/zero and send them) and on a copying one (read
+ * and written, as TLS does). */
+static void not_file_case(const struct corio_stream_transport *ops, int fd)
+{
+	struct th_not_file nf[TH_NOT_FILES];
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_deadline d;
+	char buf[16] = "";
+
+	/* bounded: a call that read a FIFO or a socket would wait for ever */
+	CHECK_EQ(corio_timeout_push(&d, 5ull * 1000 * 1000 * 1000), 0);
+	th_tcp_pair(&s, &c);
+	if (!ops) { /* the socket call the plain transport uses, first */
+		th_not_files(nf);
+		for (int i = 0; i < TH_NOT_FILES; i++) {
+			th_error_reset();
+			CHECK_EQ(corio_sendfile(s, nf[i].fd, 0, 4096), nf[i].err);
+			CHECK(strstr(corio_last_error(), "corio_sendfile: ") == corio_last_error());
+			CHECK(strstr(corio_last_error(), nf[i].msg) != NULL);
+		}
+		th_not_files_close(nf);
+	}
+	CHECK_EQ(ops ? corio_stream_new(ops, s, NULL, &st) : corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EQ(corio_stream_write(st, "hd", 2), 2); /* buffered: must not go out alone */
+	th_not_files(nf);
+	for (int i = 0; i < TH_NOT_FILES; i++) {
+		th_error_reset();
+		CHECK_EQ(corio_stream_sendfile(st, nf[i].fd, 0, 4096), nf[i].err);
+		CHECK(strstr(corio_last_error(), "corio_stream_sendfile: ") == corio_last_error());
+		CHECK(strstr(corio_last_error(), nf[i].msg) != NULL);
+		CHECK_EQ(corio_stream_sendfile(st, nf[i].fd, 0, 0), nf[i].err); /* len 0 too */
+	}
+	th_not_files_close(nf);
+	/* not sticky, nothing sent: the head and a real file go out, exactly */
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	for (size_t got = 0; got < 6;) {
+		ssize_t n = corio_recv(c, buf + got, sizeof(buf) - got);
+
+		CHECK(n > 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	CHECK(memcmp(buf, "hdfile", 6) == 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 0); /* nothing behind it */
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+static void not_file_entry(void *arg)
+{
+	char path[] = "/tmp/corio-stream-file-XXXXXX";
+	int fd = mkstemp(path);
+
+	(void)arg;
+	CHECK(fd >= 0);
+	unlink(path);
+	CHECK_EQ(write(fd, "file", 4), 4);
+	not_file_case(NULL, fd);
+	not_file_case(&copy_ops, fd);
+	close(fd);
+}
+
+Test(stream, sendfile_refuses_anything_but_a_regular_file, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, not_file_entry, NULL);
+}
+
 /* ---- bad input ------------------------------------------------------------------------ */
 
 static void bad_entry(void *arg)

@@ -224,7 +224,13 @@ CORIO_API ssize_t corio_stream_writev(struct corio_stream *st, const struct iove
  * pipe and a second send cost more than the copy: docs/STREAM.md, "Files").
  * len, or -errno
  * (sticky, as for writes): -ENODATA when the file ends before len bytes
- * (what went out cannot be taken back: close). Blocking.
+ * (what went out cannot be taken back: close). Before any of that, on
+ * every transport and path (the inline copy and TLS's read included), fd
+ * must be an open regular file, as for corio_sendfile: -EBADF when it is
+ * not open, -EINVAL when it is anything else (a device such as /dev/zero,
+ * a FIFO, a directory, a socket), with a message naming
+ * corio_stream_sendfile; bad input, so nothing is sent and the error is
+ * not sticky. (One fstat(2) per call, as corio_sendfile makes.) Blocking.
  */
 CORIO_API ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off,
 					size_t len);
