@@ -72,7 +72,9 @@ struct corio__pool {
 	pthread_mutex_t lock;
 	pthread_cond_t cond;
 	struct job *head, *tail;
-	unsigned queued, running, idle, nthreads, max_threads, max_queue;
+	/* idle: threads waiting on cond (a signalled one until it has the
+	 * lock again); starting: created, not yet at the queue */
+	unsigned queued, running, idle, starting, nthreads, max_threads, max_queue;
 	bool stop;
 	pthread_t *threads;
 	cpu_set_t mask; /* the process's affinity at corio_start() */
@@ -143,6 +145,7 @@ static void *pool_thread(void *arg)
 	struct corio__pool *p = arg;
 
 	pthread_mutex_lock(&p->lock);
+	p->starting--;
 	for (;;) {
 		struct job *j;
 
@@ -207,6 +210,7 @@ static int pool_grow(struct corio__pool *p)
 	if (ret)
 		return -ret;
 	p->nthreads++;
+	p->starting++;
 	return 0;
 }
 
@@ -359,7 +363,18 @@ static bool job_abandon(struct corio__pool *p, struct work *w, struct job *j)
 	return false;
 }
 
-/* Queue a job; 0 or -errno (nothing queued). */
+/*
+ * Queue a job; 0 or -errno (nothing queued).
+ *
+ * Every queued job has a thread that is free to take it, while the pool
+ * may grow: an idle thread or one starting counts for one job only, so a
+ * job queued behind others that already claimed the idle threads starts a
+ * thread of its own. (Counting idle threads alone let every job queued
+ * before the woken thread took the lock count the same one: four jobs ran
+ * one after another on one thread.) A thread finishing a job is not
+ * counted, though it takes the next job before it counts itself idle: the
+ * pool may start a thread it turns out not to need, never one too few.
+ */
 static int job_queue(struct corio__pool *p, struct work *w, struct job *j)
 {
 	int ret = 0;
@@ -367,8 +382,8 @@ static int job_queue(struct corio__pool *p, struct work *w, struct job *j)
 	pthread_mutex_lock(&p->lock);
 	if (p->queued >= p->max_queue) {
 		ret = -EAGAIN;
-	} else if (!p->idle && p->nthreads < p->max_threads && (ret = pool_grow(p)) &&
-		   p->nthreads) {
+	} else if (p->queued + 1 > p->idle + p->starting && p->nthreads < p->max_threads &&
+		   (ret = pool_grow(p)) && p->nthreads) {
 		ret = 0; /* could not add a thread, but the ones we have will do */
 	}
 	if (!ret) {

@@ -403,6 +403,15 @@ int corio__net_pipe_get(struct corio__net *n, int p[2]);
  * room, else closed. */
 void corio__net_pipe_put(struct corio__net *n, int p[2], bool clean);
 
+/* What sendfile can send: fd is an open regular file. 0, or -EBADF (not
+ * an open fd) / -EINVAL (a device, FIFO, directory, socket, ...) with a
+ * message naming who. One fstat(2): every sendfile path asks this once per
+ * call, corio_sendfile and corio_stream_sendfile alike. */
+int corio__sendfile_fd(int fd, const char *who);
+/* corio_sendfile for a caller that has asked corio__sendfile_fd already
+ * (corio_stream_sendfile's plain transport): no second fstat. */
+ssize_t corio__sendfile_checked(struct corio_sock *s, int fd, off_t off, size_t len);
+
 /* One read of fd at off into buf: the count (0 at the end of the file)
  * or -errno. The ring's READ where the probe has it, else pread(2); who
  * names the call for misuse messages. Blocking. */

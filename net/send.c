@@ -957,20 +957,28 @@ static ssize_t copy_to_sock(void *ctx, const void *buf, size_t len)
 	return corio_send(ctx, buf, len);
 }
 
-ssize_t corio_sendfile(struct corio_sock *s, int fd, off_t off, size_t len)
+int corio__sendfile_fd(int fd, const char *who)
+{
+	struct stat st;
+
+	if (fd < 0 || fstat(fd, &st) < 0)
+		return corio__error(-EBADF, "%s: fd %d is not an open file", who, fd);
+	if (!S_ISREG(st.st_mode))
+		return corio__error(-EINVAL, "%s: fd %d is not a regular file", who, fd);
+	return 0;
+}
+
+static ssize_t sendfile_run(struct corio_sock *s, int fd, off_t off, size_t len, bool fd_checked)
 {
 	struct corio__net *n = corio__sock_owner(s);
-	struct stat st;
 	ssize_t ret;
 
 	if (!n)
 		return corio__sock_not_mine("corio_sendfile", s);
 	if (s->type != SOCK_STREAM)
 		return corio__error(-EINVAL, "corio_sendfile: not a stream socket");
-	if (fd < 0 || fstat(fd, &st) < 0)
-		return corio__error(-EBADF, "corio_sendfile: fd %d is not an open file", fd);
-	if (!S_ISREG(st.st_mode))
-		return corio__error(-EINVAL, "corio_sendfile: fd %d is not a regular file", fd);
+	if (!fd_checked && (ret = corio__sendfile_fd(fd, "corio_sendfile")))
+		return ret;
 	if (off < 0)
 		return corio__error(-EINVAL, "corio_sendfile: off is negative");
 	ret = corio__may_block("corio_sendfile");
@@ -996,4 +1004,14 @@ ssize_t corio_sendfile(struct corio_sock *s, int fd, off_t off, size_t len)
 		ret = corio__file_copy(fd, off, len, copy_to_sock, s);
 	}
 	return ret < 0 ? corio__net_err(n, (int)ret) : ret;
+}
+
+ssize_t corio_sendfile(struct corio_sock *s, int fd, off_t off, size_t len)
+{
+	return sendfile_run(s, fd, off, len, false);
+}
+
+ssize_t corio__sendfile_checked(struct corio_sock *s, int fd, off_t off, size_t len)
+{
+	return sendfile_run(s, fd, off, len, true);
 }

@@ -160,6 +160,21 @@ static void release_spent(struct corio_stream *st)
 	}
 }
 
+/* A blocking read call whose arguments are good: cancellation and the
+ * deadline first, even with bytes buffered (corio.h's one rule, as
+ * corio_recv: a cancelled fiber that is kept fed still sees its cancel),
+ * and nothing taken or changed then; else the spent lent buffer goes back.
+ * 0 or -errno. */
+static int read_begin(struct corio_stream *st, const char *who)
+{
+	int ret = corio__may_block(who);
+
+	if (ret)
+		return ret;
+	release_spent(st);
+	return 0;
+}
+
 /* Room in rb for `more` bytes past rtail, with rb's unread + more <=
  * max_frame: compact first, grow (doubling, capped) when that is not
  * enough. 0 or -ENOMEM. */
@@ -339,7 +354,9 @@ ssize_t corio_stream_read_until(struct corio_stream *st, int delim, size_t max, 
 						   !view ? "view is NULL"
 						   : delim < 0 || delim > 255 ? "delim is not a byte"
 						   : "max is 0 or over the stream's max_frame"));
-	release_spent(st);
+	ret = read_begin(st, who);
+	if (ret)
+		return read_leave(st, ret);
 	while ((r = until_step(st, delim, max, view)) == 0) {
 		r = fill(st);
 		if (r > 0)
@@ -361,7 +378,9 @@ ssize_t corio_stream_skip_until(struct corio_stream *st, int delim)
 	if (delim < 0 || delim > 255)
 		return read_leave(st, corio__error(-EINVAL, "corio_stream_skip_until: delim is not "
 							    "a byte"));
-	release_spent(st);
+	ret = read_begin(st, "corio_stream_skip_until");
+	if (ret)
+		return read_leave(st, ret);
 	for (;;) {
 		size_t n = rb_len(st), c = cur_len(st);
 		char *p = n ? st->rb + st->rhead : (char *)st->cur.data + st->coff;
@@ -434,7 +453,9 @@ ssize_t corio_stream_peek(struct corio_stream *st, size_t n, const void **view)
 	ret = bad_n("corio_stream_peek", st, n, view);
 	if (ret)
 		return read_leave(st, ret);
-	release_spent(st);
+	ret = read_begin(st, "corio_stream_peek");
+	if (ret)
+		return read_leave(st, ret);
 	return read_leave(st, peek_locked(st, n, n, view));
 }
 
@@ -450,7 +471,9 @@ ssize_t corio_stream_peek_upto(struct corio_stream *st, size_t n, size_t max, co
 					    "stream's max_frame (%zu)", st->max_frame);
 	if (ret)
 		return read_leave(st, ret);
-	release_spent(st);
+	ret = read_begin(st, "corio_stream_peek_upto");
+	if (ret)
+		return read_leave(st, ret);
 	return read_leave(st, peek_locked(st, n, max, view));
 }
 
@@ -464,7 +487,9 @@ ssize_t corio_stream_read_exact(struct corio_stream *st, size_t n, const void **
 	ret = bad_n("corio_stream_read_exact", st, n, view);
 	if (ret)
 		return read_leave(st, ret);
-	release_spent(st);
+	ret = read_begin(st, "corio_stream_read_exact");
+	if (ret)
+		return read_leave(st, ret);
 	r = peek_locked(st, n, n, view);
 	if (r > 0 && (size_t)r < n)
 		r = corio__error(-ENODATA, "corio_stream_read_exact: the stream ended %zd bytes "
@@ -503,7 +528,9 @@ ssize_t corio_stream_read(struct corio_stream *st, void *buf, size_t len)
 	if (!buf || !len)
 		return read_leave(st, corio__error(-EINVAL, "corio_stream_read: %s",
 						   buf ? "len is 0" : "buf is NULL"));
-	release_spent(st);
+	ret = read_begin(st, "corio_stream_read");
+	if (ret)
+		return read_leave(st, ret);
 	r = peek_locked(st, 1, 1, &v);
 	if (r > 0) {
 		if ((size_t)r > len)
@@ -531,7 +558,9 @@ ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event *ev)
 	if (!ev || !st->ops->read_or)
 		return read_leave(st, corio__error(ev ? -ENOTSUP : -EINVAL, "corio_stream_wait: %s",
 						   ev ? "the transport has no read_or" : "ev is NULL"));
-	release_spent(st);
+	r = read_begin(st, "corio_stream_wait");
+	if (r)
+		return read_leave(st, r);
 	if (!corio_stream_buffered(st)) /* a spent lent buffer went back just now */
 		r = fill_or(st, ev);
 	return read_leave(st, r < 0 ? r : (ssize_t)corio_stream_buffered(st));
@@ -732,6 +761,12 @@ ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off, siz
 	if (off > INT64_MAX || len > INT64_MAX - off)
 		return write_leave(st, corio__error(-EINVAL, "corio_stream_sendfile: off + len "
 							     "is past the largest file offset"));
+	/* Before any path reads fd: a device reads fine (the inline copy sent
+	 * 4 KiB of /dev/zero), a FIFO or socket would wait for input. Bad
+	 * input, so not sticky: nothing was sent. */
+	n = corio__sendfile_fd(fd, "corio_stream_sendfile");
+	if (n)
+		return write_leave(st, n);
 	if (file_inline(st, fd, off, len))
 		return write_leave(st, (ssize_t)len);
 	if (st->ops->sendfile)
@@ -924,9 +959,10 @@ static ssize_t sock_read_or(void *t, void *buf, size_t len, struct corio_event *
 	return i < 0 ? i : i == 0 ? w[0].res : -ESHUTDOWN;
 }
 
+/* corio_stream_sendfile has checked fd (one fstat per call, not per piece) */
 static ssize_t sock_sendfile(void *t, int fd, off_t off, size_t len)
 {
-	return corio_sendfile(t, fd, off, len);
+	return corio__sendfile_checked(t, fd, off, len);
 }
 
 static const struct corio_stream_transport sock_ops = {

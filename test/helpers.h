@@ -20,8 +20,11 @@
 #include <errno.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
 #include <unistd.h>
@@ -259,6 +262,49 @@ static inline void th_tcp_pair(struct corio_sock **srv, struct corio_sock **cli)
 	CHECK_EQ(corio_tcp_connect(addr, cli), 0);
 	CHECK_EQ(corio_accept(l, srv), 0);
 	CHECK_EQ(corio_listener_close(l), 0);
+}
+
+/*
+ * File descriptors that sendfile must refuse, each with the error it must
+ * give: a character device (/dev/zero, which reads fine), a FIFO, a
+ * directory, a socket (-EINVAL: not a regular file) and a closed fd
+ * (-EBADF). th_not_files_close() closes what is open.
+ */
+#define TH_NOT_FILES 5
+struct th_not_file {
+	int fd, err;
+	const char *what, *msg;
+};
+
+static inline void th_not_files(struct th_not_file nf[TH_NOT_FILES])
+{
+	char fifo[] = "/tmp/corio-test-fifo-XXXXXX";
+	int tmp = mkstemp(fifo);
+
+	CHECK(tmp >= 0);
+	close(tmp);
+	unlink(fifo);
+	CHECK_EQ(mkfifo(fifo, 0600), 0);
+	nf[0] = (struct th_not_file){ open("/dev/zero", O_RDONLY | O_CLOEXEC), -EINVAL,
+				      "a character device", "not a regular file" };
+	/* O_RDWR: a FIFO opened so never waits for a peer (Linux) */
+	nf[1] = (struct th_not_file){ open(fifo, O_RDWR | O_NONBLOCK | O_CLOEXEC), -EINVAL,
+				      "a FIFO", "not a regular file" };
+	unlink(fifo);
+	nf[2] = (struct th_not_file){ open("/tmp", O_RDONLY | O_DIRECTORY | O_CLOEXEC), -EINVAL,
+				      "a directory", "not a regular file" };
+	nf[3] = (struct th_not_file){ socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0), -EINVAL,
+				      "a socket", "not a regular file" };
+	nf[4] = (struct th_not_file){ dup(nf[0].fd), -EBADF, "a closed fd", "not an open file" };
+	for (int i = 0; i < TH_NOT_FILES; i++)
+		CHECK(nf[i].fd >= 0);
+	close(nf[4].fd); /* nothing opens an fd before the calls: it stays closed */
+}
+
+static inline void th_not_files_close(struct th_not_file nf[TH_NOT_FILES])
+{
+	for (int i = 0; i < TH_NOT_FILES - 1; i++)
+		close(nf[i].fd);
 }
 
 #endif

@@ -690,6 +690,100 @@ Test(stream, copying_transport_and_autoflush, .timeout = 30)
 	th_run(&cfg, copy_entry, NULL);
 }
 
+/* ---- cancellation and the deadline come first, even with bytes buffered ---------------- */
+
+/* Every blocking read call, made by a fiber that is cancelled (or whose
+ * deadline scope has passed) while the stream holds bytes: each returns
+ * -ECANCELED (-ETIMEDOUT) and takes nothing, as corio_recv does (corio.h's
+ * one rule). The stream used to hand out what it had buffered. */
+#define REFUSES(st, call, expect)                                        \
+	do {                                                             \
+		size_t had_ = corio_stream_buffered(st);                 \
+		CHECK(had_ > 0);                                         \
+		CHECK_EQ((call), (expect));                              \
+		CHECK_EQ(corio_stream_buffered(st), had_); /* taken: none */ \
+	} while (0)
+
+static void every_read_refuses(struct corio_stream *st, int expect, bool has_wait)
+{
+	struct corio_event ev;
+	const void *v = NULL;
+	char buf[1];
+
+	corio_event_init(&ev);
+	REFUSES(st, corio_stream_peek(st, 1, &v), expect);
+	REFUSES(st, corio_stream_peek_upto(st, 1, 8, &v), expect);
+	if (has_wait)
+		REFUSES(st, corio_stream_wait(st, &ev), expect);
+	REFUSES(st, corio_stream_read_until(st, '\n', 16, &v), expect);
+	REFUSES(st, corio_stream_skip_until(st, '\n'), expect);
+	REFUSES(st, corio_stream_read_exact(st, 1, &v), expect);
+	REFUSES(st, corio_stream_read(st, buf, sizeof(buf)), expect);
+}
+
+struct refusing {
+	struct corio_stream *st;
+	bool has_wait;
+};
+
+static int cancelled_reader(void *arg)
+{
+	struct refusing *r = arg;
+
+	CHECK_EQ(corio_cancel(corio_self()), 0);
+	every_read_refuses(r->st, -ECANCELED, r->has_wait);
+	return 0;
+}
+
+#define LINES5 "ab\ncd\nef\ngh\nij\n"
+
+static void refuse_case(const struct corio_stream_transport *ops)
+{
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_deadline d;
+	struct corio_fiber *f = NULL;
+	struct refusing r;
+	const void *v;
+
+	th_tcp_pair(&s, &c);
+	CHECK_EQ(ops ? corio_stream_new(ops, s, NULL, &st) : corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EQ(corio_send(c, LINES5, 15), 15);
+	CHECK(corio_stream_peek(st, 15, &v) >= 15); /* all buffered */
+	r = (struct refusing){ st, !ops };
+	CHECK_EQ(corio_spawn(cancelled_reader, &r, NULL, &f), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_timeout_push(&d, 1), 0);
+	CHECK_EQ(corio_sleep_ns(1000 * 1000), -ETIMEDOUT); /* the scope has passed */
+	every_read_refuses(st, -ETIMEDOUT, !ops);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	/* every byte is still there, in order (bounded: a read that took
+	 * them would leave these waiting) */
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_timeout_push(&d, 5ull * 1000 * 1000 * 1000), 0);
+	for (int i = 0; i < 5; i++) {
+		CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 3);
+		CHECK(v && memcmp(v, &LINES5[3 * i], 3) == 0);
+	}
+	CHECK_EQ(corio_stream_read_until(st, '\n', 16, &v), 0);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+}
+
+static void refuse_entry(void *arg)
+{
+	(void)arg;
+	refuse_case(NULL);      /* plain: the bytes lie in a lent buffer */
+	refuse_case(&copy_ops); /* copying, 3-byte reads: in the stream's own */
+}
+
+Test(stream, cancelled_or_expired_reads_refuse_even_with_bytes_buffered, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, refuse_entry, NULL);
+}
+
 /* ---- waiting for input or an event (corio_stream_wait) ------------------------------- */
 
 /* The idle wait of a keep-alive server: input wins, a set event ends the
@@ -894,6 +988,86 @@ Test(stream, sendfile_small_cached_file_leaves_in_the_heads_send, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, small_file_entry, NULL);
+}
+
+/* ---- sendfile of anything but a regular file --------------------------------------------- */
+
+/* A character device, a FIFO, a directory, a socket: -EINVAL with a message
+ * naming the call; a closed fd: -EBADF. Nothing goes out and the write side
+ * stays whole (bad input, not a failed write), on corio_sendfile, on the
+ * plain transport (sendfile, and the small cached file copied inline: it
+ * used to read 4 KiB of /dev/zero and send them) and on a copying one (read
+ * and written, as TLS does). */
+static void not_file_case(const struct corio_stream_transport *ops, int fd)
+{
+	struct th_not_file nf[TH_NOT_FILES];
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct corio_deadline d;
+	char buf[16] = "";
+
+	/* bounded: a call that read a FIFO or a socket would wait for ever */
+	CHECK_EQ(corio_timeout_push(&d, 5ull * 1000 * 1000 * 1000), 0);
+	th_tcp_pair(&s, &c);
+	if (!ops) { /* the socket call the plain transport uses, first */
+		th_not_files(nf);
+		for (int i = 0; i < TH_NOT_FILES; i++) {
+			th_error_reset();
+			CHECK_EQ(corio_sendfile(s, nf[i].fd, 0, 4096), nf[i].err);
+			CHECK(strstr(corio_last_error(), "corio_sendfile: ") == corio_last_error());
+			CHECK(strstr(corio_last_error(), nf[i].msg) != NULL);
+		}
+		th_not_files_close(nf);
+	}
+	CHECK_EQ(ops ? corio_stream_new(ops, s, NULL, &st) : corio_stream_sock(s, NULL, &st), 0);
+	CHECK_EQ(corio_stream_write(st, "hd", 2), 2); /* buffered: must not go out alone */
+	th_not_files(nf);
+	for (int i = 0; i < TH_NOT_FILES; i++) {
+		th_error_reset();
+		CHECK_EQ(corio_stream_sendfile(st, nf[i].fd, 0, 4096), nf[i].err);
+		CHECK(strstr(corio_last_error(), "corio_stream_sendfile: ") == corio_last_error());
+		CHECK(strstr(corio_last_error(), nf[i].msg) != NULL);
+		CHECK_EQ(corio_stream_sendfile(st, nf[i].fd, 0, 0), nf[i].err); /* len 0 too */
+	}
+	th_not_files_close(nf);
+	/* not sticky, nothing sent: the head and a real file go out, exactly */
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(corio_shutdown_write(c), 0);
+	for (size_t got = 0; got < 6;) {
+		ssize_t n = corio_recv(c, buf + got, sizeof(buf) - got);
+
+		CHECK(n > 0);
+		if (n <= 0)
+			break;
+		got += (size_t)n;
+	}
+	CHECK(memcmp(buf, "hdfile", 6) == 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_recv(c, buf, sizeof(buf)), 0); /* nothing behind it */
+	CHECK_EQ(corio_close(c), 0);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+}
+
+static void not_file_entry(void *arg)
+{
+	char path[] = "/tmp/corio-stream-file-XXXXXX";
+	int fd = mkstemp(path);
+
+	(void)arg;
+	CHECK(fd >= 0);
+	unlink(path);
+	CHECK_EQ(write(fd, "file", 4), 4);
+	not_file_case(NULL, fd);
+	not_file_case(&copy_ops, fd);
+	close(fd);
+}
+
+Test(stream, sendfile_refuses_anything_but_a_regular_file, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, not_file_entry, NULL);
 }
 
 /* ---- bad input ------------------------------------------------------------------------ */

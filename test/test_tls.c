@@ -1562,6 +1562,62 @@ Test(tls, stream_wait_sees_what_the_session_holds_and_files_go_out_encrypted, .t
 	corio_tls_ctx_free(c.cctx);
 }
 
+/* ---- sendfile of anything but a regular file, over TLS --------------------------------- */
+
+/* The TLS stream reads the file itself (no sendfile op): a character device
+ * used to be read and its bytes sent encrypted, a FIFO or socket to be
+ * waited on. Each is -EINVAL (a closed fd -EBADF) with a message naming
+ * corio_stream_sendfile; nothing goes out and the write side stays whole. */
+static void tls_not_file_entry(void *arg)
+{
+	struct cut *c = arg;
+	struct th_not_file nf[TH_NOT_FILES];
+	struct corio_stream *st = NULL;
+	struct corio_deadline d;
+	char path[] = "/tmp/corio-tls-file-XXXXXX", got[8] = "";
+	int fd = mkstemp(path);
+	struct tpair p;
+
+	CHECK(fd >= 0);
+	unlink(path);
+	CHECK_EQ(write(fd, "file", 4), 4);
+	/* bounded: a call that read a FIFO or a socket would wait for ever */
+	CHECK_EQ(corio_timeout_push(&d, 5ull * 1000 * 1000 * 1000), 0);
+	tpair_open(&p, c->sctx, c->cctx);
+	CHECK_EQ(corio_stream_tls(p.st, NULL, &st), 0);
+	CHECK_EQ(corio_stream_write(st, "hd", 2), 2);
+	th_not_files(nf);
+	for (int i = 0; i < TH_NOT_FILES; i++) {
+		th_error_reset();
+		CHECK_EQ(corio_stream_sendfile(st, nf[i].fd, 0, 4096), nf[i].err);
+		CHECK(strstr(corio_last_error(), "corio_stream_sendfile: ") == corio_last_error());
+		CHECK(strstr(corio_last_error(), nf[i].msg) != NULL);
+	}
+	th_not_files_close(nf);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(read_full(p.ct, got, 6), 6);
+	CHECK(memcmp(got, "hdfile", 6) == 0);
+	CHECK_EQ(corio_tls_close(p.ct), 0);
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_close(p.c), 0);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	close(fd);
+}
+
+Test(tls, stream_sendfile_refuses_anything_but_a_regular_file, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct cut c = {0};
+
+	certs();
+	c.sctx = server_ctx(srv_pem, srv_key);
+	c.cctx = client_ctx(ca_pem, 0);
+	th_run(&cfg, tls_not_file_entry, &c);
+	corio_tls_ctx_free(c.sctx);
+	corio_tls_ctx_free(c.cctx);
+}
+
 /* ---- the handshake and the stream in one call ------------------------------------------- */
 
 struct hs {

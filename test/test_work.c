@@ -427,6 +427,166 @@ Test(work, pool_threads_block_signals_and_are_not_pinned_to_the_shard, .timeout 
 		     tf.ncpus, CPU_COUNT(&mask));
 }
 
+/* ---- a job never waits for a busy thread while the pool may grow -------- */
+
+/* N jobs that each hold their thread until all N run at once: they can only
+ * finish if the pool gives each its own thread. The pool thread waits on a
+ * condition variable; the test's fibers end the wait (give_up) when their
+ * deadline passes, so the failing case fails instead of hanging. */
+#define LATCH_N 4
+struct latch {
+	pthread_mutex_t lock;
+	pthread_cond_t cond;
+	int arrived, give_up, released;
+	int ret[LATCH_N];
+	struct corio_wg wg;
+	struct latch_arg {
+		struct latch *l;
+		int i;
+	} who[LATCH_N];
+};
+
+static intptr_t latch_fn(void *arg)
+{
+	struct latch *l = arg;
+	intptr_t all;
+
+	pthread_mutex_lock(&l->lock);
+	if (++l->arrived == LATCH_N)
+		pthread_cond_broadcast(&l->cond);
+	while (l->arrived < LATCH_N && !l->give_up)
+		pthread_cond_wait(&l->cond, &l->lock);
+	all = l->arrived >= LATCH_N;
+	pthread_mutex_unlock(&l->lock);
+	return all;
+}
+
+static void latch_release(void *arg)
+{
+	struct latch *l = arg;
+
+	pthread_mutex_lock(&l->lock);
+	l->released++;
+	pthread_mutex_unlock(&l->lock);
+}
+
+static int latch_worker(void *arg)
+{
+	struct latch_arg *a = arg;
+	struct latch *l = a->l;
+	struct corio_deadline dl;
+	intptr_t all = 0;
+	int i = a->i;
+
+	/* 5 s: the fixed pool starts the threads in microseconds; the margin is
+	 * for a loaded machine, never an ordering the test hopes for */
+	CHECK_EQ(corio_timeout_push(&dl, 5ull * 1000 * 1000 * 1000), 0);
+	l->ret[i] = corio_work(latch_fn, l, latch_release, &all);
+	corio_deadline_pop(&dl);
+	if (l->ret[i] == 0)
+		CHECK_EQ(all, 1);
+	else { /* a job waited for a busy thread: let the running ones go */
+		pthread_mutex_lock(&l->lock);
+		l->give_up = 1;
+		pthread_cond_broadcast(&l->cond);
+		pthread_mutex_unlock(&l->lock);
+	}
+	corio_wg_done(&l->wg);
+	return 0;
+}
+
+static int nothing(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+/* The pool's one thread moves to the shard's CPU as a SCHED_BATCH thread,
+ * which a wake-up never lets preempt a running one: it runs there only once
+ * the shard parks (see latch_entry). */
+struct pin {
+	int cpu;
+	_Atomic long tid;
+};
+
+static intptr_t pin_to_shard_cpu(void *arg)
+{
+	struct pin *pn = arg;
+	cpu_set_t one;
+
+	CPU_ZERO(&one);
+	CPU_SET(pn->cpu, &one);
+	atomic_store(&pn->tid, (long)syscall(SYS_gettid));
+	if (sched_setscheduler(0, SCHED_BATCH, &(struct sched_param){ 0 }))
+		return -errno;
+	return sched_setaffinity(0, sizeof(one), &one) ? -errno : 0;
+}
+
+static void latch_entry(void *arg)
+{
+	struct latch *l = arg;
+	struct corio_fiber *f[LATCH_N];
+	struct corio_work_stats st;
+	struct pin pn = { .cpu = corio_shard_cpu() };
+	cpu_set_t all; /* the process's CPUs, which the pool's threads run on */
+	intptr_t r = -1;
+
+	CHECK_EQ(sched_getaffinity(getpid(), sizeof(all), &all), 0);
+	/* Stacks for the workers, so their calls follow each other closely
+	 * (a fiber's first run maps its stack). */
+	for (int i = 0; i < LATCH_N; i++)
+		CHECK_EQ(corio_spawn(nothing, NULL, NULL, &f[i]), 0);
+	for (int i = 0; i < LATCH_N; i++)
+		CHECK_EQ(corio_join(f[i], NULL), 0);
+	/* The issue's case: one thread, idle. Every job queued before it woke
+	 * counted that same idle thread, so no thread was added and the jobs
+	 * ran one after another. The thread shares the shard's CPU while the
+	 * jobs are queued, so it wakes only once they all are: without that
+	 * the race is lost or won by microseconds, and the old pool passed
+	 * three runs in four. */
+	CHECK_EQ(corio_work(pin_to_shard_cpu, &pn, NULL, &r), 0);
+	CHECK_EQ(r, 0);
+	for (;;) { /* idle: it counts running down under the lock it waits with */
+		CHECK_EQ(corio_work_stats_get(NULL, 0, &st), 0);
+		if (!st.running)
+			break;
+		corio_sleep_ns(1000 * 1000); /* polls a condition; the CPU goes to the thread */
+	}
+	CHECK_EQ(st.threads, 1);
+	corio_wg_init(&l->wg);
+	corio_wg_add(&l->wg, LATCH_N);
+	for (int i = 0; i < LATCH_N; i++) {
+		l->who[i] = (struct latch_arg){ l, i };
+		CHECK_EQ(corio_spawn(latch_worker, &l->who[i], NULL, NULL), 0);
+	}
+	corio_yield(); /* the workers queue their jobs back to back, in one turn */
+	/* queued: the thread is an ordinary one again */
+	CHECK_EQ(sched_setscheduler((pid_t)atomic_load(&pn.tid), SCHED_OTHER,
+				    &(struct sched_param){ 0 }), 0);
+	CHECK_EQ(sched_setaffinity((pid_t)atomic_load(&pn.tid), sizeof(all), &all), 0);
+	CHECK_EQ(corio_wg_wait(&l->wg), 0);
+	for (int i = 0; i < LATCH_N; i++)
+		CHECK_EQ(l->ret[i], 0);
+	pthread_mutex_lock(&l->lock);
+	CHECK_EQ(l->arrived, LATCH_N);
+	pthread_mutex_unlock(&l->lock);
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &st), 0);
+	CHECK_EQ(st.threads, LATCH_N);
+}
+
+Test(work, queued_jobs_start_on_new_threads_while_the_pool_may_grow, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	static struct latch l;
+
+	cfg.work_threads = LATCH_N;
+	memset(&l, 0, sizeof(l));
+	pthread_mutex_init(&l.lock, NULL);
+	pthread_cond_init(&l.cond, NULL);
+	th_run(&cfg, latch_entry, &l);
+	cr_assert_eq(l.released, 0, "every job ran to its end: no release");
+}
+
 /* ---- many jobs from every shard ---------------------------------------- */
 
 static int many_one(void *arg)

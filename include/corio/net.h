@@ -586,8 +586,10 @@ CORIO_API ssize_t corio_sock_queued(struct corio_sock *s, size_t *kernel);
  * Queued corio_send_buf / corio_send_owned records go out first.
  * Returns the bytes sent: len, or fewer when the file ends first (0 at or
  * past its end, or for len 0); or -errno, with nothing said about how much
- * went out: -EBADF (fd not open), -EINVAL (not a regular file, off
- * negative, s not a stream socket), -EPIPE, -ECONNRESET, -ETIMEDOUT /
+ * went out: -EBADF (fd not open), -EINVAL (not a regular file: a device
+ * such as /dev/zero, a FIFO, a directory, a socket; off negative; s not a
+ * stream socket; these three with a message naming the call and nothing
+ * sent), -EPIPE, -ECONNRESET, -ETIMEDOUT /
  * -ECANCELED (the deadline scope or cancellation cut it short: the stream
  * may end mid-file; close the connection). Blocking.
  */

@@ -27,7 +27,11 @@
  * Errors and what stays. Every blocking call honours the fiber's deadline
  * scope and cancellation (it returns -ETIMEDOUT / -ECANCELED) and keeps
  * every byte already received: a read that fails or times out consumes
- * nothing, and the next call sees the same bytes. A write that fails
+ * nothing, and the next call sees the same bytes. As corio.h's one rule
+ * says, cancellation and the deadline come first: every read call below
+ * marked Blocking returns -ECANCELED / -ETIMEDOUT to a cancelled or expired
+ * fiber even when the bytes it asks for are buffered (once its arguments
+ * are checked), and takes nothing. A write that fails
  * (-ETIMEDOUT included: it is not known how much of the buffer went out)
  * breaks the write side: every later write, writev and flush returns the
  * same error; reading still works. Bad input is -EINVAL with the call
@@ -184,7 +188,8 @@ CORIO_API ssize_t corio_stream_read(struct corio_stream *st, void *buf, size_t l
 CORIO_API size_t corio_stream_buffered(const struct corio_stream *st);
 /*
  * Wait for input or for the event ev, whichever comes first: the bytes
- * buffered (>= 1; at once when some are), 0 at end of stream, -ESHUTDOWN
+ * buffered (>= 1; at once when some are, unless the fiber is cancelled or
+ * past its deadline: above), 0 at end of stream, -ESHUTDOWN
  * when ev is set and nothing has come (ev is not reset; bytes that came
  * first win), -errno from the transport, -ENOTSUP when the transport has no
  * read_or (both built-in ones have it). For a server's idle keep-alive wait
@@ -219,7 +224,13 @@ CORIO_API ssize_t corio_stream_writev(struct corio_stream *st, const struct iove
  * pipe and a second send cost more than the copy: docs/STREAM.md, "Files").
  * len, or -errno
  * (sticky, as for writes): -ENODATA when the file ends before len bytes
- * (what went out cannot be taken back: close). Blocking.
+ * (what went out cannot be taken back: close). Before any of that, on
+ * every transport and path (the inline copy and TLS's read included), fd
+ * must be an open regular file, as for corio_sendfile: -EBADF when it is
+ * not open, -EINVAL when it is anything else (a device such as /dev/zero,
+ * a FIFO, a directory, a socket), with a message naming
+ * corio_stream_sendfile; bad input, so nothing is sent and the error is
+ * not sticky. (One fstat(2) per call, as corio_sendfile makes.) Blocking.
  */
 CORIO_API ssize_t corio_stream_sendfile(struct corio_stream *st, int fd, uint64_t off,
 					size_t len);

@@ -6,8 +6,11 @@
  * its shard goes on serving everything else. Include <corio.h>.
  *
  * The pool belongs to the runtime: cfg.work_threads threads (4), started
- * one at a time the first time a job finds none idle, and a queue of at most
- * cfg.work_queue jobs waiting for a thread (1024). Jobs run in the order
+ * as jobs need them, and a queue of at most cfg.work_queue jobs waiting for
+ * a thread (1024). While the pool has fewer than cfg.work_threads threads a
+ * job never waits for a busy one: each queued job takes an idle thread that
+ * no earlier job has claimed, or a new one, so n <= cfg.work_threads jobs
+ * queued at once all run at once. Past that, jobs wait and run in the order
  * they were queued, from every shard. Pool threads run with every signal
  * blocked and on any CPU of the affinity mask the process had at
  * corio_start(), not on a shard's CPU.
