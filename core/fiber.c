@@ -327,26 +327,9 @@ void corio__fiber_reap(struct corio__shard *s, struct corio_fiber *f)
 
 /* ---- run queue and parking -------------------------------------------------- */
 
-void corio__ready(struct corio_fiber *f, int res)
+void corio__ready_proxy(struct corio_fiber *f, int res)
 {
-	struct corio__shard *s = f->shard;
-
-	if (CORIO__UNLIKELY(f->proxy_wake)) {
-		f->proxy_wake(f, res); /* a select's stand-in: tell its select */
-		return;
-	}
-	if (f->flags & CORIO__FF_QUEUED)
-		return;
-	f->wake_res = res;
-	f->flags |= CORIO__FF_QUEUED;
-	if (f->state != CORIO__F_NEW)
-		f->state = CORIO__F_READY;
-	f->run_next = NULL;
-	if (s->runq_tail)
-		s->runq_tail->run_next = f;
-	else
-		s->runq_head = f;
-	s->runq_tail = f;
+	f->proxy_wake(f, res); /* a select's stand-in: tell its select */
 }
 
 int corio__park(void)
@@ -446,11 +429,6 @@ struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res)
 	return f;
 }
 
-void corio__wq_wake_all(struct corio_waitq *wq, int res)
-{
-	while (corio__wq_wake_one(wq, res))
-		;
-}
 
 /* ---- select stand-ins ----------------------------------------------------------- */
 

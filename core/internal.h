@@ -133,8 +133,12 @@ struct corio__part {
 	const char *name;
 	/* on the shard thread, after the ring exists; -errno aborts start-up */
 	int (*init)(struct corio__shard *s);
-	/* once per loop turn, after running fibers; returns work done */
+	/* once per loop turn, after running fibers; returns work done. With
+	 * on_demand, only in a turn after the part asked for it with
+	 * corio__part_want() (net's starved receives): the loop then pays
+	 * nothing for it while it has no work. */
 	unsigned (*poll)(struct corio__shard *s);
+	bool on_demand;
 	/* Parts that another thread can feed (messages, pool completions):
 	 * whether work waits, running nothing. The loop asks it again after
 	 * raising `sleeping` (seq_cst loads: core/msg.c's handshake), and only
@@ -356,8 +360,16 @@ struct corio__shard {
 	struct corio_stats stats;
 	struct corio__loopstat ls; /* loop timing and stall reports (core/stats.c) */
 	void *parts[CORIO__PART_MAX];
+	unsigned part_want; /* on-demand parts to poll next turn, 1 << slot */
 	char err[256];
 };
+
+/* Ask for an on-demand part's poll in the next loop turn (a part with
+ * work left asks again from its poll). */
+static inline void corio__part_want(struct corio__shard *s, unsigned slot)
+{
+	s->part_want |= 1u << slot;
+}
 
 /* ---- signals (core/signal.c) ---------------------------------------------- */
 int corio__signal_check(uint64_t mask);            /* config: -EINVAL + message */
@@ -472,8 +484,30 @@ static inline const char *corio__not_fiber_why(void)
 /* ---- scheduler and wait queues (core/fiber.c) ------------------------------ */
 /* Park the calling fiber until corio__ready(); returns the value passed there. */
 int corio__park(void);
-/* Make f runnable with wake result res (no-op if it is already queued). */
-void corio__ready(struct corio_fiber *f, int res);
+/* Make f runnable with wake result res (no-op if it is already queued).
+ * Inline: every completion that wakes a fiber comes through here. */
+void corio__ready_proxy(struct corio_fiber *f, int res);
+static inline void corio__ready(struct corio_fiber *f, int res)
+{
+	struct corio__shard *s = f->shard;
+
+	if (CORIO__UNLIKELY(f->proxy_wake)) {
+		corio__ready_proxy(f, res); /* a select's stand-in */
+		return;
+	}
+	if (f->flags & CORIO__FF_QUEUED)
+		return;
+	f->wake_res = res;
+	f->flags |= CORIO__FF_QUEUED;
+	if (f->state != CORIO__F_NEW)
+		f->state = CORIO__F_READY;
+	f->run_next = NULL;
+	if (s->runq_tail)
+		s->runq_tail->run_next = f;
+	else
+		s->runq_head = f;
+	s->runq_tail = f;
+}
 /* Park until corio__ready(), bounded by the fiber's deadline scope:
  * -ETIMEDOUT at once if it has passed, or when it passes while parked. The
  * waker must tolerate the fiber having left (a timed-out waiter is gone). */
@@ -489,7 +523,23 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 int corio__wq_wait(struct corio_waitq *wq);
 /* Pop the first waiter (NULL if none) and make it ready with res. */
 struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res);
-void corio__wq_wake_all(struct corio_waitq *wq, int res);
+/* Wake every waiter (inline: a completion waking its socket's one reader
+ * is the hot case, and an empty queue costs one load). */
+static inline void corio__wq_wake_all(struct corio_waitq *wq, int res)
+{
+	struct corio_fiber *f;
+
+	while ((f = wq->head)) {
+		wq->head = f->wq_next;
+		if (wq->head)
+			wq->head->wq_prev = NULL;
+		else
+			wq->tail = NULL;
+		f->wq_next = f->wq_prev = NULL;
+		f->wq = NULL;
+		corio__ready(f, res);
+	}
+}
 /* If f is parked on a wait queue, take it off and make it ready with res
  * (a deadline expiring, core/deadline.c). */
 void corio__wq_unpark(struct corio_fiber *f, int res);
@@ -587,7 +637,15 @@ int corio__op_wait(struct corio__op *op);
  * without the ring (blocking-syscall fallbacks), so an expired scope fails
  * them the same way.
  */
-int corio__may_block(const char *who);
+int corio__may_block_slow(const char *who);
+static inline int corio__may_block(const char *who)
+{
+	struct corio_fiber *f = corio__self();
+
+	if (CORIO__LIKELY(f && !(f->flags & CORIO__FF_CANCELLED) && !f->deadline_ns))
+		return 0;
+	return corio__may_block_slow(who);
+}
 /* Without a name: the calling function's, which is the public call where
  * the op is begun in it (pass the public name with the _who forms where
  * it is not). */

@@ -151,6 +151,17 @@ static unsigned parts_poll(struct corio__shard *s)
 
 	for (unsigned i = 0; i < rt->npolls; i++)
 		work += rt->polls[i](s);
+	if (CORIO__UNLIKELY(s->part_want)) {
+		unsigned want = s->part_want;
+
+		s->part_want = 0;
+		while (want) {
+			unsigned i = (unsigned)__builtin_ctz(want);
+
+			want &= want - 1;
+			work += rt->parts[i]->poll(s);
+		}
+	}
 	return work;
 }
 

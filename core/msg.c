@@ -927,6 +927,13 @@ static unsigned msg_poll(struct corio__shard *s)
 	struct msg *m = part(s);
 	unsigned work;
 
+	/* The common turn: no reply, nobody waiting for room, no message.
+	 * Relaxed loads are enough here; the last look before sleeping
+	 * (msg_pending, seq_cst) is what the handshake relies on. */
+	if (!atomic_load_explicit(&m->done, memory_order_relaxed) && !m->room_waiting &&
+	    atomic_load_explicit(&m->slots[m->head & m->mask].seq, memory_order_relaxed) !=
+		    m->head + 1)
+		return 0;
 	work = replies(m);
 	if (m->room_waiting)
 		work += room_wakeups(m);

@@ -19,7 +19,7 @@ static void wake_waiter(struct corio__op *op, int32_t res, uint32_t cqe_flags)
 	corio__ready(f, res);
 }
 
-int corio__may_block(const char *who)
+int corio__may_block_slow(const char *who)
 {
 	struct corio_fiber *f = corio__self();
 

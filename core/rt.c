@@ -560,7 +560,7 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 	rt->parts = parts;
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
 		if (parts[i]) {
-			if (parts[i]->poll)
+			if (parts[i]->poll && !parts[i]->on_demand)
 				rt->polls[rt->npolls++] = parts[i]->poll;
 			if (parts[i]->pending)
 				rt->pendings[rt->npendings++] = parts[i]->pending;

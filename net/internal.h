@@ -193,6 +193,7 @@ struct corio__net {
 	unsigned reserve_pct;  /* CORIO_NET_RECV_RESERVE: % of a ring kept for
 	                          stream sockets that hold nothing */
 	unsigned nstarved;     /* sockets on starved (stats.starved) */
+	unsigned reserve_bufs; /* reserve_pct of the stream ring, in buffers */
 	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */

@@ -87,6 +87,7 @@ int corio__net_bufs(struct corio__net *n)
 		return ret;
 	if (!corio__bufring_kernel(&n->bufs))
 		n->multishot_recv = false; /* user mode is single-shot */
+	n->reserve_bufs = (unsigned)((uint64_t)n->bufs.nbufs * n->reserve_pct / 100);
 	n->bufs_ready = true;
 	return 0;
 }
@@ -198,7 +199,9 @@ static unsigned holds(const struct corio_sock *s)
 
 static unsigned ring_reserve(const struct corio__net *n, const struct corio__bufring *b)
 {
-	return (unsigned)((uint64_t)b->nbufs * n->reserve_pct / 100);
+	/* the stream ring's is kept (net/shard.c sets both once) */
+	return CORIO__LIKELY(b == &n->bufs) ? n->reserve_bufs
+					     : (unsigned)((uint64_t)b->nbufs * n->reserve_pct / 100);
 }
 
 /* Buffers of b a holding socket may be promised now. */
@@ -225,6 +228,7 @@ static void starve(struct corio_sock *s)
 		s->starved = true;
 		corio__list_add(&n->starved, &s->starved_link);
 		n->nstarved++;
+		corio__part_want(n->shard, CORIO__PART_NET);
 		CORIO__STAT_SET(n->stats.starved, n->nstarved);
 	}
 }
@@ -523,6 +527,7 @@ unsigned corio__net_recv_poll(struct corio__shard *sh)
 
 	if (!n || n->starved.next == &n->starved || n->stopping)
 		return 0;
+	corio__part_want(sh, CORIO__PART_NET); /* until none is starved */
 	room[0] = n->bufs.in_ring;
 	room[1] = n->dbufs.in_ring;
 	for (l = n->starved.next; l != &n->starved && (room[0] || room[1]); l = next) {

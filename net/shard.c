@@ -258,6 +258,7 @@ const struct corio__part corio__net_part = {
 	.census = net_census,
 	.init = net_init,
 	.poll = corio__net_recv_poll,
+	.on_demand = true, /* while a receive is starved (net/recv.c) */
 	.stop = net_stop,
 	.drain = net_drain,
 	.busy = net_busy,
