@@ -1,6 +1,6 @@
 #!/bin/sh
 # Run every Criterion test binary in $1/test, the C examples of README.md
-# and docs/, and an install check; print one summary line at the end. Exit 1 on any failure.
+# and docs/, the docs' test names, and an install check; print one summary line at the end. Exit 1 on any failure.
 B=$1 CC=$2 CFLAGS=$3 LIBS=$4
 passed=0 failed=0 skipped=0 status=0
 fails=$(mktemp) # the failing tests' names, repeated under the summary
@@ -112,6 +112,17 @@ done
 if [ "$examples" = 0 ]; then # the extraction itself broke: say so
 	echo "[FAIL] README example: no C example with a main() found"
 	echo "[FAIL] README example: none found" >>"$fails"
+	failed=$((failed + 1)); status=1
+fi
+
+# Every suite::name the docs cite as proof is a test that exists.
+if log=$(sh tools/scripts/check-doc-tests.sh 2>&1); then
+	echo "[PASS] docs: every test README.md and docs/*.md name exists"
+	passed=$((passed + 1))
+else
+	echo "$log"
+	echo "[FAIL] docs: a test the docs name does not exist (tools/scripts/check-doc-tests.sh)"
+	echo "$log" | sed '$d' | sed 's/^/[FAIL] docs: /' >>"$fails"
 	failed=$((failed + 1)); status=1
 fi
 
