@@ -17,7 +17,7 @@
 # Environment: BENCH_KV_REPS (3), BENCH_KV_N (requests per run, 200000),
 # BENCH_KV_KEYS (1000000), BENCH_KV_SHARDS (1), BENCH_KV_QUICK=1 (one
 # repetition, 20000 requests, 100000 keys: a smoke test), BENCH_KV_SET=headline
-# (what the default make bench shows, about 30 s: SET and GET at pipeline 1
+# (what the default make bench shows, about 60 s: SET and GET at pipeline 1
 # and 16, 50000 requests per run unless BENCH_KV_N says, no memory section;
 # the default, full, adds INCR, MSET and the memory of 1M keys: make bench-kv
 # or make bench FULL=1).

@@ -59,7 +59,7 @@ title() {
 	echo:full) echo "echo: every case, UDP, TLS, the epoll fallback (about 9 minutes)" ;;
 	httpd:headline) echo "httpd against nginx (about 60 s)" ;;
 	httpd:full) echo "httpd against nginx: every row, HTTPS, full handshakes (about 3 minutes)" ;;
-	kv:headline) echo "corio-kv against redis-server (about 40 s)" ;;
+	kv:headline) echo "corio-kv against redis-server (about 60 s)" ;;
 	kv:full) echo "corio-kv against redis-server: every test, memory of 1M keys (about 3 minutes)" ;;
 	*) echo "bench-$1, micro-benchmark, on $(echo $BACKENDS | sed 's/ / then /')" ;;
 	esac
@@ -102,6 +102,7 @@ out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 		echo "== [$i/$n] done in $(($(date +%s) - t0)) s"
 		echo
 	done
-	echo "make bench: $n sections in $(($(date +%s) - t_all)) s"
+	[ "$n" = 1 ] && w=section || w=sections
+	echo "make bench: $n $w in $(($(date +%s) - t_all)) s"
 } 2>&1 | tee "$out"
 echo "saved: $out"
