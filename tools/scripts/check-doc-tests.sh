@@ -84,28 +84,27 @@ awk -v tests="$tmp" '
 				nalt = split(substr(s, 2, index(s, "}") - 2), alt, ",")
 				s = substr(s, index(s, "}") + 1)
 			}
-			base = ref
 			for (ai = 1; ai <= nalt; ai++)
-				check(base alt[ai])
+				check(ref alt[ai])
 		}
 	}
 	function check(ref,    f, sname, tname, ok, why, pat, t) {
-			split(ref, f, "::")
-			sname = f[1]; tname = f[2]
-			ok = 0
-			if (!(sname in suite)) {
-				why = "no test suite \"" sname "\" in test/*.c"
-			} else if (tname == "" || tname == "*") {
-				ok = 1
-			} else if (tname ~ /\*/) {
-				pat = "^" sname "::" tname "$"; gsub(/\*/, "[A-Za-z_0-9]*", pat)
-				for (t in have) if (t ~ pat) { ok = 1; break }
-				why = "no Test(" sname ", " tname ") matches in test/*.c"
-			} else {
-				ok = (ref in have)
-				why = "no Test(" sname ", " tname ") in test/*.c"
-			}
-			if (!ok) { printf "%s:%d: %s: %s\n", FILENAME, FNR, ref, why; bad++ }
+		split(ref, f, "::")
+		sname = f[1]; tname = f[2]
+		ok = 0
+		if (!(sname in suite)) {
+			why = "no test suite \"" sname "\" in test/*.c"
+		} else if (tname == "" || tname == "*") {
+			ok = 1
+		} else if (tname ~ /\*/) {
+			pat = "^" sname "::" tname "$"; gsub(/\*/, "[A-Za-z_0-9]*", pat)
+			for (t in have) if (t ~ pat) { ok = 1; break }
+			why = "no Test(" sname ", " tname ") matches in test/*.c"
+		} else {
+			ok = (ref in have)
+			why = "no Test(" sname ", " tname ") in test/*.c"
+		}
+		if (!ok) { printf "%s:%d: %s: %s\n", FILENAME, FNR, ref, why; bad++ }
 	}
 	END {
 		if (bad) {
