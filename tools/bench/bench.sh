@@ -56,12 +56,19 @@ n=$(echo $secs | wc -w)
 title() {
 	case $1:$2 in
 	echo:headline) echo "echo: corio-echo against uring-echo and epoll-echo (about 100 s)" ;;
-	echo:full) echo "echo: every case, UDP, TLS, the epoll fallback (about 9 minutes)" ;;
+	echo:full) echo "echo: every case, UDP, TLS, the epoll fallback (about 7 minutes)" ;;
 	httpd:headline) echo "httpd against nginx (about 60 s)" ;;
 	httpd:full) echo "httpd against nginx: every row, HTTPS, full handshakes (about 3 minutes)" ;;
 	kv:headline) echo "corio-kv against redis-server (about 60 s)" ;;
-	kv:full) echo "corio-kv against redis-server: every test, memory of 1M keys (about 3 minutes)" ;;
-	*) echo "bench-$1, micro-benchmark, on $(echo $BACKENDS | sed 's/ / then /')" ;;
+	kv:full) echo "corio-kv against redis-server: every test, memory of 1M keys (about 2 minutes)" ;;
+	*)
+		# bench-micro of 2026-11-29, both backends, on a VM other jobs shared
+		case $1 in
+		core) t=130 ;; fs) t=50 ;; msg) t=190 ;; net) t=25 ;; sendfile) t=5 ;;
+		timer) t=50 ;; tls) t=15 ;; *) t= ;;
+		esac
+		echo "bench-$1, micro-benchmark, on $(echo $BACKENDS | sed 's/ / then /')${t:+ (both backends: about $t s)}"
+		;;
 	esac
 }
 
