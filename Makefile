@@ -2,7 +2,11 @@
 #
 #   make            libcorio.a, libcorio.so (versioned), corio.pc, the tools
 #   make test       install missing Debian packages, build, run every test
-#   make bench      install missing Debian packages, build, run the benchmarks
+#   make bench      install missing Debian packages, build, run the headline
+#                   comparisons (echo, httpd, kv against their baselines;
+#                   about 4 minutes); FULL=1: every benchmark (about 20)
+#   make bench-AREA one area in full: echo, httpd, kv, micro (every
+#                   micro-benchmark), core, fs, msg, net, sendfile, timer, tls
 #   make install    PREFIX=/usr/local DESTDIR= (BINDIR, MANDIR, ... too):
 #                   the library, headers, corio.pc, corio-stat, corio-kv
 #                   and the man pages; make uninstall removes them
@@ -293,9 +297,16 @@ else
 		$(B)/faults.log 2>/dev/null; exit $$rc
 endif
 
+FULL ?=
+BENCH_AREAS := echo httpd kv micro core fs msg net sendfile timer tls
+.PHONY: $(BENCH_AREAS:%=bench-%)
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
-	$(Q)sh tools/bench/bench.sh $(B)
+	$(Q)sh tools/bench/bench.sh $(B) $(if $(FULL),full,headline)
+
+$(BENCH_AREAS:%=bench-%): bench-%: deps
+	$(Q)$(MAKE) --no-print-directory lib tools
+	$(Q)sh tools/bench/bench.sh $(B) $*
 
 check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
 	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)

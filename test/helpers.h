@@ -27,6 +27,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <unistd.h>
 
 static _Atomic int th_failures;
@@ -76,13 +77,60 @@ static inline int th_fd_count(void)
 	return th_dir_count("/proc/self/fd");
 }
 
+/*
+ * A test's config: shards shards, the stall detector off (stall_ns 0). On a
+ * loaded machine a shard is preempted for tens of ms at any time, and the
+ * reports it would print (corio: stall:, corio: off-cpu:) are noise between
+ * the PASS lines of a test that tests something else; the stall detector's
+ * own tests set stall_ns themselves and read the reports they expect.
+ */
 static inline struct corio_config th_cfg(unsigned shards)
 {
 	struct corio_config cfg;
 
 	corio_config_init(&cfg);
 	cfg.shards = shards;
+	cfg.stall_ns = 0;
 	return cfg;
+}
+
+/*
+ * A test of an error path that logs (corio_set_log's lines): th_log_capture()
+ * takes every runtime message into th_log_buf instead of stderr, so the test
+ * asserts the line it expects (th_log_has) and make test prints nothing a
+ * reader could take for a failure; th_log_release() gives stderr back.
+ */
+static char th_log_buf[4096];
+static pthread_mutex_t th_log_lock = PTHREAD_MUTEX_INITIALIZER;
+static inline void th_log_hook(void *arg, const char *line)
+{
+	size_t n;
+
+	(void)arg;
+	pthread_mutex_lock(&th_log_lock);
+	n = strlen(th_log_buf);
+	snprintf(th_log_buf + n, sizeof(th_log_buf) - n, "%s\n", line);
+	pthread_mutex_unlock(&th_log_lock);
+}
+static inline void th_log_capture(void)
+{
+	th_log_buf[0] = '\0';
+	corio_set_log(th_log_hook, NULL);
+}
+static inline void th_log_release(void)
+{
+	corio_set_log(NULL, NULL);
+}
+/* How many captured lines contain needle. */
+static inline int th_log_has(const char *needle)
+{
+	int n = 0;
+
+	pthread_mutex_lock(&th_log_lock);
+	for (const char *p = th_log_buf; (p = strstr(p, needle)); p++)
+		n++;
+	pthread_mutex_unlock(&th_log_lock);
+	return n;
 }
 
 /* Run a runtime to completion and check it returned 0, recorded no CHECK

@@ -34,8 +34,7 @@ static int child_run(unsigned shards, void (*entry)(void *), void *arg)
 	struct corio_config cfg;
 	int before = th_fd_count(), ret;
 
-	corio_config_init(&cfg);
-	cfg.shards = shards;
+	cfg = th_cfg(shards);
 	if (child_backend) {
 		unsetenv("CORIO_BACKEND"); /* the config decides */
 		cfg.backend = child_backend;

@@ -92,6 +92,20 @@ static void make_certs(void)
 }
 
 /* The program on www, plain or (tls) HTTPS with the certificate above. */
+/* In the server's child: its stderr goes to dir/httpd.err, shown by
+ * stop_prog when the server fails (a preempted shard's off-cpu report on a
+ * loaded machine is no failure, and make test does not print it). */
+static void prog_stderr(void)
+{
+	char p[128];
+	int fd;
+
+	snprintf(p, sizeof(p), "%s/httpd.err", dir);
+	fd = open(p, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+	if (fd >= 0)
+		dup2(fd, 2);
+}
+
 static pid_t start_prog_tls(int *port, const char *idle, const char *shards, bool tls)
 {
 	int pfd[2];
@@ -112,6 +126,7 @@ static pid_t start_prog_tls(int *port, const char *idle, const char *shards, boo
 		dup2(pfd[1], 1);
 		close(pfd[0]);
 		close(pfd[1]);
+		prog_stderr();
 		if (tls)
 			execl(PROG, PROG, "-d", www, "-p", "0", "-i", idle, "-s", shards,
 			      "--tls-cert", srv_pem, "--tls-key", srv_key, (char *)NULL);
@@ -144,10 +159,19 @@ static void stop_prog(pid_t pid)
 {
 	int status = 0;
 
+	char p[128], err[2048] = "";
+	FILE *f;
+
 	cr_assert_eq(kill(pid, SIGTERM), 0);
 	for (int i = 0; i < 1000 && waitpid(pid, &status, WNOHANG) == 0; i++)
 		usleep(10000);
-	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x", status);
+	snprintf(p, sizeof(p), "%s/httpd.err", dir);
+	if ((f = fopen(p, "r"))) {
+		err[fread(err, 1, sizeof(err) - 1, f)] = '\0';
+		fclose(f);
+	}
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 0, "status 0x%x; its stderr: %s",
+		  status, err);
 	remove_tree();
 }
 

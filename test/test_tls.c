@@ -372,6 +372,17 @@ static void s_server_client_entry(void *arg)
 		corio_tls_close(t), corio_close(s);
 }
 
+/* In an s_server child: its stderr (the alerts of the handshakes a test
+ * makes fail on purpose, the files it serves) goes nowhere; the tests
+ * assert what the clients say. */
+static void quiet_stderr(void)
+{
+	int fd = open("/dev/null", O_WRONLY);
+
+	if (fd >= 0)
+		dup2(fd, 2);
+}
+
 /* openssl s_server on port 0: its pid, and its address from "ACCEPT ...". */
 static pid_t s_server(char *addr, size_t len)
 {
@@ -386,6 +397,7 @@ static pid_t s_server(char *addr, size_t len)
 	if (pid == 0) {
 		dup2(fds[1], 1);
 		close(fds[0]);
+		quiet_stderr();
 		execlp("openssl", "openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", srv_pem,
 		       "-key", srv_key, "-www", "-naccept", "3", "-alpn", "http/1.1", (char *)NULL);
 		_exit(127);
@@ -449,6 +461,7 @@ static pid_t s_server_www(const char *pem, const char *key, int n, int *port)
 		close(fds[0]);
 		if (chdir(dir) != 0)
 			_exit(126);
+		quiet_stderr();
 		execlp("openssl", "openssl", "s_server", "-accept", "127.0.0.1:0", "-cert", pem,
 		       "-key", key, "-WWW", "-naccept", nacc, "-alpn", "http/1.1",
 		       (char *)NULL);

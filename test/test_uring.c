@@ -229,9 +229,14 @@ Test(uring, dropped_cqes_are_counted_and_reported, .timeout = 30)
 	struct corio_stats st;
 
 	setenv("CORIO_RING_FAULT", "ebadr", 1);
+	th_log_capture();
 	th_run(&cfg, ebadr_entry, &st);
+	th_log_release();
 	unsetenv("CORIO_RING_FAULT");
 	cr_assert_eq(st.cqe_dropped, 1, "cqe_dropped %llu", (unsigned long long)st.cqe_dropped);
+	cr_assert_eq(th_log_has("corio: io_uring_enter: EBADR: the kernel dropped completions"), 1,
+		     "the report, once: %s", th_log_buf);
+	cr_assert(strstr(th_log_buf, "(1 so far)"), "the count: %s", th_log_buf);
 }
 
 /* ---- link timeouts cancel by user_data ------------------------------------------- */

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * tls/internal.h - the TLS area: contexts (tls/ctx.c), sessions and their
- * record pump (tls/session.c), certificate generation (tls/cert.c) and the
- * per-shard part with its client session cache and counters (tls/shard.c),
- * and the stream transport over a session (tls/stream.c).
+ * record pump (tls/session.c), certificate generation (tls/cert.c), the
+ * per-shard part with its counters (tls/shard.c), its client session cache
+ * (tls/cache.c), and the stream transport over a session (tls/stream.c).
  *
  * tls sits above net and below ctl: it uses net's public calls (corio_recv,
  * corio_send_ex, corio_sock_peer_addr) and core's internals (errors,
@@ -105,6 +105,10 @@ struct corio__tls_part {
 	uint64_t cache_tick;
 	uint64_t live_at_fini;
 	struct corio__link live;   /* open sessions: the census frees and counts them */
+	/* Frees the sessions and cached sessions at the shard's end: set by
+	 * the shard's first session (corio__tls_new), so the part, which
+	 * every runtime links, names no OpenSSL call (tls/shard.c). */
+	void (*drop)(struct corio__tls_part *p);
 };
 #define CORIO__TLS_CACHE 64
 struct corio__tls_cache_ent {
@@ -121,11 +125,13 @@ static inline struct corio__tls_part *corio__tls_part_here(void)
 
 	return s ? s->parts[CORIO__PART_TLS] : NULL;
 }
-/* The cached session for (ctx, key), with a reference the caller frees
+/* tls/cache.c: the part's drop hook, and the client cache.
+ * The cached session for (ctx, key), with a reference the caller frees
  * (SSL_set_session takes its own), or NULL. */
 SSL_SESSION *corio__tls_cache_get(struct corio__tls_part *p, uint64_t ctx_id, const char *key);
 /* Keep sess (the cache takes the caller's reference) for (ctx, key). */
 void corio__tls_cache_put(struct corio__tls_part *p, uint64_t ctx_id, const char *key,
 			  SSL_SESSION *sess);
+void corio__tls_part_drop(struct corio__tls_part *p);
 
 #endif

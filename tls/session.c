@@ -240,6 +240,7 @@ int corio__tls_new(struct corio_tls_ctx *ctx, bool server, const char *host,
 		}
 	}
 	if (t->part) {
+		t->part->drop = corio__tls_part_drop; /* OpenSSL is linked: see tls/shard.c */
 		CORIO__STAT_ADD(t->part->stats.sessions_live, 1);
 		corio__list_add(&t->part->live, &t->link);
 		t->counted = true;

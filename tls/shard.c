@@ -1,13 +1,15 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * tls/shard.c - the TLS part of a shard: its counters, its client session
- * cache, the leak census of sessions, and the kTLS probe.
+ * tls/shard.c - the TLS part of a shard: its counters, the room for its
+ * client session cache (tls/cache.c), the leak census of sessions, and the
+ * kTLS probe.
  *
- * The client cache is per shard, so it needs no lock: CORIO__TLS_CACHE
- * entries keyed by (context id, "host:port"), least recently used out.
- * A session is taken out when offered (TLS 1.3 tickets are meant for one
- * use); the handshake's new tickets put a fresh one back. Context ids are
- * never reused in a process, so entries of a freed context only age out.
+ * This file names no OpenSSL call, and must not: ctl puts the part in
+ * every runtime's table, so whatever it references is linked into every
+ * program, and a program that never makes a TLS session must link without
+ * -lssl -lcrypto (the README's build line). What frees OpenSSL objects at
+ * the shard's end is a hook, p->drop, which the first session made on the
+ * shard sets (corio__tls_new): no session, nothing of OpenSSL to free.
  */
 #include "tls/internal.h"
 
@@ -51,50 +53,6 @@ int corio_tls_ktls_probe(void)
 	return a;
 }
 
-/* ---- the client session cache --------------------------------------------- */
-
-SSL_SESSION *corio__tls_cache_get(struct corio__tls_part *p, uint64_t ctx_id, const char *key)
-{
-	for (unsigned i = 0; p && i < CORIO__TLS_CACHE; i++) {
-		struct corio__tls_cache_ent *e = &p->cache[i];
-		SSL_SESSION *s = e->sess;
-
-		if (!s || e->ctx_id != ctx_id || strcmp(e->key, key) != 0)
-			continue;
-		e->sess = NULL;
-		/* an expired session would make a full handshake anyway */
-		if (SSL_SESSION_get_time(s) + SSL_SESSION_get_timeout(s) < (long)time(NULL)) {
-			SSL_SESSION_free(s);
-			return NULL;
-		}
-		return s;
-	}
-	return NULL;
-}
-
-void corio__tls_cache_put(struct corio__tls_part *p, uint64_t ctx_id, const char *key,
-			  SSL_SESSION *sess)
-{
-	struct corio__tls_cache_ent *victim = &p->cache[0];
-
-	for (unsigned i = 0; i < CORIO__TLS_CACHE; i++) {
-		struct corio__tls_cache_ent *e = &p->cache[i];
-
-		if (e->sess && e->ctx_id == ctx_id && strcmp(e->key, key) == 0) {
-			victim = e; /* a newer ticket for the same peer replaces it */
-			break;
-		}
-		if (!e->sess || (victim->sess && e->used < victim->used))
-			victim = e;
-	}
-	if (victim->sess)
-		SSL_SESSION_free(victim->sess);
-	victim->sess = sess;
-	victim->ctx_id = ctx_id;
-	victim->used = ++p->cache_tick;
-	snprintf(victim->key, sizeof(victim->key), "%s", key);
-}
-
 /* ---- the part --------------------------------------------------------------- */
 
 static int tls_init(struct corio__shard *s)
@@ -120,10 +78,8 @@ static void tls_fini(struct corio__shard *s)
 	/* Sessions nobody closed: counted for the census (which fails
 	 * corio_wait), and freed so their memory does not leak as well. */
 	p->live_at_fini = p->stats.sessions_live;
-	while (!corio__list_empty(&p->live))
-		corio__tls_free(corio__list_entry(p->live.next, struct corio_tls, link));
-	for (unsigned i = 0; i < CORIO__TLS_CACHE; i++)
-		SSL_SESSION_free(p->cache[i].sess);
+	if (p->drop)
+		p->drop(p);
 	free(p->cache);
 	p->cache = NULL;
 }

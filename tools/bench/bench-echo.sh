@@ -55,7 +55,11 @@
 # BENCH_ECHO_ONLY=tls or fallback (that section alone), BENCH_ECHO_SECS (1, closed loop; open
 # loop and sockperf run twice as long), BENCH_ECHO_CLIENT (corio | epoll:
 # corio-load's engine, busy-polling its own CPU), BENCH_ECHO_QUICK=1 (one
-# repetition of a few cases, for a smoke test).
+# repetition of a few cases, for a smoke test), BENCH_ECHO_SET=headline (what
+# the default make bench shows, about 100 s: closed loop 1 and 512
+# connections and open loop at 20k and 100k msgs/s, 64 B, corio uring epoll;
+# no fallback, TLS, UDP or sockperf section; the default, full, is every
+# case: make bench-echo or make bench FULL=1).
 B=${1:-build}
 T=$B/tools
 . "$(dirname "$0")/lib.sh"
@@ -65,6 +69,7 @@ TLS_REPS=${BENCH_ECHO_TLS_REPS:-5}
 ONLY=${BENCH_ECHO_ONLY:-}
 SECS=${BENCH_ECHO_SECS:-1}
 CLIENT=${BENCH_ECHO_CLIENT:-corio}
+SET=${BENCH_ECHO_SET:-full}
 WARM=0.3
 SIDES="corio uring epoll"
 case "$REPS" in ''|*[!0-9]*|0) echo "bench-echo: BENCH_ECHO_REPS must be a positive integer" >&2; exit 2;; esac
@@ -72,6 +77,7 @@ case "$FB_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_FB_REPS must be an 
 case "$ONLY" in ''|tls|fallback) ;; *) echo "bench-echo: BENCH_ECHO_ONLY must be tls or fallback (or unset)" >&2; exit 2;; esac
 case "$TLS_REPS" in ''|*[!0-9]*) echo "bench-echo: BENCH_ECHO_TLS_REPS must be an integer >= 0" >&2; exit 2;; esac
 case "$CLIENT" in corio|epoll) ;; *) echo "bench-echo: BENCH_ECHO_CLIENT must be corio or epoll" >&2; exit 2;; esac
+case "$SET" in full) ;; headline) FB_REPS=0 TLS_REPS=0 ;; *) echo "bench-echo: BENCH_ECHO_SET must be full or headline" >&2; exit 2;; esac
 for t in corio-echo uring-echo epoll-echo corio-load; do
 	if [ ! -x "$T/$t" ]; then
 		echo "bench-echo: $T/$t is missing; run make tools first" >&2
@@ -83,7 +89,8 @@ if [ "$(nproc)" -ge 2 ]; then SCPU=1; LCPU=0; else SCPU=0; LCPU=0; fi
 
 # sockperf and gnuplot: install them when we can (root with apt-get), else skip.
 need=""
-command -v sockperf >/dev/null 2>&1 || need="$need sockperf"
+# the headline set runs no sockperf case
+[ "$SET" = headline ] || command -v sockperf >/dev/null 2>&1 || need="$need sockperf"
 command -v gnuplot >/dev/null 2>&1 || need="$need gnuplot-nox"
 # shellcheck disable=SC2086
 if [ -n "$need" ] && ! apt_install bench-echo $need; then
@@ -305,6 +312,7 @@ echo "server, idle=block unless noted; $REPS alternating runs per case (corio ur
 echo "medians; ${SECS} s closed loop, $((SECS * 2)) s open loop and sockperf, after ${WARM} s warm-up."
 echo "Servers: corio = corio-echo, uring = uring-echo (raw liburing, the floor), epoll = epoll-echo;"
 echo "udp cases: the same servers with --udp, corio-load --udp (one socket per conn)."
+[ "$SET" = headline ] && echo "Cases: the headline set (BENCH_ECHO_SET=headline); every case, UDP, TLS and the epoll fallback: make bench-echo."
 
 echo "Results: $OUT/"
 echo
@@ -312,6 +320,8 @@ echo
 start=$(date +%s)
 if [ -n "$BENCH_ECHO_QUICK" ]; then
 	CONNS="1 64"; SIZES="64"; RATES="20000"
+elif [ "$SET" = headline ]; then
+	CONNS="1 512"; SIZES="64"; RATES="20000 100000"
 else
 	CONNS="1 64 512"; SIZES="64 4096"; RATES="20000 100000"
 fi
@@ -321,11 +331,13 @@ if [ -z "$ONLY" ]; then
 			bench "closed ${n}c ${s}B" "" -c $n -s $s -d $SECS
 		done
 	done
-	bench "closed 1c 64B busy-poll" busy -c 1 -s 64 -d $SECS
+	[ "$SET" = headline ] || bench "closed 1c 64B busy-poll" busy -c 1 -s 64 -d $SECS
 	for rate in $RATES; do
 		bench "open 64c 64B $((rate / 1000))k/s" "" -c 64 -s 64 -r $rate -d $((SECS * 2))
 	done
-	if command -v sockperf >/dev/null 2>&1; then
+	if [ "$SET" = headline ]; then
+		:
+	elif command -v sockperf >/dev/null 2>&1; then
 		r=1
 		while [ $r -le $REPS ]; do
 			# shellcheck disable=SC2046
@@ -390,7 +402,7 @@ for side in $TCP_SIDES; do
 	# a server without --udp (an older uring-echo) sits this section out
 	"$T/$side-echo" --help 2>&1 | grep -q -- '--udp' && SIDES="$SIDES $side"
 done
-if [ -z "$ONLY" ]; then
+if [ -z "$ONLY" ] && [ "$SET" != headline ]; then
 	bench "udp closed 1c 64B" "" --udp -c 1 -s 64 -d $SECS
 	for rate in $RATES; do
 		bench "udp open 64c 64B $((rate / 1000))k/s" "" --udp -c 64 -s 64 -r $rate -d $((SECS * 2))

@@ -41,11 +41,19 @@
 # Environment: BENCH_HTTPD_REPS (5), BENCH_HTTPD_SECS (2, per run),
 # BENCH_HTTPD_HS_CLIENTS (4, parallel s_time), BENCH_HTTPD_BIN (the httpd
 # to measure; default BUILD_DIR/tools/examples/httpd), BENCH_HTTPD_QUICK=1
-# (one 1-second run of three rows: a smoke test).
+# (one 1-second run of three rows: a smoke test), BENCH_HTTPD_SET=headline
+# (what the default make bench shows, about 60 s: 13 B at 50 connections,
+# 4 KiB at 500, HTTPS 4 KiB at 50, 3 runs each unless BENCH_HTTPD_REPS says;
+# the default, full, is every row: make bench-httpd or make bench FULL=1).
 B=${1:-build}
 . "$(dirname "$0")/lib.sh"
 HTTPD=${BENCH_HTTPD_BIN:-$B/tools/examples/httpd}
-REPS=${BENCH_HTTPD_REPS:-5}
+SET=${BENCH_HTTPD_SET:-full}
+case "$SET" in
+full) REPS=${BENCH_HTTPD_REPS:-5} ;;
+headline) REPS=${BENCH_HTTPD_REPS:-3} ;;
+*) echo "bench-httpd: BENCH_HTTPD_SET must be full or headline" >&2; exit 2 ;;
+esac
 SECS=${BENCH_HTTPD_SECS:-2}
 HS_CLIENTS=${BENCH_HTTPD_HS_CLIENTS:-4}
 [ -n "${BENCH_HTTPD_QUICK:-}" ] && { REPS=1; SECS=1; }
@@ -348,7 +356,8 @@ echo "## httpd vs nginx (tools/bench/bench-httpd.sh)"
 echo "$(nginx -v 2>&1 | sed 's/.*: //') (nginx-light: 1 worker, access_log off, sendfile on, tcp_nopush on)"
 echo "against $HTTPD -s 1; both pinned to CPU $SCPU, wrk -t1 pinned to CPU $LCPU; 127.0.0.1;"
 echo "$REPS alternated runs of ${SECS} s per row, medians ± half the min..max range;"
-echo "every response checked (200, exact body length; wrk's error counters 0)."
+echo "every response checked (200, exact body length; wrk's error counters 0). kernel $(uname -r), $(nproc) CPUs."
+[ "$SET" = headline ] && echo "Rows: the headline set (BENCH_HTTPD_SET=headline); every row, 64 KiB and full handshakes: make bench-httpd."
 echo "Results: $OUT/"
 start=$(date +%s)
 # warm both up (first-touch of 500 connections' memory, page cache)
@@ -357,6 +366,9 @@ for p in $H_PORT $N_PORT; do
 done
 if [ -n "${BENCH_HTTPD_QUICK:-}" ]; then
 	bench "13 B, 50 conns" wrk_run http 13.txt 13 50
+elif [ "$SET" = headline ]; then
+	bench "13 B, 50 conns" wrk_run http 13.txt 13 50
+	bench "4 KiB, 500 conns" wrk_run http 4k.bin 4096 500
 else
 	for f in "13.txt 13 13 B" "4k.bin 4096 4 KiB"; do
 		set -- $f
@@ -384,11 +396,15 @@ fi
 if [ $TLS = 1 ]; then
 	# what the clients allow, so what a probe that passed negotiated
 	t="TLS 1.3 AES_128_GCM_SHA256, ECDSA P-256 cert, X25519"
-	bench "HTTPS 13 B, 50 conns ($t)" wrk_run https 13.txt 13 50
-	[ -z "${BENCH_HTTPD_QUICK:-}" ] && bench "HTTPS 4 KiB, 50 conns ($t)" wrk_run https 4k.bin 4096 50
-	# issue 26: over TLS the file is read, encrypted and written; this row is that path
-	[ -z "${BENCH_HTTPD_QUICK:-}" ] && bench "HTTPS 64 KiB, 50 conns ($t)" wrk_run https 64k.bin 65536 50
-	bench "full handshakes, $HS_CLIENTS x s_time -new ($t)" hs_run
+	if [ "$SET" = headline ]; then
+		bench "HTTPS 4 KiB, 50 conns ($t)" wrk_run https 4k.bin 4096 50
+	else
+		bench "HTTPS 13 B, 50 conns ($t)" wrk_run https 13.txt 13 50
+		[ -z "${BENCH_HTTPD_QUICK:-}" ] && bench "HTTPS 4 KiB, 50 conns ($t)" wrk_run https 4k.bin 4096 50
+		# issue 26: over TLS the file is read, encrypted and written; this row is that path
+		[ -z "${BENCH_HTTPD_QUICK:-}" ] && bench "HTTPS 64 KiB, 50 conns ($t)" wrk_run https 64k.bin 65536 50
+		bench "full handshakes, $HS_CLIENTS x s_time -new ($t)" hs_run
+	fi
 fi
 end=$(date +%s)
 for s in H HT N; do

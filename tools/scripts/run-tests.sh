@@ -1,6 +1,6 @@
 #!/bin/sh
 # Run every Criterion test binary in $1/test, the C examples of README.md
-# and docs/, and an install check; print one summary line at the end. Exit 1 on any failure.
+# and docs/, the docs' test names, and an install check; print one summary line at the end. Exit 1 on any failure.
 B=$1 CC=$2 CFLAGS=$3 LIBS=$4
 passed=0 failed=0 skipped=0 status=0
 fails=$(mktemp) # the failing tests' names, repeated under the summary
@@ -66,6 +66,20 @@ for page in README.md docs/*.md; do
 		inb { print >> f }
 	' "$page"
 done
+# The README's in-tree build lines, as written there (an indented "cc ...
+# -Iinclude prog.c build/libcorio.a ..." line): the plain one and the one a
+# TLS program uses (with -lssl). Each example is built with that line, prog.c
+# replaced by the example, build/ by this build's directory, and this build's
+# flags appended (warnings as errors, a sanitizer's runtime); nothing is added
+# to the libraries, so a line that stops linking fails here.
+readme_line() { # $1: plain | tls
+	awk -v want="$1" '/^    cc .*-Iinclude prog\.c build\/libcorio\.a/ {
+		sub(/^    /, ""); tls = ($0 ~ / -lssl/)
+		if ((want == "tls") == tls) { print; exit }
+	}' README.md
+}
+line_plain=$(readme_line plain)
+line_tls=$(readme_line tls)
 examples=0
 for src in "$B"/examples/*.c; do
 	[ -f "$src" ] || continue
@@ -73,18 +87,44 @@ for src in "$B"/examples/*.c; do
 	bin=${src%.c}
 	name=$(basename "$src")
 	examples=$((examples + 1))
-	if $CC $CFLAGS -Iinclude -o "$bin" "$src" "$B/libcorio.a" $LIBS && timeout 60 "$bin" >/dev/null; then
+	line=$line_plain
+	grep -q 'corio_tls_' "$src" && line=$line_tls
+	if [ -z "$line" ]; then
+		echo "[FAIL] README example $name: README.md has no in-tree build line" \
+			"(an indented 'cc ... -Iinclude prog.c build/libcorio.a ...', $(grep -q 'corio_tls_' "$src" && echo 'with' || echo 'without') -lssl)"
+		echo "[FAIL] README example $name: no README build line" >>"$fails"
+		failed=$((failed + 1)); status=1; continue
+	fi
+	cmd=$(echo "$line" | sed -e "s|^cc |$CC |" -e "s|prog\.c|$src|" -e "s|build/libcorio\.a|$B/libcorio.a|")
+	log=$(mktemp)
+	# shellcheck disable=SC2086 # the README's line is split as a shell would
+	# its stderr too is shown only when it fails: a shard preempted on a
+	# loaded machine says so (corio: off-cpu:), which is no failure here
+	if $cmd $CFLAGS -o "$bin" >"$log" 2>&1 && timeout 60 "$bin" >/dev/null 2>>"$log"; then
 		echo "[PASS] README example $name"
 		passed=$((passed + 1))
 	else
-		echo "[FAIL] README example $name (compile or run failed)"
+		cat "$log"
+		echo "[FAIL] README example $name (compile or run failed): $line"
 		echo "[FAIL] README example $name" >>"$fails"
 		failed=$((failed + 1)); status=1
 	fi
+	rm -f "$log"
 done
 if [ "$examples" = 0 ]; then # the extraction itself broke: say so
 	echo "[FAIL] README example: no C example with a main() found"
 	echo "[FAIL] README example: none found" >>"$fails"
+	failed=$((failed + 1)); status=1
+fi
+
+# Every suite::name the docs cite as proof is a test that exists.
+if log=$(sh tools/scripts/check-doc-tests.sh 2>&1); then
+	echo "[PASS] docs: every test README.md and docs/*.md name exists"
+	passed=$((passed + 1))
+else
+	echo "$log"
+	echo "[FAIL] docs: a test the docs name does not exist (tools/scripts/check-doc-tests.sh)"
+	echo "$log" | sed '$d' | sed 's/^/[FAIL] docs: /' >>"$fails"
 	failed=$((failed + 1)); status=1
 fi
 
