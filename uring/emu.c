@@ -922,7 +922,7 @@ static bool fd_moved(struct corio__emu *e, struct emu_fd *f)
 				  .data.fd = f->fd };
 
 	if (!f->registered)
-		return true; /* its ops never waited on epoll (cannot happen today) */
+		return true; /* a file found here before was refused by epoll: try again */
 	if (epoll_ctl(e->epfd, EPOLL_CTL_MOD, f->fd, &ev) == 0 ||
 	    (errno != ENOENT && errno != EBADF))
 		return false;
