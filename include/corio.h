@@ -463,7 +463,14 @@ CORIO_API void corio_chan_close(struct corio_chan *c); /* wakes every waiter */
 /* One IORING_OP_NOP through this shard's ring: 0 or -ECANCELED. */
 CORIO_API int corio_nop(void);
 
-/* Wait until fd is ready for the poll(2) events mask: the revents, or -errno. */
+/*
+ * Wait until fd is ready for the poll(2) events mask: the revents, or -errno.
+ * A poll waits on the file fd names when it starts: if fd is closed while
+ * it waits, it ends only by its deadline or a cancel (io_uring holds the
+ * old file; the fallback never reports another file's state to it), and a
+ * new poll of a new file that reuses the number sees that file at once, on
+ * both backends.
+ */
 CORIO_API int corio_poll(int fd, unsigned events);
 
 /* ---- stats ---------------------------------------------------------------- */

@@ -1094,6 +1094,79 @@ Test(backend, hangup_without_data_is_end_of_stream_on_both_backends, .timeout = 
 }
 
 /*
+ * A poll left waiting on a number that is closed and reused. Fiber A
+ * polls fd X for POLLIN (with a deadline); this fiber closes X, puts a
+ * new socket behind the same number, writes a byte to its peer and polls
+ * X. The new poll must see the byte at once. On the fallback it used to
+ * wait for its deadline: epoll had dropped X's registration with the old
+ * file, and the new poll parked beside A's on the record "registered"
+ * already. A's poll belongs to the old file: on io_uring it waits on that
+ * file (the op holds it) until cancelled, and on the fallback it must not
+ * report the new file's byte either.
+ */
+struct reuse_poll {
+	int fd;
+	int res;
+	bool done;
+};
+
+static int reuse_poller(void *arg)
+{
+	struct reuse_poll *a = arg;
+	struct corio_deadline d;
+
+	CHECK_EQ(corio_timeout_push(&d, 60 * 1000000000ull), 0);
+	a->res = corio_poll(a->fd, POLLIN);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	a->done = true;
+	return 0;
+}
+
+static void reuse_poll_entry(void *arg)
+{
+	struct reuse_poll a = { .fd = -1 };
+	struct corio_deadline d;
+	struct corio_fiber *f;
+	int old[2], nw[2], x, st;
+	char c;
+
+	(void)arg;
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, old) == 0);
+	x = a.fd = old[0];
+	CHECK_EQ(corio_spawn(reuse_poller, &a, NULL, &f), 0);
+	corio_yield(); /* A runs and queues its poll */
+	corio_yield(); /* the loop has submitted it: it waits (parked on epoll) */
+	CHECK(!a.done);
+	CHECK(close(x) == 0);
+	CHECK(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, nw) == 0);
+	if (nw[0] != x) { /* the lowest number is X's, usually: else make it so */
+		CHECK(dup3(nw[0], x, O_CLOEXEC) == x);
+		CHECK(close(nw[0]) == 0);
+	}
+	CHECK(write(nw[1], "y", 1) == 1);
+	/* bounded, so the bug fails the test instead of hanging it */
+	CHECK_EQ(corio_timeout_push(&d, 5 * 1000000000ull), 0);
+	CHECK_EQ(corio_poll(x, POLLIN), POLLIN);
+	CHECK(!a.done); /* the old file's poll did not report the new file */
+	CHECK(read(x, &c, 1) == 1 && c == 'y');
+	CHECK_EQ(corio_poll(x, POLLOUT), POLLOUT);
+	CHECK_EQ(corio_deadline_pop(&d), 0);
+	CHECK_EQ(corio_cancel(f), 0);
+	CHECK_EQ(corio_join(f, &st), 0);
+	CHECK(a.done);
+	CHECK_EQ(a.res, -ECANCELED);
+	close(x);
+	close(nw[1]);
+	close(old[1]);
+}
+
+Test(backend, poll_on_a_closed_and_reused_number_sees_the_new_file_on_both_backends,
+     .timeout = 60)
+{
+	on_both(1, reuse_poll_entry);
+}
+
+/*
  * A listener whose accept queue overflows: backlog 1, and 32 clients (8
  * over TCP) on shard 1 connect before shard 0 accepts anything. The kernel drops what
  * does not fit (TCP: SYNs, retried by the client a second later; Unix:

@@ -846,6 +846,73 @@ Test(timer, idle_spin, .timeout = 60) { idle_modes(CORIO_IDLE_SPIN); }
 Test(timer, idle_poll, .timeout = 60) { idle_modes(CORIO_IDLE_POLL); }
 
 /*
+ * A due timer on a busy shard. Two fibers yield in a loop, so the loop
+ * never blocks and never waits for the kernel's timeout: the timer must be
+ * caught by the loop's own look at the heap, each turn. Counted, not
+ * timed: the yielders count the yields they make after the sleeper's
+ * deadline has passed (by the clock) until the sleeper runs again. A turn
+ * is two yields here, and the sleeper is made ready in the turn that finds
+ * it due, so a handful is the expected count (up to 6 seen on both
+ * backends); a loop that fired timers only when it waited, or only on the
+ * kernel timeout's completion reaped some turns later, would count
+ * thousands. Preemption only delays the yields, it does not add any. Runs
+ * on the backend CORIO_BACKEND names (the suite runs on both).
+ */
+#define BUSY_SLEEPS 20
+#define BUSY_MAX_YIELDS 64
+
+static struct {
+	uint64_t deadline; /* 0: nobody sleeps */
+	unsigned after;    /* yields made past the deadline */
+	bool stop;
+} busy;
+
+static int busy_yielder(void *arg)
+{
+	(void)arg;
+	while (!busy.stop) {
+		if (busy.deadline && corio_now_ns() >= busy.deadline)
+			busy.after++;
+		corio_yield();
+	}
+	return 0;
+}
+
+static void busy_entry(void *arg)
+{
+	struct corio_fiber *y[2];
+	unsigned worst = 0;
+	char why[96];
+
+	(void)arg;
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(corio_spawn(busy_yielder, NULL, NULL, &y[i]), 0);
+	for (int i = 0; i < BUSY_SLEEPS; i++) {
+		uint64_t d = corio_now_ns() + 2 * MS;
+
+		busy.after = 0;
+		busy.deadline = d;
+		CHECK_EQ(corio_sleep_until(d), 0);
+		busy.deadline = 0;
+		CHECK(corio_now_ns() >= d); /* never early */
+		if (busy.after > worst)
+			worst = busy.after;
+	}
+	busy.stop = true;
+	for (int i = 0; i < 2; i++)
+		CHECK_EQ(corio_join(y[i], NULL), 0);
+	if (worst > BUSY_MAX_YIELDS) {
+		snprintf(why, sizeof(why), "a due sleep waited for %u yields of a busy shard", worst);
+		th_fail(__FILE__, __LINE__, why);
+	}
+}
+
+Test(timer, due_timer_fires_within_a_few_turns_of_a_busy_shard, .timeout = 30)
+{
+	run1(busy_entry, NULL);
+}
+
+/*
  * Misuse on a shard's loop, outside any fiber: a blocking call from a timer
  * callback or from a corio_post() function, and an unbalanced
  * corio_deadline_pop(). The default (release) build returns the documented

@@ -27,8 +27,13 @@
  * CQEs, so a record without ops may describe a closed file, or a new file
  * behind a reused number: when a record goes from no ops to waiting it is
  * re-registered (EPOLL_CTL_MOD, or ADD on ENOENT), its ready bits cleared,
- * and the kernel reports the file's current state as a fresh edge. Nothing
- * depends on being told of a close.
+ * and the kernel reports the file's current state as a fresh edge. A user's
+ * descriptor may also be closed while an op waits on it (a corio_poll in
+ * another fiber): an op that parks beside waiting ops asks with
+ * EPOLL_CTL_MOD whether the number still names the registered file, and
+ * if not the waiting ops are marked stale (they wait for their deadline or
+ * cancel, as io_uring's would on the old file) and the record registers the
+ * new file (fd_moved). Nothing depends on being told of a close.
  *
  * What is emulated (what corio submits): NOP, POLL_ADD (one-shot and
  * multishot), RECV (one-shot, multishot, provided buffers, the multishot
@@ -117,6 +122,8 @@ struct emu_op {
 	uint32_t events;          /* poll mask, or EV_IN / EV_OUT                   */
 	uint8_t opcode;
 	bool mshot, bsel, connecting;
+	bool parked;              /* on its record (park() .. unpark())             */
+	bool stale;               /* its file was closed under it: never retried    */
 	uint16_t bgid;
 	int fd;
 	uint32_t accept_flags;
@@ -496,12 +503,17 @@ static int fault_at(struct corio__ring *r, struct emu_op *o, size_t *len, int wh
 	return e;
 }
 
-static int set_nonblock(struct emu_fd *f)
+/* The record's file O_NONBLOCK (accept4 and connect have no per-call
+ * flag). Asked once per wait: an op already parked relies on the check
+ * made since its record last (re-)registered; an op being issued asks
+ * again, since the number may name another file than the one checked. */
+static int set_nonblock(struct emu_op *o)
 {
+	struct emu_fd *f = o->f;
 	int fl;
 
-	if (f->nonblock && f->head)
-		return 0; /* checked since the record last went idle */
+	if (f->nonblock && o->parked)
+		return 0; /* checked since the record last registered */
 	fl = fcntl(f->fd, F_GETFL);
 	if (fl < 0)
 		return -errno;
@@ -661,7 +673,7 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 static int try_accept(struct corio__ring *r, struct emu_op *o)
 {
 	unsigned posted = 0;
-	int ret = set_nonblock(o->f);
+	int ret = set_nonblock(o);
 
 	if (ret)
 		return ret;
@@ -731,7 +743,7 @@ static int try_connect(struct corio__ring *r, struct emu_op *o)
 			return -errno;
 		return -e;
 	}
-	ret = set_nonblock(o->f);
+	ret = set_nonblock(o);
 	if (ret)
 		return ret;
 	if (connect(o->fd, (const struct sockaddr *)(uintptr_t)o->addr, (socklen_t)o->addr2) == 0)
@@ -885,6 +897,41 @@ static int fd_watch(struct corio__emu *e, struct emu_fd *f)
 	return 0;
 }
 
+/*
+ * o is to wait beside ops that are waiting already, on a registration made
+ * when the first of them parked. If the number was closed since, epoll
+ * dropped that registration with the file (silently: no event says so),
+ * and a new file behind the same number would never report an edge: a
+ * corio_poll of it waited for its deadline with the data there. So ask:
+ * EPOLL_CTL_MOD fails with ENOENT when the file behind the number is not
+ * the one registered (an epoll registration is the pair file, number),
+ * and with EBADF when the number is closed. Then the ops waiting belong
+ * to the old file. On io_uring each would keep waiting on it (the op holds
+ * the file) until its deadline or cancel; here they are marked stale and
+ * wait for those alone, never retried against the new file, whose state
+ * is not theirs to report. True: the record must register afresh.
+ *
+ * One epoll_ctl per op that parks beside others (a send beside a parked
+ * receive, net/'s hang-up poll beside its multishot receive); a MOD of a
+ * live registration also re-reports the file's state as an edge, which at
+ * worst retries the record's ops once.
+ */
+static bool fd_moved(struct corio__emu *e, struct emu_fd *f)
+{
+	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+				  .data.fd = f->fd };
+
+	if (!f->registered)
+		return true; /* a file found here before was refused by epoll: try again */
+	if (epoll_ctl(e->epfd, EPOLL_CTL_MOD, f->fd, &ev) == 0 ||
+	    (errno != ENOENT && errno != EBADF))
+		return false;
+	for (struct emu_op *o = f->head; o; o = o->next)
+		o->stale = true;
+	f->registered = false;
+	return true;
+}
+
 /* False when o could not wait and was completed instead. */
 static bool park(struct corio__ring *r, struct emu_op *o)
 {
@@ -892,7 +939,7 @@ static bool park(struct corio__ring *r, struct emu_op *o)
 	struct emu_fd *f = o->f;
 	int ret;
 
-	if (!f->head) {
+	if (!f->head || fd_moved(e, f)) {
 		ret = fd_watch(e, f);
 		if (ret < 0) {
 			/* Not pollable: a regular file is always ready (poll(2)
@@ -916,6 +963,7 @@ static bool park(struct corio__ring *r, struct emu_op *o)
 	else
 		f->head = o;
 	f->tail = o;
+	o->parked = true;
 	e->parked++;
 	return true;
 }
@@ -931,6 +979,7 @@ static void unpark(struct corio__emu *e, struct emu_op *o)
 	if (f->tail == o)
 		f->tail = prev;
 	ud_del(e, o);
+	o->parked = false;
 	e->parked--;
 }
 
@@ -972,7 +1021,7 @@ static void process_fd(struct corio__ring *r, struct emu_fd *f)
 		int res;
 
 		next = o->next;
-		if (!(f->ready & o->events))
+		if (!(f->ready & o->events) || o->stale)
 			continue;
 		res = try_op(r, o, &flags);
 		settle(r, o, res, flags, &more);
