@@ -298,7 +298,7 @@ else
 endif
 
 FULL ?=
-BENCH_AREAS := echo httpd kv micro core fs msg net sendfile timer tls
+BENCH_AREAS := echo httpd kv micro burst core fs msg net sendfile timer tls
 .PHONY: $(BENCH_AREAS:%=bench-%)
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
@@ -307,6 +307,14 @@ bench: deps
 $(BENCH_AREAS:%=bench-%): bench-%: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B) $*
+
+# User-space instructions per message under callgrind (tools/bench/bench-instr.sh):
+# corio-echo (1 and 64 connections, both backends), uring-echo, epoll-echo and
+# httpd per 4 KiB GET; about 6 minutes. Part of make bench FULL=1.
+.PHONY: bench-instr
+bench-instr: deps
+	$(Q)$(MAKE) --no-print-directory lib tools
+	$(Q)sh tools/bench/bench.sh $(B) instr
 
 check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
 	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)

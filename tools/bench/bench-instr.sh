@@ -28,6 +28,11 @@ SERVERS=${INSTR_SERVERS:-corio-echo uring-echo epoll-echo httpd}
 SCPU=1 LCPU=0
 [ "$(nproc)" -ge 2 ] || { SCPU=0; LCPU=0; }
 
+if ! command -v callgrind_control >/dev/null 2>&1 && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+	echo "bench-instr: installing valgrind with apt-get"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind >/dev/null 2>&1 ||
+		{ apt-get update -q >/dev/null 2>&1 && DEBIAN_FRONTEND=noninteractive apt-get install -y -q valgrind >/dev/null 2>&1; }
+fi
 if ! command -v valgrind >/dev/null 2>&1 || ! command -v callgrind_control >/dev/null 2>&1; then
 	echo "bench-instr: valgrind is not installed (apt-get install valgrind); skipped"
 	exit 0

@@ -11,6 +11,7 @@
 #             fallback), then every case of the echo, kv and httpd drivers:
 #             about 20 minutes.
 #   AREA      make bench-AREA: echo, httpd, kv (every case of that driver),
+#             instr (instructions per message under callgrind),
 #             micro (every micro-benchmark), or one micro-benchmark by name:
 #             core, fs, msg, net, sendfile, timer, tls (bench-AREA on both
 #             backends).
@@ -35,8 +36,9 @@ for a in "$@"; do
 	headline) secs="$secs echo:headline httpd:headline kv:headline" ;;
 	full)
 		for m in $MICRO; do secs="$secs $m:full"; done
-		secs="$secs echo:full kv:full httpd:full"
+		secs="$secs echo:full kv:full httpd:full instr:full"
 		;;
+	instr) secs="$secs instr:full" ;;
 	micro) for m in $MICRO; do secs="$secs $m:full"; done ;;
 	echo | httpd | kv) secs="$secs $a:full" ;;
 	*)
@@ -61,10 +63,11 @@ title() {
 	httpd:full) echo "httpd against nginx: every row, HTTPS, full handshakes (about 3 minutes)" ;;
 	kv:headline) echo "corio-kv against redis-server (about 60 s)" ;;
 	kv:full) echo "corio-kv against redis-server: every test, memory of 1M keys (about 2 minutes)" ;;
+	instr:full) echo "user-space instructions per message under callgrind: corio-echo, uring-echo, epoll-echo, httpd (about 6 minutes)" ;;
 	*)
 		# bench-micro of 2026-11-29, both backends, on a VM other jobs shared
 		case $1 in
-		core) t=130 ;; fs) t=50 ;; msg) t=190 ;; net) t=25 ;; sendfile) t=5 ;;
+		burst) t=20 ;; core) t=130 ;; fs) t=50 ;; msg) t=190 ;; net) t=25 ;; sendfile) t=5 ;;
 		timer) t=50 ;; tls) t=15 ;; *) t= ;;
 		esac
 		echo "bench-$1, micro-benchmark, on $(echo $BACKENDS | sed 's/ / then /')${t:+ (both backends: about $t s)}"
@@ -97,6 +100,7 @@ out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 		echo) BENCH_ECHO_SET=$set sh tools/bench/bench-echo.sh "$B" ;;
 		httpd) BENCH_HTTPD_SET=$set sh tools/bench/bench-httpd.sh "$B" ;;
 		kv) BENCH_KV_SET=$set sh tools/bench/bench-kv.sh "$B" ;;
+		instr) sh tools/bench/bench-instr.sh "$B" ;;
 		*)
 			for be in $BACKENDS; do
 				echo "## bench-$name (CORIO_BACKEND=$be)"
