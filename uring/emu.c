@@ -546,7 +546,7 @@ static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
 			len = o->limit;
 		n = fault_at(r, o, &len, CORIO__FAULT_RECV)
 			    ? -1
-			    : recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
+			    : corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 		if (n <= 0)
 			return n == 0 ? 0 : err();
 		fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
@@ -597,11 +597,11 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 			iov.iov_len = mh->msg_iov[0].iov_len;
 		mh->msg_iov = &iov;
 		mh->msg_iovlen = 1;
-		n = recvmsg(o->fd, mh, o->msg_flags | MSG_DONTWAIT);
+		n = corio__nc_recvmsg(o->fd, mh, o->msg_flags | MSG_DONTWAIT);
 		mh->msg_iov = saved;
 		mh->msg_iovlen = savedn;
 	} else {
-		n = recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
+		n = corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 	}
 	if (n < 0)
 		return err();
@@ -654,7 +654,7 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 		};
 		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
 			    ? -1
-			    : recvmsg(o->fd, &mh, o->msg_flags | MSG_DONTWAIT | MSG_TRUNC);
+			    : corio__nc_recvmsg(o->fd, &mh, o->msg_flags | MSG_DONTWAIT | MSG_TRUNC);
 		if (n < 0)
 			return err();
 		out->namelen = mh.msg_namelen;
@@ -773,7 +773,7 @@ static int try_sendmsg(struct corio__ring *r, struct emu_op *o)
 		m.msg_iov = &first;
 		m.msg_iovlen = 1;
 	}
-	n = sendmsg(o->fd, &m, o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+	n = corio__nc_sendmsg(o->fd, &m, o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
 	return n < 0 ? err() : (int)n;
 }
 
@@ -821,7 +821,7 @@ static int try_op(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 			return o->mshot ? try_recv_bsel(r, o) : recv_bsel_once(r, o, flags);
 		n = fault_at(r, o, &len, CORIO__FAULT_RECV)
 			    ? -1
-			    : recv(o->fd, (void *)(uintptr_t)o->addr, len, o->msg_flags | MSG_DONTWAIT);
+			    : corio__nc_recv(o->fd, (void *)(uintptr_t)o->addr, len, o->msg_flags | MSG_DONTWAIT);
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_RECVMSG:
 		if (o->mshot)
@@ -830,13 +830,13 @@ static int try_op(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 			return recv_bsel_once(r, o, flags);
 		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
 			    ? -1
-			    : recvmsg(o->fd, (struct msghdr *)(uintptr_t)o->addr,
+			    : corio__nc_recvmsg(o->fd, (struct msghdr *)(uintptr_t)o->addr,
 				      o->msg_flags | MSG_DONTWAIT);
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_SEND:
 		n = fault_at(r, o, &len, CORIO__FAULT_SEND)
 			    ? -1
-			    : send(o->fd, (const void *)(uintptr_t)o->addr, len,
+			    : corio__nc_send(o->fd, (const void *)(uintptr_t)o->addr, len,
 				   o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
 		return n < 0 ? err() : (int)n;
 	case IORING_OP_SENDMSG:
@@ -844,7 +844,7 @@ static int try_op(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	case IORING_OP_READ:
 		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
 			    ? -1
-			    : read(o->fd, (void *)(uintptr_t)o->addr, o->len);
+			    : corio__nc_read(o->fd, (void *)(uintptr_t)o->addr, o->len);
 		if (n < 0 && errno == EAGAIN && (o->msg_flags & RWF_NOWAIT))
 			return -EAGAIN; /* RWF_NOWAIT: the old kernels' answer, for tests */
 		return n < 0 ? err() : (int)n;
@@ -1260,7 +1260,7 @@ static int send_at_once(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	(void)sqe;
 	return -1;
 #else
-	ssize_t n = send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
+	ssize_t n = corio__nc_send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
 			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
 
 	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
@@ -1371,14 +1371,14 @@ static int epoll_wait_ns(struct corio__emu *e, int64_t ns)
 	int n;
 
 	if (!e->no_pwait2) {
-		struct timespec ts = { ns / 1000000000, ns % 1000000000 };
+		struct __kernel_timespec ts = { ns / 1000000000, ns % 1000000000 };
 
-		n = epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts, NULL);
+		n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
 		if (n >= 0 || errno != ENOSYS)
 			return n < 0 ? -errno : n;
 		e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
 	}
-	n = epoll_wait(e->epfd, e->evs, NEVENTS, ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
+	n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS, ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
 	return n < 0 ? -errno : n;
 }
 
