@@ -13,7 +13,10 @@
 #include "common/timing.h"
 #include "kv/kv.h"
 
+#include <arpa/inet.h>
+#include <ctype.h>
 #include <math.h>
+#include <netinet/in.h>
 #include <stdarg.h>
 #include <sys/wait.h>
 
@@ -559,14 +562,10 @@ static void all_commands(struct kv_test *t)
 	EXPECT(c, "*0\r\n");
 	cl_cmd(c, "CONFIG", "SET", "a", "b", NULL);
 	EXPECT_HAS(c, "-ERR CONFIG subcommand not supported");
-	cl_cmd(c, "COMMAND", "COUNT", NULL);
-	EXPECT(c, ":30\r\n");
-	cl_cmd(c, "COMMAND", "DOCS", NULL);
-	EXPECT(c, "*0\r\n");
-	cl_cmd(c, "COMMAND", "INFO", "get", "nosuch", NULL);
-	EXPECT(c, "*2\r\n*6\r\n$3\r\nget\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n:1\r\n:1\r\n:1\r\n$-1\r\n");
+	cl_cmd(c, "COMMAND", "DOCS", NULL); /* COUNT and INFO: command_table_*, diff_command_table */
+	EXPECT_HAS(c, "$3\r\nget\r\n*2\r\n$5\r\ngroup\r\n$6\r\nstring\r\n");
 	cl_cmd(c, "COMMAND", NULL);
-	EXPECT_HAS(c, "*30\r\n*6\r\n$3\r\nget\r\n");
+	EXPECT_HAS(c, "*10\r\n$3\r\nget\r\n");
 	cl_cmd(c, "CLIENT", "GETNAME", NULL);
 	EXPECT(c, "$-1\r\n");
 	cl_cmd(c, "CLIENT", "SETNAME", "bob", NULL);
@@ -1578,6 +1577,294 @@ static void many_keys(struct kv_test *t)
 Test(kv, many_keys_rehash, .timeout = 120)
 {
 	run_kv(2, NULL, many_keys);
+}
+
+/* ---- differential: the same commands to redis-server 7.0 and to corio-kv ---------- */
+
+/*
+ * The tests below start a redis-server of their own (skipping when it is not
+ * installed), send it and corio-kv the same scripts, and compare the replies
+ * byte for byte, in RESP2 and in RESP3 (HELLO 3 first), against 1 and 2
+ * shards. A script is lines of words split at spaces ("" is an empty
+ * argument, \s a space inside one); a line that starts with "~ " compares
+ * only the type of the reply (its first byte: times, ids), "? " does not
+ * compare, "! " wants corio-kv's reply (after the mark) and does not ask
+ * redis (where corio-kv differs on purpose: its name, its errors).
+ */
+static pid_t ref_pid;
+static int ref_port;
+
+static int free_tcp_port(void)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t len = sizeof(sa);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), port = 0;
+
+	if (fd >= 0 && !bind(fd, (struct sockaddr *)&sa, sizeof(sa)) &&
+	    !getsockname(fd, (struct sockaddr *)&sa, &len))
+		port = ntohs(sa.sin_port);
+	if (fd >= 0)
+		close(fd);
+	return port;
+}
+
+/* Start the reference redis-server (extra: more arguments, NULL-ended). */
+static void ref_start(const char *extra, ...)
+{
+	char portstr[16];
+	const char *argv[32] = { "redis-server", "--port", portstr, "--save", "", "--appendonly", "no",
+				 "--bind", "127.0.0.1", "--logfile", "/dev/null", "--daemonize", "no" };
+	int n = 13;
+	va_list ap;
+
+	if (system("command -v redis-server >/dev/null 2>&1") != 0)
+		cr_skip_test("redis-server is not installed (apt-get install redis-server): "
+			     "no reference to compare with");
+	ref_port = free_tcp_port();
+	cr_assert(ref_port > 0);
+	snprintf(portstr, sizeof(portstr), "%d", ref_port);
+	va_start(ap, extra);
+	for (const char *a = extra; a && n < 31; a = va_arg(ap, const char *))
+		argv[n++] = a;
+	va_end(ap);
+	argv[n] = NULL;
+	ref_pid = fork();
+	cr_assert(ref_pid >= 0);
+	if (ref_pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+		execvp("redis-server", (char *const *)argv);
+		_exit(127);
+	}
+}
+
+static void ref_stop(void)
+{
+	if (ref_pid > 0) {
+		kill(ref_pid, SIGTERM);
+		waitpid(ref_pid, NULL, 0);
+	}
+	ref_pid = 0;
+}
+
+/* A connection to the reference server, once it accepts (5 s at most). */
+static struct cl *ref_open(void)
+{
+	char where[32];
+
+	snprintf(where, sizeof(where), "127.0.0.1:%d", ref_port);
+	for (int i = 0; i < 500; i++) {
+		struct corio_sock *s;
+
+		if (corio_tcp_connect(where, &s) == 0) {
+			struct cl *c = calloc(1, sizeof(*c));
+
+			c->s = s;
+			return c;
+		}
+		if (corio_sleep_ns(10000000) < 0)
+			break;
+	}
+	CHECK(!"redis-server did not start");
+	return NULL;
+}
+
+/* Queue the command of one script line (its words). */
+static void cl_line(struct cl *c, const char *line)
+{
+	char w[64][256];
+	const char *argv[65];
+	int n = 0;
+
+	for (const char *p = line; *p && n < 64;) {
+		size_t len = 0;
+
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			break;
+		while (*p && *p != ' ' && len < sizeof(w[0]) - 1) {
+			if (p[0] == '\\' && p[1] == 's') {
+				w[n][len++] = ' ';
+				p += 2;
+			} else {
+				w[n][len++] = *p++;
+			}
+		}
+		w[n][len] = 0;
+		if (!strcmp(w[n], "\"\""))
+			w[n][0] = 0;
+		argv[n] = w[n];
+		n++;
+	}
+	kv_num(&c->out, '*', n);
+	for (int i = 0; i < n; i++)
+		kv_bulk(&c->out, argv[i], strlen(argv[i]));
+}
+
+/* Run a script (lines, NULL-ended) on both; every reply compared. */
+static void diff_script_at(struct cl *kv, struct cl *ref, const char *const *lines, const char *file,
+			   int line)
+{
+	for (int i = 0; lines[i]; i++) {
+		const char *l = lines[i], *got;
+		char *want = NULL, msg[440];
+		int mode = 0; /* 0 exact, 1 type, 2 none, 3 literal */
+
+		if ((l[0] == '~' || l[0] == '?' || l[0] == '!') && l[1] == ' ') {
+			mode = l[0] == '~' ? 1 : l[0] == '?' ? 2 : 3;
+			l += 2;
+		}
+		if (mode == 3) {
+			const char *bar = strstr(l, " => ");
+
+			if (!bar) {
+				th_fail(file, line, "a ! line needs ' => reply'");
+				return;
+			}
+			want = malloc(strlen(bar + 4) + 3);
+			sprintf(want, "%s\r\n", bar + 4);
+			{
+				char cmd[512];
+
+				snprintf(cmd, sizeof(cmd), "%.*s", (int)(bar - l), l);
+				cl_line(kv, cmd);
+			}
+		} else {
+			cl_line(kv, l);
+			cl_line(ref, l);
+			got = cl_reply(ref);
+			want = strdup(got ? got : "(no reply from redis-server)");
+		}
+		got = cl_reply(kv);
+		if (!got || (mode == 0 && strcmp(got, want)) || (mode == 3 && strcmp(got, want)) ||
+		    (mode == 1 && got[0] != want[0])) {
+			size_t at = 0;
+
+			while (got && got[at] && got[at] == want[at])
+				at++;
+			at = at > 40 ? at - 40 : 0; /* show where they part */
+			snprintf(msg, sizeof(msg), "line %d '%.50s' at byte %zu: corio-kv %.150s, redis %.150s",
+				 i, l, at, got ? got + at : "(none)", want + at);
+			th_fail(file, line, msg);
+		}
+		free(want);
+	}
+}
+
+/* Both fresh (FLUSHALL), in protocol proto, then the script. */
+static void diff_run_at(struct kv_test *t, int proto, const char *const *lines, const char *file, int line)
+{
+	struct cl *kv = cl_open(t->port), *ref = ref_open();
+
+	if (kv && ref) {
+		static const char *const prologue2[] = { "FLUSHALL", NULL };
+		static const char *const prologue3[] = { "? HELLO 3", "FLUSHALL", NULL };
+
+		diff_script_at(kv, ref, proto == 3 ? prologue3 : prologue2, file, line);
+		diff_script_at(kv, ref, lines, file, line);
+	}
+	cl_close(kv);
+	cl_close(ref);
+}
+#define DIFF(t, proto, lines) diff_run_at((t), (proto), (lines), __FILE__, __LINE__)
+
+/* Run body on 1 and 2 shards against a fresh reference server. */
+static void diff_test(void (*body)(struct kv_test *t))
+{
+	ref_start(NULL);
+	run_kv(1, NULL, body);
+	run_kv(2, NULL, body);
+	ref_stop();
+}
+
+/* ---- (a) the table: dispatch, COMMAND, the families not served --------------------- */
+
+static const char *const table_script[] = {
+	"COMMAND INFO get mset del mget exists ttl incr dbsize flushall ping echo info quit hello multi exec",
+	"COMMAND INFO GeT nosuch",
+	"COMMAND DOCS nosuch",
+	"COMMAND FOO",
+	"COMMAND COUNT x",
+	"COMMAND LIST x",
+	"nosuch a b",
+	"GeT",
+	"get a",
+	"SET a 1",
+	"gEt a",
+	"! LPUSH l a => -ERR 'lpush' is a list command: corio-kv does not serve lists, sets, sorted "
+	"sets, streams or scripting; see docs/corio-kv.md (corio-kv(1)) for the commands it serves",
+	"! zadd z 1 a => -ERR 'zadd' is a sorted set command: corio-kv does not serve lists, sets, "
+	"sorted sets, streams or scripting; see docs/corio-kv.md (corio-kv(1)) for the commands it serves",
+	"! EVAL x 0 => -ERR 'eval' is a scripting command: corio-kv does not serve lists, sets, "
+	"sorted sets, streams or scripting; see docs/corio-kv.md (corio-kv(1)) for the commands it serves",
+	"MULTI",
+	"! SADD s a => -ERR 'sadd' is a set command: corio-kv does not serve lists, sets, sorted sets, "
+	"streams or scripting; see docs/corio-kv.md (corio-kv(1)) for the commands it serves",
+	NULL,
+};
+
+static void table_body(struct kv_test *t)
+{
+	DIFF(t, 2, table_script);
+	DIFF(t, 3, table_script);
+}
+
+Test(kv, diff_command_table, .timeout = 120)
+{
+	diff_test(table_body);
+}
+
+/* Every name the table holds is found in any case, COMMAND COUNT and LIST
+ * agree with COMMAND, and a name that is no command (however it hashes) is
+ * not found. */
+static void table_lookup(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	const char *r;
+	long long count;
+
+	if (!c)
+		return;
+	cl_cmd(c, "COMMAND", "COUNT", NULL);
+	r = cl_reply(c);
+	count = r ? atoll(r + 1) : -1;
+	CHECK(count >= 30);
+	cl_cmd(c, "COMMAND", "LIST", NULL);
+	r = cl_reply(c);
+	CHECK(r && atoll(r + 1) == count);
+	for (const char *p = r ? strchr(r, '\n') + 1 : ""; *p == '$';) {
+		char name[64], mixed[64];
+		size_t n = (size_t)atoi(p + 1);
+		const struct kv_spec *sp;
+		struct kv_arg a = { mixed, n };
+
+		p = strchr(p, '\n') + 1;
+		snprintf(name, sizeof(name), "%.*s", (int)n, p);
+		for (size_t i = 0; i < n; i++)
+			mixed[i] = (char)(i % 2 ? toupper((unsigned char)name[i]) : name[i]);
+		sp = kv_find_spec(&t->srv.cmds, &a);
+		CHECK(sp && !strcmp(sp->name, name));
+		a.n = n - 1; /* a prefix is not the command */
+		sp = kv_find_spec(&t->srv.cmds, &a);
+		CHECK(!sp || strcmp(sp->name, name));
+		p += n + 2;
+	}
+	{
+		struct kv_arg a = { "getx", 4 }, b = { "zremrangebyscorex", 17 };
+
+		CHECK(!kv_find_spec(&t->srv.cmds, &a));
+		CHECK(!kv_find_spec(&t->srv.cmds, &b));
+	}
+	cl_close(c);
+}
+
+Test(kv, command_table_finds_every_name, .timeout = 60)
+{
+	run_kv(1, NULL, table_lookup);
 }
 
 /* ---- real clients ------------------------------------------------------------------------ */

@@ -173,6 +173,9 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_UNKNOWN:
 		kv_reply_unknown(c, cmd, o);
 		break;
+	case C_NOTSERVED:
+		kv_reply_notserved(cmd, o);
+		break;
 	case C_ARITY: {
 		char msg[128];
 

@@ -301,7 +301,8 @@ void kv_shard_main(struct kv_server *srv)
 	corio_listener_close(kl.l);
 }
 
-/* Set up srv for nshards (before corio_start); 0 or -ENOMEM. */
+/* Set up srv for nshards (before corio_start); 0, -ENOMEM, or -ENOSPC
+ * when the command table outgrew its index. */
 int kv_server_init(struct kv_server *srv, unsigned nshards)
 {
 	uint64_t seed = corio_now_ns();
@@ -312,6 +313,8 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 			seed ^= (uint64_t)getpid() << 32;
 		close(fd);
 	}
+	if (kv_cmdtab_build(&srv->cmds))
+		return -ENOSPC;
 	srv->nshards = nshards;
 	srv->seed = seed;
 	srv->start_ns = corio_now_ns();

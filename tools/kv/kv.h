@@ -55,7 +55,8 @@
  *	            listeners and the server's setup
  *	plan.c      planning: a parsed command becomes ops
  *	batch.c     a batch: the remote ops, then the replies in order
- *	cmd.c       the command table, and the ops run on the key's shard
+ *	table.c     the command table: dispatch by name, and COMMAND
+ *	cmd.c       the ops run on the key's shard
  *	reply.c     replies made on the connection's shard (INFO, HELLO, ...)
  *	main.c      the program: options, signals, the runtime
  *
@@ -81,31 +82,14 @@
 #define KV_NONE UINT32_MAX
 #define KV_NAME_MAX 64            /* CLIENT SETNAME: bytes, with the NUL */
 
-/* ---- the server and its commands ------------------------------------------------ */
-
-struct kv_server {
-	struct kv_limits lim;
-	unsigned nshards;
-	uint64_t seed;
-	const char *host;         /* "127.0.0.1" */
-	int port;                 /* 0: pick one (shard 0 binds, the others join) */
-	struct kv_shard *sh;      /* [nshards], each touched by its shard only */
-	uint64_t start_ns;
-	_Atomic int bound_port;
-	_Atomic unsigned listening;
-	_Atomic int failed;
-};
-
-static inline unsigned kv_owner(const struct kv_server *srv, uint64_t h)
-{
-	return (unsigned)(((h >> 32) * srv->nshards) >> 32);
-}
+/* ---- the commands ------------------------------------------------------------- */
 
 enum kv_kind {
 	C_UNKNOWN, C_ARITY, C_ERR, /* replies made from the command alone */
 	C_PING, C_ECHO, C_GET, C_SET, C_DEL, C_EXISTS, C_INCR, C_MGET, C_MSET, C_EXPIRE,
 	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
 	C_SELECT, C_QUIT, C_HELLO, C_MULTI, C_EXEC, C_DISCARD, C_QUEUED,
+	C_NOTSERVED, /* a family corio-kv does not serve (lists, ...): one clear error */
 };
 
 /* set / expire flags */
@@ -128,10 +112,47 @@ struct kv_spec {
 	unsigned flags;
 	const char *cflags; /* COMMAND's flags */
 	int first, last, step;
+	const char *group;  /* COMMAND DOCS's group; C_NOTSERVED: the family */
+	const char *tips;   /* COMMAND INFO's tips (Redis's), or NULL */
+	const char *ks;     /* its key spec's flags, NULL: RO access / RW update */
+	const char *acl;    /* its ACL categories, NULL: from the flags and group */
 };
 
-const struct kv_spec *kv_find_spec(const struct kv_arg *a);
+/* The index of the command table by name (table.c): a quarter full at
+ * most, so a lookup is one hash of the name and about one compare. */
+#define KV_CMDTAB 1024
+#define KV_NAME_LONGEST 16 /* "zremrangebyscore" */
+struct kv_cmdtab {
+	const struct kv_spec *slot[KV_CMDTAB];
+};
+
+int kv_cmdtab_build(struct kv_cmdtab *t);
+const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a);
 bool kv_is(const struct kv_arg *a, const char *word);
+
+
+
+/* ---- the server ------------------------------------------------------------------ */
+
+struct kv_server {
+	struct kv_limits lim;
+	unsigned nshards;
+	uint64_t seed;
+	const char *host;         /* "127.0.0.1" */
+	int port;                 /* 0: pick one (shard 0 binds, the others join) */
+	struct kv_shard *sh;      /* [nshards], each touched by its shard only */
+	struct kv_cmdtab cmds;    /* built by kv_server_init(), then read-only */
+	uint64_t start_ns;
+	_Atomic int bound_port;
+	_Atomic unsigned listening;
+	_Atomic int failed;
+};
+
+static inline unsigned kv_owner(const struct kv_server *srv, uint64_t h)
+{
+	return (unsigned)(((h >> 32) * srv->nshards) >> 32);
+}
+
 
 /* One command of a batch. */
 struct kv_cmd {
@@ -196,7 +217,9 @@ extern const char kv_oom_msg[];
 
 /* cmd.c: an op on its key's shard (sh), its reply (if any) to o. */
 void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct kv_buf *o);
+/* table.c: COMMAND, and the error of an out-of-scope family. */
 void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o);
 
 /* plan.c: a parsed command becomes ops. */
 int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);
@@ -207,6 +230,7 @@ void kv_multi_reset(struct kv_conn *c);
 int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n);
 void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+void kv_err_sanitized(struct kv_buf *o, const char *msg);
 
 /* batch.c: run a planned batch and write its replies to c->out. */
 int kv_run_batch(struct kv_conn *c);

@@ -273,6 +273,11 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 	const struct kv_spec *sp = cmd->spec;
 	int ret;
 
+	if (sp && sp->kind == C_NOTSERVED) {
+		cmd->kind = C_NOTSERVED;
+		c->multi_dirty |= c->in_multi;
+		return KV_PLAN_DONE;
+	}
 	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
 	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
 	    (sp->kind == C_MSET && argc % 2 == 0)) {
@@ -322,7 +327,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->argc = argc;
 	cmd->op0 = (uint32_t)c->nops;
 	cmd->resp3 = c->resp == 3;
-	sp = cmd->spec = kv_find_spec(&a[0]);
+	sp = cmd->spec = kv_find_spec(&c->srv->cmds, &a[0]);
 	ret = kv_plan_gate(c, cmd, a, argc);
 	if (ret == KV_PLAN_EXEC)
 		return ret;

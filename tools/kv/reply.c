@@ -12,7 +12,7 @@
 
 
 /* An error reply whose text comes from the client: CR and LF become spaces. */
-static void kv_err_sanitized(struct kv_buf *o, const char *msg)
+void kv_err_sanitized(struct kv_buf *o, const char *msg)
 {
 	size_t start = o->len;
 

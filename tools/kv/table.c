@@ -1,0 +1,382 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * tools/kv/table.c - the command table: how a name finds its command, and
+ * COMMAND (COUNT, INFO, DOCS, LIST), which describes the same table.
+ *
+ * Dispatch: every name, upper-cased, is hashed into an open-addressed
+ * index of KV_CMDTAB slots, built once per server (kv_cmdtab_build(), in
+ * kv_server_init()). A lookup hashes the request's name folding case as it
+ * goes, probes from there (the table is a quarter full, so almost always
+ * one slot) and compares once: the cost does not grow with the table, as
+ * the linear scan it replaced did.
+ *
+ * The families corio-kv does not serve (lists, sets, sorted sets, streams,
+ * scripting) are in the table too, so that their commands get one error
+ * that names the page listing what it serves, rather than "unknown
+ * command"; COMMAND does not list them.
+ */
+#include "kv.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <string.h>
+#include <strings.h>
+
+/* The rows leave out the trailing fields they do not need (NULL). */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+#define RO "readonly fast"
+#define WR "write denyoom"
+#define WRF "write denyoom fast"
+#define CONN "noscript loading stale fast allow_busy"
+#define RWAU "RW access update"
+#define ND "nondeterministic_output"
+#define MS_SUM "request_policy:multi_shard response_policy:agg_sum"
+#define MS_ALL "request_policy:multi_shard response_policy:all_succeeded"
+#define AS_SUM "request_policy:all_shards response_policy:agg_sum"
+#define AS_ALL "request_policy:all_shards response_policy:all_succeeded"
+#define KWSD "keyspace write slow dangerous"
+
+/* name, arity, kind, n, flags, COMMAND flags, first, last, step, group, and
+ * where they differ from what the flags imply: tips, key spec flags, ACL
+ * categories (all Redis 7.0's) */
+static const struct kv_spec kv_specs[] = {
+	{ "get", 2, C_GET, 0, 0, RO, 1, 1, 1, "string" },
+	{ "set", -3, C_SET, 0, 0, WR, 1, 1, 1, "string" },
+	{ "del", -2, C_DEL, 0, 0, "write", 1, -1, 1, "generic", MS_SUM, "RM delete" },
+	{ "exists", -2, C_EXISTS, 0, 0, RO, 1, -1, 1, "generic", MS_SUM, "RO" },
+	{ "incr", 2, C_INCR, 1, 0, WRF, 1, 1, 1, "string", NULL, RWAU },
+	{ "decr", 2, C_INCR, -1, 0, WRF, 1, 1, 1, "string", NULL, RWAU },
+	{ "incrby", 3, C_INCR, 0, 0, WRF, 1, 1, 1, "string", NULL, RWAU },
+	{ "decrby", 3, C_INCR, 0, F_NEG, WRF, 1, 1, 1, "string", NULL, RWAU },
+	{ "mget", -2, C_MGET, 0, 0, RO, 1, -1, 1, "string", "request_policy:multi_shard" },
+	{ "mset", -3, C_MSET, 0, 0, WR, 1, -1, 2, "string", MS_ALL, "OW update" },
+	{ "expire", -3, C_EXPIRE, 1000, 0, "write fast", 1, 1, 1, "generic" },
+	{ "pexpire", -3, C_EXPIRE, 1, 0, "write fast", 1, 1, 1, "generic" },
+	{ "ttl", 2, C_TTL, 0, 0, RO, 1, 1, 1, "generic", ND },
+	{ "pttl", 2, C_TTL, 0, F_PX, RO, 1, 1, 1, "generic", ND },
+	{ "persist", 2, C_PERSIST, 0, 0, "write fast", 1, 1, 1, "generic" },
+	{ "dbsize", 1, C_DBSIZE, 0, 0, RO, 0, 0, 0, "server", AS_SUM, NULL, "keyspace read fast" },
+	{ "flushall", -1, C_FLUSHALL, 0, 0, "write", 0, 0, 0, "server", AS_ALL, NULL, KWSD },
+	{ "flushdb", -1, C_FLUSHALL, 0, 0, "write", 0, 0, 0, "server", AS_ALL, NULL, KWSD },
+	{ "ping", -1, C_PING, 0, 0, "fast", 0, 0, 0, "connection", AS_ALL },
+	{ "echo", 2, C_ECHO, 0, 0, "loading stale fast", 0, 0, 0, "connection" },
+	{ "info", -1, C_INFO, 0, 0, "loading stale", 0, 0, 0, "server",
+	  "nondeterministic_output request_policy:all_shards response_policy:special", NULL,
+	  "slow dangerous" },
+	{ "config", -2, C_CONFIG, 0, 0, "admin loading stale", 0, 0, 0, "server" },
+	{ "command", -1, C_COMMAND, 0, 0, "loading stale", 0, 0, 0, "server",
+	  "nondeterministic_output_order", NULL, "slow connection" },
+	{ "client", -2, C_CLIENT, 0, 0, "loading stale", 0, 0, 0, "connection" },
+	{ "select", 2, C_SELECT, 0, 0, "loading stale fast", 0, 0, 0, "connection" },
+	{ "quit", -1, C_QUIT, 0, 0, "noscript loading stale fast no_auth allow_busy", 0, 0, 0, "connection" },
+	{ "hello", -1, C_HELLO, 0, 0, "noscript loading stale fast no_auth allow_busy", 0, 0, 0,
+	  "connection" },
+	{ "multi", 1, C_MULTI, 0, 0, CONN, 0, 0, 0, "transactions" },
+	{ "exec", 1, C_EXEC, 0, 0, "noscript loading stale skip_slowlog", 0, 0, 0, "transactions" },
+	{ "discard", 1, C_DISCARD, 0, 0, CONN, 0, 0, 0, "transactions" },
+};
+#define KV_NSPECS (sizeof(kv_specs) / sizeof(kv_specs[0]))
+
+/* The families not served this round (C_NOTSERVED; group: the family). */
+#define NS(nm, fam) { nm, -1, C_NOTSERVED, 0, 0, "", 0, 0, 0, fam }
+static const struct kv_spec kv_notserved[] = {
+	NS("lpush", "list"), NS("rpush", "list"), NS("lpushx", "list"), NS("rpushx", "list"),
+	NS("lpop", "list"), NS("rpop", "list"), NS("llen", "list"), NS("lrange", "list"),
+	NS("lindex", "list"), NS("lset", "list"), NS("linsert", "list"), NS("lrem", "list"),
+	NS("ltrim", "list"), NS("lpos", "list"), NS("lmove", "list"), NS("blmove", "list"),
+	NS("rpoplpush", "list"), NS("brpoplpush", "list"), NS("blpop", "list"),
+	NS("brpop", "list"), NS("lmpop", "list"), NS("blmpop", "list"),
+	NS("sadd", "set"), NS("srem", "set"), NS("smembers", "set"), NS("sismember", "set"),
+	NS("smismember", "set"), NS("scard", "set"), NS("spop", "set"),
+	NS("srandmember", "set"), NS("smove", "set"), NS("sinter", "set"),
+	NS("sinterstore", "set"), NS("sintercard", "set"), NS("sunion", "set"),
+	NS("sunionstore", "set"), NS("sdiff", "set"), NS("sdiffstore", "set"),
+	NS("sscan", "set"),
+	NS("zadd", "sorted set"), NS("zrem", "sorted set"), NS("zscore", "sorted set"),
+	NS("zmscore", "sorted set"), NS("zincrby", "sorted set"), NS("zcard", "sorted set"),
+	NS("zcount", "sorted set"), NS("zlexcount", "sorted set"), NS("zrange", "sorted set"),
+	NS("zrangestore", "sorted set"), NS("zrangebyscore", "sorted set"),
+	NS("zrangebylex", "sorted set"), NS("zrevrange", "sorted set"),
+	NS("zrevrangebyscore", "sorted set"), NS("zrevrangebylex", "sorted set"),
+	NS("zrank", "sorted set"), NS("zrevrank", "sorted set"),
+	NS("zremrangebyrank", "sorted set"), NS("zremrangebyscore", "sorted set"),
+	NS("zremrangebylex", "sorted set"), NS("zpopmin", "sorted set"),
+	NS("zpopmax", "sorted set"), NS("bzpopmin", "sorted set"),
+	NS("bzpopmax", "sorted set"), NS("zmpop", "sorted set"), NS("bzmpop", "sorted set"),
+	NS("zrandmember", "sorted set"), NS("zscan", "sorted set"), NS("zunion", "sorted set"),
+	NS("zunionstore", "sorted set"), NS("zinter", "sorted set"),
+	NS("zinterstore", "sorted set"), NS("zintercard", "sorted set"),
+	NS("zdiff", "sorted set"), NS("zdiffstore", "sorted set"),
+	NS("xadd", "stream"), NS("xrange", "stream"), NS("xrevrange", "stream"),
+	NS("xlen", "stream"), NS("xread", "stream"), NS("xreadgroup", "stream"),
+	NS("xgroup", "stream"), NS("xack", "stream"), NS("xpending", "stream"),
+	NS("xclaim", "stream"), NS("xautoclaim", "stream"), NS("xdel", "stream"),
+	NS("xtrim", "stream"), NS("xinfo", "stream"), NS("xsetid", "stream"),
+	NS("eval", "scripting"), NS("evalsha", "scripting"), NS("eval_ro", "scripting"),
+	NS("evalsha_ro", "scripting"), NS("script", "scripting"), NS("function", "scripting"),
+	NS("fcall", "scripting"), NS("fcall_ro", "scripting"),
+};
+#undef NS
+#define KV_NNOTSERVED (sizeof(kv_notserved) / sizeof(kv_notserved[0]))
+
+static uint32_t kv_name_hash(const char *p, size_t n)
+{
+	uint32_t h = 2166136261u ^ (uint32_t)n;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ (uint8_t)(p[i] | 0x20)) * 16777619u; /* letters fold to lower case */
+	return h ^ (h >> 15);
+}
+
+static void kv_tab_insert(struct kv_cmdtab *t, const struct kv_spec *sp)
+{
+	size_t n = strlen(sp->name);
+	uint32_t i = kv_name_hash(sp->name, n) & (KV_CMDTAB - 1);
+
+	while (t->slot[i])
+		i = (i + 1) & (KV_CMDTAB - 1);
+	t->slot[i] = sp;
+}
+
+/*
+ * Build the index of every name (kv_server_init(); the server's, read-only
+ * from then on). 0, or -ENOSPC when the table outgrew its index (a
+ * mistake made when building corio-kv, which the tests catch).
+ */
+int kv_cmdtab_build(struct kv_cmdtab *t)
+{
+	memset(t, 0, sizeof(*t));
+	if (KV_NSPECS + KV_NNOTSERVED > KV_CMDTAB / 2)
+		return -ENOSPC;
+	for (size_t i = 0; i < KV_NSPECS; i++)
+		kv_tab_insert(t, &kv_specs[i]);
+	for (size_t i = 0; i < KV_NNOTSERVED; i++)
+		kv_tab_insert(t, &kv_notserved[i]);
+	return 0;
+}
+
+const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a)
+{
+	uint32_t i;
+
+	if (a->n > KV_NAME_LONGEST)
+		return NULL;
+	for (i = kv_name_hash(a->p, a->n) & (KV_CMDTAB - 1); t->slot[i]; i = (i + 1) & (KV_CMDTAB - 1)) {
+		const char *nm = t->slot[i]->name;
+
+		if (!strncasecmp(nm, a->p, a->n) && nm[a->n] == 0)
+			return t->slot[i];
+	}
+	return NULL;
+}
+
+bool kv_is(const struct kv_arg *a, const char *word)
+{
+	return strlen(word) == a->n && !strncasecmp(word, a->p, a->n);
+}
+
+/* The error for a command of a family corio-kv does not serve: not "unknown
+ * command", but what it is and where to read what is served. */
+void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	char msg[300];
+
+	snprintf(msg, sizeof(msg), "ERR '%s' is a %s command: corio-kv does not serve lists, sets, "
+		 "sorted sets, streams or scripting; see docs/corio-kv.md (corio-kv(1)) for the "
+		 "commands it serves", cmd->spec->name, cmd->spec->group);
+	kv_err(o, msg);
+}
+
+/* ---- COMMAND: the table, as clients read it -------------------------------------- */
+
+static int kv_words(const char *s)
+{
+	int n = 0;
+
+	for (const char *q = s; *q; q++)
+		n += (q == s || q[-1] == ' ') && *q != ' ';
+	return n;
+}
+
+/* The words of s as simple strings, prefixed by pre ("@" for ACL categories). */
+static void kv_word_set(struct kv_buf *o, const char *s, const char *pre, bool resp3)
+{
+	kv_num(o, resp3 ? '~' : '*', kv_words(s));
+	for (const char *q = s; *q;) {
+		size_t n = strcspn(q, " ");
+
+		if (n) {
+			kv_put(o, "+", 1);
+			kv_put(o, pre, strlen(pre));
+			kv_put(o, q, n);
+			KV_LIT(o, "\r\n");
+		}
+		q += n + (q[n] == ' ');
+	}
+}
+
+static bool kv_has_flag(const struct kv_spec *sp, const char *w)
+{
+	size_t n = strlen(w);
+
+	for (const char *q = sp->cflags; (q = strstr(q, w)); q += n)
+		if ((q == sp->cflags || q[-1] == ' ') && (q[n] == ' ' || !q[n]))
+			return true;
+	return false;
+}
+
+/* Redis's ACL categories, from the flags and the group, in Redis's order. */
+static void kv_acl_cats(const struct kv_spec *sp, char *out, size_t n)
+{
+	const char *g = sp->group;
+
+	if (sp->acl) {
+		snprintf(out, n, "%s", sp->acl);
+		return;
+	}
+	bool str = !strcmp(g, "string"), hash = !strcmp(g, "hash"), ps = !strcmp(g, "pubsub");
+
+	snprintf(out, n, "%s%s%s%s%s%s%s%s%s%s%s", !strcmp(g, "generic") ? "keyspace " : "",
+		 kv_has_flag(sp, "readonly") ? "read " : "", kv_has_flag(sp, "write") ? "write " : "",
+		 hash ? "hash " : "", str ? "string " : "", ps ? "pubsub " : "",
+		 kv_has_flag(sp, "admin") ? "admin " : "", kv_has_flag(sp, "fast") ? "fast " : "slow ",
+		 kv_has_flag(sp, "admin") ? "dangerous " : "",
+		 !strcmp(g, "connection") ? "connection " : "",
+		 !strcmp(g, "transactions") ? "transaction " : "");
+	if (*out)
+		out[strlen(out) - 1] = 0; /* the last space */
+}
+
+/* The key spec of a command with keys (first, last, step), in Redis 7.0's shape. */
+static void kv_key_spec(struct kv_buf *o, const struct kv_spec *sp, bool resp3)
+{
+	const char *m = resp3 ? "%" : "*";
+	int f = resp3 ? 1 : 2;
+
+	if (!sp->first) {
+		kv_num(o, resp3 ? '~' : '*', 0);
+		return;
+	}
+	kv_num(o, resp3 ? '~' : '*', 1);
+	kv_num(o, m[0], 3 * f);
+	kv_bulkstr(o, "flags");
+	kv_word_set(o, sp->ks ? sp->ks : kv_has_flag(sp, "readonly") ? "RO access" : "RW update", "",
+		    resp3);
+	kv_bulkstr(o, "begin_search");
+	kv_num(o, m[0], 2 * f);
+	kv_bulkstr(o, "type");
+	kv_bulkstr(o, "index");
+	kv_bulkstr(o, "spec");
+	kv_num(o, m[0], 1 * f);
+	kv_bulkstr(o, "index");
+	kv_num(o, ':', sp->first);
+	kv_bulkstr(o, "find_keys");
+	kv_num(o, m[0], 2 * f);
+	kv_bulkstr(o, "type");
+	kv_bulkstr(o, "range");
+	kv_bulkstr(o, "spec");
+	kv_num(o, m[0], 3 * f);
+	kv_bulkstr(o, "lastkey");
+	kv_num(o, ':', sp->last < 0 ? sp->last : sp->last - sp->first);
+	kv_bulkstr(o, "keystep");
+	kv_num(o, ':', sp->step);
+	kv_bulkstr(o, "limit");
+	kv_num(o, ':', 0);
+}
+
+/* One command as COMMAND INFO gives it: Redis 7.0's ten fields. */
+static void kv_command_info(struct kv_buf *o, const struct kv_spec *sp, bool resp3)
+{
+	char cats[96];
+
+	kv_num(o, '*', 10);
+	kv_bulkstr(o, sp->name);
+	kv_num(o, ':', sp->arity);
+	kv_word_set(o, sp->cflags, "", resp3);
+	kv_num(o, ':', sp->first);
+	kv_num(o, ':', sp->last);
+	kv_num(o, ':', sp->step);
+	kv_acl_cats(sp, cats, sizeof(cats));
+	kv_word_set(o, cats, "@", resp3);
+	if (sp->tips) {
+		kv_num(o, resp3 ? '~' : '*', kv_words(sp->tips));
+		for (const char *q = sp->tips; *q;) {
+			size_t n = strcspn(q, " ");
+
+			kv_bulk(o, q, n);
+			q += n + (q[n] == ' ');
+		}
+	} else {
+		kv_num(o, resp3 ? '~' : '*', 0); /* tips */
+	}
+	kv_key_spec(o, sp, resp3);
+	kv_num(o, resp3 ? '~' : '*', 0); /* subcommands */
+}
+
+/* One command as COMMAND DOCS gives it: its name, then a map of its group
+ * (corio-kv keeps no summaries or argument lists: redis-cli then shows no
+ * hints, which it handles). */
+static void kv_command_docs(struct kv_buf *o, const struct kv_spec *sp, bool resp3)
+{
+	kv_bulkstr(o, sp->name);
+	kv_num(o, resp3 ? '%' : '*', resp3 ? 1 : 2);
+	kv_bulkstr(o, "group");
+	kv_bulkstr(o, sp->group);
+}
+
+/* COMMAND, COUNT, INFO [name...], DOCS [name...], LIST. */
+void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	const struct kv_cmdtab *t = &c->srv->cmds;
+	bool r3 = cmd->resp3;
+
+	if (cmd->argc == 1) {
+		kv_num(o, '*', (long long)KV_NSPECS);
+		for (size_t i = 0; i < KV_NSPECS; i++)
+			kv_command_info(o, &kv_specs[i], r3);
+	} else if (kv_is(&a[1], "count") && cmd->argc == 2) {
+		kv_num(o, ':', (long long)KV_NSPECS);
+	} else if (kv_is(&a[1], "list") && cmd->argc == 2) {
+		kv_num(o, '*', (long long)KV_NSPECS);
+		for (size_t i = 0; i < KV_NSPECS; i++)
+			kv_bulkstr(o, kv_specs[i].name);
+	} else if (kv_is(&a[1], "docs")) {
+		const struct kv_spec *sp;
+		size_t n = 0;
+
+		if (cmd->argc == 2) {
+			kv_num(o, r3 ? '%' : '*', (long long)(r3 ? KV_NSPECS : 2 * KV_NSPECS));
+			for (size_t i = 0; i < KV_NSPECS; i++)
+				kv_command_docs(o, &kv_specs[i], r3);
+			return;
+		}
+		for (uint32_t i = 2; i < cmd->argc; i++)
+			n += (sp = kv_find_spec(t, &a[i])) && sp->kind != C_NOTSERVED;
+		kv_num(o, r3 ? '%' : '*', (long long)(r3 ? n : 2 * n));
+		for (uint32_t i = 2; i < cmd->argc; i++)
+			if ((sp = kv_find_spec(t, &a[i])) && sp->kind != C_NOTSERVED)
+				kv_command_docs(o, sp, r3);
+	} else if (kv_is(&a[1], "info")) {
+		kv_num(o, '*', (long long)cmd->argc - 2);
+		for (uint32_t i = 2; i < cmd->argc; i++) {
+			const struct kv_spec *sp = kv_find_spec(t, &a[i]);
+
+			if (sp && sp->kind != C_NOTSERVED)
+				kv_command_info(o, sp, r3);
+			else
+				kv_null(o, r3);
+		}
+	} else if (kv_is(&a[1], "count")) {
+		kv_err(o, "ERR wrong number of arguments for 'command|count' command");
+	} else if (kv_is(&a[1], "list")) { /* LIST FILTERBY ...: not here */
+		kv_err(o, "ERR syntax error");
+	} else {
+		char msg[200];
+
+		snprintf(msg, sizeof(msg), "ERR unknown subcommand '%.*s'. Try COMMAND HELP.",
+			 (int)(a[1].n > 64 ? 64 : a[1].n), a[1].p);
+		kv_err_sanitized(o, msg);
+	}
+}
