@@ -15,6 +15,7 @@
 
 #include <arpa/inet.h>
 #include <ctype.h>
+#include <ifaddrs.h>
 #include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
@@ -357,6 +358,10 @@ static void test_entry(void *arg)
 	kv_shard_main(&t->srv);
 }
 
+static const char *kv_test_pass; /* run_kv(): the server's --requirepass */
+static const char *kv_test_host; /* run_kv(): the address to bind */
+static int kv_test_protected;    /* run_kv(): protected mode */
+
 /* Run body against a server of n shards; lim NULL: the defaults. */
 static void run_kv(unsigned shards, const struct kv_limits *lim, void (*body)(struct kv_test *))
 {
@@ -369,6 +374,9 @@ static void run_kv(unsigned shards, const struct kv_limits *lim, void (*body)(st
 	else
 		kv_limits_default(&t.srv.lim);
 	t.srv.port = 0;
+	t.srv.requirepass = kv_test_pass;
+	t.srv.host = kv_test_host;
+	atomic_store(&t.srv.protected_mode, kv_test_protected);
 	t.body = body;
 	cfg.flags |= CORIO_F_NO_PIN;
 	cr_assert_eq(kv_server_init(&t.srv, shards), 0);
@@ -561,7 +569,7 @@ static void all_commands(struct kv_test *t)
 	cl_cmd(c, "CONFIG", "GET", "nosuch", NULL);
 	EXPECT(c, "*0\r\n");
 	cl_cmd(c, "CONFIG", "SET", "a", "b", NULL);
-	EXPECT_HAS(c, "-ERR CONFIG subcommand not supported");
+	EXPECT(c, "-ERR Unknown option or number of arguments for CONFIG SET - 'a'\r\n");
 	cl_cmd(c, "COMMAND", "DOCS", NULL); /* COUNT and INFO: command_table_*, diff_command_table */
 	EXPECT_HAS(c, "$3\r\nget\r\n*2\r\n$5\r\ngroup\r\n$6\r\nstring\r\n");
 	cl_cmd(c, "COMMAND", NULL);
@@ -1865,6 +1873,203 @@ static void table_lookup(struct kv_test *t)
 Test(kv, command_table_finds_every_name, .timeout = 60)
 {
 	run_kv(1, NULL, table_lookup);
+}
+
+/* ---- (b) access control ------------------------------------------------------------ */
+
+static const char *const auth_script[] = {
+	"nosuch",
+	"get",
+	"get a",
+	"ping",
+	"MULTI",
+	"EXEC",
+	"AUTH",
+	"AUTH a b c",
+	"AUTH bad",
+	"AUTH bob sec",
+	"HELLO",
+	"HELLO 3",
+	"HELLO 3 AUTH default bad",
+	"HELLO 2 AUTH bob sec SETNAME x",
+	"CLIENT ID",
+	"AUTH default sec",
+	"SET a 1",
+	"GET a",
+	"MULTI",
+	"AUTH sec",
+	"GET a",
+	"EXEC",
+	"CONFIG SET requirepass \"\"",
+	"AUTH sec",
+	"AUTH x y",
+	"AUTH default zzz",
+	"CONFIG SET protected-mode no",
+	"CONFIG SET foo bar",
+	"CONFIG SET requirepass",
+	"CONFIG GET requirepass",
+	"CONFIG SET requirepass sec",
+	"CONFIG GET requirepass",
+	"CONFIG SET protected-mode maybe",
+	"CONFIG SET protected-mode yes requirepass sec2",
+	"CONFIG GET protected-mode",
+	NULL,
+};
+
+/* A new connection after the password changed. */
+static const char *const auth_after_script[] = {
+	"GET a",
+	"AUTH sec",
+	"~ HELLO 3 AUTH default sec2",
+	"GET a",
+	"CONFIG SET requirepass sec",
+	NULL,
+};
+
+static void auth_body(struct kv_test *t)
+{
+	struct cl *kv = cl_open(t->port), *ref = ref_open();
+
+	if (kv && ref)
+		diff_script_at(kv, ref, auth_script, __FILE__, __LINE__);
+	cl_close(kv);
+	cl_close(ref);
+	kv = cl_open(t->port);
+	ref = ref_open();
+	if (kv && ref)
+		diff_script_at(kv, ref, auth_after_script, __FILE__, __LINE__);
+	cl_close(kv);
+	cl_close(ref);
+}
+
+Test(kv, diff_auth_requirepass, .timeout = 120)
+{
+	ref_start("--requirepass", "sec", NULL);
+	kv_test_pass = "sec";
+	run_kv(1, NULL, auth_body);
+	run_kv(2, NULL, auth_body);
+	kv_test_pass = NULL;
+	ref_stop();
+}
+
+/* CONFIG SET requirepass on one shard holds on every shard: connections
+ * that land on each (SO_REUSEPORT spreads them) need the new password and
+ * refuse the old; those already authenticated stay so. */
+static void auth_all_shards(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	bool seen[2] = { false, false };
+
+	if (!c)
+		return;
+	cl_cmd(c, "CONFIG", "SET", "requirepass", "n3w", NULL);
+	EXPECT(c, "+OK\r\n");
+	for (int i = 0; i < 40 && !(seen[0] && seen[t->srv.nshards - 1]); i++) {
+		struct cl *d = cl_open(t->port);
+
+		if (!d)
+			break;
+		cl_cmd(d, "GET", "k", NULL);
+		EXPECT(d, "-NOAUTH Authentication required.\r\n");
+		cl_cmd(d, "AUTH", "pw", NULL);
+		EXPECT(d, "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+		cl_cmd(d, "AUTH", "n3wx", NULL); /* a longer attempt that starts right */
+		EXPECT(d, "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+		cl_cmd(d, "AUTH", "n3", NULL);
+		EXPECT(d, "-WRONGPASS invalid username-password pair or user is disabled.\r\n");
+		cl_cmd(d, "AUTH", "n3w", NULL);
+		EXPECT(d, "+OK\r\n");
+		seen[cl_shard(d) == 1] = true;
+		cl_close(d);
+	}
+	CHECK(seen[0] && seen[t->srv.nshards - 1]);
+	cl_cmd(c, "GET", "k", NULL); /* authenticated before the change */
+	EXPECT(c, "$-1\r\n");
+	cl_close(c);
+}
+
+Test(kv, requirepass_set_on_one_shard_holds_on_all, .timeout = 60)
+{
+	run_kv(2, NULL, auth_all_shards);
+}
+
+/* The first IPv4 address of this machine that is not loopback, or 0. */
+static int outside_addr(char *out, size_t n)
+{
+	struct ifaddrs *ifa, *i;
+	int found = 0;
+
+	if (getifaddrs(&ifa))
+		return 0;
+	for (i = ifa; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET)
+			continue;
+		if ((ntohl(((struct sockaddr_in *)i->ifa_addr)->sin_addr.s_addr) >> 24) == 127)
+			continue;
+		found = inet_ntop(AF_INET, &((struct sockaddr_in *)i->ifa_addr)->sin_addr, out,
+				  (socklen_t)n) != NULL;
+	}
+	freeifaddrs(ifa);
+	return found;
+}
+
+static char outside[INET_ADDRSTRLEN];
+
+/* Protected mode: bound to every address with no password, a client from
+ * another address gets Redis's -DENIED and the close; loopback is served;
+ * once a password is set the outside client is served (and must AUTH). */
+static void protected_body(struct kv_test *t)
+{
+	struct cl *local = cl_open(t->port), *far;
+	char where[64];
+	struct corio_sock *s;
+
+	if (!local)
+		return;
+	snprintf(where, sizeof(where), "%s:%d", outside, t->port);
+	CHECK_EQ(corio_tcp_connect(where, &s), 0);
+	far = calloc(1, sizeof(*far));
+	far->s = s;
+	cl_reply(far);
+	CHECK(far->last && !strncmp(far->last, "-DENIED Redis is running in protected mode", 42));
+	CHECK(far->last && !strcmp(far->last, kv_denied_msg));
+	CHECK(cl_closed(far));
+	cl_close(far);
+	cl_cmd(local, "PING", NULL);
+	EXPECT(local, "+PONG\r\n");
+	cl_cmd(local, "INFO", "stats", NULL);
+	EXPECT_HAS(local, "rejected_connections:1\r\n");
+	cl_cmd(local, "CONFIG", "SET", "requirepass", "pw", NULL);
+	EXPECT(local, "+OK\r\n");
+	CHECK_EQ(corio_tcp_connect(where, &s), 0);
+	far = calloc(1, sizeof(*far));
+	far->s = s;
+	cl_cmd(far, "PING", NULL);
+	EXPECT(far, "-NOAUTH Authentication required.\r\n");
+	cl_cmd(far, "AUTH", "pw", NULL);
+	EXPECT(far, "+OK\r\n");
+	cl_close(far);
+	/* protected-mode no: served without a password too */
+	cl_cmd(local, "CONFIG", "SET", "requirepass", "", "protected-mode", "no", NULL);
+	EXPECT(local, "+OK\r\n");
+	CHECK_EQ(corio_tcp_connect(where, &s), 0);
+	far = calloc(1, sizeof(*far));
+	far->s = s;
+	cl_cmd(far, "PING", NULL);
+	EXPECT(far, "+PONG\r\n");
+	cl_close(far);
+	cl_close(local);
+}
+
+Test(kv, protected_mode_refuses_outside_clients, .timeout = 60)
+{
+	if (!outside_addr(outside, sizeof(outside)))
+		cr_skip_test("no non-loopback IPv4 address to connect from");
+	kv_test_host = "0.0.0.0";
+	kv_test_protected = 1;
+	run_kv(2, NULL, protected_body);
+	kv_test_host = NULL;
+	kv_test_protected = 0;
 }
 
 /* ---- real clients ------------------------------------------------------------------------ */

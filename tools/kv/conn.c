@@ -198,7 +198,15 @@ static int kv_conn_fiber(void *arg)
 	KV_INC(c->sh->st.conns, 1);
 	KV_INC(c->sh->st.conns_total, 1);
 	if (corio_stream_sock(c->s, &so, &c->st) == 0) {
-		kv_serve_conn(c, so.max_frame);
+		if (kv_protected_refuses(c->srv, c->sh, c->s)) {
+			/* Redis's protected mode: the reason, then the close */
+			KV_INC(c->sh->st.rejected, 1);
+			kv_put(&c->out, kv_denied_msg, strlen(kv_denied_msg));
+			if (!c->out.nomem)
+				kv_send(c);
+		} else {
+			kv_serve_conn(c, so.max_frame);
+		}
 		/* half-close and let the client read the last reply (a QUIT's,
 		 * a protocol error's) before the socket goes: no reset */
 		corio_stream_close(c->st);
@@ -246,6 +254,7 @@ static int kv_accept_loop(struct kv_listener *kl)
 		c->sh = kl->sh;
 		c->s = s;
 		c->resp = 2;
+		c->authed = !kl->sh->auth.set; /* the default user has no password */
 		c->id = ++kl->sh->next_conn_id * kl->srv->nshards + kl->sh->id;
 		if (corio_group_spawn(&kl->conns, kv_conn_fiber, c, &o, NULL) < 0) {
 			corio_close(s);
@@ -301,8 +310,9 @@ void kv_shard_main(struct kv_server *srv)
 	corio_listener_close(kl.l);
 }
 
-/* Set up srv for nshards (before corio_start); 0, -ENOMEM, or -ENOSPC
- * when the command table outgrew its index. */
+/* Set up srv for nshards (before corio_start); 0, -ENOMEM, -E2BIG for a
+ * requirepass over KV_PASS_MAX, or -ENOSPC when the command table outgrew
+ * its index. */
 int kv_server_init(struct kv_server *srv, unsigned nshards)
 {
 	uint64_t seed = corio_now_ns();
@@ -315,6 +325,8 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 	}
 	if (kv_cmdtab_build(&srv->cmds))
 		return -ENOSPC;
+	if (srv->requirepass && strlen(srv->requirepass) > KV_PASS_MAX)
+		return -E2BIG;
 	srv->nshards = nshards;
 	srv->seed = seed;
 	srv->start_ns = corio_now_ns();
@@ -329,6 +341,8 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 			srv->sh = NULL;
 			return -ENOMEM;
 		}
+		if (srv->requirepass)
+			kv_auth_set(&srv->sh[i].auth, srv->requirepass, strlen(srv->requirepass));
 	}
 	return 0;
 }

@@ -58,6 +58,7 @@
  *	table.c     the command table: dispatch by name, and COMMAND
  *	cmd.c       the ops run on the key's shard
  *	reply.c     replies made on the connection's shard (INFO, HELLO, ...)
+ *	auth.c      requirepass, AUTH and protected mode
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv.c links every unit but main.c and drives kv_shard_main()
@@ -90,6 +91,7 @@ enum kv_kind {
 	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
 	C_SELECT, C_QUIT, C_HELLO, C_MULTI, C_EXEC, C_DISCARD, C_QUEUED,
 	C_NOTSERVED, /* a family corio-kv does not serve (lists, ...): one clear error */
+	C_AUTH,
 };
 
 /* set / expire flags */
@@ -103,6 +105,8 @@ enum kv_kind {
 #define F_EXP 0x80u /* SET: an expiry was given (in n, ms) */
 #define F_NEG 0x100u /* DECRBY: negate the argument */
 #define F_EXAT 0x200u /* SET: n is a Unix time in ms (EXAT, PXAT) */
+#define F_AUTHBAD 0x400u /* HELLO: its AUTH was refused when planned */
+#define F_NOAUTH 0x800u  /* HELLO: sent before authenticating, without AUTH */
 
 struct kv_spec {
 	const char *name;
@@ -143,6 +147,8 @@ struct kv_server {
 	struct kv_shard *sh;      /* [nshards], each touched by its shard only */
 	struct kv_cmdtab cmds;    /* built by kv_server_init(), then read-only */
 	uint64_t start_ns;
+	const char *requirepass;  /* the password at start (NULL: none) */
+	_Atomic int protected_mode; /* refuse non-loopback clients while no password */
 	_Atomic int bound_port;
 	_Atomic unsigned listening;
 	_Atomic int failed;
@@ -203,6 +209,7 @@ struct kv_conn {
 	struct kv_remote *rem; /* [nshards] */
 	char name[KV_NAME_MAX];
 	uint8_t resp;          /* 2 or 3: the protocol of the commands planned next */
+	bool authed;           /* may run commands (no password, or AUTH took it) */
 	bool in_multi;         /* after MULTI: commands are queued, not run */
 	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
 	bool exec;             /* this batch is an EXEC: one array of replies */
@@ -212,6 +219,15 @@ struct kv_conn {
 };
 
 extern const char kv_oom_msg[];
+extern const char kv_noauth_msg[];
+extern const char kv_wrongpass_msg[];
+extern const char kv_denied_msg[];
+
+/* auth.c: requirepass, AUTH, protected mode. */
+const char *kv_auth_check(struct kv_shard *sh, const struct kv_arg *user, const struct kv_arg *pass);
+void kv_auth_set(struct kv_auth *a, const char *p, size_t n);
+int kv_auth_set_all(struct kv_server *srv, const char *p, size_t n);
+bool kv_protected_refuses(struct kv_server *srv, struct kv_shard *sh, struct corio_sock *s);
 
 #define KV_PLAN_EXEC 1 /* kv_plan(): EXEC of a transaction; nothing was planned */
 
@@ -227,10 +243,11 @@ int kv_plan_exec(struct kv_conn *c);
 void kv_multi_reset(struct kv_conn *c);
 
 /* reply.c: replies made on the connection's shard. */
-int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n);
+int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, unsigned *authst, char *err, size_t n);
 void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_err_sanitized(struct kv_buf *o, const char *msg);
+bool kv_glob(const char *p, size_t pn, const char *s, size_t sn, bool nocase);
 
 /* batch.c: run a planned batch and write its replies to c->out. */
 int kv_run_batch(struct kv_conn *c);

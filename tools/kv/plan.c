@@ -218,7 +218,7 @@ int kv_plan_exec(struct kv_conn *c)
 }
 
 /* The commands that change the connection's state take effect when planned,
- * in request order: QUIT, MULTI, EXEC (refused), DISCARD, HELLO. */
+ * in request order: QUIT, MULTI, EXEC (refused), DISCARD, HELLO, AUTH. */
 static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
 {
 	switch (cmd->kind) {
@@ -237,6 +237,21 @@ static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
 			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of previous errors.");
 		kv_multi_reset(c);
 		break;
+	case C_AUTH: { /* AUTH [user] pass: takes effect here, for the commands after it */
+		const struct kv_arg *a = &c->av.v[cmd->arg0];
+		const char *bad;
+
+		if (cmd->argc > 3) {
+			kv_cmd_err(cmd, "ERR syntax error");
+			break;
+		}
+		bad = kv_auth_check(c->sh, cmd->argc == 3 ? &a[1] : NULL, &a[cmd->argc - 1]);
+		if (bad)
+			kv_cmd_err(cmd, bad);
+		else
+			c->authed = true;
+		break;
+	}
 	case C_DISCARD:
 		if (!c->in_multi)
 			kv_cmd_err(cmd, "ERR DISCARD without MULTI");
@@ -246,8 +261,8 @@ static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
 		/* the protocol switches here, when planned: the commands after it
 		 * in this batch (remote ones run before the replies are written)
 		 * and HELLO's own reply already speak the new one */
-		char err[200];
-		int ver = kv_hello(c, cmd, false, err, sizeof(err));
+		char err[320];
+		int ver = kv_hello(c, cmd, &cmd->flags, err, sizeof(err));
 	
 		if (ver > 0)
 			c->resp = (uint8_t)ver;
@@ -287,6 +302,17 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
 					"wrong number of arguments for 'exec' command");
 			kv_multi_reset(c);
+		}
+		return KV_PLAN_DONE;
+	}
+	if (!c->authed && sp->kind != C_AUTH && sp->kind != C_HELLO && sp->kind != C_QUIT) {
+		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
+		if (sp->kind == C_EXEC) {
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: NOAUTH Authentication "
+					"required.");
+			kv_multi_reset(c);
+		} else {
+			kv_cmd_err(cmd, kv_noauth_msg);
 		}
 		return KV_PLAN_DONE;
 	}
@@ -398,6 +424,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	case C_EXEC:
 	case C_DISCARD:
 	case C_HELLO:
+	case C_AUTH:
 		kv_plan_session(c, cmd);
 		break;
 	default:

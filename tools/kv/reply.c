@@ -8,6 +8,7 @@
 #include <stdatomic.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 
@@ -42,6 +43,16 @@ void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf
 	}
 	/* a NUL in an argument ends the message early: harmless */
 	kv_err_sanitized(o, msg);
+}
+
+/* The most clients: the fd limit less what Redis reserves (32). */
+static uint64_t kv_maxclients(void)
+{
+	struct rlimit rl;
+
+	if (getrlimit(RLIMIT_NOFILE, &rl) || rl.rlim_cur == RLIM_INFINITY)
+		return 10000;
+	return rl.rlim_cur > 32 ? rl.rlim_cur - 32 : 1;
 }
 
 static uint64_t kv_rss(void)
@@ -134,12 +145,13 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"
 			    "expired_keys:%llu\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
 			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:0\r\n"
-			    "client_output_flushes:%llu\r\noom_refused:%llu\r\n\r\n",
+			    "client_output_flushes:%llu\r\noom_refused:%llu\r\nrejected_connections:%llu\r\n\r\n",
 			(unsigned long long)KV_SUM(srv, conns_total), (unsigned long long)KV_SUM(srv, cmds),
 			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
 			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)KV_SUM(srv, proto_errors),
 			(unsigned long long)KV_SUM(srv, out_flushes),
-			(unsigned long long)KV_SUM(srv, oom_refused));
+			(unsigned long long)KV_SUM(srv, oom_refused),
+			(unsigned long long)KV_SUM(srv, rejected));
 	}
 	if (kv_want(sec, "keyspace", true)) {
 		uint64_t keys = KV_SUM(srv, keys);
@@ -183,47 +195,216 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 	kv_buf_free(&b);
 }
 
-/* CONFIG GET pattern: the few parameters redis-benchmark and redis-cli ask for. */
+/*
+ * A glob as Redis's KEYS, SCAN MATCH and CONFIG GET take it: * any run, ?
+ * one byte, [abc] [a-z] [^x] a set, \x the byte x. nocase folds ASCII.
+ * Recursion only at '*', with runs of '*' collapsed, so a pattern of n
+ * stars costs at most n levels.
+ */
+bool kv_glob(const char *p, size_t pn, const char *s, size_t sn, bool nocase)
+{
+#define FOLD(ch) (nocase && (ch) >= 'A' && (ch) <= 'Z' ? (ch) + 32 : (ch))
+	while (pn) {
+		switch (*p) {
+		case '*':
+			while (pn > 1 && p[1] == '*') {
+				p++;
+				pn--;
+			}
+			if (pn == 1)
+				return true;
+			for (size_t i = 0; i <= sn; i++)
+				if (kv_glob(p + 1, pn - 1, s + i, sn - i, nocase))
+					return true;
+			return false;
+		case '?':
+			if (!sn)
+				return false;
+			s++;
+			sn--;
+			break;
+		case '[': {
+			bool neg, match = false;
+
+			if (!sn)
+				return false;
+			p++;
+			pn--;
+			neg = pn && *p == '^';
+			if (neg) {
+				p++;
+				pn--;
+			}
+			while (pn && *p != ']') {
+				if (*p == '\\' && pn >= 2) {
+					p++;
+					pn--;
+					match |= FOLD(*p) == FOLD(*s);
+				} else if (pn >= 3 && p[1] == '-' && p[2] != ']') {
+					int lo = FOLD((unsigned char)p[0]), hi = FOLD((unsigned char)p[2]),
+					    ch = FOLD((unsigned char)*s);
+
+					if (lo > hi) {
+						int t = lo;
+
+						lo = hi;
+						hi = t;
+					}
+					match |= ch >= lo && ch <= hi;
+					p += 2;
+					pn -= 2;
+				} else {
+					match |= FOLD(*p) == FOLD(*s);
+				}
+				p++;
+				pn--;
+			}
+			if (neg)
+				match = !match;
+			if (!match)
+				return false;
+			s++;
+			sn--;
+			if (!pn)
+				return sn == 0; /* an unclosed set ends the pattern */
+			break;
+		}
+		case '\\':
+			if (pn >= 2) {
+				p++;
+				pn--;
+			}
+			/* fall through */
+		default:
+			if (!sn || FOLD(*p) != FOLD(*s))
+				return false;
+			s++;
+			sn--;
+			break;
+		}
+		p++;
+		pn--;
+	}
+	return sn == 0;
+#undef FOLD
+}
+
+/* The parameters CONFIG GET answers, with their values now. */
+#define KV_NCONF 16
+static int kv_config_values(struct kv_conn *c, const char *names[KV_NCONF], char vals[KV_NCONF][48])
+{
+	struct kv_server *srv = c->srv;
+	int n = 0;
+
+#define CONF(nm, ...) (names[n] = (nm), snprintf(vals[n], sizeof(vals[0]), __VA_ARGS__), n++)
+	CONF("save", "%s", "");
+	CONF("appendonly", "no");
+	CONF("maxmemory", "%llu", (unsigned long long)srv->lim.maxmemory);
+	CONF("maxmemory-policy", "noeviction");
+	CONF("proto-max-bulk-len", "%llu", (unsigned long long)srv->lim.proto_max_bulk_len);
+	CONF("client-query-buffer-limit", "%llu", (unsigned long long)srv->lim.qbuf_limit);
+	CONF("databases", "1");
+	CONF("timeout", "0"); /* idle clients are never closed */
+	CONF("notify-keyspace-events", "%s", "");
+	CONF("protected-mode", "%s", atomic_load(&srv->protected_mode) ? "yes" : "no");
+	CONF("port", "%d", atomic_load(&srv->bound_port));
+	CONF("bind", "%s", srv->host ? srv->host : "127.0.0.1");
+	CONF("maxclients", "%llu", (unsigned long long)kv_maxclients());
+	CONF("cluster-enabled", "no");
+	CONF("appendfsync", "everysec");
+	names[n] = "requirepass"; /* the password itself: up to 512 bytes, not in vals */
+	vals[n][0] = 0;
+	n++;
+#undef CONF
+	return n;
+}
+
+/* CONFIG GET pattern...: every parameter some pattern matches, once. */
+static void kv_config_get(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	const char *names[KV_NCONF];
+	char vals[KV_NCONF][48];
+	bool match[KV_NCONF] = { 0 };
+	int n = kv_config_values(c, names, vals), hits = 0;
+
+	for (int i = 0; i < n; i++) {
+		for (uint32_t j = 2; j < cmd->argc && !match[i]; j++)
+			match[i] = kv_glob(a[j].p, a[j].n, names[i], strlen(names[i]), true);
+		hits += match[i];
+	}
+	kv_num(o, cmd->resp3 ? '%' : '*', cmd->resp3 ? hits : 2 * hits);
+	for (int i = 0; i < n; i++) {
+		if (!match[i])
+			continue;
+		kv_bulkstr(o, names[i]);
+		if (!strcmp(names[i], "requirepass"))
+			kv_bulk(o, c->sh->auth.pass, c->sh->auth.len);
+		else
+			kv_bulkstr(o, vals[i]);
+	}
+}
+
+/* CONFIG SET name value [name value ...]: requirepass and protected-mode;
+ * every pair is checked before any applies, as Redis 7.0 does. */
+static void kv_config_set(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	const struct kv_arg *pass = NULL;
+	int prot = -1;
+	char msg[200];
+
+	if (cmd->argc < 4 || cmd->argc % 2) {
+		kv_err(o, "ERR wrong number of arguments for 'config|set' command");
+		return;
+	}
+	for (uint32_t j = 2; j < cmd->argc; j += 2) {
+		if (kv_is(&a[j], "requirepass")) {
+			if (a[j + 1].n > KV_PASS_MAX) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument 'requirepass') "
+					  "- corio-kv takes passwords of 512 bytes at most");
+				return;
+			}
+			pass = &a[j + 1];
+		} else if (kv_is(&a[j], "protected-mode")) {
+			if (!kv_is(&a[j + 1], "yes") && !kv_is(&a[j + 1], "no")) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument "
+					  "'protected-mode') - argument must be 'yes' or 'no'");
+				return;
+			}
+			prot = kv_is(&a[j + 1], "yes");
+		} else {
+			snprintf(msg, sizeof(msg), "ERR Unknown option or number of arguments for CONFIG "
+				 "SET - '%.*s'", (int)(a[j].n > 64 ? 64 : a[j].n), a[j].p);
+			kv_err_sanitized(o, msg);
+			return;
+		}
+	}
+	if (pass && kv_auth_set_all(c->srv, pass->p, pass->n)) {
+		kv_err(o, "ERR CONFIG SET failed: could not reach every shard");
+		return;
+	}
+	if (prot >= 0)
+		atomic_store(&c->srv->protected_mode, prot);
+	KV_LIT(o, "+OK\r\n");
+}
+
+/* CONFIG GET / SET / RESETSTAT. */
 static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
 {
 	const struct kv_arg *a = &c->av.v[cmd->arg0];
-	struct kv_server *srv = c->srv;
-	char v[5][24];
-	const char *names[] = { "save", "appendonly", "maxmemory", "proto-max-bulk-len",
-				"client-query-buffer-limit", "databases" };
-	const char *vals[6];
-	int match[6], n = 0;
 
-	if (!kv_is(&a[1], "get")) {
-		kv_err(o, "ERR CONFIG subcommand not supported by corio-kv (only CONFIG GET)");
-		return;
-	}
-	if (cmd->argc != 3) {
-		kv_err(o, "ERR wrong number of arguments for 'config|get' command");
-		return;
-	}
-	snprintf(v[0], sizeof(v[0]), "%llu", (unsigned long long)srv->lim.maxmemory);
-	snprintf(v[1], sizeof(v[1]), "%llu", (unsigned long long)srv->lim.proto_max_bulk_len);
-	snprintf(v[2], sizeof(v[2]), "%llu", (unsigned long long)srv->lim.qbuf_limit);
-	vals[0] = "";
-	vals[1] = "no";
-	vals[2] = v[0];
-	vals[3] = v[1];
-	vals[4] = v[2];
-	vals[5] = "1";
-	for (int i = 0; i < 6; i++) {
-		match[i] = kv_is(&a[2], names[i]) || (a[2].n == 1 && a[2].p[0] == '*');
-		n += match[i];
-	}
-	if (cmd->resp3)
-		kv_num(o, '%', n);
-	else
-		kv_num(o, '*', 2 * n);
-	for (int i = 0; i < 6; i++) {
-		if (match[i]) {
-			kv_bulkstr(o, names[i]);
-			kv_bulkstr(o, vals[i]);
-		}
+	if (kv_is(&a[1], "get")) {
+		if (cmd->argc < 3)
+			kv_err(o, "ERR wrong number of arguments for 'config|get' command");
+		else
+			kv_config_get(c, cmd, o);
+	} else if (kv_is(&a[1], "set")) {
+		kv_config_set(c, cmd, o);
+	} else if (kv_is(&a[1], "resetstat") && cmd->argc == 2) {
+		KV_LIT(o, "+OK\r\n"); /* corio-kv's counters are not reset */
+	} else {
+		kv_err(o, "ERR CONFIG subcommand not supported by corio-kv (GET, SET, RESETSTAT)");
 	}
 }
 
@@ -278,14 +459,19 @@ static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 }
 
 /*
- * HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 answers it
- * with no password set: the "default" user takes any password, others are
- * refused. Options act in order (a SETNAME before a bad option stays, as in
- * Redis). Returns the protocol asked for (0: none), or -1 with the error
- * reply (no "-") in err. apply: SETNAME sets the name; false only checks.
+ * HELLO [protover [AUTH user pass] [SETNAME name]], as Redis 7.0 answers
+ * it: AUTH logs in as the default user (the only one; with no password set
+ * it takes any password), and a client not authenticated once the options
+ * are done is refused. Options act in order (a SETNAME before a bad option
+ * stays, as in Redis). Returns the protocol asked for (0: none), or -1 with
+ * the error reply (no "-") in err. Called twice: when planned (authst is
+ * &cmd->flags: AUTH is checked and takes effect, its outcome recorded
+ * there) and when replied to (authst NULL: SETNAME sets the name, AUTH's
+ * outcome is read back).
  */
-int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err, size_t n)
+int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, unsigned *authst, char *err, size_t n)
 {
+	bool apply = !authst;
 	const struct kv_arg *a = &c->av.v[cmd->arg0];
 	long long ver = 0;
 
@@ -302,8 +488,12 @@ int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err,
 		const char *bad;
 
 		if (kv_is(&a[j], "auth") && more >= 2) {
-			if (!kv_is(&a[j + 1], "default")) {
-				snprintf(err, n, "WRONGPASS invalid username-password pair or user is disabled.");
+			if (authst && kv_auth_check(c->sh, &a[j + 1], &a[j + 2]))
+				*authst |= F_AUTHBAD;
+			else if (authst)
+				c->authed = true;
+			if (cmd->flags & F_AUTHBAD) {
+				snprintf(err, n, "%s", kv_wrongpass_msg);
 				return -1;
 			}
 			j += 2;
@@ -321,6 +511,14 @@ int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err,
 			return -1;
 		}
 	}
+	if (authst && !c->authed)
+		*authst |= F_NOAUTH;
+	if (cmd->flags & F_NOAUTH) {
+		snprintf(err, n, "NOAUTH HELLO must be called with the client already authenticated, "
+			 "otherwise the HELLO AUTH <user> <pass> option can be used to authenticate the "
+			 "client and select the RESP protocol version at the same time");
+		return -1;
+	}
 	return (int)ver;
 }
 
@@ -328,9 +526,9 @@ int kv_hello(struct kv_conn *c, const struct kv_cmd *cmd, bool apply, char *err,
  * fields; "server" says redis because clients read it to pick features). */
 static void kv_reply_hello(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
 {
-	char err[200];
+	char err[320];
 
-	if (kv_hello(c, cmd, true, err, sizeof(err)) < 0) {
+	if (kv_hello(c, cmd, NULL, err, sizeof(err)) < 0) {
 		kv_err_sanitized(o, err);
 		return;
 	}
@@ -399,6 +597,7 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 		break;
 	case C_MULTI:
 	case C_DISCARD:
+	case C_AUTH: /* refused ones were planned as C_ERR */
 		KV_LIT(o, "+OK\r\n");
 		break;
 	case C_QUEUED:

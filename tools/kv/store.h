@@ -46,6 +46,7 @@ struct kv_counters {
 	_Atomic uint64_t out_flushes; /* sends made at half the output limit, mid-batch */
 	_Atomic uint64_t out_waiting; /* connections waiting in such a send now */
 	_Atomic uint64_t out_peak;    /* most bytes one connection's replies held */
+	_Atomic uint64_t rejected;    /* connections refused (protected mode) */
 };
 
 #define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
@@ -54,6 +55,14 @@ struct kv_counters {
 #define KV_SET(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
 
 struct kv_server;
+
+/* A shard's copy of the password (auth.c): read by its connections only. */
+#define KV_PASS_MAX 512
+struct kv_auth {
+	char pass[KV_PASS_MAX]; /* zero-padded */
+	uint32_t len;
+	bool set;               /* requirepass is set (len > 0) */
+};
 
 struct kv_shard {
 	struct kv_server *srv;
@@ -67,6 +76,7 @@ struct kv_shard {
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
 	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
 	uint64_t next_conn_id;
+	struct kv_auth auth;
 	struct kv_counters st;
 };
 

@@ -72,6 +72,8 @@ static const struct kv_spec kv_specs[] = {
 	{ "quit", -1, C_QUIT, 0, 0, "noscript loading stale fast no_auth allow_busy", 0, 0, 0, "connection" },
 	{ "hello", -1, C_HELLO, 0, 0, "noscript loading stale fast no_auth allow_busy", 0, 0, 0,
 	  "connection" },
+	{ "auth", -2, C_AUTH, 0, 0, "noscript loading stale fast no_auth allow_busy", 0, 0, 0,
+	  "connection" },
 	{ "multi", 1, C_MULTI, 0, 0, CONN, 0, 0, 0, "transactions" },
 	{ "exec", 1, C_EXEC, 0, 0, "noscript loading stale skip_slowlog", 0, 0, 0, "transactions" },
 	{ "discard", 1, C_DISCARD, 0, 0, CONN, 0, 0, 0, "transactions" },
