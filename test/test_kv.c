@@ -1875,6 +1875,53 @@ Test(kv, command_table_finds_every_name, .timeout = 60)
 	run_kv(1, NULL, table_lookup);
 }
 
+/* ---- (c) strings, keys and expiry ---------------------------------------------------- */
+
+static const char *const strings_script[] = {
+	"SETEX s 100 v", "~ TTL s", "SETEX s 0 v", "SETEX s -1 v", "SETEX s x v", "SETEX s 10",
+	"PSETEX s 100000 v", "~ PTTL s", "PSETEX s 0 v", "GET s",
+	"SETNX s w", "SETNX n1 w", "GET n1", "GETSET n1 x", "GETSET nope x", "GET nope", "TTL n1",
+	"GETDEL n1", "GETDEL n1", "EXISTS n1",
+	"SET g v", "GETEX g", "GETEX g EX 100", "~ TTL g", "GETEX g PERSIST", "TTL g",
+	"GETEX g PX 5000", "~ PTTL g", "GETEX g EXAT 99999999999", "GETEX g EX 0", "GETEX g EX -1",
+	"GETEX g EX x", "GETEX g EX 1 PX 1", "GETEX g PERSIST EX 1", "GETEX g FOO", "GETEX nope EX 1",
+	"GETEX g PXAT 1", "EXISTS g",
+	"APPEND a x", "APPEND a yz", "GET a", "STRLEN a", "STRLEN nope", "APPEND a \"\"",
+	"SET r Hello\\sWorld", "GETRANGE r 0 4", "GETRANGE r -5 -1", "GETRANGE r 5 2",
+	"GETRANGE r -1 -5", "GETRANGE r 0 100", "GETRANGE r -100 2", "GETRANGE r 20 30",
+	"GETRANGE nope 0 1", "GETRANGE r x 1", "GETRANGE r 0 -100",
+	"SETRANGE r 6 Redis", "GET r", "SETRANGE z 3 ab", "GET z", "SETRANGE y 3 \"\"", "EXISTS y",
+	"SETRANGE r 1 \"\"", "SETRANGE r -1 a", "SETRANGE r x a", "SETRANGE r 536870911 ab",
+	"SET f 10.50", "INCRBYFLOAT f 0.1", "INCRBYFLOAT f -5", "INCRBYFLOAT f 5.0e3",
+	"INCRBYFLOAT f 2.0e-3", "INCRBYFLOAT nf 3", "INCRBYFLOAT nf 1.5", "INCRBYFLOAT f abc",
+	"INCRBYFLOAT f \"\"", "INCRBYFLOAT f inf", "SET f abc", "INCRBYFLOAT f 1", "SET f 1e308",
+	"INCRBYFLOAT f 1e308", "SET f 0", "INCRBYFLOAT f -0", "INCRBYFLOAT f 1.0000000000000001",
+	"INCRBYFLOAT f \\s1",
+	"SET e v", "EXPIREAT e 99999999999", "~ EXPIRETIME e", "~ PEXPIRETIME e",
+	"EXPIRETIME nokey", "EXPIRETIME r", "PEXPIRETIME r", "PEXPIREAT e 99999999999000",
+	"~ PEXPIRETIME e", "EXPIREAT e 9999999999999999", "PEXPIREAT e 1 GT", "EXPIREAT e 1",
+	"EXISTS e", "EXPIREAT e 1", "PEXPIREAT nokey 1", "EXPIREAT r 100000000000 NX",
+	"EXPIREAT r 100000000001 NX", "EXPIREAT r 1 XX LT",
+	"TYPE r", "TYPE nope", "SET t1 1", "SET t2 2", "TOUCH t1 t2 nope", "UNLINK t1 t2 nope",
+	"SET oi 12345", "OBJECT ENCODING oi", "SET oe short", "OBJECT ENCODING oe",
+	"SET or 0123456789012345678901234567890123456789012345", "OBJECT ENCODING or",
+	"OBJECT ENCODING nope", "OBJECT IDLETIME oe", "OBJECT FREQ oe", "OBJECT FOO oe",
+	"OBJECT ENCODING", "~ OBJECT REFCOUNT oe", "OBJECT IDLETIME nope",
+	"~ MEMORY USAGE oe", "MEMORY USAGE nope", "~ MEMORY USAGE oe SAMPLES 5", "MEMORY FOO",
+	NULL,
+};
+
+static void strings_body(struct kv_test *t)
+{
+	DIFF(t, 2, strings_script);
+	DIFF(t, 3, strings_script);
+}
+
+Test(kv, diff_strings_keys_expiry, .timeout = 120)
+{
+	diff_test(strings_body);
+}
+
 /* ---- (b) access control ------------------------------------------------------------ */
 
 static const char *const auth_script[] = {

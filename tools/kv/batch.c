@@ -187,9 +187,43 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_ERR:
 		kv_err(o, cmd->err);
 		break;
+	case C_BADSUB: {
+		const struct kv_arg *a = &c->av.v[cmd->arg0];
+		char msg[200], up[32];
+		size_t i;
+
+		for (i = 0; cmd->spec->name[i] && i < sizeof(up) - 1; i++)
+			up[i] = (char)(cmd->spec->name[i] - 32 * (cmd->spec->name[i] >= 'a'));
+		up[i] = 0;
+		if (kv_subcommand_known(cmd->spec->name, &a[1])) { /* wrong arity */
+			char low[32];
+
+			for (i = 0; i < a[1].n && i < sizeof(low) - 1; i++)
+				low[i] = (char)(a[1].p[i] | 0x20);
+			low[i] = 0;
+			snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s|%s' command",
+				 cmd->spec->name, low);
+		} else {
+			snprintf(msg, sizeof(msg), "ERR unknown subcommand '%.*s'. Try %s HELP.",
+				 (int)(a[1].n > 64 ? 64 : a[1].n), a[1].p, up);
+		}
+		kv_err_sanitized(o, msg);
+		break;
+	}
 	case C_GET:
 	case C_SET:
 	case C_INCR:
+	case C_GETDEL:
+	case C_GETEX:
+	case C_APPEND:
+	case C_STRLEN:
+	case C_GETRANGE:
+	case C_SETRANGE:
+	case C_INCRBYFLOAT:
+	case C_EXPIRETIME:
+	case C_TYPE:
+	case C_OBJECT:
+	case C_MEMORY:
 	case C_EXPIRE:
 	case C_TTL:
 	case C_PERSIST:

@@ -11,7 +11,7 @@ const char kv_oom_msg[] = "OOM command not allowed when used memory > 'maxmemory
 
 /* ---- ops: run on the key's shard, writing the reply (if any) to o ---- */
 
-static bool kv_oom(struct kv_shard *sh)
+bool kv_oom(struct kv_shard *sh)
 {
 	if (sh->maxmem && sh->mem > sh->maxmem) {
 		KV_INC(sh->st.oom_refused, 1);
@@ -30,20 +30,31 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 		e = kv_lookup(sh, op->hash, k, &l);
 		if (op->kind == OP_GET || op->kind == OP_INCR)
 			KV_INC(*(e ? &sh->st.hits : &sh->st.misses), 1);
+		if (e && !c->no_touch && cmd->kind != C_OBJECT)
+			e->atime = sh->clock;
 	}
 	switch (op->kind) {
 	case OP_GET:
-		if (e)
+		if (e && e->type == KV_STR)
 			kv_bulk(o, e->data + e->klen, e->vlen);
+		else if (e && cmd->kind == C_GET)
+			kv_err(o, kv_wrongtype_msg);
 		else
-			kv_null(o, cmd->resp3);
+			kv_null(o, cmd->resp3); /* MGET: nil for a key of another type */
+		break;
+	case OP_KEY:
+		kv_run_key(sh, c, op, e, l, o);
 		break;
 	case OP_SET: {
-		const struct kv_arg *v = &c->av.v[cmd->arg0 + 2];
+		const struct kv_arg *v = &c->av.v[cmd->vidx];
 		int64_t when = 0;
 
 		if (kv_oom(sh)) {
 			kv_err(o, kv_oom_msg);
+			break;
+		}
+		if (cmd->flags & F_GET && e && e->type != KV_STR) {
+			kv_err(o, kv_wrongtype_msg);
 			break;
 		}
 		if (cmd->flags & F_GET) {
@@ -53,7 +64,9 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 				kv_null(o, cmd->resp3);
 		}
 		if ((cmd->flags & F_NX && e) || (cmd->flags & F_XX && !e)) {
-			if (!(cmd->flags & F_GET))
+			if (cmd->flags & F_INTREPLY) /* SETNX */
+				KV_LIT(o, ":0\r\n");
+			else if (!(cmd->flags & F_GET))
 				kv_null(o, cmd->resp3);
 			break;
 		}
@@ -69,7 +82,9 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 			kv_unlink(sh, l); /* EXAT/PXAT in the past: stored and gone (Redis) */
 			KV_INC(sh->st.expired, 1);
 		}
-		if (!(cmd->flags & F_GET))
+		if (cmd->flags & F_INTREPLY)
+			KV_LIT(o, ":1\r\n");
+		else if (!(cmd->flags & F_GET))
 			KV_LIT(o, "+OK\r\n");
 		break;
 	}
@@ -99,6 +114,10 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 			kv_err(o, kv_oom_msg);
 			break;
 		}
+		if (e && e->type != KV_STR) {
+			kv_err(o, kv_wrongtype_msg);
+			break;
+		}
 		if (e && !kv_str2ll(e->data + e->klen, e->vlen, &cur)) {
 			kv_err(o, "ERR value is not an integer or out of range");
 			break;
@@ -116,7 +135,8 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 		break;
 	}
 	case OP_EXPIRE: {
-		int64_t now = kv_now_ms(), when = now + cmd->n; /* overflow checked when parsed */
+		int64_t now = kv_now_ms(), when = cmd->flags & F_EXAT ? kv_deadline_ms(cmd->n, true)
+								      : now + cmd->n; /* checked when parsed */
 		unsigned f = cmd->flags;
 
 		if (!e || (f & F_NX && e->expire) || (f & F_XX && !e->expire) ||

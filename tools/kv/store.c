@@ -299,7 +299,7 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	size_t need = sizeof(struct kv_entry) + k->n + vn;
 	struct kv_entry *e;
 
-	if (old && kv_usable(old) >= need && kv_usable(old) <= 2 * need + 64) {
+	if (old && old->type == KV_STR && kv_usable(old) >= need && kv_usable(old) <= 2 * need + 64) {
 		memmove(old->data + old->klen, v, vn); /* v may be old's own value (INCR) */
 		old->vlen = (uint32_t)vn;
 		if (!keep_ttl)
@@ -312,6 +312,9 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	e->hash = h;
 	e->expire = 0;
 	e->hidx = 0;
+	e->type = KV_STR;
+	e->enc = 0;
+	e->atime = sh->clock;
 	e->klen = (uint32_t)k->n;
 	e->vlen = (uint32_t)vn;
 	memcpy(e->data, k->p, k->n);
@@ -341,6 +344,13 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	    kv_table_alloc(sh, &sh->t[1], (sh->t[0].mask + 1) * 2))
 		sh->rehash = 0;
 	return e;
+}
+
+/* What an entry holds outside its own allocation (MEMORY USAGE). */
+size_t kv_payload_bytes(const struct kv_entry *e)
+{
+	(void)e;
+	return 0;
 }
 
 void kv_flush(struct kv_shard *sh)
@@ -395,6 +405,25 @@ static void kv_sweep_fn(struct corio_timer *t, void *arg, int res)
 	kv_sweep_arm(sh);
 }
 
+/* Every second, on the shard: the access clock. */
+static void kv_tick_fn(struct corio_timer *t, void *arg, int res)
+{
+	struct kv_shard *sh = arg;
+
+	(void)t;
+	if (res < 0)
+		return;
+	sh->clock = (uint16_t)(corio_now_ns() / 1000000000ull);
+	kv_tick_rates(sh);
+}
+
+/* Start the shard's tick (on its thread). */
+void kv_shard_start(struct kv_shard *sh)
+{
+	sh->clock = (uint16_t)(corio_now_ns() / 1000000000ull);
+	corio_timer_arm_in(&sh->tick, 1000000000ull, 1000000000ull); /* -ENOMEM: clock stands */
+}
+
 int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem)
 {
 	memset(sh, 0, sizeof(*sh));
@@ -402,6 +431,7 @@ int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint6
 	sh->id = id;
 	sh->maxmem = maxmem;
 	corio_timer_init(&sh->sweep, kv_sweep_fn, sh);
+	corio_timer_init(&sh->tick, kv_tick_fn, sh);
 	return kv_table_alloc(sh, &sh->t[0], KV_TABLE_INIT) ? 0 : -ENOMEM;
 }
 

@@ -27,8 +27,14 @@ struct kv_entry {
 	uint32_t hidx;         /* expiry heap slot + 1; 0: not in the heap */
 	uint32_t klen;
 	uint32_t vlen;
+	uint8_t type;          /* KV_STR, KV_HASH (in what was padding) */
+	uint8_t enc;           /* KV_HASH: KV_ENC_SMALL (value: packed) or KV_ENC_TABLE */
+	uint16_t atime;        /* last access, the shard's clock in s (wraps: 18 h) */
 	char data[];           /* key, then value */
 };
+
+enum { KV_STR, KV_HASH };
+enum { KV_ENC_SMALL, KV_ENC_TABLE };
 
 struct kv_table {
 	struct kv_entry **b;
@@ -73,9 +79,11 @@ struct kv_shard {
 	struct kv_entry **heap; /* entries with an expiry, min-heap by expire */
 	size_t hn, hcap;
 	struct corio_timer sweep;
+	struct corio_timer tick; /* every second: clock, and the per-second rates */
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
 	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
 	uint64_t next_conn_id;
+	uint16_t clock;       /* seconds, wrapping: entries' atime (ticked by the sweep timer) */
 	struct kv_auth auth;
 	struct kv_counters st;
 };
@@ -95,7 +103,10 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 void kv_unlink(struct kv_shard *sh, struct kv_entry **l);
 bool kv_set_expire(struct kv_shard *sh, struct kv_entry *e, int64_t when);
 void kv_flush(struct kv_shard *sh);
+size_t kv_payload_bytes(const struct kv_entry *e);
 int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem);
+void kv_shard_start(struct kv_shard *sh);
+void kv_tick_rates(struct kv_shard *sh); /* reply.c: INFO's per-second rates */
 void kv_shard_free(struct kv_shard *sh);
 
 #endif

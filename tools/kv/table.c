@@ -56,6 +56,26 @@ static const struct kv_spec kv_specs[] = {
 	{ "ttl", 2, C_TTL, 0, 0, RO, 1, 1, 1, "generic", ND },
 	{ "pttl", 2, C_TTL, 0, F_PX, RO, 1, 1, 1, "generic", ND },
 	{ "persist", 2, C_PERSIST, 0, 0, "write fast", 1, 1, 1, "generic" },
+	{ "setex", 4, C_SETEX, 1000, 0, WR, 1, 1, 1, "string", NULL, "OW update" },
+	{ "psetex", 4, C_SETEX, 1, 0, WR, 1, 1, 1, "string", NULL, "OW update" },
+	{ "setnx", 3, C_SET, 0, F_NX | F_INTREPLY, WRF, 1, 1, 1, "string", NULL, "OW insert" },
+	{ "getset", 3, C_SET, 0, F_GET, WRF, 1, 1, 1, "string", NULL, RWAU },
+	{ "getdel", 2, C_GETDEL, 0, 0, "write fast", 1, 1, 1, "string", NULL, "RW access delete" },
+	{ "getex", -2, C_GETEX, 0, 0, "write fast", 1, 1, 1, "string", NULL, RWAU },
+	{ "append", 3, C_APPEND, 0, 0, WRF, 1, 1, 1, "string", NULL, "RW insert" },
+	{ "strlen", 2, C_STRLEN, 0, 0, RO, 1, 1, 1, "string", NULL, "RO" },
+	{ "getrange", 4, C_GETRANGE, 0, 0, "readonly", 1, 1, 1, "string" },
+	{ "setrange", 4, C_SETRANGE, 0, 0, WR, 1, 1, 1, "string", NULL, "RW update" },
+	{ "incrbyfloat", 3, C_INCRBYFLOAT, 0, 0, WRF, 1, 1, 1, "string", NULL, RWAU },
+	{ "expireat", -3, C_EXPIRE, 1000, F_EXAT, "write fast", 1, 1, 1, "generic", NULL, "RW update" },
+	{ "pexpireat", -3, C_EXPIRE, 1, F_EXAT, "write fast", 1, 1, 1, "generic", NULL, "RW update" },
+	{ "expiretime", 2, C_EXPIRETIME, 0, 0, RO, 1, 1, 1, "generic", NULL, "RO access" },
+	{ "pexpiretime", 2, C_EXPIRETIME, 0, F_PX, RO, 1, 1, 1, "generic", NULL, "RO access" },
+	{ "type", 2, C_TYPE, 0, 0, RO, 1, 1, 1, "generic", NULL, "RO" },
+	{ "unlink", -2, C_DEL, 0, 0, "write fast", 1, -1, 1, "generic", MS_SUM, "RM delete" },
+	{ "touch", -2, C_EXISTS, 0, 0, RO, 1, -1, 1, "generic", MS_SUM, "RO" },
+	{ "object", -2, C_OBJECT, 0, 0, "readonly", 2, 2, 1, "generic", ND },
+	{ "memory", -2, C_MEMORY, 0, 0, "readonly", 2, 2, 1, "server", ND },
 	{ "dbsize", 1, C_DBSIZE, 0, 0, RO, 0, 0, 0, "server", AS_SUM, NULL, "keyspace read fast" },
 	{ "flushall", -1, C_FLUSHALL, 0, 0, "write", 0, 0, 0, "server", AS_ALL, NULL, KWSD },
 	{ "flushdb", -1, C_FLUSHALL, 0, 0, "write", 0, 0, 0, "server", AS_ALL, NULL, KWSD },
@@ -188,6 +208,39 @@ void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o)
 		 "sorted sets, streams or scripting; see docs/corio-kv.md (corio-kv(1)) for the "
 		 "commands it serves", cmd->spec->name, cmd->spec->group);
 	kv_err(o, msg);
+}
+
+/* Is sub one of the subcommands of the container command name (Redis
+ * 7.0's, served or not: a known one with the wrong arity gets Redis's
+ * "wrong number of arguments for 'object|encoding'")? */
+bool kv_subcommand_known(const char *name, const struct kv_arg *sub)
+{
+	static const char *const subs[][2] = {
+		{ "object", "encoding idletime refcount freq help" },
+		{ "memory", "usage stats doctor malloc-stats purge help" },
+		{ "client", "id info list kill getname setname no-evict no-touch pause unpause reply "
+			    "tracking trackinginfo getredir caching unblock setinfo help" },
+		{ "config", "get set resetstat rewrite help" },
+		{ "slowlog", "get len reset help" },
+		{ "latency", "latest history reset graph doctor histogram help" },
+		{ "cluster", "info slots shards nodes myid keyslot countkeysinslot help" },
+		{ "pubsub", "channels numsub numpat shardchannels shardnumsub help" },
+	};
+
+	for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++) {
+		const char *p = subs[i][1];
+
+		if (strcmp(subs[i][0], name))
+			continue;
+		while (*p) {
+			size_t n = strcspn(p, " ");
+
+			if (n == sub->n && !strncasecmp(p, sub->p, n))
+				return true;
+			p += n + (p[n] == ' ');
+		}
+	}
+	return false;
 }
 
 /* ---- COMMAND: the table, as clients read it -------------------------------------- */
