@@ -1922,6 +1922,286 @@ Test(kv, diff_strings_keys_expiry, .timeout = 120)
 	diff_test(strings_body);
 }
 
+static const char *const across_script[] = {
+	"SET a 1", "RENAME a b", "GET a", "GET b", "RENAME nokey x", "RENAME b b", "RENAME nokey nokey",
+	"SET c 2", "RENAMENX b c", "RENAMENX b d", "GET d", "RENAMENX nokey d", "RENAMENX d d",
+	"RENAMENX nokey2 c",
+	"SET e v", "EXPIRE e 100", "RENAME e f", "~ TTL f", "EXISTS e",
+	"COPY f g", "GET g", "~ TTL g", "COPY f g", "COPY f g REPLACE", "COPY f f", "COPY nokey g",
+	"COPY f h DB 0", "! COPY f h DB 1 => -ERR DB index is out of range", "COPY f h FOO", "COPY f h DB x", "COPY f", "GET f",
+	"MSETNX m1 1 m2 2", "MGET m1 m2", "MSETNX m2 3 m3 4", "EXISTS m3", "MSETNX m1",
+	"MSETNX m1 1 m2",
+	"FLUSHALL", "RANDOMKEY", "SET only 1", "RANDOMKEY", "KEYS *", "KEYS o*", "KEYS x*",
+	"KEYS o[mn]l?", "KEYS", "RANDOMKEY x",
+	"SCAN x", "SCAN 99999999999999999999999", "SCAN 0 COUNT 0", "SCAN 0 COUNT x", "SCAN 0 FOO bar", "SCAN 0 MATCH",
+	"WATCH", "WATCH only", "UNWATCH", "MULTI", "WATCH x", "SET only 2", "EXEC", "GET only",
+	"MULTI", "UNWATCH", "EXEC",
+	"SET hh 1", "RENAME hh hh2", "TYPE hh2",
+	NULL,
+};
+
+static void across_body(struct kv_test *t)
+{
+	DIFF(t, 2, across_script);
+	DIFF(t, 3, across_script);
+}
+
+Test(kv, diff_rename_copy_msetnx_keys_watch, .timeout = 120)
+{
+	diff_test(across_body);
+}
+
+/* RENAME, RENAMENX, COPY between keys of two shards move the value, its
+ * expiry and nothing else; a pipeline around them stays in order. */
+static void across_shards(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	char a[32], b[32], b2[32];
+
+	if (!c)
+		return;
+	key_on(&t->srv, 0, "x", 0, a, sizeof(a));
+	key_on(&t->srv, t->srv.nshards - 1, "y", 0, b, sizeof(b));
+	key_on(&t->srv, t->srv.nshards - 1, "z", 0, b2, sizeof(b2));
+	/* one send: SET, RENAME across, GETs on both sides, in order */
+	cl_cmd(c, "SET", a, "va", "EX", "100", NULL);
+	cl_cmd(c, "GET", b, NULL);
+	cl_cmd(c, "RENAME", a, b, NULL);
+	cl_cmd(c, "GET", a, NULL);
+	cl_cmd(c, "GET", b, NULL);
+	cl_cmd(c, "TTL", b, NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "$-1\r\n");
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, "$-1\r\n");
+	EXPECT(c, "$2\r\nva\r\n");
+	EXPECT_TTL(c, 100);
+	cl_cmd(c, "SET", a, "new", NULL);
+	cl_cmd(c, "RENAMENX", a, b, NULL);
+	cl_cmd(c, "COPY", b, a, NULL);
+	cl_cmd(c, "COPY", b, a, "REPLACE", NULL);
+	cl_cmd(c, "GET", a, NULL);
+	cl_cmd(c, "RENAMENX", b, b2, NULL);
+	cl_cmd(c, "MGET", a, b, b2, NULL);
+	EXPECT(c, "+OK\r\n");
+	EXPECT(c, ":0\r\n");
+	EXPECT(c, ":0\r\n");
+	EXPECT(c, ":1\r\n");
+	EXPECT(c, "$2\r\nva\r\n");
+	EXPECT(c, ":1\r\n");
+	EXPECT(c, "*3\r\n$2\r\nva\r\n$-1\r\n$2\r\nva\r\n");
+	cl_cmd(c, "DBSIZE", NULL);
+	EXPECT(c, ":2\r\n");
+	cl_close(c);
+}
+
+Test(kv, rename_copy_across_shards, .timeout = 60)
+{
+	run_kv(2, NULL, across_shards);
+}
+
+#define SCAN_KEYS 3000
+
+/* SCAN's guarantee: every key present for the whole scan comes back at
+ * least once, however the tables grow and rehash meanwhile (another
+ * client adds keys between the pages), on every shard; MATCH and TYPE
+ * filter; the cursor ends at 0. */
+static void scan_body(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *w = cl_open(t->port);
+	static unsigned char seen[SCAN_KEYS];
+	char k[32], cur[32] = "0";
+	int pages = 0, extra = 0;
+
+	if (!c || !w)
+		return;
+	memset(seen, 0, sizeof(seen));
+	for (int i = 0; i < SCAN_KEYS; i++) {
+		snprintf(k, sizeof(k), "s:%d", i);
+		cl_cmd(c, "SET", k, "v", NULL);
+	}
+	for (int i = 0; i < SCAN_KEYS; i++)
+		EXPECT(c, "+OK\r\n");
+	do {
+		const char *r, *p;
+		int n;
+
+		cl_cmd(c, "SCAN", cur, "COUNT", "50", "MATCH", "s:*", NULL);
+		r = cl_reply(c);
+		if (!r || strncmp(r, "*2\r\n$", 5)) {
+			CHECK(!"SCAN's reply");
+			break;
+		}
+		p = strchr(r + 4, '\n') + 1;
+		snprintf(cur, sizeof(cur), "%.*s", (int)strcspn(p, "\r"), p);
+		p = strchr(p, '\n') + 1;
+		CHECK(*p == '*');
+		n = atoi(p + 1);
+		p = strchr(p, '\n') + 1;
+		for (int i = 0; i < n; i++) {
+			int len = atoi(p + 1), id;
+
+			p = strchr(p, '\n') + 1;
+			if (sscanf(p, "s:%d", &id) == 1 && id >= 0 && id < SCAN_KEYS)
+				seen[id] = 1;
+			else
+				extra++;
+			p += len + 2;
+		}
+		/* the other client grows the tables between pages */
+		for (int i = 0; i < 200; i++) {
+			snprintf(k, sizeof(k), "grow:%d:%d", pages, i);
+			cl_cmd(w, "SET", k, "v", NULL);
+		}
+		for (int i = 0; i < 200; i++)
+			EXPECT(w, "+OK\r\n");
+		pages++;
+	} while (strcmp(cur, "0") && pages < 100000);
+	for (int i = 0; i < SCAN_KEYS; i++)
+		if (!seen[i]) {
+			char msg[64];
+
+			snprintf(msg, sizeof(msg), "SCAN missed s:%d", i);
+			th_fail(__FILE__, __LINE__, msg);
+			break;
+		}
+	CHECK_EQ(extra, 0); /* MATCH kept the grow: keys out */
+	/* TYPE: strings only here */
+	cl_cmd(c, "SCAN", "0", "TYPE", "hash", "COUNT", "100000", NULL);
+	EXPECT(c, t->srv.nshards == 1 ? "*2\r\n$1\r\n0\r\n*0\r\n" : "*2\r\n$1\r\n1\r\n*0\r\n");
+	cl_close(c);
+	cl_close(w);
+}
+
+Test(kv, scan_returns_every_key_while_tables_grow, .timeout = 120)
+{
+	run_kv(1, NULL, scan_body);
+	run_kv(2, NULL, scan_body);
+}
+
+/* WATCH: a change by anyone to a watched key, on whatever shard, between
+ * WATCH and EXEC aborts the EXEC (a null reply, nothing run); no change,
+ * or UNWATCH, lets it run. */
+static void watch_body(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *o = cl_open(t->port);
+
+	if (!c || !o)
+		return;
+	for (unsigned sh = 0; sh < t->srv.nshards; sh++) {
+		char k[32], k2[32];
+
+		key_on(&t->srv, sh, "w", 0, k, sizeof(k));
+		key_on(&t->srv, (sh + 1) % t->srv.nshards, "v", 0, k2, sizeof(k2));
+		cl_cmd(c, "SET", k, "1", NULL);
+		EXPECT(c, "+OK\r\n");
+		/* changed by another client: aborted */
+		cl_cmd(c, "WATCH", k, k2, NULL);
+		EXPECT(c, "+OK\r\n");
+		cl_cmd(o, "SET", k, "other", NULL);
+		EXPECT(o, "+OK\r\n");
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "SET", k, "mine", NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+QUEUED\r\n");
+		EXPECT(c, "*-1\r\n");
+		cl_cmd(c, "GET", k, NULL);
+		EXPECT(c, "$5\r\nother\r\n");
+		/* not changed: runs */
+		cl_cmd(c, "WATCH", k, NULL);
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "SET", k, "mine", NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+QUEUED\r\n");
+		EXPECT(c, "*1\r\n+OK\r\n");
+		/* the watch ended with the EXEC: a later change does not matter */
+		cl_cmd(o, "SET", k, "x", NULL);
+		EXPECT(o, "+OK\r\n");
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "GET", k, NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+QUEUED\r\n");
+		EXPECT(c, "*1\r\n$1\r\nx\r\n");
+		/* an expiry set by another aborts; so does a key that expires */
+		cl_cmd(c, "WATCH", k, NULL);
+		EXPECT(c, "+OK\r\n");
+		cl_cmd(o, "PEXPIRE", k, "1", NULL);
+		EXPECT(o, ":1\r\n");
+		corio_sleep_ns(5000000);
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "GET", k, NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+QUEUED\r\n");
+		EXPECT(c, "*-1\r\n");
+		/* UNWATCH forgets */
+		cl_cmd(c, "WATCH", k2, NULL);
+		cl_cmd(c, "UNWATCH", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+OK\r\n");
+		cl_cmd(o, "SET", k2, "changed", NULL);
+		EXPECT(o, "+OK\r\n");
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "DEL", k2, NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+QUEUED\r\n");
+		EXPECT(c, "*1\r\n:1\r\n");
+		/* FLUSHALL aborts; DISCARD forgets the watches */
+		cl_cmd(c, "WATCH", k2, NULL);
+		EXPECT(c, "+OK\r\n");
+		cl_cmd(o, "FLUSHALL", NULL);
+		EXPECT(o, "+OK\r\n");
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "PING", NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "+QUEUED\r\n");
+		EXPECT(c, "*-1\r\n");
+		cl_cmd(c, "HELLO", "3", NULL);
+		cl_reply(c);
+		cl_cmd(c, "WATCH", k, NULL);
+		EXPECT(c, "+OK\r\n");
+		cl_cmd(o, "SET", k, "y", NULL);
+		EXPECT(o, "+OK\r\n");
+		cl_cmd(c, "MULTI", NULL);
+		cl_cmd(c, "EXEC", NULL);
+		EXPECT(c, "+OK\r\n");
+		EXPECT(c, "_\r\n"); /* RESP3's null */
+		cl_cmd(c, "HELLO", "2", NULL);
+		cl_reply(c);
+	}
+	/* a connection that leaves with watches leaves none behind */
+	{
+		struct cl *d = cl_open(t->port);
+
+		cl_cmd(d, "WATCH", "a", "b", "c", NULL);
+		EXPECT(d, "+OK\r\n");
+		cl_close(d);
+		for (int i = 0; i < 200; i++) {
+			size_t nw = 0;
+
+			for (unsigned sh = 0; sh < t->srv.nshards; sh++)
+				nw += t->srv.sh[sh].nw;
+			if (!nw)
+				break;
+			corio_sleep_ns(1000000);
+		}
+	}
+	cl_close(c);
+	cl_close(o);
+}
+
+Test(kv, watch_aborts_exec_on_any_shard, .timeout = 60)
+{
+	run_kv(1, NULL, watch_body);
+	run_kv(2, NULL, watch_body);
+}
+
 /* ---- (b) access control ------------------------------------------------------------ */
 
 static const char *const auth_script[] = {

@@ -16,9 +16,11 @@
  * value is copied whole), and allocations round that up to at most twice.
  * A client that reads is never closed; one that does not is left waiting.
  */
-static uint64_t kv_remote_budget(const struct kv_server *srv)
+static uint64_t kv_remote_budget(const struct kv_conn *c)
 {
-	return srv->lim.out_limit / (2 * srv->nshards);
+	if (c->serial) /* one op per call, when its reply is due (across.c) */
+		return 0;
+	return c->srv->lim.out_limit / (2 * c->srv->nshards);
 }
 
 /* Run the ops a connection of another shard queued for this one, until
@@ -30,7 +32,7 @@ static intptr_t kv_remote_fn(void *arg)
 	unsigned me = corio_shard_id();
 	struct kv_shard *sh = &c->srv->sh[me];
 	struct kv_remote *r = &c->rem[me];
-	uint64_t n = 0, budget = kv_remote_budget(c->srv);
+	uint64_t n = 0, budget = kv_remote_budget(c);
 	uint32_t i;
 
 	if (me == c->sh->id || r->head == KV_NONE)
@@ -176,6 +178,22 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_NOTSERVED:
 		kv_reply_notserved(cmd, o);
 		break;
+	case C_EXECNULL: /* RESP2's null array */
+		if (cmd->resp3)
+			KV_LIT(o, "_\r\n");
+		else
+			KV_LIT(o, "*-1\r\n");
+		break;
+	case C_RENAME:
+	case C_COPY:
+	case C_MSETNX:
+	case C_RANDOMKEY:
+	case C_SCAN:
+	case C_KEYS:
+	case C_WATCH:
+	case C_UNWATCH:
+		kv_reply_across(c, cmd, o);
+		break;
 	case C_ARITY: {
 		char msg[128];
 
@@ -261,7 +279,7 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 int kv_run_batch(struct kv_conn *c)
 {
 	struct kv_buf *o = &c->out;
-	int ret = kv_run_remote(c);
+	int ret = c->serial ? 0 : kv_run_remote(c);
 
 	if (ret)
 		return ret;

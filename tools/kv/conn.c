@@ -48,6 +48,7 @@ static int kv_parse_batch(struct kv_conn *c, const char *p, size_t n, size_t *po
 {
 	c->av.n = 0;
 	c->ncmds = c->nops = 0;
+	c->serial = false;
 	for (unsigned i = 0; i < c->srv->nshards; i++)
 		c->rem[i].head = KV_NONE;
 	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
@@ -213,6 +214,7 @@ static int kv_conn_fiber(void *arg)
 	} else {
 		corio_close(c->s);
 	}
+	kv_unwatch(c);
 	KV_INC(c->sh->st.conns, (uint64_t)-1);
 	kv_conn_free(c);
 	return 0; /* a connection's trouble is not the server's */

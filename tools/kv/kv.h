@@ -60,6 +60,8 @@
  *	keys.c      the string and key commands that are one op (GETEX, APPEND, ...)
  *	reply.c     replies made on the connection's shard (INFO, HELLO, ...)
  *	auth.c      requirepass, AUTH and protected mode
+ *	across.c    RENAME, COPY, MSETNX, SCAN, KEYS, RANDOMKEY, WATCH: step by step
+ *	hash.c      hashes
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv.c links every unit but main.c and drives kv_shard_main()
@@ -95,6 +97,8 @@ enum kv_kind {
 	C_AUTH, C_BADSUB, /* unknown subcommand: the reply names it */
 	C_SETEX, C_GETDEL, C_GETEX, C_APPEND, C_STRLEN, C_GETRANGE, C_SETRANGE, C_INCRBYFLOAT,
 	C_EXPIRETIME, C_TYPE, C_OBJECT, C_MEMORY,
+	C_RENAME, C_COPY, C_MSETNX, C_RANDOMKEY, C_SCAN, C_KEYS, C_WATCH, C_UNWATCH, /* across.c */
+	C_EXECNULL, /* EXEC of a transaction a watched key's change aborted */
 };
 
 /* set / expire flags */
@@ -112,6 +116,7 @@ enum kv_kind {
 #define F_NOAUTH 0x800u  /* HELLO: sent before authenticating, without AUTH */
 #define F_PERSIST 0x1000u /* GETEX PERSIST */
 #define F_INTREPLY 0x2000u /* SETNX: :1 or :0 rather than OK or nil */
+#define F_SERIAL 0x4000u /* its batch runs serially (across.c) */
 
 struct kv_spec {
 	const char *name;
@@ -219,6 +224,8 @@ struct kv_conn {
 	bool authed;           /* may run commands (no password, or AUTH took it) */
 	bool no_touch;         /* CLIENT NO-TOUCH on: reads leave the access time */
 	bool no_evict;         /* CLIENT NO-EVICT on (nothing is evicted anyway) */
+	bool serial;           /* this batch runs serially (a command of across.c) */
+	uint32_t nwatch;       /* keys WATCHed (registered on their shards) */
 	bool in_multi;         /* after MULTI: commands are queued, not run */
 	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
 	bool exec;             /* this batch is an EXEC: one array of replies */
@@ -250,6 +257,10 @@ void kv_run_key(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct
 /* table.c: COMMAND, and the error of an out-of-scope family. */
 void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o);
+
+/* across.c: commands that step from shard to shard; WATCH. */
+void kv_reply_across(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+bool kv_unwatch(struct kv_conn *c);
 
 /* plan.c: a parsed command becomes ops. */
 int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);

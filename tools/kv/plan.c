@@ -232,6 +232,7 @@ static void kv_plan_object(struct kv_cmd *cmd, const struct kv_arg *a)
 /* Forget the transaction (EXEC ran it, DISCARD, EXECABORT). */
 void kv_multi_reset(struct kv_conn *c)
 {
+	kv_unwatch(c); /* Redis: EXEC, DISCARD and an aborted EXEC forget the watches */
 	c->in_multi = c->multi_dirty = false;
 	c->mq.len = 0;
 	c->mq_cmds = 0;
@@ -277,6 +278,13 @@ int kv_plan_exec(struct kv_conn *c)
 	int ret = 0;
 
 	c->in_multi = false; /* plan them to run, not to queue again */
+	if (c->nwatch && kv_unwatch(c)) { /* a watched key changed: nothing runs */
+		struct kv_cmd *cmd = &c->cmds[c->ncmds++];
+
+		cmd->kind = C_EXECNULL;
+		kv_multi_reset(c);
+		return 0;
+	}
 	c->exec = true;
 	for (uint32_t i = 0; i < c->mq_cmds && !ret; i++) {
 		uint32_t argc, n, arg0 = (uint32_t)c->av.n;
@@ -372,7 +380,7 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 	}
 	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
 	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
-	    (sp->kind == C_MSET && argc % 2 == 0)) {
+	    ((sp->kind == C_MSET || sp->kind == C_MSETNX) && argc % 2 == 0)) {
 		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
 		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
 		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
@@ -391,6 +399,10 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 		} else {
 			kv_cmd_err(cmd, kv_noauth_msg);
 		}
+		return KV_PLAN_DONE;
+	}
+	if (c->in_multi && sp->kind == C_WATCH) {
+		kv_cmd_err(cmd, "ERR WATCH inside MULTI is not allowed");
 		return KV_PLAN_DONE;
 	}
 	if (c->in_multi && sp->kind != C_MULTI && sp->kind != C_EXEC && sp->kind != C_DISCARD &&
@@ -440,6 +452,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->flags = sp->flags;
 	cmd->n = sp->n;
 	cmd->vidx = arg0 + 2;
+	c->serial |= (sp->flags & F_SERIAL) != 0;
 	switch (sp->kind) {
 	case C_SETEX: /* SETEX / PSETEX key n value: SET key value EX|PX n */
 		if (kv_plan_ttl(cmd, &a[2], sp->n, false, sp->n == 1 ?

@@ -62,6 +62,15 @@ struct kv_counters {
 
 struct kv_server;
 
+/* A key some connection WATCHes, kept on the key's shard (across.c). */
+struct kv_watch {
+	uint64_t hash;
+	uint64_t conn;   /* the watcher's connection id */
+	char *key;
+	uint32_t klen;
+	bool dirty;      /* changed since the WATCH */
+};
+
 /* A shard's copy of the password (auth.c): read by its connections only. */
 #define KV_PASS_MAX 512
 struct kv_auth {
@@ -85,6 +94,9 @@ struct kv_shard {
 	uint64_t next_conn_id;
 	uint16_t clock;       /* seconds, wrapping: entries' atime (ticked by the sweep timer) */
 	struct kv_auth auth;
+	struct kv_watch *w;   /* watched keys of this shard, any connection's */
+	size_t nw, wcap;
+	struct kv_conn *conns; /* this shard's connections (CLIENT LIST / KILL) */
 	struct kv_counters st;
 };
 
@@ -104,6 +116,22 @@ void kv_unlink(struct kv_shard *sh, struct kv_entry **l);
 bool kv_set_expire(struct kv_shard *sh, struct kv_entry *e, int64_t when);
 void kv_flush(struct kv_shard *sh);
 size_t kv_payload_bytes(const struct kv_entry *e);
+void kv_entry_free(struct kv_entry *e);
+void kv_store_account(struct kv_shard *sh, int64_t delta);
+/* hash.c: a hash's table (KV_ENC_TABLE) freed; any entry cloned, detached
+ * (the table too), for COPY */
+void kv_hash_table_free(struct kv_entry *e);
+struct kv_entry *kv_entry_clone(const struct kv_entry *e);
+struct kv_entry *kv_detach(struct kv_shard *sh, struct kv_entry **l);
+struct kv_entry *kv_adopt(struct kv_shard *sh, struct kv_entry **l, struct kv_entry *old, uint64_t h,
+			  const struct kv_arg *k, struct kv_entry *src);
+void kv_watch_touch(struct kv_shard *sh, uint64_t h, const char *k, size_t kn);
+void kv_watch_touch_all(struct kv_shard *sh);
+static inline void kv_touched(struct kv_shard *sh, uint64_t h, const char *k, size_t kn)
+{
+	if (sh->nw) /* the hot path pays this test only */
+		kv_watch_touch(sh, h, k, kn);
+}
 int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem);
 void kv_shard_start(struct kv_shard *sh);
 void kv_tick_rates(struct kv_shard *sh); /* reply.c: INFO's per-second rates */
