@@ -2202,6 +2202,112 @@ Test(kv, watch_aborts_exec_on_any_shard, .timeout = 60)
 	run_kv(2, NULL, watch_body);
 }
 
+static const char *const server_script[] = {
+	"~ TIME", "ROLE", "WAIT 0 0", "WAIT 1 1", "WAIT x 0", "WAIT 0 -1", "WAIT 0 x",
+	"SLOWLOG GET", "SLOWLOG GET 5", "SLOWLOG LEN", "SLOWLOG RESET", "SLOWLOG GET x",
+	"SLOWLOG GET -2", "SLOWLOG FOO", "SLOWLOG LEN x",
+	"LATENCY LATEST", "LATENCY HISTORY command", "LATENCY RESET", "LATENCY FOO",
+	"CLIENT NO-EVICT on", "CLIENT NO-EVICT off", "CLIENT NO-EVICT x",
+	"CLIENT KILL 1.2.3.4:5", "CLIENT KILL ID 999", "CLIENT KILL FOO bar", "CLIENT KILL ID x",
+	"CLIENT KILL ID 0", "CLIENT KILL SKIPME maybe", "CLIENT KILL TYPE pubsub",
+	"CLIENT KILL TYPE foo", "CLIENT KILL USER nobody", "CLIENT LIST TYPE pubsub",
+	"CLIENT LIST TYPE foo", "CLIENT LIST ID x", "CLIENT LIST FOO", "CLIENT FOO", "CLIENT KILL",
+	"CLIENT SETNAME a\\sb", "CLIENT GETNAME",
+	"! CLIENT NO-TOUCH on => +OK", "! CLIENT NO-TOUCH x => -ERR syntax error",
+	NULL,
+};
+
+static void server_body(struct kv_test *t)
+{
+	DIFF(t, 2, server_script);
+	DIFF(t, 3, server_script);
+}
+
+Test(kv, diff_time_role_wait_slowlog_latency_client, .timeout = 120)
+{
+	diff_test(server_body);
+}
+
+/* CLIENT LIST shows the connections of every shard, in Redis's line
+ * format; CLIENT KILL ID ends one on another shard; CLIENT INFO is the
+ * caller's line; NO-TOUCH keeps OBJECT IDLETIME growing. */
+static void clients_body(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port), *d[6];
+	long long ids[6];
+	const char *r;
+	int victim = -1, me;
+
+	if (!c)
+		return;
+	me = cl_shard(c);
+	for (int i = 0; i < 6; i++) {
+		d[i] = cl_open(t->port);
+		cl_cmd(d[i], "CLIENT", "ID", NULL);
+		r = cl_reply(d[i]);
+		ids[i] = r ? atoll(r + 1) : -1;
+		if (victim < 0 && cl_shard(d[i]) != me)
+			victim = i;
+	}
+	cl_cmd(c, "CLIENT", "LIST", NULL);
+	r = cl_reply(c);
+	for (int i = 0; r && i < 6; i++) {
+		char want[48];
+
+		snprintf(want, sizeof(want), "id=%lld addr=127.0.0.1:", ids[i]);
+		CHECK(strstr(r, want));
+	}
+	CHECK(r && strstr(r, " cmd=client|list user=default redir=-1 resp=2 shard="));
+	CHECK(r && strstr(r, " cmd=client ")); /* the others' last: CLIENT INFO */
+	cl_cmd(c, "CLIENT", "INFO", NULL);
+	EXPECT_HAS(c, " cmd=client|info ");
+	if (t->srv.nshards > 1)
+		CHECK(victim >= 0);
+	if (victim < 0)
+		victim = 0;
+	{
+		char id[24];
+
+		snprintf(id, sizeof(id), "%lld", ids[victim]);
+		cl_cmd(c, "CLIENT", "KILL", "ID", id, NULL);
+		EXPECT(c, ":1\r\n");
+		CHECK(cl_closed(d[victim]));
+		cl_cmd(c, "CLIENT", "KILL", "ID", id, NULL);
+		EXPECT(c, ":0\r\n");
+	}
+	/* SKIPME no: the caller too, after its reply */
+	cl_cmd(d[(victim + 1) % 6], "CLIENT", "KILL", "USER", "default", "SKIPME", "no", NULL);
+	EXPECT(d[(victim + 1) % 6], ":6\r\n");
+	CHECK(cl_closed(d[(victim + 1) % 6]));
+	CHECK(cl_closed(c));
+	for (int i = 0; i < 6; i++)
+		cl_close(d[i]);
+	cl_close(c);
+	c = cl_open(t->port);
+	cl_cmd(c, "SET", "idle", "v", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "CLIENT", "NO-TOUCH", "on", NULL);
+	EXPECT(c, "+OK\r\n");
+	corio_sleep_ns(2100000000ull);
+	cl_cmd(c, "GET", "idle", NULL);
+	EXPECT(c, "$1\r\nv\r\n");
+	cl_cmd(c, "OBJECT", "IDLETIME", "idle", NULL);
+	r = cl_reply(c);
+	CHECK(r && atoll(r + 1) >= 1);
+	cl_cmd(c, "CLIENT", "NO-TOUCH", "off", NULL);
+	EXPECT(c, "+OK\r\n");
+	cl_cmd(c, "GET", "idle", NULL);
+	EXPECT(c, "$1\r\nv\r\n");
+	cl_cmd(c, "OBJECT", "IDLETIME", "idle", NULL);
+	EXPECT(c, ":0\r\n");
+	cl_close(c);
+}
+
+Test(kv, client_list_kill_across_shards, .timeout = 60)
+{
+	run_kv(2, NULL, clients_body);
+}
+
 /* ---- (b) access control ------------------------------------------------------------ */
 
 static const char *const auth_script[] = {

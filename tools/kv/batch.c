@@ -163,6 +163,31 @@ static int kv_run_remote(struct kv_conn *c)
 	return ret;
 }
 
+/* An unknown subcommand, or a known one with the wrong arity. */
+void kv_reply_badsub(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	char msg[200], up[32];
+	size_t i;
+
+	for (i = 0; cmd->spec->name[i] && i < sizeof(up) - 1; i++)
+		up[i] = (char)(cmd->spec->name[i] - 32 * (cmd->spec->name[i] >= 'a'));
+	up[i] = 0;
+	if (kv_subcommand_known(cmd->spec->name, &a[1])) { /* wrong arity */
+		char low[32];
+
+		for (i = 0; i < a[1].n && i < sizeof(low) - 1; i++)
+			low[i] = (char)(a[1].p[i] | 0x20);
+		low[i] = 0;
+		snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s|%s' command",
+			 cmd->spec->name, low);
+	} else {
+		snprintf(msg, sizeof(msg), "ERR unknown subcommand '%.*s'. Try %s HELP.",
+			 (int)(a[1].n > 64 ? 64 : a[1].n), a[1].p, up);
+	}
+	kv_err_sanitized(o, msg);
+}
+
 /* The reply to one command of the batch, in order. */
 static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 {
@@ -205,29 +230,9 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_ERR:
 		kv_err(o, cmd->err);
 		break;
-	case C_BADSUB: {
-		const struct kv_arg *a = &c->av.v[cmd->arg0];
-		char msg[200], up[32];
-		size_t i;
-
-		for (i = 0; cmd->spec->name[i] && i < sizeof(up) - 1; i++)
-			up[i] = (char)(cmd->spec->name[i] - 32 * (cmd->spec->name[i] >= 'a'));
-		up[i] = 0;
-		if (kv_subcommand_known(cmd->spec->name, &a[1])) { /* wrong arity */
-			char low[32];
-
-			for (i = 0; i < a[1].n && i < sizeof(low) - 1; i++)
-				low[i] = (char)(a[1].p[i] | 0x20);
-			low[i] = 0;
-			snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s|%s' command",
-				 cmd->spec->name, low);
-		} else {
-			snprintf(msg, sizeof(msg), "ERR unknown subcommand '%.*s'. Try %s HELP.",
-				 (int)(a[1].n > 64 ? 64 : a[1].n), a[1].p, up);
-		}
-		kv_err_sanitized(o, msg);
+	case C_BADSUB:
+		kv_reply_badsub(c, cmd, o);
 		break;
-	}
 	case C_GET:
 	case C_SET:
 	case C_INCR:
@@ -284,6 +289,7 @@ int kv_run_batch(struct kv_conn *c)
 	if (ret)
 		return ret;
 	KV_INC(c->sh->st.cmds, c->ncmds);
+	c->last_clock = c->sh->clock;
 	KV_INC(c->sh->st.batches, 1);
 	if (c->exec)
 		kv_num(o, '*', (long long)c->ncmds);

@@ -198,6 +198,7 @@ static int kv_conn_fiber(void *arg)
 
 	KV_INC(c->sh->st.conns, 1);
 	KV_INC(c->sh->st.conns_total, 1);
+	kv_conn_register(c, corio_sock_fd(c->s));
 	if (corio_stream_sock(c->s, &so, &c->st) == 0) {
 		if (kv_protected_refuses(c->srv, c->sh, c->s)) {
 			/* Redis's protected mode: the reason, then the close */
@@ -215,6 +216,7 @@ static int kv_conn_fiber(void *arg)
 		corio_close(c->s);
 	}
 	kv_unwatch(c);
+	kv_conn_unregister(c);
 	KV_INC(c->sh->st.conns, (uint64_t)-1);
 	kv_conn_free(c);
 	return 0; /* a connection's trouble is not the server's */

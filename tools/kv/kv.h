@@ -62,6 +62,7 @@
  *	auth.c      requirepass, AUTH and protected mode
  *	across.c    RENAME, COPY, MSETNX, SCAN, KEYS, RANDOMKEY, WATCH: step by step
  *	hash.c      hashes
+ *	server.c    CLIENT, TIME, ROLE, WAIT, SLOWLOG, LATENCY
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv.c links every unit but main.c and drives kv_shard_main()
@@ -99,6 +100,7 @@ enum kv_kind {
 	C_EXPIRETIME, C_TYPE, C_OBJECT, C_MEMORY,
 	C_RENAME, C_COPY, C_MSETNX, C_RANDOMKEY, C_SCAN, C_KEYS, C_WATCH, C_UNWATCH, /* across.c */
 	C_EXECNULL, /* EXEC of a transaction a watched key's change aborted */
+	C_TIME, C_ROLE, C_WAIT, C_SLOWLOG, C_LATENCY, /* server.c */
 };
 
 /* set / expire flags */
@@ -207,6 +209,7 @@ struct kv_remote {
 };
 
 struct kv_conn {
+	struct kv_conn *prev, *next; /* the shard's connections (server.c) */
 	struct kv_server *srv;
 	struct kv_shard *sh;
 	struct corio_sock *s;  /* until the fiber makes the stream of it */
@@ -226,6 +229,13 @@ struct kv_conn {
 	bool no_evict;         /* CLIENT NO-EVICT on (nothing is evicted anyway) */
 	bool serial;           /* this batch runs serially (a command of across.c) */
 	uint32_t nwatch;       /* keys WATCHed (registered on their shards) */
+	bool listed;           /* in its shard's list */
+	bool killed;           /* CLIENT KILL ended it (its fiber may not have seen it yet) */
+	int fd;
+	uint16_t last_clock;   /* the shard's clock at its last command (idle=) */
+	uint64_t created_ns;
+	const struct kv_spec *last; /* its last command (cmd=) */
+	char addr[64], laddr[64];
 	bool in_multi;         /* after MULTI: commands are queued, not run */
 	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
 	bool exec;             /* this batch is an EXEC: one array of replies */
@@ -261,6 +271,15 @@ void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o);
 /* across.c: commands that step from shard to shard; WATCH. */
 void kv_reply_across(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 bool kv_unwatch(struct kv_conn *c);
+
+/* server.c: CLIENT, TIME, ROLE, WAIT, SLOWLOG, LATENCY; the shard's connections. */
+void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+void kv_reply_server(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+void kv_conn_register(struct kv_conn *c, int fd);
+void kv_conn_unregister(struct kv_conn *c);
+const char *kv_name_check(const struct kv_arg *name);
+void kv_set_name(struct kv_conn *c, const struct kv_arg *name);
+void kv_reply_badsub(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 
 /* plan.c: a parsed command becomes ops. */
 int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);

@@ -443,6 +443,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->op0 = (uint32_t)c->nops;
 	cmd->resp3 = c->resp == 3;
 	sp = cmd->spec = kv_find_spec(&c->srv->cmds, &a[0]);
+	c->last = sp;
 	ret = kv_plan_gate(c, cmd, a, argc);
 	if (ret == KV_PLAN_EXEC)
 		return ret;

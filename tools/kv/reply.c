@@ -415,7 +415,7 @@ static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 }
 
 /* NULL when CLIENT SETNAME takes name, else the error reply. */
-static const char *kv_name_check(const struct kv_arg *name)
+const char *kv_name_check(const struct kv_arg *name)
 {
 	for (size_t i = 0; i < name->n; i++)
 		if (name->p[i] <= ' ' || name->p[i] > '~')
@@ -425,43 +425,10 @@ static const char *kv_name_check(const struct kv_arg *name)
 	return NULL;
 }
 
-static void kv_set_name(struct kv_conn *c, const struct kv_arg *name)
+void kv_set_name(struct kv_conn *c, const struct kv_arg *name)
 {
 	memcpy(c->name, name->p, name->n);
 	c->name[name->n] = 0;
-}
-
-static void kv_reply_client(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
-{
-	const struct kv_arg *a = &c->av.v[cmd->arg0];
-
-	if (kv_is(&a[1], "setname") && cmd->argc == 3) {
-		const char *bad = kv_name_check(&a[2]);
-
-		if (bad) {
-			kv_err(o, bad);
-			return;
-		}
-		kv_set_name(c, &a[2]);
-		KV_LIT(o, "+OK\r\n");
-	} else if (kv_is(&a[1], "getname") && cmd->argc == 2) {
-		if (c->name[0])
-			kv_bulkstr(o, c->name);
-		else
-			kv_null(o, cmd->resp3);
-	} else if (kv_is(&a[1], "id") && cmd->argc == 2) {
-		kv_num(o, ':', (long long)c->id);
-	} else if (kv_is(&a[1], "info") && cmd->argc == 2) {
-		char line[160];
-
-		snprintf(line, sizeof(line), "id=%llu name=%s shard=%u db=0 resp=%u\n",
-			 (unsigned long long)c->id, c->name, c->sh->id, cmd->resp3 ? 3u : 2u);
-		kv_verbatim(o, line, strlen(line), cmd->resp3);
-	} else if (kv_is(&a[1], "setinfo") && cmd->argc == 4) {
-		KV_LIT(o, "+OK\r\n");
-	} else {
-		kv_err(o, "ERR unknown subcommand or wrong number of arguments for 'client'");
-	}
 }
 
 /*
@@ -583,6 +550,13 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 		break;
 	case C_CLIENT:
 		kv_reply_client(c, cmd, o);
+		break;
+	case C_TIME:
+	case C_ROLE:
+	case C_WAIT:
+	case C_SLOWLOG:
+	case C_LATENCY:
+		kv_reply_server(c, cmd, o);
 		break;
 	case C_SELECT: {
 		long long db;
