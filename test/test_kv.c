@@ -2308,6 +2308,130 @@ Test(kv, client_list_kill_across_shards, .timeout = 60)
 	run_kv(2, NULL, clients_body);
 }
 
+/* ---- (d) hashes ---------------------------------------------------------------------- */
+
+static const char *const hash_script[] = {
+	"HSET h a 1 b 2", "HSET h a 3 c 4", "HGETALL h", "HGET h a", "HGET h nope", "HGET nokey a",
+	"HMGET h a nope b", "HMGET nokey a b", "HKEYS h", "HVALS h", "HLEN h", "HLEN nokey",
+	"HEXISTS h a", "HEXISTS h z", "HSTRLEN h a", "HSTRLEN h z", "HSETNX h a 9", "HSETNX h d 9",
+	"HGET h d", "HMSET h e 5 f 6", "HMSET h e", "HSET h", "HSET h a", "HSET h a 1 b",
+	"HSET h a 1 a 2", "HGET h a", "HDEL h a nope c", "HDEL h a", "HGETALL h", "HDEL nokey a",
+	"HINCRBY h n 5", "HINCRBY h n -7", "HINCRBY h n x", "HSET h s str", "HINCRBY h s 1",
+	"HSET h big 9223372036854775807", "HINCRBY h big 1", "HINCRBYFLOAT h fl 1.5",
+	"HINCRBYFLOAT h fl 2.0e2", "HINCRBYFLOAT h s 1", "HINCRBYFLOAT h fl x", "HINCRBYFLOAT h fl inf",
+	"HGETALL h", "TYPE h", "OBJECT ENCODING h", "HRANDFIELD nokey", "HRANDFIELD nokey 2",
+	"HRANDFIELD h 0", "HRANDFIELD h x", "HRANDFIELD h 1 FOO", "HRANDFIELD h 1 WITHVALUES x",
+	"HRANDFIELD h -9223372036854775808", "HRANDFIELD h -9223372036854775807 WITHVALUES",
+	"HSCAN h 0", "HSCAN h 0 MATCH f*", "HSCAN h 0 COUNT 0", "HSCAN h x", "HSCAN h 0 COUNT",
+	"HSCAN nokey 0", "HSCAN h 0 FOO 1",
+	/* types */
+	"SET str v", "HGET str a", "HSET str a 1", "HGETALL str", "HLEN str", "HDEL str a",
+	"HINCRBY str a 1", "HRANDFIELD str", "HSCAN str 0", "GET h", "INCR h", "APPEND h x",
+	"STRLEN h", "GETRANGE h 0 1", "MGET h str", "SET h v", "TYPE h", "HSET h a 1",
+	/* expiry on the key, and the key goes with its last field */
+	"EXPIRE h 100", "~ TTL h", "HSET h b 2", "~ TTL h", "HDEL h a b", "EXISTS h",
+	/* renamed and copied with their fields */
+	"HSET r f v g w", "RENAME r r2", "HGETALL r2", "COPY r2 r3", "HGETALL r3", "HSET r3 f x",
+	"HGET r2 f",
+	/* past the small encoding: a value over 64 bytes */
+	"HSET L f 0123456789012345678901234567890123456789012345678901234567890123456789",
+	"OBJECT ENCODING L", "HSTRLEN L f", "HSET L g 1", "HLEN L", "HDEL L f", "HGET L g",
+	"HINCRBY L g 2", "COPY L L2", "HLEN L2", "HDEL L g", "EXISTS L", "EXISTS L2",
+	NULL,
+};
+
+static void hash_body(struct kv_test *t)
+{
+	DIFF(t, 2, hash_script);
+	DIFF(t, 3, hash_script);
+}
+
+Test(kv, diff_hashes, .timeout = 120)
+{
+	diff_test(hash_body);
+}
+
+/* A hash past 128 fields becomes a table: every field still there, HSCAN
+ * walks it all (cursor until 0), HRANDFIELD's counts hold, and the memory
+ * it holds is counted and given back when it goes. */
+static void big_hash_body(struct kv_test *t)
+{
+	struct cl *c = cl_open(t->port);
+	static unsigned char seen[1000];
+	char f[32], v[32], cur[32] = "0";
+	long long before, after;
+	const char *r;
+
+	if (!c)
+		return;
+	before = info_num(c, "memory", "used_memory:");
+	for (int i = 0; i < 1000; i++) {
+		snprintf(f, sizeof(f), "f%d", i);
+		snprintf(v, sizeof(v), "v%d", i);
+		cl_cmd(c, "HSET", "big", f, v, NULL);
+	}
+	for (int i = 0; i < 1000; i++)
+		EXPECT(c, ":1\r\n");
+	cl_cmd(c, "OBJECT", "ENCODING", "big", NULL);
+	EXPECT(c, "$9\r\nhashtable\r\n");
+	cl_cmd(c, "HLEN", "big", NULL);
+	EXPECT(c, ":1000\r\n");
+	cl_cmd(c, "HGET", "big", "f777", NULL);
+	EXPECT(c, "$4\r\nv777\r\n");
+	cl_cmd(c, "HSET", "big", "f777", "x", "f1000", "y", NULL);
+	EXPECT(c, ":1\r\n");
+	cl_cmd(c, "HDEL", "big", "f1000", NULL);
+	EXPECT(c, ":1\r\n");
+	after = info_num(c, "memory", "used_memory:");
+	CHECK(after - before > 1000 * 24);
+	cl_cmd(c, "MEMORY", "USAGE", "big", NULL);
+	r = cl_reply(c);
+	CHECK(r && atoll(r + 1) > 1000 * 24);
+	memset(seen, 0, sizeof(seen));
+	do {
+		const char *p;
+		int n;
+
+		cl_cmd(c, "HSCAN", "big", cur, "COUNT", "30", NULL);
+		r = cl_reply(c);
+		if (!r)
+			break;
+		p = strchr(r + 4, '\n') + 1;
+		snprintf(cur, sizeof(cur), "%.*s", (int)strcspn(p, "\r"), p);
+		p = strchr(p, '\n') + 1;
+		n = atoi(p + 1);
+		p = strchr(p, '\n') + 1;
+		for (int i = 0; i < n; i++) {
+			int len = atoi(p + 1), id;
+
+			p = strchr(p, '\n') + 1;
+			if (i % 2 == 0 && sscanf(p, "f%d", &id) == 1 && id >= 0 && id < 1000)
+				seen[id] = 1;
+			p += len + 2;
+		}
+	} while (strcmp(cur, "0"));
+	for (int i = 0; i < 1000; i++)
+		CHECK(seen[i]);
+	cl_cmd(c, "HRANDFIELD", "big", "5", NULL);
+	EXPECT_HAS(c, "*5\r\n");
+	cl_cmd(c, "HRANDFIELD", "big", "-3000", NULL);
+	EXPECT_HAS(c, "*3000\r\n");
+	cl_cmd(c, "HRANDFIELD", "big", "2000", NULL);
+	EXPECT_HAS(c, "*1000\r\n");
+	cl_cmd(c, "HRANDFIELD", "big", "2", "WITHVALUES", NULL);
+	EXPECT_HAS(c, "*4\r\n");
+	cl_cmd(c, "DEL", "big", NULL);
+	EXPECT(c, ":1\r\n");
+	CHECK_EQ(info_num(c, "memory", "used_memory:"), before);
+	cl_close(c);
+}
+
+Test(kv, hash_past_the_small_encoding, .timeout = 60)
+{
+	run_kv(1, NULL, big_hash_body);
+	run_kv(2, NULL, big_hash_body);
+}
+
 /* ---- (b) access control ------------------------------------------------------------ */
 
 static const char *const auth_script[] = {

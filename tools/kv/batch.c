@@ -247,6 +247,21 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_TYPE:
 	case C_OBJECT:
 	case C_MEMORY:
+	case C_HSET:
+	case C_HSETNX:
+	case C_HGET:
+	case C_HMGET:
+	case C_HGETALL:
+	case C_HKEYS:
+	case C_HVALS:
+	case C_HDEL:
+	case C_HEXISTS:
+	case C_HLEN:
+	case C_HSTRLEN:
+	case C_HINCRBY:
+	case C_HINCRBYFLOAT:
+	case C_HRANDFIELD:
+	case C_HSCAN:
 	case C_EXPIRE:
 	case C_TTL:
 	case C_PERSIST:

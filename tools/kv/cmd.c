@@ -45,6 +45,9 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 	case OP_KEY:
 		kv_run_key(sh, c, op, e, l, o);
 		break;
+	case OP_HASH:
+		kv_run_hash(sh, c, op, e, l, o);
+		break;
 	case OP_SET: {
 		const struct kv_arg *v = &c->av.v[cmd->vidx];
 		int64_t when = 0;

@@ -23,7 +23,7 @@ static long long kv_unix_deadline(const struct kv_entry *e)
 
 /* Redis's long double formatting for INCRBYFLOAT ("%.17Lf", trailing
  * zeros and a trailing point dropped). Returns the length. */
-static size_t kv_ldtoa(char *buf, size_t n, long double v)
+size_t kv_format_ld(char *buf, size_t n, long double v)
 {
 	int len = snprintf(buf, n, "%.17Lf", v);
 
@@ -42,7 +42,7 @@ static size_t kv_ldtoa(char *buf, size_t n, long double v)
 }
 
 /* A long double as Redis reads one: no spaces, the whole string, finite. */
-static bool kv_str2ld(const char *p, size_t n, long double *out)
+bool kv_parse_ld(const char *p, size_t n, long double *out)
 {
 	char buf[128], *end;
 
@@ -225,17 +225,17 @@ void kv_run_key(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct
 			kv_err(o, kv_oom_msg);
 			break;
 		}
-		if (e && !kv_str2ld(e->data + e->klen, e->vlen, &cur)) {
+		if (e && !kv_parse_ld(e->data + e->klen, e->vlen, &cur)) {
 			kv_err(o, "ERR value is not a valid float");
 			break;
 		}
-		kv_str2ld(a[2].p, a[2].n, &inc); /* checked when planned */
+		kv_parse_ld(a[2].p, a[2].n, &inc); /* checked when planned */
 		cur += inc;
 		if (isnan(cur) || isinf(cur)) {
 			kv_err(o, "ERR increment would produce NaN or Infinity");
 			break;
 		}
-		n = kv_ldtoa(num, sizeof(num), cur);
+		n = kv_format_ld(num, sizeof(num), cur);
 		if (!n || !kv_store(sh, l, e, op->hash, k, num, n, true)) {
 			kv_err(o, "ERR out of memory");
 			break;

@@ -101,6 +101,8 @@ enum kv_kind {
 	C_RENAME, C_COPY, C_MSETNX, C_RANDOMKEY, C_SCAN, C_KEYS, C_WATCH, C_UNWATCH, /* across.c */
 	C_EXECNULL, /* EXEC of a transaction a watched key's change aborted */
 	C_TIME, C_ROLE, C_WAIT, C_SLOWLOG, C_LATENCY, /* server.c */
+	C_HSET, C_HSETNX, C_HGET, C_HMGET, C_HGETALL, C_HKEYS, C_HVALS, C_HDEL, C_HEXISTS, C_HLEN,
+	C_HSTRLEN, C_HINCRBY, C_HINCRBYFLOAT, C_HRANDFIELD, C_HSCAN, /* hash.c */
 };
 
 /* set / expire flags */
@@ -119,6 +121,10 @@ enum kv_kind {
 #define F_PERSIST 0x1000u /* GETEX PERSIST */
 #define F_INTREPLY 0x2000u /* SETNX: :1 or :0 rather than OK or nil */
 #define F_SERIAL 0x4000u /* its batch runs serially (across.c) */
+#define F_OKREPLY 0x8000u /* HMSET: +OK rather than the count */
+#define F_COUNT 0x10000u  /* HRANDFIELD: a count was given (in n) */
+#define F_WITHVALUES 0x20000u
+#define F_MATCH 0x40000u  /* HSCAN: MATCH's pattern is argument n2 */
 
 struct kv_spec {
 	const char *name;
@@ -181,14 +187,15 @@ struct kv_cmd {
 	uint32_t arg0, argc; /* its arguments: batch argv[arg0 .. arg0 + argc) */
 	uint32_t op0, nops;  /* its ops */
 	long long n, n2;     /* INCR step, expiry in ms, GETRANGE's ends, ... */
-	uint32_t vidx;       /* SET: argv index of the value */
+	uint32_t vidx;       /* SET: argv index of the value; HSCAN: its COUNT */
 	const char *err;     /* C_ERR: the reply, without "-" and CRLF */
 	bool resp3;          /* reply in RESP3 (the protocol when it was planned) */
 };
 
 /* An op: the part of a command that one shard runs. */
 enum kv_op_kind { OP_GET, OP_SET, OP_MSET1, OP_DEL, OP_EXISTS, OP_INCR, OP_EXPIRE, OP_TTL,
-		  OP_PERSIST, OP_DBSIZE, OP_FLUSH, OP_KEY /* keys.c, by the command's kind */ };
+		  OP_PERSIST, OP_DBSIZE, OP_FLUSH, OP_KEY /* keys.c, by the command's kind */,
+		  OP_HASH /* hash.c */ };
 
 struct kv_op {
 	uint8_t kind;
@@ -264,6 +271,11 @@ bool kv_oom(struct kv_shard *sh);
 /* keys.c: the OP_KEY commands, on the key's entry e (NULL: none) at link l. */
 void kv_run_key(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct kv_entry *e,
 		struct kv_entry **l, struct kv_buf *o);
+size_t kv_format_ld(char *buf, size_t n, long double v);
+bool kv_parse_ld(const char *p, size_t n, long double *out);
+/* hash.c: the OP_HASH commands, likewise. */
+void kv_run_hash(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct kv_entry *e,
+		 struct kv_entry **l, struct kv_buf *o);
 /* table.c: COMMAND, and the error of an out-of-scope family. */
 void kv_reply_command(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_reply_notserved(const struct kv_cmd *cmd, struct kv_buf *o);

@@ -4,6 +4,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -229,6 +230,73 @@ static void kv_plan_object(struct kv_cmd *cmd, const struct kv_arg *a)
 		cmd->kind = C_BADSUB;
 }
 
+/* HRANDFIELD key [count [WITHVALUES]] */
+static void kv_plan_hrandfield(struct kv_cmd *cmd, const struct kv_arg *a)
+{
+	if (cmd->argc == 2)
+		return;
+	if (cmd->argc > 4 || (cmd->argc == 4 && !kv_is(&a[3], "withvalues"))) {
+		kv_cmd_err(cmd, "ERR syntax error");
+		return;
+	}
+	if (!kv_str2ll(a[2].p, a[2].n, &cmd->n)) {
+		kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		return;
+	}
+	/* Redis's bound, so that -count (twice, with values) fits */
+	if (cmd->n == LLONG_MIN || (cmd->argc == 4 && cmd->n < -(LLONG_MAX / 2))) {
+		kv_cmd_err(cmd, cmd->argc == 4 ? "ERR value is out of range" :
+						 "ERR value is out of range, value must between "
+						 "-9223372036854775807 and 9223372036854775807");
+		return;
+	}
+	cmd->flags |= F_COUNT | (cmd->argc == 4 ? F_WITHVALUES : 0);
+}
+
+/* HSCAN key cursor [MATCH pattern] [COUNT n]: the cursor in n, COUNT in
+ * vidx, MATCH's argument index in n2. */
+static void kv_plan_hscan(struct kv_cmd *cmd, const struct kv_arg *a)
+{
+	char num[32], *end;
+	long long count = 10;
+
+	errno = 0;
+	if (a[2].n == 0 || a[2].n >= sizeof(num)) {
+		kv_cmd_err(cmd, "ERR invalid cursor");
+		return;
+	}
+	memcpy(num, a[2].p, a[2].n);
+	num[a[2].n] = 0;
+	cmd->n = (long long)strtoull(num, &end, 10);
+	if (*end || errno == ERANGE) {
+		kv_cmd_err(cmd, "ERR invalid cursor");
+		return;
+	}
+	for (uint32_t i = 3; i < cmd->argc; i += 2) {
+		if (i + 1 >= cmd->argc) {
+			kv_cmd_err(cmd, "ERR syntax error");
+			return;
+		}
+		if (kv_is(&a[i], "count")) {
+			if (!kv_str2ll(a[i + 1].p, a[i + 1].n, &count)) {
+				kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+				return;
+			}
+			if (count < 1) {
+				kv_cmd_err(cmd, "ERR syntax error");
+				return;
+			}
+		} else if (kv_is(&a[i], "match")) {
+			cmd->flags |= F_MATCH;
+			cmd->n2 = i + 1;
+		} else {
+			kv_cmd_err(cmd, "ERR syntax error");
+			return;
+		}
+	}
+	cmd->vidx = count > UINT32_MAX ? UINT32_MAX : (uint32_t)count;
+}
+
 /* Forget the transaction (EXEC ran it, DISCARD, EXECABORT). */
 void kv_multi_reset(struct kv_conn *c)
 {
@@ -380,7 +448,8 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 	}
 	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
 	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
-	    ((sp->kind == C_MSET || sp->kind == C_MSETNX) && argc % 2 == 0)) {
+	    ((sp->kind == C_MSET || sp->kind == C_MSETNX) && argc % 2 == 0) ||
+	    (sp->kind == C_HSET && argc % 2)) {
 		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
 		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
 		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
@@ -514,6 +583,46 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 			ret = kv_add_op(c, OP_KEY, arg0 + 2, -1);
 		else
 			cmd->kind = C_BADSUB;
+		break;
+	case C_HINCRBY:
+		if (!kv_str2ll(a[3].p, a[3].n, &cmd->n))
+			kv_cmd_err(cmd, "ERR value is not an integer or out of range");
+		else
+			ret = kv_add_op(c, OP_HASH, arg0 + 1, -1);
+		break;
+	case C_HINCRBYFLOAT: {
+		long double d;
+
+		if (!kv_parse_ld(a[3].p, a[3].n, &d))
+			kv_cmd_err(cmd, "ERR value is not a valid float");
+		else if (isinf(d))
+			kv_cmd_err(cmd, "ERR value is NaN or Infinity");
+		else
+			ret = kv_add_op(c, OP_HASH, arg0 + 1, -1);
+		break;
+	}
+	case C_HRANDFIELD:
+		kv_plan_hrandfield(cmd, a);
+		if (cmd->kind == C_HRANDFIELD)
+			ret = kv_add_op(c, OP_HASH, arg0 + 1, -1);
+		break;
+	case C_HSCAN:
+		kv_plan_hscan(cmd, a);
+		if (cmd->kind == C_HSCAN)
+			ret = kv_add_op(c, OP_HASH, arg0 + 1, -1);
+		break;
+	case C_HSET:
+	case C_HSETNX:
+	case C_HGET:
+	case C_HMGET:
+	case C_HGETALL:
+	case C_HKEYS:
+	case C_HVALS:
+	case C_HDEL:
+	case C_HEXISTS:
+	case C_HLEN:
+	case C_HSTRLEN:
+		ret = kv_add_op(c, OP_HASH, arg0 + 1, -1);
 		break;
 	case C_GETDEL:
 	case C_APPEND:

@@ -471,6 +471,7 @@ int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint6
 	sh->srv = srv;
 	sh->id = id;
 	sh->maxmem = maxmem;
+	sh->rnd = corio_now_ns() ^ ((uint64_t)id << 32);
 	corio_timer_init(&sh->sweep, kv_sweep_fn, sh);
 	corio_timer_init(&sh->tick, kv_tick_fn, sh);
 	return kv_table_alloc(sh, &sh->t[0], KV_TABLE_INIT) ? 0 : -ENOMEM;

@@ -92,6 +92,7 @@ struct kv_shard {
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
 	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
 	uint64_t next_conn_id;
+	uint64_t rnd;         /* HRANDFIELD's generator */
 	uint16_t clock;       /* seconds, wrapping: entries' atime (ticked by the sweep timer) */
 	struct kv_auth auth;
 	struct kv_watch *w;   /* watched keys of this shard, any connection's */
