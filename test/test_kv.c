@@ -2432,6 +2432,89 @@ Test(kv, hash_past_the_small_encoding, .timeout = 60)
 	run_kv(2, NULL, big_hash_body);
 }
 
+/* ---- (e) INFO and CONFIG GET for dashboards ------------------------------------------ */
+
+static const char *const config_script[] = {
+	"CONFIG GET timeout", "CONFIG GET notify-keyspace-events", "CONFIG GET maxmemory-policy",
+	"CONFIG GET maxmemory", "CONFIG GET appendonly", "CONFIG GET save", "CONFIG GET nosuch",
+	"CONFIG GET appendfsync", "CONFIG GET requirepass",
+	"CONFIG GET", "CONFIG GET TIMEOUT", "~ CONFIG GET timeout maxmemory-policy",
+	"~ CONFIG GET maxmemory*", "CONFIG FOO", "CONFIG SET",
+	NULL,
+};
+
+static void config_body(struct kv_test *t)
+{
+	DIFF(t, 2, config_script);
+	DIFF(t, 3, config_script);
+}
+
+Test(kv, diff_config_get, .timeout = 120)
+{
+	diff_test(config_body);
+}
+
+/* The fields dashboards read are there, with values that move as they
+ * should; sections persistence, replication, cpu and commandstats filled. */
+static void info_body(struct kv_test *t)
+{
+	static const char *const fields[] = {
+		"os:", "arch_bits:64", "blocked_clients:0", "maxclients:", "used_memory_peak:",
+		"loading:0", "rdb_changes_since_last_save:", "rdb_last_save_time:",
+		"rdb_last_bgsave_status:ok", "aof_enabled:0", "instantaneous_ops_per_sec:",
+		"total_net_input_bytes:", "total_net_output_bytes:", "rejected_connections:0",
+		"evicted_keys:0", "pubsub_channels:0", "role:master", "connected_slaves:0",
+		"master_repl_offset:0", "used_cpu_sys:", "used_cpu_user:", "# Persistence",
+		"# Replication", "# CPU",
+	};
+	struct cl *c = cl_open(t->port);
+	uint64_t until;
+	const char *r;
+	long long ops = 0;
+
+	if (!c)
+		return;
+	cl_cmd(c, "INFO", NULL);
+	r = cl_reply(c);
+	for (size_t i = 0; r && i < sizeof(fields) / sizeof(fields[0]); i++) {
+		char want[64];
+
+		snprintf(want, sizeof(want), "\n%s", fields[i]);
+		if (!strstr(r, want))
+			th_fail(__FILE__, __LINE__, fields[i]);
+	}
+	CHECK(r && !strstr(r, "# Commandstats")); /* not in the default set (Redis) */
+	CHECK_EQ(info_num(c, "persistence", "rdb_changes_since_last_save:"), 0);
+	for (int i = 0; i < 7; i++)
+		cl_cmd(c, "SET", "k", "v", NULL);
+	for (int i = 0; i < 7; i++)
+		EXPECT(c, "+OK\r\n");
+	CHECK_EQ(info_num(c, "persistence", "rdb_changes_since_last_save:"), 7);
+	CHECK(info_num(c, "stats", "total_net_input_bytes:") > 7 * 20);
+	CHECK(info_num(c, "stats", "total_net_output_bytes:") > 7 * 5);
+	CHECK(info_num(c, "memory", "used_memory_peak:") >= info_num(c, "memory", "used_memory:"));
+	cl_cmd(c, "INFO", "commandstats", NULL);
+	EXPECT_HAS(c, "# Commandstats\r\n");
+	CHECK(c->last && strstr(c->last, "cmdstat_set:calls=7,usec=0,"));
+	CHECK(c->last && strstr(c->last, "cmdstat_info:calls="));
+	/* busy for over a second: the last second's rate is not 0 */
+	until = corio_now_ns() + 1300000000ull;
+	while (corio_now_ns() < until) {
+		for (int i = 0; i < 50; i++)
+			cl_cmd(c, "PING", NULL);
+		for (int i = 0; i < 50; i++)
+			EXPECT(c, "+PONG\r\n");
+	}
+	ops = info_num(c, "stats", "instantaneous_ops_per_sec:");
+	CHECK(ops > 0);
+	cl_close(c);
+}
+
+Test(kv, info_fields_for_dashboards, .timeout = 60)
+{
+	run_kv(2, NULL, info_body);
+}
+
 /* ---- (b) access control ------------------------------------------------------------ */
 
 static const char *const auth_script[] = {

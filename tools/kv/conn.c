@@ -31,8 +31,11 @@ static void kv_conn_free(struct kv_conn *c)
 ssize_t kv_send(struct kv_conn *c)
 {
 	struct iovec iov = { c->out.p, c->out.len };
+	ssize_t n = corio_stream_writev(c->st, &iov, 1);
 
-	return corio_stream_writev(c->st, &iov, 1);
+	if (n > 0)
+		KV_INC(c->sh->st.net_out, (uint64_t)n);
+	return n;
 }
 
 /*
@@ -166,6 +169,7 @@ static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 		want = ret == RESP_MORE ? need : 1;
 		upto = ret == RESP_MORE ? kv_gather_upto((size_t)n - pos, need, max_frame) : 1;
 		/* the batch's arguments point into v: consume only once it ran */
+		KV_INC(c->sh->st.net_in, pos);
 		if (kv_finish_batch(c, ret == RESP_ERR, errbuf,
 				    corio_stream_buffered(c->st) - pos < want) ||
 		    corio_stream_consume(c->st, pos))
@@ -336,6 +340,7 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 	srv->nshards = nshards;
 	srv->seed = seed;
 	srv->start_ns = corio_now_ns();
+	srv->start_unix = kv_unix_ms() / 1000;
 	srv->sh = calloc(nshards, sizeof(*srv->sh));
 	if (!srv->sh)
 		return -ENOMEM;

@@ -149,6 +149,8 @@ struct kv_cmdtab {
 };
 
 int kv_cmdtab_build(struct kv_cmdtab *t);
+const struct kv_spec *kv_spec_at(size_t i);
+size_t kv_spec_index(const struct kv_spec *sp); /* kv_nspecs() for one not served */
 const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a);
 bool kv_is(const struct kv_arg *a, const char *word);
 bool kv_subcommand_known(const char *name, const struct kv_arg *sub);
@@ -166,6 +168,8 @@ struct kv_server {
 	struct kv_shard *sh;      /* [nshards], each touched by its shard only */
 	struct kv_cmdtab cmds;    /* built by kv_server_init(), then read-only */
 	uint64_t start_ns;
+	int64_t start_unix;       /* s: rdb_last_save_time (nothing is ever saved) */
+	_Atomic uint64_t mem_peak; /* used_memory's peak, sampled */
 	const char *requirepass;  /* the password at start (NULL: none) */
 	_Atomic int protected_mode; /* refuse non-loopback clients while no password */
 	_Atomic int bound_port;

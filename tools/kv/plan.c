@@ -523,6 +523,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->n = sp->n;
 	cmd->vidx = arg0 + 2;
 	c->serial |= (sp->flags & F_SERIAL) != 0;
+	KV_INC(c->sh->calls[sp - kv_spec_at(0)], 1); /* sp is served: it passed the gate */
 	switch (sp->kind) {
 	case C_SETEX: /* SETEX / PSETEX key n value: SET key value EX|PX n */
 		if (kv_plan_ttl(cmd, &a[2], sp->n, false, sp->n == 1 ?

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/utsname.h>
 #include <unistd.h>
 
 
@@ -45,10 +46,65 @@ void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf
 	kv_err_sanitized(o, msg);
 }
 
-/* Every second (the shard's tick): the rates INFO shows. */
+#define KV_SUM(srv, field) ({                                        \
+	uint64_t s_ = 0;                                             \
+	for (unsigned i_ = 0; i_ < (srv)->nshards; i_++)             \
+		s_ += KV_GET((srv)->sh[i_].st.field);                 \
+	s_; })
+
+static uint64_t kv_mem_peak(struct kv_server *srv, uint64_t now);
+static void kv_line(struct kv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* No pub/sub yet: no channels, no patterns. */
+static uint64_t kv_pubsub_channels(struct kv_server *srv)
+{
+	(void)srv;
+	return 0;
+}
+
+static uint64_t kv_pubsub_patterns(struct kv_server *srv)
+{
+	(void)srv;
+	return 0;
+}
+
+/* Every second (the shard's tick): the rates INFO shows, and (shard 0)
+ * the peak of the memory all shards hold. */
 void kv_tick_rates(struct kv_shard *sh)
 {
-	(void)sh;
+	uint64_t cmds = KV_GET(sh->st.cmds);
+
+	KV_SET(sh->st.ops_sec, cmds - sh->tick_cmds);
+	sh->tick_cmds = cmds;
+	if (sh->id == 0)
+		kv_mem_peak(sh->srv, KV_SUM(sh->srv, used_memory));
+}
+
+/* The most memory all shards held (sampled each second and at INFO). */
+static uint64_t kv_mem_peak(struct kv_server *srv, uint64_t now)
+{
+	uint64_t p = atomic_load_explicit(&srv->mem_peak, memory_order_relaxed);
+
+	while (now > p && !atomic_compare_exchange_weak(&srv->mem_peak, &p, now))
+		;
+	return now > p ? now : p;
+}
+
+/* INFO commandstats: calls per command (corio-kv does not time commands:
+ * usec stays 0). */
+static void kv_info_commandstats(struct kv_server *srv, struct kv_buf *b)
+{
+	kv_line(b, "# Commandstats\r\n");
+	for (size_t i = 0; i < kv_nspecs(); i++) {
+		uint64_t calls = 0;
+
+		for (unsigned s = 0; s < srv->nshards; s++)
+			calls += KV_GET(srv->sh[s].calls[i]);
+		if (calls)
+			kv_line(b, "cmdstat_%s:calls=%llu,usec=0,usec_per_call=0.00,rejected_calls=0,"
+				   "failed_calls=0\r\n", kv_spec_at(i)->name, (unsigned long long)calls);
+	}
+	kv_line(b, "\r\n");
 }
 
 /* The most clients: the fd limit less what Redis reserves (32). */
@@ -80,11 +136,6 @@ static uint64_t kv_rss(void)
 	return res * (uint64_t)sysconf(_SC_PAGESIZE);
 }
 
-#define KV_SUM(srv, field) ({                                        \
-	uint64_t s_ = 0;                                             \
-	for (unsigned i_ = 0; i_ < (srv)->nshards; i_++)             \
-		s_ += KV_GET((srv)->sh[i_].st.field);                 \
-	s_; })
 
 /* The largest output one connection held, over every shard's connections. */
 static uint64_t kv_max_peak(struct kv_server *srv)
@@ -108,6 +159,13 @@ static void kv_line(struct kv_buf *b, const char *fmt, ...)
 	va_start(ap, fmt);
 	n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
 	va_end(ap);
+	if (n > 0 && (size_t)n >= b->cap - b->len) { /* longer: room for all of it */
+		if (!kv_reserve(b, (size_t)n + 1))
+			return;
+		va_start(ap, fmt);
+		n = vsnprintf(b->p + b->len, b->cap - b->len, fmt, ap);
+		va_end(ap);
+	}
 	if (n > 0 && (size_t)n < b->cap - b->len)
 		b->len += (size_t)n;
 }
@@ -128,37 +186,76 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 	uint64_t up = (corio_now_ns() - srv->start_ns) / 1000000000ull;
 
 	if (kv_want(sec, "server", true)) {
+		struct utsname un = { 0 };
+
+		uname(&un);
 		kv_line(&b, "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\n"
-			    "server_name:corio-kv\r\nmultiplexing_api:io_uring\r\nprocess_id:%d\r\n"
-			    "tcp_port:%d\r\nuptime_in_seconds:%llu\r\nshards:%u\r\n\r\n",
-			KV_VERSION, (int)getpid(), atomic_load(&srv->bound_port),
-			(unsigned long long)up, srv->nshards);
+			    "server_name:corio-kv\r\nos:%s %s %s\r\narch_bits:%d\r\n"
+			    "multiplexing_api:io_uring\r\nprocess_id:%d\r\n"
+			    "tcp_port:%d\r\nuptime_in_seconds:%llu\r\nuptime_in_days:%llu\r\nhz:1\r\n"
+			    "shards:%u\r\n\r\n",
+			KV_VERSION, un.sysname, un.release, un.machine, (int)(sizeof(void *) * 8),
+			(int)getpid(), atomic_load(&srv->bound_port), (unsigned long long)up,
+			(unsigned long long)(up / 86400), srv->nshards);
 	}
 	if (kv_want(sec, "clients", true))
-		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\nclients_waiting_output:%llu\r\n\r\n",
-			(unsigned long long)KV_SUM(srv, conns), (unsigned long long)KV_SUM(srv, out_waiting));
+		kv_line(&b, "# Clients\r\nconnected_clients:%llu\r\nmaxclients:%llu\r\n"
+			    "blocked_clients:%llu\r\ntracking_clients:0\r\nclients_waiting_output:%llu\r\n\r\n",
+			(unsigned long long)KV_SUM(srv, conns), (unsigned long long)kv_maxclients(),
+			(unsigned long long)KV_SUM(srv, blocked), (unsigned long long)KV_SUM(srv, out_waiting));
 	if (kv_want(sec, "memory", true)) {
-		uint64_t used = KV_SUM(srv, used_memory), rss = kv_rss();
+		uint64_t used = KV_SUM(srv, used_memory), rss = kv_rss(), peak = kv_mem_peak(srv, used);
 
 		kv_line(&b, "# Memory\r\nused_memory:%llu\r\nused_memory_human:%.2fM\r\n"
-			    "used_memory_rss:%llu\r\nmaxmemory:%llu\r\nmaxmemory_policy:noeviction\r\n"
+			    "used_memory_rss:%llu\r\nused_memory_peak:%llu\r\nused_memory_peak_human:%.2fM\r\n"
+			    "maxmemory:%llu\r\nmaxmemory_policy:noeviction\r\n"
 			    "mem_fragmentation_ratio:%.2f\r\nclient_output_peak:%llu\r\n\r\n",
 			(unsigned long long)used, (double)used / 1048576.0, (unsigned long long)rss,
+			(unsigned long long)peak, (double)peak / 1048576.0,
 			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0,
 			(unsigned long long)kv_max_peak(srv));
 	}
+	if (kv_want(sec, "persistence", true)) /* none: nothing is saved */
+		kv_line(&b, "# Persistence\r\nloading:0\r\nasync_loading:0\r\n"
+			    "rdb_changes_since_last_save:%llu\r\nrdb_bgsave_in_progress:0\r\n"
+			    "rdb_last_save_time:%lld\r\nrdb_last_bgsave_status:ok\r\n"
+			    "aof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_last_write_status:ok\r\n\r\n",
+			(unsigned long long)KV_SUM(srv, dirty), (long long)srv->start_unix);
 	if (kv_want(sec, "stats", true)) {
 		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"
-			    "expired_keys:%llu\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
-			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:0\r\n"
-			    "client_output_flushes:%llu\r\noom_refused:%llu\r\nrejected_connections:%llu\r\n\r\n",
+			    "instantaneous_ops_per_sec:%llu\r\ntotal_net_input_bytes:%llu\r\n"
+			    "total_net_output_bytes:%llu\r\nrejected_connections:%llu\r\n"
+			    "expired_keys:%llu\r\nevicted_keys:0\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
+			    "pubsub_channels:%llu\r\npubsub_patterns:%llu\r\n"
+			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:%llu\r\n"
+			    "client_output_flushes:%llu\r\noom_refused:%llu\r\n\r\n",
 			(unsigned long long)KV_SUM(srv, conns_total), (unsigned long long)KV_SUM(srv, cmds),
+			(unsigned long long)KV_SUM(srv, ops_sec), (unsigned long long)KV_SUM(srv, net_in),
+			(unsigned long long)KV_SUM(srv, net_out), (unsigned long long)KV_SUM(srv, rejected),
 			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
-			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)KV_SUM(srv, proto_errors),
+			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)kv_pubsub_channels(srv),
+			(unsigned long long)kv_pubsub_patterns(srv),
+			(unsigned long long)KV_SUM(srv, proto_errors),
+			(unsigned long long)KV_SUM(srv, slow_subscribers),
 			(unsigned long long)KV_SUM(srv, out_flushes),
-			(unsigned long long)KV_SUM(srv, oom_refused),
-			(unsigned long long)KV_SUM(srv, rejected));
+			(unsigned long long)KV_SUM(srv, oom_refused));
 	}
+	if (kv_want(sec, "replication", true)) /* a master without replicas */
+		kv_line(&b, "# Replication\r\nrole:master\r\nconnected_slaves:0\r\n"
+			    "master_failover_state:no-failover\r\n"
+			    "master_replid:0000000000000000000000000000000000000000\r\n"
+			    "master_repl_offset:0\r\nrepl_backlog_active:0\r\n\r\n");
+	if (kv_want(sec, "cpu", true)) {
+		struct rusage ru = { 0 };
+
+		getrusage(RUSAGE_SELF, &ru);
+		kv_line(&b, "# CPU\r\nused_cpu_sys:%ld.%06ld\r\nused_cpu_user:%ld.%06ld\r\n"
+			    "used_cpu_sys_children:0.000000\r\nused_cpu_user_children:0.000000\r\n\r\n",
+			(long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec, (long)ru.ru_utime.tv_sec,
+			(long)ru.ru_utime.tv_usec);
+	}
+	if (kv_want(sec, "commandstats", false))
+		kv_info_commandstats(srv, &b);
 	if (kv_want(sec, "keyspace", true)) {
 		uint64_t keys = KV_SUM(srv, keys);
 
@@ -332,18 +429,26 @@ static void kv_config_get(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 	const char *names[KV_NCONF];
 	char vals[KV_NCONF][48];
 	bool match[KV_NCONF] = { 0 };
+	const struct kv_arg *as[KV_NCONF] = { 0 }; /* named without a glob: echoed as given */
 	int n = kv_config_values(c, names, vals), hits = 0;
 
 	for (int i = 0; i < n; i++) {
-		for (uint32_t j = 2; j < cmd->argc && !match[i]; j++)
+		for (uint32_t j = 2; j < cmd->argc && !match[i]; j++) {
 			match[i] = kv_glob(a[j].p, a[j].n, names[i], strlen(names[i]), true);
+			if (match[i] && !memchr(a[j].p, '*', a[j].n) && !memchr(a[j].p, '?', a[j].n) &&
+			    !memchr(a[j].p, '[', a[j].n) && !memchr(a[j].p, '\\', a[j].n))
+				as[i] = &a[j];
+		}
 		hits += match[i];
 	}
 	kv_num(o, cmd->resp3 ? '%' : '*', cmd->resp3 ? hits : 2 * hits);
 	for (int i = 0; i < n; i++) {
 		if (!match[i])
 			continue;
-		kv_bulkstr(o, names[i]);
+		if (as[i])
+			kv_bulk(o, as[i]->p, as[i]->n);
+		else
+			kv_bulkstr(o, names[i]);
 		if (!strcmp(names[i], "requirepass"))
 			kv_bulk(o, c->sh->auth.pass, c->sh->auth.len);
 		else
@@ -409,8 +514,10 @@ static void kv_reply_config(struct kv_conn *c, const struct kv_cmd *cmd, struct 
 		kv_config_set(c, cmd, o);
 	} else if (kv_is(&a[1], "resetstat") && cmd->argc == 2) {
 		KV_LIT(o, "+OK\r\n"); /* corio-kv's counters are not reset */
+	} else if (kv_is(&a[1], "rewrite") && cmd->argc == 2) {
+		kv_err(o, "ERR corio-kv has no config file to rewrite");
 	} else {
-		kv_err(o, "ERR CONFIG subcommand not supported by corio-kv (GET, SET, RESETSTAT)");
+		kv_reply_badsub(c, cmd, o);
 	}
 }
 

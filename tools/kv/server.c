@@ -373,8 +373,11 @@ void kv_reply_server(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf 
 		} else if (ms < 0) {
 			kv_err(o, "ERR timeout is negative");
 		} else {
-			if (n > 0 && ms > 0) /* what a replica-less Redis waits */
+			if (n > 0 && ms > 0) { /* what a replica-less Redis waits */
+				KV_INC(c->sh->st.blocked, 1);
 				corio_sleep_ns((uint64_t)(ms > 3600000 ? 3600000 : ms) * 1000000ull);
+				KV_INC(c->sh->st.blocked, (uint64_t)-1);
+			}
 			KV_LIT(o, ":0\r\n");
 		}
 		break;

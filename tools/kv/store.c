@@ -273,6 +273,7 @@ struct kv_entry *kv_detach(struct kv_shard *sh, struct kv_entry **l)
 	struct kv_entry *e = *l;
 
 	kv_touched(sh, e->hash, e->data, e->klen);
+	KV_INC(sh->st.dirty, 1);
 	*l = e->next;
 	if (e->hidx)
 		heap_remove(sh, e);
@@ -323,6 +324,7 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	struct kv_entry *e;
 
 	kv_touched(sh, h, k->p, k->n);
+	KV_INC(sh->st.dirty, 1);
 	if (old && old->type == KV_STR && kv_usable(old) >= need && kv_usable(old) <= 2 * need + 64) {
 		memmove(old->data + old->klen, v, vn); /* v may be old's own value (INCR) */
 		old->vlen = (uint32_t)vn;
@@ -474,6 +476,9 @@ int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint6
 	sh->rnd = corio_now_ns() ^ ((uint64_t)id << 32);
 	corio_timer_init(&sh->sweep, kv_sweep_fn, sh);
 	corio_timer_init(&sh->tick, kv_tick_fn, sh);
+	sh->calls = calloc(kv_nspecs(), sizeof(*sh->calls));
+	if (!sh->calls)
+		return -ENOMEM;
 	return kv_table_alloc(sh, &sh->t[0], KV_TABLE_INIT) ? 0 : -ENOMEM;
 }
 
@@ -496,5 +501,12 @@ void kv_shard_free(struct kv_shard *sh)
 	}
 	free(sh->heap);
 	sh->heap = NULL;
+	free(sh->calls);
+	sh->calls = NULL;
+	for (size_t i = 0; i < sh->nw; i++)
+		free(sh->w[i].key);
+	free(sh->w);
+	sh->w = NULL;
+	sh->nw = sh->wcap = 0;
 	sh->hn = sh->hcap = 0;
 }

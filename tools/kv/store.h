@@ -53,6 +53,11 @@ struct kv_counters {
 	_Atomic uint64_t out_waiting; /* connections waiting in such a send now */
 	_Atomic uint64_t out_peak;    /* most bytes one connection's replies held */
 	_Atomic uint64_t rejected;    /* connections refused (protected mode) */
+	_Atomic uint64_t blocked;     /* clients waiting in WAIT */
+	_Atomic uint64_t dirty;       /* changes to the keyspace (rdb_changes_since_last_save) */
+	_Atomic uint64_t ops_sec;     /* commands in the last second */
+	_Atomic uint64_t net_in, net_out; /* bytes read from and sent to clients */
+	_Atomic uint64_t slow_subscribers; /* closed at the output limit (pub/sub) */
 };
 
 #define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
@@ -93,6 +98,8 @@ struct kv_shard {
 	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
 	uint64_t next_conn_id;
 	uint64_t rnd;         /* HRANDFIELD's generator */
+	uint64_t tick_cmds;   /* st.cmds at the last tick */
+	_Atomic uint64_t *calls; /* [kv_nspecs()]: calls per command (INFO commandstats) */
 	uint16_t clock;       /* seconds, wrapping: entries' atime (ticked by the sweep timer) */
 	struct kv_auth auth;
 	struct kv_watch *w;   /* watched keys of this shard, any connection's */
@@ -135,6 +142,7 @@ static inline void kv_touched(struct kv_shard *sh, uint64_t h, const char *k, si
 }
 int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem);
 void kv_shard_start(struct kv_shard *sh);
+size_t kv_nspecs(void); /* table.c: the commands served */
 void kv_tick_rates(struct kv_shard *sh); /* reply.c: INFO's per-second rates */
 void kv_shard_free(struct kv_shard *sh);
 

@@ -214,6 +214,23 @@ int kv_cmdtab_build(struct kv_cmdtab *t)
 	return 0;
 }
 
+size_t kv_nspecs(void)
+{
+	return KV_NSPECS;
+}
+
+const struct kv_spec *kv_spec_at(size_t i)
+{
+	return &kv_specs[i];
+}
+
+size_t kv_spec_index(const struct kv_spec *sp)
+{
+	if (sp < kv_specs || sp >= kv_specs + KV_NSPECS)
+		return KV_NSPECS;
+	return (size_t)(sp - kv_specs);
+}
+
 const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a)
 {
 	uint32_t i;
