@@ -361,6 +361,7 @@ static void test_entry(void *arg)
 static const char *kv_test_pass; /* run_kv(): the server's --requirepass */
 static const char *kv_test_host; /* run_kv(): the address to bind */
 static int kv_test_protected;    /* run_kv(): protected mode */
+static int kv_test_cluster;      /* run_kv(): --cluster-mode emulated */
 
 /* Run body against a server of n shards; lim NULL: the defaults. */
 static void run_kv(unsigned shards, const struct kv_limits *lim, void (*body)(struct kv_test *))
@@ -377,6 +378,7 @@ static void run_kv(unsigned shards, const struct kv_limits *lim, void (*body)(st
 	t.srv.requirepass = kv_test_pass;
 	t.srv.host = kv_test_host;
 	atomic_store(&t.srv.protected_mode, kv_test_protected);
+	t.srv.cluster = kv_test_cluster;
 	t.body = body;
 	cfg.flags |= CORIO_F_NO_PIN;
 	cr_assert_eq(kv_server_init(&t.srv, shards), 0);
@@ -1587,6 +1589,9 @@ Test(kv, many_keys_rehash, .timeout = 120)
 	run_kv(2, NULL, many_keys);
 }
 
+static int run_cmd(const char *cmd, char *out, size_t n);
+static void kv_idle_entry(void *arg);
+
 /* ---- differential: the same commands to redis-server 7.0 and to corio-kv ---------- */
 
 /*
@@ -2513,6 +2518,135 @@ static void info_body(struct kv_test *t)
 Test(kv, info_fields_for_dashboards, .timeout = 60)
 {
 	run_kv(2, NULL, info_body);
+}
+
+/* ---- (f) the emulated cluster -------------------------------------------------------- */
+
+static const char *const nocluster_script[] = {
+	"CLUSTER INFO", "CLUSTER SLOTS", "CLUSTER KEYSLOT a", "READONLY", "READWRITE", "MGET a b",
+	NULL,
+};
+
+static void nocluster_body(struct kv_test *t)
+{
+	DIFF(t, 2, nocluster_script);
+	DIFF(t, 3, nocluster_script);
+}
+
+Test(kv, diff_cluster_disabled, .timeout = 120)
+{
+	diff_test(nocluster_body);
+}
+
+#define XSLOT "-CROSSSLOT Keys in request don't hash to the same slot"
+
+/* Against a redis-server in cluster mode (no slots assigned: only what
+ * does not need a slot is compared), and corio-kv's own answers. */
+static const char *const cluster_script[] = {
+	"CLUSTER KEYSLOT 123456789", "CLUSTER KEYSLOT foo", "CLUSTER KEYSLOT {user1000}.following",
+	"CLUSTER KEYSLOT {user1000}.followers", "CLUSTER KEYSLOT foo{}{bar}", "CLUSTER KEYSLOT foo{{bar}}zap",
+	"CLUSTER KEYSLOT foo{bar}{zap}", "CLUSTER KEYSLOT {", "CLUSTER KEYSLOT }{", "CLUSTER KEYSLOT \"\"",
+	"CLUSTER KEYSLOT", "CLUSTER FOO", "CLUSTER COUNTKEYSINSLOT x", "CLUSTER COUNTKEYSINSLOT 20000",
+	"CLUSTER COUNTKEYSINSLOT -1", "READONLY", "READWRITE",
+	"! MGET a b => " XSLOT, "! MSET a 1 b 2 => " XSLOT, "! DEL a b => " XSLOT,
+	"! EXISTS {a}1 {b}2 => " XSLOT, "! RENAME a b => " XSLOT, "! WATCH a b => " XSLOT,
+	"! MSET {a}1 1 {a}2 2 => +OK", "! MGET {a}1 {a}2 => *2\r\n$1\r\n1\r\n$1\r\n2",
+	"! RENAME {a}1 {a}3 => +OK", "! CLUSTER COUNTKEYSINSLOT 15495 => :2",
+	"! MULTI => +OK", "! MGET a b => " XSLOT, "! EXEC => -EXECABORT Transaction discarded because "
+	"of previous errors.",
+	NULL,
+};
+
+static void cluster_body(struct kv_test *t)
+{
+	struct cl *c;
+	char want[512], id[48];
+	const char *r;
+
+	DIFF(t, 2, cluster_script);
+	DIFF(t, 3, cluster_script);
+	c = cl_open(t->port);
+	if (!c)
+		return;
+	cl_cmd(c, "CLUSTER", "MYID", NULL);
+	r = cl_reply(c);
+	CHECK(r && !strncmp(r, "$40\r\n", 5));
+	snprintf(id, sizeof(id), "%.40s", r ? r + 5 : "");
+	cl_cmd(c, "CLUSTER", "SLOTS", NULL);
+	snprintf(want, sizeof(want), "*1\r\n*3\r\n:0\r\n:16383\r\n*4\r\n$9\r\n127.0.0.1\r\n:%d\r\n"
+		 "$40\r\n%s\r\n*0\r\n", t->port, id);
+	EXPECT(c, want);
+	cl_cmd(c, "CLUSTER", "NODES", NULL);
+	snprintf(want, sizeof(want), "%s 127.0.0.1:%d@%d myself,master - 0 0 1 connected 0-16383\n",
+		 id, t->port, t->port + 10000);
+	EXPECT_HAS(c, want);
+	cl_cmd(c, "CLUSTER", "INFO", NULL);
+	EXPECT_HAS(c, "cluster_state:ok\r\ncluster_slots_assigned:16384\r\n");
+	cl_cmd(c, "CLUSTER", "SHARDS", NULL);
+	EXPECT_HAS(c, "$5\r\nslots\r\n*2\r\n:0\r\n:16383\r\n$5\r\nnodes\r\n*1\r\n*14\r\n$2\r\nid\r\n");
+	cl_cmd(c, "INFO", "cluster", NULL);
+	EXPECT_HAS(c, "cluster_enabled:1");
+	cl_close(c);
+}
+
+static char kv_test_nodes[64];
+
+Test(kv, diff_cluster_emulated, .timeout = 120)
+{
+	snprintf(kv_test_nodes, sizeof(kv_test_nodes), "/tmp/corio-kv-test-nodes-%d.conf", (int)getpid());
+	ref_start("--cluster-enabled", "yes", "--cluster-config-file", kv_test_nodes, NULL);
+	kv_test_cluster = 1;
+	run_kv(1, NULL, cluster_body);
+	run_kv(2, NULL, cluster_body);
+	kv_test_cluster = 0;
+	ref_stop();
+	unlink(kv_test_nodes);
+}
+
+/* Cluster clients connect unchanged: redis-cli -c, and redis-py's
+ * RedisCluster (when the system's python3 has redis). The server runs on
+ * its own shards; the clients run from the test's thread. */
+Test(kv, cluster_clients_connect, .timeout = 120)
+{
+	static struct kv_server srv;
+	struct corio_config cfg = th_cfg(2);
+	struct corio_rt *rt;
+	char cmd[1024], out[4096];
+	int before, port, st;
+
+	if (system("command -v redis-cli >/dev/null 2>&1") != 0)
+		cr_skip_test("redis-cli is not installed (apt-get install redis-tools)");
+	before = th_fd_count();
+	memset(&srv, 0, sizeof(srv));
+	kv_limits_default(&srv.lim);
+	srv.cluster = true;
+	cfg.flags |= CORIO_F_NO_PIN;
+	cr_assert_eq(kv_server_init(&srv, 2), 0);
+	cr_assert_eq(corio_start(&cfg, kv_idle_entry, &srv, &rt), 0);
+	while (atomic_load(&srv.listening) < 2 && !atomic_load(&srv.failed))
+		usleep(1000);
+	cr_assert(!atomic_load(&srv.failed));
+	port = atomic_load(&srv.bound_port);
+	snprintf(cmd, sizeof(cmd), "redis-cli -c -p %d set '{u}a' 1 && redis-cli -c -p %d get '{u}a' && "
+		 "redis-cli -c -p %d mget '{u}a' '{u}b'", port, port, port);
+	st = run_cmd(cmd, out, sizeof(out));
+	cr_expect_eq(st, 0);
+	cr_expect_str_eq(out, "OK\n1\n1\n\n");
+	if (system("/usr/bin/python3 -c 'import redis.cluster' >/dev/null 2>&1") == 0) {
+		snprintf(cmd, sizeof(cmd),
+			 "/usr/bin/python3 -c 'import redis\n"
+			 "rc = redis.cluster.RedisCluster(host=\"127.0.0.1\", port=%d)\n"
+			 "rc.set(\"x\", \"1\"); rc.set(\"y\", \"2\"); rc.hset(\"h\", mapping={\"f\": \"v\"})\n"
+			 "print(rc.get(\"x\"), rc.get(\"y\"), rc.hgetall(\"h\"), rc.mget_nonatomic(\"x\", \"y\"), "
+			 "len(rc.get_nodes()))\n' 2>&1", port);
+		st = run_cmd(cmd, out, sizeof(out));
+		cr_expect_eq(st, 0, "%s", out);
+		cr_expect_str_eq(out, "b'1' b'2' {b'f': b'v'} [b'1', b'2'] 1\n");
+	}
+	corio_stop(rt);
+	cr_assert_eq(corio_wait(rt), 0);
+	kv_server_free(&srv);
+	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
 }
 
 /* ---- (b) access control ------------------------------------------------------------ */

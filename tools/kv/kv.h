@@ -63,6 +63,7 @@
  *	across.c    RENAME, COPY, MSETNX, SCAN, KEYS, RANDOMKEY, WATCH: step by step
  *	hash.c      hashes
  *	server.c    CLIENT, TIME, ROLE, WAIT, SLOWLOG, LATENCY
+ *	cluster.c   the emulated cluster: CLUSTER, slots, CROSSSLOT
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv.c links every unit but main.c and drives kv_shard_main()
@@ -103,6 +104,7 @@ enum kv_kind {
 	C_TIME, C_ROLE, C_WAIT, C_SLOWLOG, C_LATENCY, /* server.c */
 	C_HSET, C_HSETNX, C_HGET, C_HMGET, C_HGETALL, C_HKEYS, C_HVALS, C_HDEL, C_HEXISTS, C_HLEN,
 	C_HSTRLEN, C_HINCRBY, C_HINCRBYFLOAT, C_HRANDFIELD, C_HSCAN, /* hash.c */
+	C_CLUSTER, C_READONLY, /* cluster.c */
 };
 
 /* set / expire flags */
@@ -172,6 +174,7 @@ struct kv_server {
 	_Atomic uint64_t mem_peak; /* used_memory's peak, sampled */
 	const char *requirepass;  /* the password at start (NULL: none) */
 	_Atomic int protected_mode; /* refuse non-loopback clients while no password */
+	bool cluster;             /* --cluster-mode emulated (cluster.c) */
 	_Atomic int bound_port;
 	_Atomic unsigned listening;
 	_Atomic int failed;
@@ -296,6 +299,11 @@ void kv_conn_unregister(struct kv_conn *c);
 const char *kv_name_check(const struct kv_arg *name);
 void kv_set_name(struct kv_conn *c, const struct kv_arg *name);
 void kv_reply_badsub(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+
+/* cluster.c: the emulated cluster. */
+unsigned kv_keyslot(const char *p, size_t n);
+bool kv_crossslot(const struct kv_spec *sp, const struct kv_arg *a, uint32_t argc);
+void kv_reply_cluster(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 
 /* plan.c: a parsed command becomes ops. */
 int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc);

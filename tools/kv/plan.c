@@ -470,6 +470,11 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 		}
 		return KV_PLAN_DONE;
 	}
+	if (c->srv->cluster && sp->first > 0 && kv_crossslot(sp, a, argc)) {
+		kv_cmd_err(cmd, "CROSSSLOT Keys in request don't hash to the same slot");
+		c->multi_dirty |= c->in_multi;
+		return KV_PLAN_DONE;
+	}
 	if (c->in_multi && sp->kind == C_WATCH) {
 		kv_cmd_err(cmd, "ERR WATCH inside MULTI is not allowed");
 		return KV_PLAN_DONE;

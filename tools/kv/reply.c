@@ -189,12 +189,12 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 		struct utsname un = { 0 };
 
 		uname(&un);
-		kv_line(&b, "# Server\r\nredis_version:%s\r\nredis_mode:standalone\r\n"
+		kv_line(&b, "# Server\r\nredis_version:%s\r\nredis_mode:%s\r\n"
 			    "server_name:corio-kv\r\nos:%s %s %s\r\narch_bits:%d\r\n"
 			    "multiplexing_api:io_uring\r\nprocess_id:%d\r\n"
 			    "tcp_port:%d\r\nuptime_in_seconds:%llu\r\nuptime_in_days:%llu\r\nhz:1\r\n"
 			    "shards:%u\r\n\r\n",
-			KV_VERSION, un.sysname, un.release, un.machine, (int)(sizeof(void *) * 8),
+			KV_VERSION, srv->cluster ? "cluster" : "standalone", un.sysname, un.release, un.machine, (int)(sizeof(void *) * 8),
 			(int)getpid(), atomic_load(&srv->bound_port), (unsigned long long)up,
 			(unsigned long long)(up / 86400), srv->nshards);
 	}
@@ -254,6 +254,8 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 			(long)ru.ru_stime.tv_sec, (long)ru.ru_stime.tv_usec, (long)ru.ru_utime.tv_sec,
 			(long)ru.ru_utime.tv_usec);
 	}
+	if (kv_want(sec, "cluster", true))
+		kv_line(&b, "# Cluster\r\ncluster_enabled:%d\r\n\r\n", srv->cluster ? 1 : 0);
 	if (kv_want(sec, "commandstats", false))
 		kv_info_commandstats(srv, &b);
 	if (kv_want(sec, "keyspace", true)) {
@@ -413,7 +415,7 @@ static int kv_config_values(struct kv_conn *c, const char *names[KV_NCONF], char
 	CONF("port", "%d", atomic_load(&srv->bound_port));
 	CONF("bind", "%s", srv->host ? srv->host : "127.0.0.1");
 	CONF("maxclients", "%llu", (unsigned long long)kv_maxclients());
-	CONF("cluster-enabled", "no");
+	CONF("cluster-enabled", "%s", srv->cluster ? "yes" : "no");
 	CONF("appendfsync", "everysec");
 	names[n] = "requirepass"; /* the password itself: up to 512 bytes, not in vals */
 	vals[n][0] = 0;
@@ -622,7 +624,7 @@ static void kv_reply_hello(struct kv_conn *c, const struct kv_cmd *cmd, struct k
 	kv_bulkstr(o, "id");
 	kv_num(o, ':', (long long)c->id);
 	kv_bulkstr(o, "mode");
-	kv_bulkstr(o, "standalone");
+	kv_bulkstr(o, c->srv->cluster ? "cluster" : "standalone");
 	kv_bulkstr(o, "role");
 	kv_bulkstr(o, "master");
 	kv_bulkstr(o, "modules");
@@ -657,6 +659,10 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 		break;
 	case C_CLIENT:
 		kv_reply_client(c, cmd, o);
+		break;
+	case C_CLUSTER:
+	case C_READONLY:
+		kv_reply_cluster(c, cmd, o);
 		break;
 	case C_TIME:
 	case C_ROLE:
