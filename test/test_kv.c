@@ -1621,6 +1621,8 @@ static int free_tcp_port(void)
 	return port;
 }
 
+static void ref_stop(void);
+
 /* Start the reference redis-server (extra: more arguments, NULL-ended). */
 static void ref_start(const char *extra, ...)
 {
@@ -1652,6 +1654,22 @@ static void ref_start(const char *extra, ...)
 		execvp("redis-server", (char *const *)argv);
 		_exit(127);
 	}
+	/* wait until it listens: a server started after it must not be given
+	 * its port (port 0) before it has bound it */
+	for (int i = 0; i < 500; i++) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)ref_port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+
+		ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
+		if (fd >= 0)
+			close(fd);
+		if (ok)
+			return;
+		usleep(10000);
+	}
+	ref_stop();
+	cr_assert_fail("redis-server did not start on port %d", ref_port);
 }
 
 static void ref_stop(void)
