@@ -163,6 +163,7 @@ static long reply_len(const char *p, size_t n)
 			return (long)at;
 		return at + (size_t)v + 2 <= n ? (long)(at + (size_t)v + 2) : 0;
 	case '*':
+	case '>': /* RESP3 push */
 	case '~': /* RESP3 set */
 	case '%': /* RESP3 map: twice as many elements */
 		v = atoll(p + 1) * (p[0] == '%' ? 2 : 1);
@@ -1602,7 +1603,9 @@ static void kv_idle_entry(void *arg);
  * argument, \s a space inside one); a line that starts with "~ " compares
  * only the type of the reply (its first byte: times, ids), "? " does not
  * compare, "! " wants corio-kv's reply (after the mark) and does not ask
- * redis (where corio-kv differs on purpose: its name, its errors).
+ * redis (where corio-kv differs on purpose: its name, its errors); "3 "
+ * (a digit) reads that many replies (SUBSCRIBE a b c) and compares them
+ * all.
  */
 static pid_t ref_pid;
 static int ref_port;
@@ -1736,6 +1739,24 @@ static void cl_line(struct cl *c, const char *line)
 		kv_bulk(&c->out, argv[i], strlen(argv[i]));
 }
 
+/* The next n replies, concatenated (malloc), or none: a copy of dflt. */
+static char *cl_replies(struct cl *c, int n, const char *dflt)
+{
+	struct kv_buf b = { 0 };
+
+	for (int i = 0; i < n; i++) {
+		const char *r = cl_reply(c);
+
+		if (!r) {
+			kv_buf_free(&b);
+			return dflt ? strdup(dflt) : NULL;
+		}
+		kv_put(&b, r, strlen(r));
+	}
+	kv_put(&b, "", 1);
+	return b.p;
+}
+
 /* Run a script (lines, NULL-ended) on both; every reply compared. */
 static void diff_script_at(struct cl *kv, struct cl *ref, const char *const *lines, const char *file,
 			   int line)
@@ -1744,6 +1765,12 @@ static void diff_script_at(struct cl *kv, struct cl *ref, const char *const *lin
 		const char *l = lines[i], *got;
 		char *want = NULL, msg[440];
 		int mode = 0; /* 0 exact, 1 type, 2 none, 3 literal */
+		int replies = 1;
+
+		if (l[0] >= '1' && l[0] <= '9' && l[1] == ' ') {
+			replies = l[0] - '0';
+			l += 2;
+		}
 
 		if ((l[0] == '~' || l[0] == '?' || l[0] == '!') && l[1] == ' ') {
 			mode = l[0] == '~' ? 1 : l[0] == '?' ? 2 : 3;
@@ -1767,10 +1794,9 @@ static void diff_script_at(struct cl *kv, struct cl *ref, const char *const *lin
 		} else {
 			cl_line(kv, l);
 			cl_line(ref, l);
-			got = cl_reply(ref);
-			want = strdup(got ? got : "(no reply from redis-server)");
+			want = cl_replies(ref, replies, "(no reply from redis-server)");
 		}
-		got = cl_reply(kv);
+		got = replies > 1 ? cl_replies(kv, replies, NULL) : cl_reply(kv);
 		if (!got || (mode == 0 && strcmp(got, want)) || (mode == 3 && strcmp(got, want)) ||
 		    (mode == 1 && got[0] != want[0])) {
 			size_t at = 0;
@@ -1782,6 +1808,8 @@ static void diff_script_at(struct cl *kv, struct cl *ref, const char *const *lin
 				 i, l, at, got ? got + at : "(none)", want + at);
 			th_fail(file, line, msg);
 		}
+		if (replies > 1)
+			free((char *)got);
 		free(want);
 	}
 }
@@ -2667,6 +2695,145 @@ Test(kv, cluster_clients_connect, .timeout = 120)
 	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
 }
 
+/* ---- (g) pub/sub --------------------------------------------------------------------- */
+
+static const char *const pubsub_script[] = {
+	"PUBLISH nochan m", "PUBSUB NUMSUB a", "PUBSUB NUMPAT", "PUBSUB CHANNELS", "PUBSUB FOO",
+	"SUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "PUBSUB NUMSUB", "PUBLISH a",
+	"2 SUBSCRIBE a b", "GET x", "PING", "PING hi", "SUBSCRIBE a", "PSUBSCRIBE p*",
+	"PUBSUB CHANNELS", "PUBSUB CHANNELS a*", "PUBSUB NUMSUB a b c", "PUBSUB NUMPAT",
+	"UNSUBSCRIBE a", "UNSUBSCRIBE", "PUNSUBSCRIBE", "UNSUBSCRIBE", "PUBSUB NUMPAT", "GET x",
+	NULL,
+};
+
+static void pubsub_body(struct kv_test *t)
+{
+	DIFF(t, 2, pubsub_script);
+	DIFF(t, 3, pubsub_script);
+}
+
+Test(kv, diff_pubsub, .timeout = 120)
+{
+	diff_test(pubsub_body);
+}
+
+/* PUBLISH reaches the subscribers of every shard (channel and pattern,
+ * RESP2 and RESP3 push), answers how many, and a subscriber's replies and
+ * pushes stay in order. */
+static void publish_body(struct kv_test *t)
+{
+	struct cl *sub[8], *p = cl_open(t->port);
+	int on[2] = { -1, -1 }, n = 0;
+	char want[128];
+
+	if (!p)
+		return;
+	for (int i = 0; i < 8; i++) {
+		int sh;
+
+		sub[i] = cl_open(t->port);
+		sh = cl_shard(sub[i]);
+		if (sh >= 0 && sh < 2 && on[sh] < 0)
+			on[sh] = i;
+	}
+	CHECK(on[0] >= 0 && (t->srv.nshards == 1 || on[1] >= 0));
+	for (int s = 0; s < (int)t->srv.nshards; s++) {
+		struct cl *c = sub[on[s]];
+
+		if (s == 1) { /* the second in RESP3, with a pattern too */
+			cl_cmd(c, "HELLO", "3", NULL);
+			cl_reply(c);
+			cl_cmd(c, "PSUBSCRIBE", "ne*", NULL);
+			EXPECT(c, ">3\r\n$10\r\npsubscribe\r\n$3\r\nne*\r\n:1\r\n");
+			n++;
+		}
+		cl_cmd(c, "SUBSCRIBE", "news", NULL);
+		EXPECT(c, s == 1 ? ">3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:2\r\n"
+				 : "*3\r\n$9\r\nsubscribe\r\n$4\r\nnews\r\n:1\r\n");
+		n++;
+	}
+	cl_cmd(p, "PUBLISH", "news", "hello", NULL);
+	snprintf(want, sizeof(want), ":%d\r\n", n);
+	EXPECT(p, want);
+	EXPECT(sub[on[0]], "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$5\r\nhello\r\n");
+	if (t->srv.nshards > 1) {
+		const char *a = cl_reply(sub[on[1]]), *b;
+		char *first = a ? strdup(a) : NULL;
+
+		b = cl_reply(sub[on[1]]);
+		/* a pmessage and a message, in either order (as Redis: patterns after) */
+		CHECK(first && b);
+		if (first && b) {
+			CHECK(strstr(first, "message\r\n") && strstr(b, "message\r\n"));
+			CHECK(!strcmp(first, ">4\r\n$8\r\npmessage\r\n$3\r\nne*\r\n$4\r\nnews\r\n$5\r\nhello\r\n") ||
+			      !strcmp(b, ">4\r\n$8\r\npmessage\r\n$3\r\nne*\r\n$4\r\nnews\r\n$5\r\nhello\r\n"));
+		}
+		free(first);
+	}
+	cl_cmd(p, "PUBSUB", "NUMSUB", "news", NULL);
+	snprintf(want, sizeof(want), "*2\r\n$4\r\nnews\r\n:%u\r\n", t->srv.nshards);
+	EXPECT(p, want);
+	cl_cmd(p, "PUBSUB", "CHANNELS", NULL);
+	EXPECT(p, "*1\r\n$4\r\nnews\r\n");
+	cl_cmd(p, "INFO", "stats", NULL);
+	EXPECT_HAS(p, "pubsub_channels:1\r\n");
+	/* a reply and the pushes after it, in order */
+	cl_cmd(sub[on[0]], "PING", NULL);
+	cl_flush(sub[on[0]]);
+	cl_cmd(p, "PUBLISH", "news", "2", NULL);
+	EXPECT(p, t->srv.nshards > 1 ? ":3\r\n" : ":1\r\n");
+	EXPECT(sub[on[0]], "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
+	EXPECT(sub[on[0]], "*3\r\n$7\r\nmessage\r\n$4\r\nnews\r\n$1\r\n2\r\n");
+	for (int i = 0; i < 8; i++)
+		cl_close(sub[i]);
+	cl_close(p);
+}
+
+Test(kv, publish_reaches_every_shard, .timeout = 60)
+{
+	run_kv(1, NULL, publish_body);
+	run_kv(2, NULL, publish_body);
+}
+
+/* A subscriber that does not read is disconnected once its pending
+ * pushes pass the pubsub limit (--output-limit / 8), and the publisher
+ * never waits for it. */
+static void slow_sub_body(struct kv_test *t)
+{
+	struct cl *s = cl_open(t->port), *p = cl_open(t->port);
+	static char big[64 * 1024];
+	uint64_t t0 = corio_now_ns();
+	int i;
+
+	if (!s || !p)
+		return;
+	memset(big, 'x', sizeof(big) - 1);
+	cl_cmd(s, "SUBSCRIBE", "flood", NULL);
+	EXPECT(s, "*3\r\n$9\r\nsubscribe\r\n$5\r\nflood\r\n:1\r\n");
+	for (i = 0; i < 2000; i++) {
+		const char *r;
+
+		cl_cmd(p, "PUBLISH", "flood", big, NULL);
+		r = cl_reply(p);
+		if (!r || !strcmp(r, ":0\r\n"))
+			break; /* gone */
+	}
+	CHECK(i < 2000);
+	CHECK(corio_now_ns() - t0 < 20000000000ull);
+	CHECK(info_num(p, "stats", "client_output_limit_disconnections:") == 1);
+	cl_close(s);
+	cl_close(p);
+}
+
+Test(kv, slow_subscriber_is_disconnected, .timeout = 60)
+{
+	struct kv_limits lim;
+
+	kv_limits_default(&lim);
+	lim.out_limit = 1 << 20; /* pubsub limit: 128 KiB */
+	run_kv(2, &lim, slow_sub_body);
+}
+
 /* ---- (b) access control ------------------------------------------------------------ */
 
 static const char *const auth_script[] = {
@@ -2920,6 +3087,17 @@ Test(kv, redis_cli_and_benchmark, .timeout = 120)
 	st = run_cmd(cmd, out, sizeof(out));
 	cr_assert(st == 0 && strstr(out, "db0:keys=4,expires=1"), "got: %s", out);
 
+	/* redis-py's pubsub (when the system's python3 has redis) */
+	if (system("/usr/bin/python3 -c 'import redis' >/dev/null 2>&1") == 0) {
+		snprintf(cmd, sizeof(cmd),
+			 "/usr/bin/python3 -c 'import redis\n"
+			 "r = redis.Redis(port=%d); p = r.pubsub(); p.subscribe(\"ch\")\n"
+			 "print(p.get_message(timeout=2)[\"type\"], r.publish(\"ch\", \"hi\"))\n"
+			 "m = p.get_message(timeout=2); print(m[\"type\"], m[\"data\"])\n' 2>&1", port);
+		st = run_cmd(cmd, out, sizeof(out));
+		cr_assert_eq(st, 0, "%s", out);
+		cr_assert_str_eq(out, "subscribe 1\nmessage b'hi'\n");
+	}
 	if (system("command -v redis-benchmark >/dev/null 2>&1") == 0) {
 		snprintf(cmd, sizeof(cmd),
 			 "redis-benchmark -p %d -n 2000 -c 8 -P 4 -t set,get,incr,mset -q 2>&1", port);

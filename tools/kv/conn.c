@@ -31,8 +31,12 @@ static void kv_conn_free(struct kv_conn *c)
 ssize_t kv_send(struct kv_conn *c)
 {
 	struct iovec iov = { c->out.p, c->out.len };
-	ssize_t n = corio_stream_writev(c->st, &iov, 1);
+	ssize_t n;
 
+	if (kv_ps_lock(c) < 0) /* a subscriber's pusher may be writing */
+		return -ECANCELED;
+	n = corio_stream_writev(c->st, &iov, 1);
+	kv_ps_unlock(c);
 	if (n > 0)
 		KV_INC(c->sh->st.net_out, (uint64_t)n);
 	return n;
@@ -157,6 +161,7 @@ static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 
 		if (n <= 0 || (size_t)n < want)
 			return; /* closed (inside a command or not), reset, or cancelled */
+		c->busy = true; /* a subscriber's pushes wait for these replies */
 		ret = kv_parse_batch(c, v, (size_t)n, &pos, &need, errbuf, sizeof(errbuf));
 		if (ret == RESP_NOMEM)
 			return;
@@ -174,6 +179,8 @@ static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 				    corio_stream_buffered(c->st) - pos < want) ||
 		    corio_stream_consume(c->st, pos))
 			return;
+		c->busy = false;
+		kv_ps_idle(c);
 	}
 }
 
@@ -213,6 +220,7 @@ static int kv_conn_fiber(void *arg)
 		} else {
 			kv_serve_conn(c, so.max_frame);
 		}
+		kv_ps_end(c); /* its pusher writes to the stream: stopped first */
 		/* half-close and let the client read the last reply (a QUIT's,
 		 * a protocol error's) before the socket goes: no reset */
 		corio_stream_close(c->st);

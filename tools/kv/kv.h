@@ -64,6 +64,7 @@
  *	hash.c      hashes
  *	server.c    CLIENT, TIME, ROLE, WAIT, SLOWLOG, LATENCY
  *	cluster.c   the emulated cluster: CLUSTER, slots, CROSSSLOT
+ *	pubsub.c    SUBSCRIBE, PUBLISH across shards, PUBSUB
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv.c links every unit but main.c and drives kv_shard_main()
@@ -105,6 +106,7 @@ enum kv_kind {
 	C_HSET, C_HSETNX, C_HGET, C_HMGET, C_HGETALL, C_HKEYS, C_HVALS, C_HDEL, C_HEXISTS, C_HLEN,
 	C_HSTRLEN, C_HINCRBY, C_HINCRBYFLOAT, C_HRANDFIELD, C_HSCAN, /* hash.c */
 	C_CLUSTER, C_READONLY, /* cluster.c */
+	C_SUBSCRIBE, C_UNSUBSCRIBE, C_PUBLISH, C_PUBSUB, C_PSBLOCKED, /* pubsub.c */
 };
 
 /* set / expire flags */
@@ -127,6 +129,7 @@ enum kv_kind {
 #define F_COUNT 0x10000u  /* HRANDFIELD: a count was given (in n) */
 #define F_WITHVALUES 0x20000u
 #define F_MATCH 0x40000u  /* HSCAN: MATCH's pattern is argument n2 */
+#define F_PATTERN 0x80000u /* PSUBSCRIBE, PUNSUBSCRIBE */
 
 struct kv_spec {
 	const char *name;
@@ -250,6 +253,8 @@ struct kv_conn {
 	uint64_t created_ns;
 	const struct kv_spec *last; /* its last command (cmd=) */
 	char addr[64], laddr[64];
+	struct kv_ps *ps;      /* subscribed (pubsub.c), else NULL */
+	bool busy;             /* between reading a batch and sending its replies */
 	bool in_multi;         /* after MULTI: commands are queued, not run */
 	bool multi_dirty;      /* a queued command was refused: EXEC aborts */
 	bool exec;             /* this batch is an EXEC: one array of replies */
@@ -299,6 +304,15 @@ void kv_conn_unregister(struct kv_conn *c);
 const char *kv_name_check(const struct kv_arg *name);
 void kv_set_name(struct kv_conn *c, const struct kv_arg *name);
 void kv_reply_badsub(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+
+/* pubsub.c: publish/subscribe across shards. */
+void kv_reply_ps(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+bool kv_ps_subscribed(const struct kv_conn *c);
+void kv_ps_end(struct kv_conn *c);
+int kv_ps_lock(struct kv_conn *c);
+void kv_ps_unlock(struct kv_conn *c);
+void kv_ps_idle(struct kv_conn *c);
+uint64_t kv_pubsub_count(struct kv_server *srv, bool patterns);
 
 /* cluster.c: the emulated cluster. */
 unsigned kv_keyslot(const char *p, size_t n);

@@ -470,6 +470,11 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 		}
 		return KV_PLAN_DONE;
 	}
+	if (c->resp == 2 && c->ps && kv_ps_subscribed(c) && sp->kind != C_SUBSCRIBE &&
+	    sp->kind != C_UNSUBSCRIBE && sp->kind != C_PING && sp->kind != C_QUIT) {
+		cmd->kind = C_PSBLOCKED; /* RESP2's subscribed state */
+		return KV_PLAN_DONE;
+	}
 	if (c->srv->cluster && sp->first > 0 && kv_crossslot(sp, a, argc)) {
 		kv_cmd_err(cmd, "CROSSSLOT Keys in request don't hash to the same slot");
 		c->multi_dirty |= c->in_multi;

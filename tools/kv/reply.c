@@ -55,18 +55,6 @@ void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf
 static uint64_t kv_mem_peak(struct kv_server *srv, uint64_t now);
 static void kv_line(struct kv_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
-/* No pub/sub yet: no channels, no patterns. */
-static uint64_t kv_pubsub_channels(struct kv_server *srv)
-{
-	(void)srv;
-	return 0;
-}
-
-static uint64_t kv_pubsub_patterns(struct kv_server *srv)
-{
-	(void)srv;
-	return 0;
-}
 
 /* Every second (the shard's tick): the rates INFO shows, and (shard 0)
  * the peak of the memory all shards hold. */
@@ -233,8 +221,8 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 			(unsigned long long)KV_SUM(srv, ops_sec), (unsigned long long)KV_SUM(srv, net_in),
 			(unsigned long long)KV_SUM(srv, net_out), (unsigned long long)KV_SUM(srv, rejected),
 			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
-			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)kv_pubsub_channels(srv),
-			(unsigned long long)kv_pubsub_patterns(srv),
+			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)kv_pubsub_count(srv, false),
+			(unsigned long long)kv_pubsub_count(srv, true),
 			(unsigned long long)KV_SUM(srv, proto_errors),
 			(unsigned long long)KV_SUM(srv, slow_subscribers),
 			(unsigned long long)KV_SUM(srv, out_flushes),
@@ -638,7 +626,10 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 
 	switch (cmd->kind) {
 	case C_PING:
-		if (cmd->argc == 1)
+		if (!cmd->resp3 && kv_ps_subscribed(c) && cmd->argc <= 2) { /* RESP2, subscribed */
+			KV_LIT(o, "*2\r\n$4\r\npong\r\n");
+			kv_bulk(o, cmd->argc == 2 ? a[1].p : "", cmd->argc == 2 ? a[1].n : 0);
+		} else if (cmd->argc == 1)
 			KV_LIT(o, "+PONG\r\n");
 		else if (cmd->argc == 2)
 			kv_bulk(o, a[1].p, a[1].n);
@@ -660,6 +651,28 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 	case C_CLIENT:
 		kv_reply_client(c, cmd, o);
 		break;
+	case C_SUBSCRIBE:
+	case C_UNSUBSCRIBE:
+	case C_PUBLISH:
+	case C_PUBSUB:
+		kv_reply_ps(c, cmd, o);
+		break;
+	case C_PSBLOCKED: {
+		char msg[240], name[64];
+		size_t i, n;
+
+		n = (size_t)snprintf(name, sizeof(name), "%s", cmd->spec->name);
+		if (cmd->argc > 1 && kv_subcommand_known(cmd->spec->name, &a[1]) && n < sizeof(name) - 1) {
+			name[n++] = '|';
+			for (i = 0; i < a[1].n && n < sizeof(name) - 1; i++)
+				name[n++] = (char)(a[1].p[i] | 0x20);
+			name[n] = 0;
+		}
+		snprintf(msg, sizeof(msg), "ERR Can't execute '%s': only (P|S)SUBSCRIBE / "
+			 "(P|S)UNSUBSCRIBE / PING / QUIT / RESET are allowed in this context", name);
+		kv_err(o, msg);
+		break;
+	}
 	case C_CLUSTER:
 	case C_READONLY:
 		kv_reply_cluster(c, cmd, o);

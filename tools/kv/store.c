@@ -503,6 +503,8 @@ void kv_shard_free(struct kv_shard *sh)
 	sh->heap = NULL;
 	free(sh->calls);
 	sh->calls = NULL;
+	free(sh->subs); /* empty: every connection removed its own */
+	sh->subs = NULL;
 	for (size_t i = 0; i < sh->nw; i++)
 		free(sh->w[i].key);
 	free(sh->w);

@@ -58,6 +58,7 @@ struct kv_counters {
 	_Atomic uint64_t ops_sec;     /* commands in the last second */
 	_Atomic uint64_t net_in, net_out; /* bytes read from and sent to clients */
 	_Atomic uint64_t slow_subscribers; /* closed at the output limit (pub/sub) */
+	_Atomic uint64_t subs, psubs; /* subscriptions to channels, patterns */
 };
 
 #define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
@@ -66,6 +67,7 @@ struct kv_counters {
 #define KV_SET(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
 
 struct kv_server;
+struct kv_sub;
 
 /* A key some connection WATCHes, kept on the key's shard (across.c). */
 struct kv_watch {
@@ -105,6 +107,8 @@ struct kv_shard {
 	struct kv_watch *w;   /* watched keys of this shard, any connection's */
 	size_t nw, wcap;
 	struct kv_conn *conns; /* this shard's connections (CLIENT LIST / KILL) */
+	struct kv_sub *subs;  /* its connections' subscriptions (pubsub.c) */
+	size_t nsubs, subcap;
 	struct kv_counters st;
 };
 
