@@ -19,6 +19,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 
 /* ---- the parser alone ------------------------------------------------------------ */
@@ -1627,59 +1628,101 @@ static int free_tcp_port(void)
 static void ref_stop(void);
 
 /* Start the reference redis-server (extra: more arguments, NULL-ended). */
+/* Is the server at 127.0.0.1:port our reference (its INFO names its pid)?
+ * 1 yes, 0 something else answers there, -1 nothing listens yet. */
+static int ref_is_ours(int port, pid_t pid, const char *pass)
+{
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	struct timeval tv = { .tv_sec = 2 };
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ret = -1;
+	char buf[8192], want[48];
+	size_t got = 0;
+
+	if (fd < 0)
+		return -1;
+	if (!connect(fd, (struct sockaddr *)&sa, sizeof(sa))) {
+		char info[160];
+		int len = snprintf(info, sizeof(info), "%s%s%s*2\r\n$4\r\nINFO\r\n$6\r\nserver\r\n",
+				   pass ? "AUTH " : "", pass ? pass : "", pass ? "\r\n" : "");
+		ssize_t n;
+
+		setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+		ret = 0;
+		if (write(fd, info, (size_t)len) == len) {
+			snprintf(want, sizeof(want), "process_id:%d\r\n", (int)pid);
+			while (got < sizeof(buf) - 1 && (n = read(fd, buf + got, sizeof(buf) - 1 - got)) > 0) {
+				got += (size_t)n;
+				buf[got] = 0;
+				if (strstr(buf, "# Clients") || strstr(buf, want))
+					break;
+			}
+			buf[got] = 0;
+			ret = strstr(buf, want) != NULL;
+		}
+	}
+	close(fd);
+	return ret;
+}
+
+/* Start the reference redis-server (extra: more arguments, NULL-ended) and
+ * wait until it answers: a port picked free may be taken by another test
+ * running at the same time before redis binds it, so the server that
+ * answers must name our child's pid, or we start over on another port. */
 static void ref_start(const char *extra, ...)
 {
 	char portstr[16];
 	const char *argv[32] = { "redis-server", "--port", portstr, "--save", "", "--appendonly", "no",
 				 "--bind", "127.0.0.1", "--logfile", "/dev/null", "--daemonize", "no" };
+	const char *pass = NULL;
 	int n = 13;
 	va_list ap;
 
 	if (system("command -v redis-server >/dev/null 2>&1") != 0)
 		cr_skip_test("redis-server is not installed (apt-get install redis-server): "
 			     "no reference to compare with");
-	ref_port = free_tcp_port();
-	cr_assert(ref_port > 0);
-	snprintf(portstr, sizeof(portstr), "%d", ref_port);
 	va_start(ap, extra);
 	for (const char *a = extra; a && n < 31; a = va_arg(ap, const char *))
 		argv[n++] = a;
 	va_end(ap);
 	argv[n] = NULL;
-	ref_pid = fork();
-	cr_assert(ref_pid >= 0);
-	if (ref_pid == 0) {
-		int nul = open("/dev/null", O_RDWR);
+	for (int i = 13; i + 1 < n; i++)
+		if (!strcmp(argv[i], "--requirepass"))
+			pass = argv[i + 1];
+	for (int attempt = 0; attempt < 5; attempt++) {
+		ref_port = free_tcp_port();
+		cr_assert(ref_port > 0);
+		snprintf(portstr, sizeof(portstr), "%d", ref_port);
+		ref_pid = fork();
+		cr_assert(ref_pid >= 0);
+		if (ref_pid == 0) {
+			int nul = open("/dev/null", O_RDWR);
 
-		dup2(nul, 0);
-		dup2(nul, 1);
-		dup2(nul, 2);
-		execvp("redis-server", (char *const *)argv);
-		_exit(127);
-	}
-	/* wait until it listens: a server started after it must not be given
-	 * its port (port 0) before it has bound it */
-	for (int i = 0; i < 500; i++) {
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)ref_port),
-					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-		int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0), ok;
+			dup2(nul, 0);
+			dup2(nul, 1);
+			dup2(nul, 2);
+			execvp("redis-server", (char *const *)argv);
+			_exit(127);
+		}
+		for (int i = 0; i < 500; i++) {
+			int r = ref_is_ours(ref_port, ref_pid, pass);
 
-		ok = fd >= 0 && !connect(fd, (struct sockaddr *)&sa, sizeof(sa));
-		if (fd >= 0)
-			close(fd);
-		if (ok)
-			return;
-		usleep(10000);
+			if (r == 1)
+				return;
+			if (r == 0 || waitpid(ref_pid, NULL, WNOHANG) == ref_pid)
+				break; /* another server has the port, or ours died of it */
+			usleep(10000);
+		}
+		ref_stop();
 	}
-	ref_stop();
-	cr_assert_fail("redis-server did not start on port %d", ref_port);
+	cr_assert_fail("redis-server did not start");
 }
 
 static void ref_stop(void)
 {
 	if (ref_pid > 0) {
 		kill(ref_pid, SIGTERM);
-		waitpid(ref_pid, NULL, 0);
+		waitpid(ref_pid, NULL, 0); /* ECHILD if it already died: fine */
 	}
 	ref_pid = 0;
 }
@@ -2701,7 +2744,7 @@ static const char *const pubsub_script[] = {
 	"PUBLISH nochan m", "PUBSUB NUMSUB a", "PUBSUB NUMPAT", "PUBSUB CHANNELS", "PUBSUB FOO",
 	"SUBSCRIBE", "UNSUBSCRIBE", "PUNSUBSCRIBE", "PUBSUB NUMSUB", "PUBLISH a",
 	"2 SUBSCRIBE a b", "GET x", "PING", "PING hi", "SUBSCRIBE a", "PSUBSCRIBE p*",
-	"PUBSUB CHANNELS", "PUBSUB CHANNELS a*", "PUBSUB NUMSUB a b c", "PUBSUB NUMPAT",
+	"~ PUBSUB CHANNELS", "PUBSUB CHANNELS a*", "PUBSUB NUMSUB a b c", "PUBSUB NUMPAT",
 	"UNSUBSCRIBE a", "UNSUBSCRIBE", "PUNSUBSCRIBE", "UNSUBSCRIBE", "PUBSUB NUMPAT", "GET x",
 	NULL,
 };
