@@ -149,13 +149,21 @@ struct kv_spec {
  * most, so a lookup is one hash of the name and about one compare. */
 #define KV_CMDTAB 1024
 #define KV_NAME_LONGEST 16 /* "zremrangebyscore" */
+struct kv_slot {
+	const struct kv_spec *sp; /* NULL: empty */
+	uint64_t key[2];          /* the name, lower case, in two words (zero-padded) */
+	uint16_t len;             /* the name's */
+	uint16_t idx;             /* its row in the served table (INFO commandstats);
+				     kv_nspecs() for a family not served */
+};
 struct kv_cmdtab {
-	const struct kv_spec *slot[KV_CMDTAB];
+	struct kv_slot slot[KV_CMDTAB];
 };
 
 int kv_cmdtab_build(struct kv_cmdtab *t);
 const struct kv_spec *kv_spec_at(size_t i);
 size_t kv_spec_index(const struct kv_spec *sp); /* kv_nspecs() for one not served */
+const struct kv_slot *kv_find_cmd(const struct kv_cmdtab *t, const struct kv_arg *a);
 const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a);
 bool kv_is(const struct kv_arg *a, const char *word);
 bool kv_subcommand_known(const char *name, const struct kv_arg *sub);

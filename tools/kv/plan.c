@@ -436,29 +436,13 @@ static void kv_plan_session(struct kv_conn *c, struct kv_cmd *cmd)
  * EXEC that runs a transaction. 0: plan it; KV_PLAN_DONE, KV_PLAN_EXEC, or
  * -ENOMEM.
  */
-static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+/* The rarer gates: not authenticated, subscribed (RESP2), cluster mode,
+ * in MULTI. 0: on to planning; else as kv_plan_gate(). */
+static int kv_plan_gate_rare(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
 {
 	const struct kv_spec *sp = cmd->spec;
 	int ret;
 
-	if (sp && sp->kind == C_NOTSERVED) {
-		cmd->kind = C_NOTSERVED;
-		c->multi_dirty |= c->in_multi;
-		return KV_PLAN_DONE;
-	}
-	if (!sp || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
-	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
-	    ((sp->kind == C_MSET || sp->kind == C_MSETNX) && argc % 2 == 0) ||
-	    (sp->kind == C_HSET && argc % 2)) {
-		cmd->kind = sp ? C_ARITY : C_UNKNOWN;
-		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
-		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
-			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
-					"wrong number of arguments for 'exec' command");
-			kv_multi_reset(c);
-		}
-		return KV_PLAN_DONE;
-	}
 	if (!c->authed && sp->kind != C_AUTH && sp->kind != C_HELLO && sp->kind != C_QUIT) {
 		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
 		if (sp->kind == C_EXEC) {
@@ -494,6 +478,29 @@ static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_a
 	return 0;
 }
 
+static int kv_plan_gate(struct kv_conn *c, struct kv_cmd *cmd, const struct kv_arg *a, uint32_t argc)
+{
+	const struct kv_spec *sp = cmd->spec;
+
+	if (!sp || sp->kind == C_NOTSERVED || (sp->arity > 0 && argc != (uint32_t)sp->arity) ||
+	    (sp->arity < 0 && argc < (uint32_t)-sp->arity) ||
+	    ((sp->kind == C_MSET || sp->kind == C_MSETNX) && argc % 2 == 0) ||
+	    (sp->kind == C_HSET && argc % 2)) {
+		cmd->kind = !sp ? C_UNKNOWN : sp->kind == C_NOTSERVED ? C_NOTSERVED : C_ARITY;
+		c->multi_dirty |= c->in_multi; /* Redis: EXEC then aborts */
+		if (sp && sp->kind == C_EXEC) { /* Redis aborts at once, in MULTI or not */
+			kv_cmd_err(cmd, "EXECABORT Transaction discarded because of: "
+					"wrong number of arguments for 'exec' command");
+			kv_multi_reset(c);
+		}
+		return KV_PLAN_DONE;
+	}
+	/* one test for what most commands never meet (the hot path) */
+	if (!c->authed || c->ps || c->srv->cluster || c->in_multi || sp->kind == C_EXEC)
+		return kv_plan_gate_rare(c, cmd, a, argc);
+	return 0;
+}
+
 /*
  * Turn the command in av[arg0 ..] into c->cmds[c->ncmds] and its ops: 0,
  * -ENOMEM, or KV_PLAN_EXEC for the EXEC of a transaction without errors,
@@ -504,6 +511,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	struct kv_cmd *cmd;
 	const struct kv_arg *a = &c->av.v[arg0];
 	const struct kv_spec *sp;
+	const struct kv_slot *slot;
 	int ret = 0;
 
 	if (c->ncmds == c->cmdcap) {
@@ -521,7 +529,8 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->argc = argc;
 	cmd->op0 = (uint32_t)c->nops;
 	cmd->resp3 = c->resp == 3;
-	sp = cmd->spec = kv_find_spec(&c->srv->cmds, &a[0]);
+	slot = kv_find_cmd(&c->srv->cmds, &a[0]);
+	sp = cmd->spec = slot ? slot->sp : NULL;
 	c->last = sp;
 	ret = kv_plan_gate(c, cmd, a, argc);
 	if (ret == KV_PLAN_EXEC)
@@ -533,7 +542,7 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 	cmd->n = sp->n;
 	cmd->vidx = arg0 + 2;
 	c->serial |= (sp->flags & F_SERIAL) != 0;
-	KV_INC(c->sh->calls[sp - kv_spec_at(0)], 1); /* sp is served: it passed the gate */
+	KV_INC(c->sh->calls[slot->idx], 1); /* served: it passed the gate */
 	switch (sp->kind) {
 	case C_SETEX: /* SETEX / PSETEX key n value: SET key value EX|PX n */
 		if (kv_plan_ttl(cmd, &a[2], sp->n, false, sp->n == 1 ?

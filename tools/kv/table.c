@@ -3,12 +3,13 @@
  * tools/kv/table.c - the command table: how a name finds its command, and
  * COMMAND (COUNT, INFO, DOCS, LIST), which describes the same table.
  *
- * Dispatch: every name, upper-cased, is hashed into an open-addressed
- * index of KV_CMDTAB slots, built once per server (kv_cmdtab_build(), in
- * kv_server_init()). A lookup hashes the request's name folding case as it
- * goes, probes from there (the table is a quarter full, so almost always
- * one slot) and compares once: the cost does not grow with the table, as
- * the linear scan it replaced did.
+ * Dispatch: every name, lower-cased into two 64-bit words, is hashed into
+ * an open-addressed index of KV_CMDTAB slots, built once per server
+ * (kv_cmdtab_build(), in kv_server_init()). A lookup folds the request's
+ * name the same way (a word at a time), hashes the two words, probes from
+ * there (the table is under a quarter full: almost always one slot) and
+ * compares two words: the cost does not grow with the table, as the
+ * linear scan it replaced did.
  *
  * The families corio-kv does not serve (lists, sets, sorted sets, streams,
  * scripting) are in the table too, so that their commands get one error
@@ -191,23 +192,46 @@ static const struct kv_spec kv_notserved[] = {
 #undef NS
 #define KV_NNOTSERVED (sizeof(kv_notserved) / sizeof(kv_notserved[0]))
 
-static uint32_t kv_name_hash(const char *p, size_t n)
+/*
+ * A name (at most 16 bytes) as two little-endian words, zero-padded, its
+ * ASCII capitals made small a word at a time: a byte's top bit after
+ * adding 0x3f says ">= 'A'", after adding 0x25 ">= '['"; the capitals get
+ * 0x20. Other bytes stay as they are, so the key is the name exactly, in
+ * lower case.
+ */
+static void kv_name_key(const char *p, size_t n, uint64_t k[2])
 {
-	uint32_t h = 2166136261u ^ (uint32_t)n;
+	const uint64_t hi = 0x8080808080808080ull, lo7 = 0x7f7f7f7f7f7f7f7full;
 
+	k[0] = k[1] = 0;
 	for (size_t i = 0; i < n; i++)
-		h = (h ^ (uint8_t)(p[i] | 0x20)) * 16777619u; /* letters fold to lower case */
-	return h ^ (h >> 15);
+		k[i >> 3] |= (uint64_t)(uint8_t)p[i] << (8 * (i & 7));
+	for (int w = 0; w < 2; w++) {
+		uint64_t x = k[w], low = x & lo7;
+		uint64_t ge_a = low + 0x3f3f3f3f3f3f3f3full, ge_z1 = low + 0x2525252525252525ull;
+		uint64_t upper = ge_a & ~ge_z1 & ~x & hi;
+
+		k[w] = x | (upper >> 2);
+	}
 }
 
-static void kv_tab_insert(struct kv_cmdtab *t, const struct kv_spec *sp)
+static uint32_t kv_key_hash(const uint64_t k[2], size_t n)
+{
+	uint64_t h = (k[0] ^ (k[1] * 0x9e3779b97f4a7c15ull) ^ n) * 0xbf58476d1ce4e5b9ull;
+
+	return (uint32_t)(h >> 40);
+}
+
+static void kv_tab_insert(struct kv_cmdtab *t, const struct kv_spec *sp, size_t idx)
 {
 	size_t n = strlen(sp->name);
-	uint32_t i = kv_name_hash(sp->name, n) & (KV_CMDTAB - 1);
+	struct kv_slot s = { .sp = sp, .len = (uint16_t)n, .idx = (uint16_t)idx };
+	uint32_t i;
 
-	while (t->slot[i])
-		i = (i + 1) & (KV_CMDTAB - 1);
-	t->slot[i] = sp;
+	kv_name_key(sp->name, n, s.key);
+	for (i = kv_key_hash(s.key, n) & (KV_CMDTAB - 1); t->slot[i].sp; i = (i + 1) & (KV_CMDTAB - 1))
+		;
+	t->slot[i] = s;
 }
 
 /*
@@ -221,9 +245,9 @@ int kv_cmdtab_build(struct kv_cmdtab *t)
 	if (KV_NSPECS + KV_NNOTSERVED > KV_CMDTAB / 2)
 		return -ENOSPC;
 	for (size_t i = 0; i < KV_NSPECS; i++)
-		kv_tab_insert(t, &kv_specs[i]);
+		kv_tab_insert(t, &kv_specs[i], i);
 	for (size_t i = 0; i < KV_NNOTSERVED; i++)
-		kv_tab_insert(t, &kv_notserved[i]);
+		kv_tab_insert(t, &kv_notserved[i], KV_NSPECS);
 	return 0;
 }
 
@@ -244,19 +268,31 @@ size_t kv_spec_index(const struct kv_spec *sp)
 	return (size_t)(sp - kv_specs);
 }
 
-const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a)
+/* The slot of the command named a (any case), or NULL: the name folded
+ * into two words, one hash of them, then (almost always) one slot whose
+ * words and length match. */
+const struct kv_slot *kv_find_cmd(const struct kv_cmdtab *t, const struct kv_arg *a)
 {
+	uint64_t k[2];
 	uint32_t i;
 
 	if (a->n > KV_NAME_LONGEST)
 		return NULL;
-	for (i = kv_name_hash(a->p, a->n) & (KV_CMDTAB - 1); t->slot[i]; i = (i + 1) & (KV_CMDTAB - 1)) {
-		const char *nm = t->slot[i]->name;
+	kv_name_key(a->p, a->n, k);
+	for (i = kv_key_hash(k, a->n) & (KV_CMDTAB - 1); t->slot[i].sp; i = (i + 1) & (KV_CMDTAB - 1)) {
+		const struct kv_slot *s = &t->slot[i];
 
-		if (!strncasecmp(nm, a->p, a->n) && nm[a->n] == 0)
-			return t->slot[i];
+		if (s->key[0] == k[0] && s->key[1] == k[1] && s->len == a->n)
+			return s;
 	}
 	return NULL;
+}
+
+const struct kv_spec *kv_find_spec(const struct kv_cmdtab *t, const struct kv_arg *a)
+{
+	const struct kv_slot *s = kv_find_cmd(t, a);
+
+	return s ? s->sp : NULL;
 }
 
 bool kv_is(const struct kv_arg *a, const char *word)
