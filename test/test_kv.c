@@ -3141,6 +3141,24 @@ Test(kv, redis_cli_and_benchmark, .timeout = 120)
 		cr_assert_eq(st, 0, "%s", out);
 		cr_assert_str_eq(out, "subscribe 1\nmessage b'hi'\n");
 	}
+	/* node-redis's subscribe, which used to throw an uncaught "unknown
+	 * command" and end the Node process (runs when node resolves the redis
+	 * module, e.g. NODE_PATH=/path/node_modules with redis@4 installed) */
+	if (system("node -e \"require('redis')\" >/dev/null 2>&1") == 0) {
+		snprintf(cmd, sizeof(cmd),
+			 "node -e \"const { createClient } = require('redis'); (async () => {"
+			 "const c = createClient({ url: 'redis://127.0.0.1:%d' }); await c.connect();"
+			 "const s = c.duplicate(); await s.connect(); let got = null;"
+			 "await s.subscribe('ch', (m, ch) => { got = ch + ':' + m; });"
+			 "const n = await c.publish('ch', 'hi');"
+			 "await new Promise(r => setTimeout(r, 200));"
+			 "console.log(n, got); await s.quit(); await c.quit();"
+			 "})().catch(e => { console.log('throw', e.message); process.exit(3); });\" 2>&1",
+			 port);
+		st = run_cmd(cmd, out, sizeof(out));
+		cr_assert_eq(st, 0, "%s", out);
+		cr_assert_str_eq(out, "1 ch:hi\n");
+	}
 	if (system("command -v redis-benchmark >/dev/null 2>&1") == 0) {
 		snprintf(cmd, sizeof(cmd),
 			 "redis-benchmark -p %d -n 2000 -c 8 -P 4 -t set,get,incr,mset -q 2>&1", port);
