@@ -300,7 +300,7 @@ static intptr_t kv_scan_fn(void *arg)
 	struct kv_shard *sh = kv_here(w->srv);
 	int64_t now = kv_now_ms();
 	uint64_t v = w->cursor;
-	long long budget = w->count * 10;
+	long long budget = (w->count < (1ll << 40) ? w->count : (1ll << 40)) * 10;
 
 	if (!sh->t[0].b)
 		return w->cursor = 0, 0;

@@ -857,6 +857,11 @@ void kv_run_hash(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struc
 				kv_null(o, cmd->resp3);
 		} else if (cmd->flags & F_COUNT && cmd->n == 0) {
 			KV_LIT(o, "*0\r\n");
+		} else if (cmd->flags & F_COUNT && cmd->n < 0 &&
+			   (unsigned long long)-cmd->n > c->srv->lim.out_limit / 6) {
+			/* -count picks with repeats, each at least "$0\r\n\r\n": a count
+			 * the output limit cannot hold is refused, not built */
+			kv_err(o, "ERR corio-kv: HRANDFIELD's count makes a reply over the output limit");
 		} else {
 			kv_hrandfield(sh, cmd, e, o);
 		}
