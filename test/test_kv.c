@@ -2837,6 +2837,21 @@ static void publish_body(struct kv_test *t)
 	EXPECT(p, "*1\r\n$4\r\nnews\r\n");
 	cl_cmd(p, "INFO", "stats", NULL);
 	EXPECT_HAS(p, "pubsub_channels:1\r\n");
+	/* pipelined after SUBSCRIBE in one send: RESP2's subscribed state holds */
+	{
+		struct cl *q = cl_open(t->port);
+
+		cl_cmd(q, "SUBSCRIBE", "other", NULL);
+		cl_cmd(q, "GET", "x", NULL);
+		cl_cmd(q, "UNSUBSCRIBE", NULL);
+		cl_cmd(q, "GET", "x", NULL);
+		EXPECT(q, "*3\r\n$9\r\nsubscribe\r\n$5\r\nother\r\n:1\r\n");
+		EXPECT(q, "-ERR Can't execute 'get': only (P|S)SUBSCRIBE / (P|S)UNSUBSCRIBE / PING / "
+			  "QUIT / RESET are allowed in this context\r\n");
+		EXPECT(q, "*3\r\n$11\r\nunsubscribe\r\n$5\r\nother\r\n:0\r\n");
+		EXPECT(q, "$-1\r\n");
+		cl_close(q);
+	}
 	/* a reply and the pushes after it, in order */
 	cl_cmd(sub[on[0]], "PING", NULL);
 	cl_flush(sub[on[0]]);

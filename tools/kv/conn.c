@@ -56,9 +56,10 @@ static int kv_parse_batch(struct kv_conn *c, const char *p, size_t n, size_t *po
 	c->av.n = 0;
 	c->ncmds = c->nops = 0;
 	c->serial = false;
+	c->batch_end = false;
 	for (unsigned i = 0; i < c->srv->nshards; i++)
 		c->rem[i].head = KV_NONE;
-	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
+	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing && !c->batch_end) {
 		size_t used = 0, arg0 = c->av.n;
 		int r = resp_parse(p + *pos, n - *pos, &c->srv->lim, &c->av, &used, need, errbuf,
 				   errlen);

@@ -253,6 +253,7 @@ struct kv_conn {
 	bool no_touch;         /* CLIENT NO-TOUCH on: reads leave the access time */
 	bool no_evict;         /* CLIENT NO-EVICT on (nothing is evicted anyway) */
 	bool serial;           /* this batch runs serially (a command of across.c) */
+	bool batch_end;        /* the batch ends after the command planned last */
 	uint32_t nwatch;       /* keys WATCHed (registered on their shards) */
 	bool listed;           /* in its shard's list */
 	bool killed;           /* CLIENT KILL ended it (its fiber may not have seen it yet) */

@@ -631,6 +631,12 @@ int kv_plan(struct kv_conn *c, uint32_t arg0, uint32_t argc)
 		if (cmd->kind == C_HSCAN)
 			ret = kv_add_op(c, OP_HASH, arg0 + 1, -1);
 		break;
+	case C_SUBSCRIBE:
+	case C_UNSUBSCRIBE:
+		/* the subscribed state (RESP2) starts or ends when its reply is
+		 * made: the commands after it are planned in the next batch */
+		c->batch_end = true;
+		break;
 	case C_HSET:
 	case C_HSETNX:
 	case C_HGET:
