@@ -199,20 +199,43 @@ static const struct kv_spec kv_notserved[] = {
  * 0x20. Other bytes stay as they are, so the key is the name exactly, in
  * lower case.
  */
-static void kv_name_key(const char *p, size_t n, uint64_t k[2])
+static uint64_t kv_load(const char *p, size_t n)
+{
+	uint64_t v = 0;
+
+	memcpy(&v, p, n); /* n is 4 or 8 where it is called: a plain load */
+	return v;
+}
+
+static inline __attribute__((always_inline)) uint64_t kv_fold(uint64_t x)
 {
 	const uint64_t hi = 0x8080808080808080ull, lo7 = 0x7f7f7f7f7f7f7f7full;
+	uint64_t low = x & lo7;
+	uint64_t upper = (low + 0x3f3f3f3f3f3f3f3full) & ~(low + 0x2525252525252525ull) & ~x & hi;
 
-	k[0] = k[1] = 0;
-	for (size_t i = 0; i < n; i++)
-		k[i >> 3] |= (uint64_t)(uint8_t)p[i] << (8 * (i & 7));
-	for (int w = 0; w < 2; w++) {
-		uint64_t x = k[w], low = x & lo7;
-		uint64_t ge_a = low + 0x3f3f3f3f3f3f3f3full, ge_z1 = low + 0x2525252525252525ull;
-		uint64_t upper = ge_a & ~ge_z1 & ~x & hi;
+	return x | (upper >> 2);
+}
 
-		k[w] = x | (upper >> 2);
+static inline __attribute__((always_inline)) void kv_name_key(const char *p, size_t n, uint64_t k[2])
+{
+	/* the bytes into place with loads that stay inside p[0 .. n) and may
+	 * overlap (an overlapped byte is the same value twice) */
+	k[1] = 0;
+	if (n >= 8) {
+		k[0] = kv_load(p, 8);
+		if (n > 8)
+			k[1] = kv_load(p + n - 8, 8) >> (8 * (16 - n));
+	} else if (n >= 4) {
+		k[0] = kv_load(p, 4) | kv_load(p + n - 4, 4) << (8 * (n - 4));
+	} else if (n) {
+		k[0] = (uint64_t)(uint8_t)p[0] | (uint64_t)(uint8_t)p[n / 2] << (8 * (n / 2)) |
+		       (uint64_t)(uint8_t)p[n - 1] << (8 * (n - 1));
+	} else {
+		k[0] = 0;
 	}
+	k[0] = kv_fold(k[0]);
+	if (n > 8)
+		k[1] = kv_fold(k[1]);
 }
 
 static uint32_t kv_key_hash(const uint64_t k[2], size_t n)
