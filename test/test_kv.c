@@ -19,6 +19,7 @@
 #include <math.h>
 #include <netinet/in.h>
 #include <stdarg.h>
+#include <sys/prctl.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 
@@ -1689,6 +1690,7 @@ static void ref_start(const char *extra, ...)
 	for (int i = 13; i + 1 < n; i++)
 		if (!strcmp(argv[i], "--requirepass"))
 			pass = argv[i + 1];
+	atexit(ref_stop); /* a failed assertion ends the test before its ref_stop() */
 	for (int attempt = 0; attempt < 5; attempt++) {
 		ref_port = free_tcp_port();
 		cr_assert(ref_port > 0);
@@ -1698,6 +1700,9 @@ static void ref_start(const char *extra, ...)
 		if (ref_pid == 0) {
 			int nul = open("/dev/null", O_RDWR);
 
+			/* a test that fails, or is killed at its timeout, takes its
+			 * reference down with it */
+			prctl(PR_SET_PDEATHSIG, SIGTERM);
 			dup2(nul, 0);
 			dup2(nul, 1);
 			dup2(nul, 2);
