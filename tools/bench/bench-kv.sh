@@ -3,14 +3,16 @@
 #
 # Both servers run one thread pinned to the same CPU (1), redis-benchmark
 # pinned to the other (0), alternately (corio redis corio redis ...), each
-# on a fresh server. Per run: SET, GET, INCR and MSET (10 keys), 50 clients,
+# on a fresh server. Per run: SET, GET, INCR, MSET (10 keys), HSET and HGET
+# (fields of one hash, as redis-benchmark's hset test makes), 50 clients,
 # pipeline 1 and 16; ops/s, p50 and p99 come from redis-benchmark's own
 # --csv output; server CPU per request is the server's on-CPU time (the sum
 # of /proc/PID/task/*/schedstat) over the run divided by the requests.
 # Then memory: 1M distinct keys with 100-byte values loaded through
 # redis-cli --pipe into a fresh server of each kind; bytes per key from RSS
 # (/proc/PID/status VmRSS, after minus before) and from INFO memory
-# (used_memory, after minus before).
+# (used_memory, after minus before); the same for 1M small hashes (5
+# fields of 10-byte values each).
 # Prints markdown tables of medians with corio/redis ratios, and keeps every
 # raw result under bench-results/kv-<time>/.
 #
@@ -27,7 +29,7 @@ T=$B/tools
 REPS=${BENCH_KV_REPS:-3}
 SET=${BENCH_KV_SET:-full}
 case "$SET" in
-full) N=${BENCH_KV_N:-200000} TESTS="set get incr mset" ;;
+full) N=${BENCH_KV_N:-200000} TESTS="set get incr mset hset hget" ;;
 headline) N=${BENCH_KV_N:-50000} TESTS="set get" ;;
 *) echo "bench-kv: BENCH_KV_SET must be full or headline" >&2; exit 2 ;;
 esac
@@ -127,8 +129,13 @@ stop_server() {
 run() {
 	side=$1 rep=$2 t=$3 p=$4
 	c0=$(cpu_ns $SRV_PID)
-	csv=$(taskset -c $LCPU redis-benchmark -p "$PORT" -c 50 -n "$N" -P "$p" -r 100000 -d 100 \
-		-t "$t" --csv 2> "$OUT/bench.err")
+	if [ "$t" = hget ]; then # no -t hget: the fields the hset run made
+		csv=$(taskset -c $LCPU redis-benchmark -p "$PORT" -c 50 -n "$N" -P "$p" -r 100000 \
+			--csv hget myhash element:__rand_int__ 2> "$OUT/bench.err")
+	else
+		csv=$(taskset -c $LCPU redis-benchmark -p "$PORT" -c 50 -n "$N" -P "$p" -r 100000 \
+			-d 100 -t "$t" --csv 2> "$OUT/bench.err")
+	fi
 	c1=$(cpu_ns $SRV_PID)
 	printf '%s\n' "$csv" >> "$OUT/raw-$side.csv"
 	line=$(printf '%s\n' "$csv" | sed -n '2p')
@@ -143,15 +150,22 @@ run() {
 		>> "$ROWS"
 }
 
-# mem SIDE: load KEYS keys of 100 bytes; prints "rss-bytes/key used-bytes/key".
+# mem SIDE [hash]: load KEYS keys of 100 bytes (hash: KEYS hashes of 5
+# fields of 10 bytes); prints "rss-bytes/key used-bytes/key".
 mem() {
 	start_server "$1" || return 1
 	rss0=$(awk '/^VmRSS/ { print $2 * 1024 }' /proc/$SRV_PID/status)
 	used0=$(redis-cli -p "$PORT" info memory | tr -d '\r' | sed -n 's/^used_memory://p')
-	awk -v n="$KEYS" 'BEGIN {
+	awk -v n="$KEYS" -v hash="${2:-}" 'BEGIN {
 		v = sprintf("%0100d", 0)
 		for (i = 0; i < n; i++)
-			printf "*3\r\n$3\r\nSET\r\n$14\r\nkey:%010d\r\n$100\r\n%s\r\n", i, v
+			if (hash)
+				printf "*12\r\n$4\r\nHSET\r\n$14\r\nkey:%010d\r\n" \
+				       "$2\r\nf1\r\n$10\r\n%010d\r\n$2\r\nf2\r\n$10\r\n%010d\r\n" \
+				       "$2\r\nf3\r\n$10\r\n%010d\r\n$2\r\nf4\r\n$10\r\n%010d\r\n" \
+				       "$2\r\nf5\r\n$10\r\n%010d\r\n", i, i, i, i, i, i
+			else
+				printf "*3\r\n$3\r\nSET\r\n$14\r\nkey:%010d\r\n$100\r\n%s\r\n", i, v
 	}' | redis-cli -p "$PORT" --pipe > "$OUT/pipe-$1.txt" 2>&1
 	keys=$(redis-cli -p "$PORT" dbsize)
 	rss1=$(awk '/^VmRSS/ { print $2 * 1024 }' /proc/$SRV_PID/status)
@@ -223,5 +237,14 @@ mc=$(mem corio) && echo "| corio-kv | ${mc% *} | ${mc#* } |"
 mr=$(mem redis) && echo "| redis-server | ${mr% *} | ${mr#* } |"
 if [ -n "$mc" ] && [ -n "$mr" ]; then
 	echo "RSS per key corio/redis: $(awk -v a="${mc% *}" -v b="${mr% *}" 'BEGIN { printf "%.2f", b ? a / b : 0 }')"
+fi
+echo
+echo "memory, $KEYS hashes of 5 fields with 10-byte values (bytes per key):"
+echo "| server | RSS/key | used_memory/key |"
+echo "|---|---|---|"
+hc=$(mem corio hash) && echo "| corio-kv | ${hc% *} | ${hc#* } |"
+hr=$(mem redis hash) && echo "| redis-server | ${hr% *} | ${hr#* } |"
+if [ -n "$hc" ] && [ -n "$hr" ]; then
+	echo "RSS per hash corio/redis: $(awk -v a="${hc% *}" -v b="${hr% *}" 'BEGIN { printf "%.2f", b ? a / b : 0 }')"
 fi
 echo "raw results: $OUT"

@@ -16,9 +16,11 @@
  * value is copied whole), and allocations round that up to at most twice.
  * A client that reads is never closed; one that does not is left waiting.
  */
-static uint64_t kv_remote_budget(const struct kv_server *srv)
+static uint64_t kv_remote_budget(const struct kv_conn *c)
 {
-	return srv->lim.out_limit / (2 * srv->nshards);
+	if (c->serial) /* one op per call, when its reply is due (across.c) */
+		return 0;
+	return c->srv->lim.out_limit / (2 * c->srv->nshards);
 }
 
 /* Run the ops a connection of another shard queued for this one, until
@@ -30,7 +32,7 @@ static intptr_t kv_remote_fn(void *arg)
 	unsigned me = corio_shard_id();
 	struct kv_shard *sh = &c->srv->sh[me];
 	struct kv_remote *r = &c->rem[me];
-	uint64_t n = 0, budget = kv_remote_budget(c->srv);
+	uint64_t n = 0, budget = kv_remote_budget(c);
 	uint32_t i;
 
 	if (me == c->sh->id || r->head == KV_NONE)
@@ -161,6 +163,31 @@ static int kv_run_remote(struct kv_conn *c)
 	return ret;
 }
 
+/* An unknown subcommand, or a known one with the wrong arity. */
+void kv_reply_badsub(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
+{
+	const struct kv_arg *a = &c->av.v[cmd->arg0];
+	char msg[200], up[32];
+	size_t i;
+
+	for (i = 0; cmd->spec->name[i] && i < sizeof(up) - 1; i++)
+		up[i] = (char)(cmd->spec->name[i] - 32 * (cmd->spec->name[i] >= 'a'));
+	up[i] = 0;
+	if (kv_subcommand_known(cmd->spec->name, &a[1])) { /* wrong arity */
+		char low[32];
+
+		for (i = 0; i < a[1].n && i < sizeof(low) - 1; i++)
+			low[i] = (char)(a[1].p[i] | 0x20);
+		low[i] = 0;
+		snprintf(msg, sizeof(msg), "ERR wrong number of arguments for '%s|%s' command",
+			 cmd->spec->name, low);
+	} else {
+		snprintf(msg, sizeof(msg), "ERR unknown subcommand '%.*s'. Try %s HELP.",
+			 (int)(a[1].n > 64 ? 64 : a[1].n), a[1].p, up);
+	}
+	kv_err_sanitized(o, msg);
+}
+
 /* The reply to one command of the batch, in order. */
 static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 {
@@ -173,6 +200,25 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_UNKNOWN:
 		kv_reply_unknown(c, cmd, o);
 		break;
+	case C_NOTSERVED:
+		kv_reply_notserved(cmd, o);
+		break;
+	case C_EXECNULL: /* RESP2's null array */
+		if (cmd->resp3)
+			KV_LIT(o, "_\r\n");
+		else
+			KV_LIT(o, "*-1\r\n");
+		break;
+	case C_RENAME:
+	case C_COPY:
+	case C_MSETNX:
+	case C_RANDOMKEY:
+	case C_SCAN:
+	case C_KEYS:
+	case C_WATCH:
+	case C_UNWATCH:
+		kv_reply_across(c, cmd, o);
+		break;
 	case C_ARITY: {
 		char msg[128];
 
@@ -184,9 +230,38 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 	case C_ERR:
 		kv_err(o, cmd->err);
 		break;
+	case C_BADSUB:
+		kv_reply_badsub(c, cmd, o);
+		break;
 	case C_GET:
 	case C_SET:
 	case C_INCR:
+	case C_GETDEL:
+	case C_GETEX:
+	case C_APPEND:
+	case C_STRLEN:
+	case C_GETRANGE:
+	case C_SETRANGE:
+	case C_INCRBYFLOAT:
+	case C_EXPIRETIME:
+	case C_TYPE:
+	case C_OBJECT:
+	case C_MEMORY:
+	case C_HSET:
+	case C_HSETNX:
+	case C_HGET:
+	case C_HMGET:
+	case C_HGETALL:
+	case C_HKEYS:
+	case C_HVALS:
+	case C_HDEL:
+	case C_HEXISTS:
+	case C_HLEN:
+	case C_HSTRLEN:
+	case C_HINCRBY:
+	case C_HINCRBYFLOAT:
+	case C_HRANDFIELD:
+	case C_HSCAN:
 	case C_EXPIRE:
 	case C_TTL:
 	case C_PERSIST:
@@ -224,11 +299,12 @@ static int kv_reply_cmd(struct kv_conn *c, struct kv_cmd *cmd, struct kv_buf *o)
 int kv_run_batch(struct kv_conn *c)
 {
 	struct kv_buf *o = &c->out;
-	int ret = kv_run_remote(c);
+	int ret = c->serial ? 0 : kv_run_remote(c);
 
 	if (ret)
 		return ret;
 	KV_INC(c->sh->st.cmds, c->ncmds);
+	c->last_clock = c->sh->clock;
 	KV_INC(c->sh->st.batches, 1);
 	if (c->exec)
 		kv_num(o, '*', (long long)c->ncmds);

@@ -31,8 +31,15 @@ static void kv_conn_free(struct kv_conn *c)
 ssize_t kv_send(struct kv_conn *c)
 {
 	struct iovec iov = { c->out.p, c->out.len };
+	ssize_t n;
 
-	return corio_stream_writev(c->st, &iov, 1);
+	if (kv_ps_lock(c) < 0) /* a subscriber's pusher may be writing */
+		return -ECANCELED;
+	n = corio_stream_writev(c->st, &iov, 1);
+	kv_ps_unlock(c);
+	if (n > 0)
+		KV_INC(c->sh->st.net_out, (uint64_t)n);
+	return n;
 }
 
 /*
@@ -48,9 +55,11 @@ static int kv_parse_batch(struct kv_conn *c, const char *p, size_t n, size_t *po
 {
 	c->av.n = 0;
 	c->ncmds = c->nops = 0;
+	c->serial = false;
+	c->batch_end = false;
 	for (unsigned i = 0; i < c->srv->nshards; i++)
 		c->rem[i].head = KV_NONE;
-	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing) {
+	while (c->ncmds < KV_BATCH_CMDS && c->nops < KV_BATCH_OPS && !c->closing && !c->batch_end) {
 		size_t used = 0, arg0 = c->av.n;
 		int r = resp_parse(p + *pos, n - *pos, &c->srv->lim, &c->av, &used, need, errbuf,
 				   errlen);
@@ -153,6 +162,7 @@ static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 
 		if (n <= 0 || (size_t)n < want)
 			return; /* closed (inside a command or not), reset, or cancelled */
+		c->busy = true; /* a subscriber's pushes wait for these replies */
 		ret = kv_parse_batch(c, v, (size_t)n, &pos, &need, errbuf, sizeof(errbuf));
 		if (ret == RESP_NOMEM)
 			return;
@@ -165,10 +175,13 @@ static void kv_serve_conn(struct kv_conn *c, size_t max_frame)
 		want = ret == RESP_MORE ? need : 1;
 		upto = ret == RESP_MORE ? kv_gather_upto((size_t)n - pos, need, max_frame) : 1;
 		/* the batch's arguments point into v: consume only once it ran */
+		KV_INC(c->sh->st.net_in, pos);
 		if (kv_finish_batch(c, ret == RESP_ERR, errbuf,
 				    corio_stream_buffered(c->st) - pos < want) ||
 		    corio_stream_consume(c->st, pos))
 			return;
+		c->busy = false;
+		kv_ps_idle(c);
 	}
 }
 
@@ -197,14 +210,26 @@ static int kv_conn_fiber(void *arg)
 
 	KV_INC(c->sh->st.conns, 1);
 	KV_INC(c->sh->st.conns_total, 1);
+	kv_conn_register(c, corio_sock_fd(c->s));
 	if (corio_stream_sock(c->s, &so, &c->st) == 0) {
-		kv_serve_conn(c, so.max_frame);
+		if (kv_protected_refuses(c->srv, c->sh, c->s)) {
+			/* Redis's protected mode: the reason, then the close */
+			KV_INC(c->sh->st.rejected, 1);
+			kv_put(&c->out, kv_denied_msg, strlen(kv_denied_msg));
+			if (!c->out.nomem)
+				kv_send(c);
+		} else {
+			kv_serve_conn(c, so.max_frame);
+		}
+		kv_ps_end(c); /* its pusher writes to the stream: stopped first */
 		/* half-close and let the client read the last reply (a QUIT's,
 		 * a protocol error's) before the socket goes: no reset */
 		corio_stream_close(c->st);
 	} else {
 		corio_close(c->s);
 	}
+	kv_unwatch(c);
+	kv_conn_unregister(c);
 	KV_INC(c->sh->st.conns, (uint64_t)-1);
 	kv_conn_free(c);
 	return 0; /* a connection's trouble is not the server's */
@@ -246,6 +271,7 @@ static int kv_accept_loop(struct kv_listener *kl)
 		c->sh = kl->sh;
 		c->s = s;
 		c->resp = 2;
+		c->authed = !kl->sh->auth.set; /* the default user has no password */
 		c->id = ++kl->sh->next_conn_id * kl->srv->nshards + kl->sh->id;
 		if (corio_group_spawn(&kl->conns, kv_conn_fiber, c, &o, NULL) < 0) {
 			corio_close(s);
@@ -292,6 +318,7 @@ void kv_shard_main(struct kv_server *srv)
 	}
 	if (corio_shard_id() == 0)
 		atomic_store(&srv->bound_port, port);
+	kv_shard_start(kl.sh);
 	atomic_fetch_add(&srv->listening, 1);
 	ret = kv_accept_loop(&kl);
 	if (ret != -ECANCELED) {
@@ -299,9 +326,12 @@ void kv_shard_main(struct kv_server *srv)
 		atomic_store(&srv->failed, 1);
 	}
 	corio_listener_close(kl.l);
+	corio_timer_cancel(&kl.sh->tick);
 }
 
-/* Set up srv for nshards (before corio_start); 0 or -ENOMEM. */
+/* Set up srv for nshards (before corio_start); 0, -ENOMEM, -E2BIG for a
+ * requirepass over KV_PASS_MAX, or -ENOSPC when the command table outgrew
+ * its index. */
 int kv_server_init(struct kv_server *srv, unsigned nshards)
 {
 	uint64_t seed = corio_now_ns();
@@ -312,9 +342,14 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 			seed ^= (uint64_t)getpid() << 32;
 		close(fd);
 	}
+	if (kv_cmdtab_build(&srv->cmds))
+		return -ENOSPC;
+	if (srv->requirepass && strlen(srv->requirepass) > KV_PASS_MAX)
+		return -E2BIG;
 	srv->nshards = nshards;
 	srv->seed = seed;
 	srv->start_ns = corio_now_ns();
+	srv->start_unix = kv_unix_ms() / 1000;
 	srv->sh = calloc(nshards, sizeof(*srv->sh));
 	if (!srv->sh)
 		return -ENOMEM;
@@ -326,6 +361,8 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 			srv->sh = NULL;
 			return -ENOMEM;
 		}
+		if (srv->requirepass)
+			kv_auth_set(&srv->sh[i].auth, srv->requirepass, strlen(srv->requirepass));
 	}
 	return 0;
 }

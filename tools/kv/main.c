@@ -14,6 +14,7 @@
 #include "common/opt.h"
 #include "common/timing.h"
 
+#include <errno.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
@@ -40,12 +41,16 @@ static struct {
 	int cpu[MAX_SHARDS];
 	struct tool_cpus cpus;
 	int idle;
+	int unprotected; /* --protected-mode: 0 yes, 1 no */
+	int cluster;     /* --cluster-mode: 0 off, 1 emulated */
 	double timeout;
 } m = { .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
 
 static int parse_options(struct kv_server *srv, int argc, char **argv)
 {
 	static const char *const idles[] = { "block", "spin", "poll", NULL };
+	static const char *const yesno[] = { "yes", "no", NULL };
+	static const char *const clmodes[] = { "off", "emulated", NULL };
 	const struct tool_opt opts[] = {
 		{ TOOL_OPT_COUNT("port", 'p', srv->port, 0, 65535, "P",
 				 "TCP port (6379; 0: pick one and print it)") },
@@ -56,6 +61,12 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 		{ TOOL_OPT_CPUS("cpus", 'C', m.cpus, "LIST",
 				"pin shard i to the i-th CPU of LIST (e.g. 1 or 0-1)") },
 		{ TOOL_OPT_CHOICE("idle", 'i', m.idle, idles, "MODE", "block | spin | poll (block)") },
+		{ TOOL_OPT_STRING("requirepass", 0, srv->requirepass, "PASS",
+				  "clients must AUTH with PASS (512 bytes at most; none)") },
+		{ TOOL_OPT_CHOICE("protected-mode", 0, m.unprotected, yesno, "yes|no",
+				  "with no password, refuse clients not on loopback (yes)") },
+		{ TOOL_OPT_CHOICE("cluster-mode", 0, m.cluster, clmodes, "off|emulated",
+				  "emulated: answer CLUSTER as one node owning\nevery slot (off)") },
 		{ TOOL_OPT_SIZE("maxmemory", 0, srv->lim.maxmemory, 0, 1ull << 62, "BYTES",
 				"refuse writes with -OOM above this (0: no limit)") },
 		{ TOOL_OPT_SIZE("proto-max-bulk-len", 0, srv->lim.proto_max_bulk_len, 1, 1ull << 32,
@@ -116,14 +127,17 @@ int main(int argc, char **argv)
 	ret = parse_options(srv, argc, argv);
 	if (ret)
 		return ret > 0 ? 0 : 2;
+	atomic_store(&srv->protected_mode, !m.unprotected);
+	srv->cluster = m.cluster == 1;
 	m.cfg.idle = m.idle == 0 ? CORIO_IDLE_BLOCK : m.idle == 1 ? CORIO_IDLE_SPIN : CORIO_IDLE_POLL;
 	if (m.cpus.n) {
 		for (unsigned i = m.cpus.n; i < m.cfg.shards; i++)
 			m.cpu[i] = m.cpu[i % m.cpus.n];
 		m.cfg.cpus = m.cpu;
 	}
-	if (kv_server_init(srv, m.cfg.shards)) {
-		fprintf(stderr, "corio-kv: out of memory\n");
+	if ((ret = kv_server_init(srv, m.cfg.shards))) {
+		fprintf(stderr, "corio-kv: %s\n", ret == -E2BIG ? "--requirepass is longer than 512 bytes"
+								: "out of memory");
 		return 1;
 	}
 	/* shards inherit this mask: only the main thread takes the signals */

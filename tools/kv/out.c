@@ -29,7 +29,7 @@ bool kv_reserve(struct kv_buf *b, size_t more)
 
 void kv_put(struct kv_buf *b, const void *p, size_t n)
 {
-	if (kv_reserve(b, n)) {
+	if (n && kv_reserve(b, n)) { /* n 0: p may be an empty buffer's NULL */
 		memcpy(b->p + b->len, p, n);
 		b->len += n;
 	}

@@ -47,6 +47,12 @@ static void kv_mem(struct kv_shard *sh, int64_t delta)
 	KV_SET(sh->st.used_memory, sh->mem);
 }
 
+/* Count delta bytes more (or fewer) held by this shard (hash.c's tables). */
+void kv_store_account(struct kv_shard *sh, int64_t delta)
+{
+	kv_mem(sh, delta);
+}
+
 /* ---- expiry heap ---- */
 
 static void heap_set(struct kv_shard *sh, size_t i, struct kv_entry *e)
@@ -117,6 +123,7 @@ static void kv_sweep_arm(struct kv_shard *sh)
 /* Give e the expiry when (ms; 0: none). false: no memory for the heap. */
 bool kv_set_expire(struct kv_shard *sh, struct kv_entry *e, int64_t when)
 {
+	kv_touched(sh, e->hash, e->data, e->klen);
 	if (!when) {
 		if (e->hidx)
 			heap_remove(sh, e);
@@ -251,17 +258,34 @@ static struct kv_entry **kv_link(struct kv_shard *sh, uint64_t h, const char *k,
 	return &sh->t[sh->t[1].b ? 1 : 0].b[h & sh->t[sh->t[1].b ? 1 : 0].mask];
 }
 
-void kv_unlink(struct kv_shard *sh, struct kv_entry **l)
+/* Free an entry and what its value owns. */
+void kv_entry_free(struct kv_entry *e)
+{
+	if (e->enc == KV_ENC_TABLE)
+		kv_hash_table_free(e);
+	free(e);
+}
+
+/* Take e (at *l) out of the table and the heap, not freed: the caller
+ * owns it (RENAME moves it to another shard). */
+struct kv_entry *kv_detach(struct kv_shard *sh, struct kv_entry **l)
 {
 	struct kv_entry *e = *l;
 
+	kv_touched(sh, e->hash, e->data, e->klen);
+	KV_INC(sh->st.dirty, 1);
 	*l = e->next;
 	if (e->hidx)
 		heap_remove(sh, e);
-	kv_mem(sh, -(int64_t)kv_usable(e));
-	free(e);
+	kv_mem(sh, -(int64_t)(kv_usable(e) + kv_payload_bytes(e)));
 	sh->count--;
 	KV_SET(sh->st.keys, sh->count);
+	return e;
+}
+
+void kv_unlink(struct kv_shard *sh, struct kv_entry **l)
+{
+	kv_entry_free(kv_detach(sh, l));
 }
 
 /* The live entry for key, or NULL (an expired one is deleted on the way:
@@ -299,7 +323,9 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	size_t need = sizeof(struct kv_entry) + k->n + vn;
 	struct kv_entry *e;
 
-	if (old && kv_usable(old) >= need && kv_usable(old) <= 2 * need + 64) {
+	kv_touched(sh, h, k->p, k->n);
+	KV_INC(sh->st.dirty, 1);
+	if (old && old->type == KV_STR && kv_usable(old) >= need && kv_usable(old) <= 2 * need + 64) {
 		memmove(old->data + old->klen, v, vn); /* v may be old's own value (INCR) */
 		old->vlen = (uint32_t)vn;
 		if (!keep_ttl)
@@ -312,6 +338,9 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	e->hash = h;
 	e->expire = 0;
 	e->hidx = 0;
+	e->type = KV_STR;
+	e->enc = 0;
+	e->atime = sh->clock;
 	e->klen = (uint32_t)k->n;
 	e->vlen = (uint32_t)vn;
 	memcpy(e->data, k->p, k->n);
@@ -328,8 +357,8 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 				heap_remove(sh, old);
 			}
 		}
-		kv_mem(sh, -(int64_t)kv_usable(old));
-		free(old);
+		kv_mem(sh, -(int64_t)(kv_usable(old) + kv_payload_bytes(old)));
+		kv_entry_free(old);
 	} else {
 		e->next = *l;
 		sh->count++;
@@ -343,8 +372,32 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	return e;
 }
 
+/*
+ * Store src's value (and type, and expiry) under key k at link l (old: the
+ * entry there, replaced), consuming src (detached by RENAME or cloned by
+ * COPY, perhaps on another shard). NULL without memory (src untouched).
+ */
+struct kv_entry *kv_adopt(struct kv_shard *sh, struct kv_entry **l, struct kv_entry *old, uint64_t h,
+			  const struct kv_arg *k, struct kv_entry *src)
+{
+	struct kv_arg v = { src->data + src->klen, src->vlen };
+	struct kv_entry *e;
+
+	e = kv_store(sh, l, old, h, k, v.p, v.n, false);
+	if (!e)
+		return NULL;
+	e->type = src->type;
+	e->enc = src->enc;
+	kv_mem(sh, (int64_t)kv_payload_bytes(e)); /* a table moved in with the value */
+	if (src->expire)
+		kv_set_expire(sh, e, src->expire);
+	free(src); /* not kv_entry_free(): its table, if any, is e's now */
+	return e;
+}
+
 void kv_flush(struct kv_shard *sh)
 {
+	kv_watch_touch_all(sh);
 	for (int i = 0; i < 2; i++) {
 		for (size_t b = 0; sh->t[i].b && b <= sh->t[i].mask; b++) {
 			struct kv_entry *e = sh->t[i].b[b];
@@ -352,8 +405,8 @@ void kv_flush(struct kv_shard *sh)
 			while (e) {
 				struct kv_entry *next = e->next;
 
-				kv_mem(sh, -(int64_t)kv_usable(e));
-				free(e);
+				kv_mem(sh, -(int64_t)(kv_usable(e) + kv_payload_bytes(e)));
+				kv_entry_free(e);
 				e = next;
 			}
 		}
@@ -395,13 +448,37 @@ static void kv_sweep_fn(struct corio_timer *t, void *arg, int res)
 	kv_sweep_arm(sh);
 }
 
+/* Every second, on the shard: the access clock. */
+static void kv_tick_fn(struct corio_timer *t, void *arg, int res)
+{
+	struct kv_shard *sh = arg;
+
+	(void)t;
+	if (res < 0)
+		return;
+	sh->clock = (uint16_t)(corio_now_ns() / 1000000000ull);
+	kv_tick_rates(sh);
+}
+
+/* Start the shard's tick (on its thread). */
+void kv_shard_start(struct kv_shard *sh)
+{
+	sh->clock = (uint16_t)(corio_now_ns() / 1000000000ull);
+	corio_timer_arm_in(&sh->tick, 1000000000ull, 1000000000ull); /* -ENOMEM: clock stands */
+}
+
 int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem)
 {
 	memset(sh, 0, sizeof(*sh));
 	sh->srv = srv;
 	sh->id = id;
 	sh->maxmem = maxmem;
+	sh->rnd = corio_now_ns() ^ ((uint64_t)id << 32);
 	corio_timer_init(&sh->sweep, kv_sweep_fn, sh);
+	corio_timer_init(&sh->tick, kv_tick_fn, sh);
+	sh->calls = calloc(kv_nspecs(), sizeof(*sh->calls));
+	if (!sh->calls)
+		return -ENOMEM;
 	return kv_table_alloc(sh, &sh->t[0], KV_TABLE_INIT) ? 0 : -ENOMEM;
 }
 
@@ -415,7 +492,7 @@ void kv_shard_free(struct kv_shard *sh)
 			while (e) {
 				struct kv_entry *next = e->next;
 
-				free(e);
+				kv_entry_free(e);
 				e = next;
 			}
 		}
@@ -424,5 +501,14 @@ void kv_shard_free(struct kv_shard *sh)
 	}
 	free(sh->heap);
 	sh->heap = NULL;
+	free(sh->calls);
+	sh->calls = NULL;
+	free(sh->subs); /* empty: every connection removed its own */
+	sh->subs = NULL;
+	for (size_t i = 0; i < sh->nw; i++)
+		free(sh->w[i].key);
+	free(sh->w);
+	sh->w = NULL;
+	sh->nw = sh->wcap = 0;
 	sh->hn = sh->hcap = 0;
 }

@@ -27,8 +27,14 @@ struct kv_entry {
 	uint32_t hidx;         /* expiry heap slot + 1; 0: not in the heap */
 	uint32_t klen;
 	uint32_t vlen;
+	uint8_t type;          /* KV_STR, KV_HASH (in what was padding) */
+	uint8_t enc;           /* KV_HASH: KV_ENC_SMALL (value: packed) or KV_ENC_TABLE */
+	uint16_t atime;        /* last access, the shard's clock in s (wraps: 18 h) */
 	char data[];           /* key, then value */
 };
+
+enum { KV_STR, KV_HASH };
+enum { KV_ENC_SMALL, KV_ENC_TABLE };
 
 struct kv_table {
 	struct kv_entry **b;
@@ -46,6 +52,13 @@ struct kv_counters {
 	_Atomic uint64_t out_flushes; /* sends made at half the output limit, mid-batch */
 	_Atomic uint64_t out_waiting; /* connections waiting in such a send now */
 	_Atomic uint64_t out_peak;    /* most bytes one connection's replies held */
+	_Atomic uint64_t rejected;    /* connections refused (protected mode) */
+	_Atomic uint64_t blocked;     /* clients waiting in WAIT */
+	_Atomic uint64_t dirty;       /* changes to the keyspace (rdb_changes_since_last_save) */
+	_Atomic uint64_t ops_sec;     /* commands in the last second */
+	_Atomic uint64_t net_in, net_out; /* bytes read from and sent to clients */
+	_Atomic uint64_t slow_subscribers; /* closed at the output limit (pub/sub) */
+	_Atomic uint64_t subs, psubs; /* subscriptions to channels, patterns */
 };
 
 #define KV_INC(x, d) atomic_store_explicit(&(x), atomic_load_explicit(&(x), memory_order_relaxed) + (d), \
@@ -54,6 +67,24 @@ struct kv_counters {
 #define KV_SET(x, v) atomic_store_explicit(&(x), (v), memory_order_relaxed)
 
 struct kv_server;
+struct kv_sub;
+
+/* A key some connection WATCHes, kept on the key's shard (across.c). */
+struct kv_watch {
+	uint64_t hash;
+	uint64_t conn;   /* the watcher's connection id */
+	char *key;
+	uint32_t klen;
+	bool dirty;      /* changed since the WATCH */
+};
+
+/* A shard's copy of the password (auth.c): read by its connections only. */
+#define KV_PASS_MAX 512
+struct kv_auth {
+	char pass[KV_PASS_MAX]; /* zero-padded */
+	uint32_t len;
+	bool set;               /* requirepass is set (len > 0) */
+};
 
 struct kv_shard {
 	struct kv_server *srv;
@@ -64,9 +95,20 @@ struct kv_shard {
 	struct kv_entry **heap; /* entries with an expiry, min-heap by expire */
 	size_t hn, hcap;
 	struct corio_timer sweep;
+	struct corio_timer tick; /* every second: clock, and the per-second rates */
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
 	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
 	uint64_t next_conn_id;
+	uint64_t rnd;         /* HRANDFIELD's generator */
+	uint64_t tick_cmds;   /* st.cmds at the last tick */
+	_Atomic uint64_t *calls; /* [kv_nspecs()]: calls per command (INFO commandstats) */
+	uint16_t clock;       /* seconds, wrapping: entries' atime (ticked by the sweep timer) */
+	struct kv_auth auth;
+	struct kv_watch *w;   /* watched keys of this shard, any connection's */
+	size_t nw, wcap;
+	struct kv_conn *conns; /* this shard's connections (CLIENT LIST / KILL) */
+	struct kv_sub *subs;  /* its connections' subscriptions (pubsub.c) */
+	size_t nsubs, subcap;
 	struct kv_counters st;
 };
 
@@ -85,7 +127,27 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 void kv_unlink(struct kv_shard *sh, struct kv_entry **l);
 bool kv_set_expire(struct kv_shard *sh, struct kv_entry *e, int64_t when);
 void kv_flush(struct kv_shard *sh);
+size_t kv_payload_bytes(const struct kv_entry *e);
+void kv_entry_free(struct kv_entry *e);
+void kv_store_account(struct kv_shard *sh, int64_t delta);
+/* hash.c: a hash's table (KV_ENC_TABLE) freed; any entry cloned, detached
+ * (the table too), for COPY */
+void kv_hash_table_free(struct kv_entry *e);
+struct kv_entry *kv_entry_clone(const struct kv_entry *e);
+struct kv_entry *kv_detach(struct kv_shard *sh, struct kv_entry **l);
+struct kv_entry *kv_adopt(struct kv_shard *sh, struct kv_entry **l, struct kv_entry *old, uint64_t h,
+			  const struct kv_arg *k, struct kv_entry *src);
+void kv_watch_touch(struct kv_shard *sh, uint64_t h, const char *k, size_t kn);
+void kv_watch_touch_all(struct kv_shard *sh);
+static inline void kv_touched(struct kv_shard *sh, uint64_t h, const char *k, size_t kn)
+{
+	if (sh->nw) /* the hot path pays this test only */
+		kv_watch_touch(sh, h, k, kn);
+}
 int kv_shard_init(struct kv_shard *sh, struct kv_server *srv, unsigned id, uint64_t maxmem);
+void kv_shard_start(struct kv_shard *sh);
+size_t kv_nspecs(void); /* table.c: the commands served */
+void kv_tick_rates(struct kv_shard *sh); /* reply.c: INFO's per-second rates */
 void kv_shard_free(struct kv_shard *sh);
 
 #endif
