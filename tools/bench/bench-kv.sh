@@ -182,7 +182,7 @@ echo "## corio-kv vs redis-server $(redis-server --version | sed -n 's/.*v=\([^ 
 echo "server CPU $SCPUS (corio-kv shards: $SHARDS), redis-benchmark CPU $LCPU;" \
 	"50 clients, $N requests per run, 100-byte values, $REPS repetitions, A B A B;" \
 	"kernel $(uname -r), $(nproc) CPUs"
-[ "$SET" = headline ] && echo "Tests: the headline set (BENCH_KV_SET=headline); INCR, MSET and memory: make bench-kv."
+[ "$SET" = headline ] && echo "Tests: the headline set (BENCH_KV_SET=headline); INCR, MSET, HSET, HGET and memory: make bench-kv."
 for rep in $(seq 1 "$REPS"); do
 	for side in corio redis; do
 		start_server $side || continue
