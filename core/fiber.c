@@ -405,6 +405,14 @@ int corio__wq_wait(struct corio_waitq *wq)
 		return ret;
 	corio__wq_push(wq, f);
 	ret = corio__park();
+	/* Every waker takes f off the queue first (wake_one/all, cancel, the
+	 * deadline). Should anything else make f ready - a stray completion
+	 * for an op f waited on before - f must not stay queued: the next
+	 * caller would find the queue taken (corio_accept's -EBUSY) or f would
+	 * be pushed twice. Callers loop on their condition, so the early
+	 * return is a spurious wake-up, nothing worse. */
+	if (CORIO__UNLIKELY(f->wq))
+		corio__wq_del(f);
 	if (CORIO__UNLIKELY(bounded))
 		corio__deadline_disarm(&dt);
 	return ret;
