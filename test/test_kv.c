@@ -3209,3 +3209,29 @@ Test(kv, redis_cli_and_benchmark, .timeout = 120)
 	kv_server_free(&srv);
 	cr_assert_eq(th_fd_count(), before, "the runtime left file descriptors open");
 }
+
+/* kv_str2ll is Redis's string2ll: what it accepts and refuses, on both
+ * sides of the 18-digit fast path. */
+Test(kv, str2ll_accepts_what_redis_accepts)
+{
+	static const struct { const char *s; int ok; long long v; } c[] = {
+		{ "0", 1, 0 }, { "7", 1, 7 }, { "-7", 1, -7 }, { "100", 1, 100 },
+		{ "999999999999999999", 1, 999999999999999999LL },
+		{ "-999999999999999999", 1, -999999999999999999LL },
+		{ "9223372036854775807", 1, 9223372036854775807LL },
+		{ "-9223372036854775808", 1, (-9223372036854775807LL - 1) },
+		{ "9223372036854775808", 0, 0 }, { "-9223372036854775809", 0, 0 },
+		{ "18446744073709551616", 0, 0 }, { "", 0, 0 }, { "-", 0, 0 }, { "-0", 0, 0 },
+		{ "01", 0, 0 }, { " 1", 0, 0 }, { "1 ", 0, 0 }, { "1a", 0, 0 }, { "+1", 0, 0 },
+		{ "12345678901234567x", 0, 0 }, { "123456789012345678901", 0, 0 },
+	};
+
+	for (size_t i = 0; i < sizeof(c) / sizeof(c[0]); i++) {
+		long long v = 12345;
+		int ok = kv_str2ll(c[i].s, strlen(c[i].s), &v);
+
+		cr_assert_eq(ok, c[i].ok, "kv_str2ll(\"%s\") = %d", c[i].s, ok);
+		if (ok)
+			cr_assert_eq(v, c[i].v, "kv_str2ll(\"%s\") gave %lld", c[i].s, v);
+	}
+}

@@ -39,6 +39,19 @@ int kv_str2ll(const char *p, size_t n, long long *out)
 	}
 	if (p[i] < '1' || p[i] > '9')
 		return 0;
+	/* Up to 18 digits cannot overflow: the lengths and counts of every
+	 * request take this loop alone (no division per digit). */
+	if (n - i <= 18) {
+		for (; i < n; i++) {
+			unsigned d = (unsigned)(unsigned char)p[i] - '0';
+
+			if (d > 9)
+				return 0;
+			v = v * 10 + d;
+		}
+		*out = neg ? -(long long)v : (long long)v;
+		return 1;
+	}
 	for (; i < n; i++) {
 		if (p[i] < '0' || p[i] > '9')
 			return 0;
