@@ -211,8 +211,13 @@ static bool parts_busy(struct corio__shard *s)
 static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t turn_t,
 		    uint64_t gap_t, bool fiber_stalled)
 {
-	uint64_t turn = corio__ticks_ns(turn_t), gap = corio__ticks_ns(gap_t);
-	unsigned tb = corio__hist_bucket(turn), gb = corio__hist_bucket(gap);
+	uint64_t turn = corio__ticks_ns(turn_t), gap = turn;
+	unsigned tb = corio__hist_bucket(turn), gb = tb;
+
+	if (gap_t != turn_t) { /* a busy turn's submit syscall was timed apart */
+		gap = corio__ticks_ns(gap_t);
+		gb = corio__hist_bucket(gap);
+	}
 
 	CORIO__STAT_ADD(s->stats.busy_ns, turn);
 	CORIO__STAT_ADD(s->stats.gap_ns, gap);

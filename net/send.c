@@ -367,7 +367,12 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 			s->serr = ret; /* the byte stream has a hole */
 	}
 	if (ret || !b->len) {
-		corio_buf_release(b);
+		/* b is this shard's (checked above; s may not be, so not
+		 * s's net): straight back to its ring */
+		corio__net_buf_put(b->_owner, b->_id);
+		b->_owner = NULL;
+		b->data = NULL;
+		b->len = 0;
 		return ret;
 	}
 	r->op.cb = srec_cb;
