@@ -633,8 +633,9 @@ static ssize_t copy_read(void *t, void *buf, size_t len)
 	return corio_recv(t, buf, len < 3 ? len : 3); /* tiny reads: frames span */
 }
 
-static ssize_t copy_writev(void *t, const struct iovec *iov, int n)
+static ssize_t copy_writev(void *t, const struct iovec *iov, int n, unsigned flags)
 {
+	(void)flags;
 	return corio_sendv(t, iov, n, NULL);
 }
 
@@ -988,6 +989,95 @@ Test(stream, sendfile_small_cached_file_leaves_in_the_heads_send, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, small_file_entry, NULL);
+}
+
+/* ---- "more follows" through the ops table ------------------------------------------------ */
+
+/* Any transport hears "more follows" as a flag of its writev: the buffered
+ * head before a file its sendfile op sends carries CORIO_STREAM_WRITE_MORE
+ * (the plain transport turns it into MSG_MORE), every other write 0. The
+ * stream used to ask it of the socket transport alone, around the table. */
+struct more_t {
+	struct corio_sock *s;
+	unsigned flags[8];
+	int writes;
+};
+
+static ssize_t more_writev(void *t, const struct iovec *iov, int n, unsigned flags)
+{
+	struct more_t *m = t;
+
+	if (m->writes < 8)
+		m->flags[m->writes] = flags;
+	m->writes++;
+	return corio_sendv(m->s, iov, n, NULL);
+}
+
+static ssize_t more_read(void *t, void *buf, size_t len)
+{
+	return corio_recv(((struct more_t *)t)->s, buf, len);
+}
+
+static int more_shut(void *t)
+{
+	return corio_shutdown_write(((struct more_t *)t)->s);
+}
+
+static int more_close(void *t)
+{
+	return corio_close(((struct more_t *)t)->s);
+}
+
+static ssize_t more_sendfile(void *t, int fd, off_t off, size_t len)
+{
+	return corio_sendfile(((struct more_t *)t)->s, fd, off, len);
+}
+
+static const struct corio_stream_transport more_ops = {
+	.read = more_read,
+	.writev = more_writev,
+	.sendfile = more_sendfile,
+	.shutdown_write = more_shut,
+	.close = more_close,
+};
+
+static void more_entry(void *arg)
+{
+	char path[] = "/tmp/corio-stream-more-XXXXXX", *want;
+	int fd = test_file(path, 3, 127, &want);
+	struct more_t m = { 0 };
+	struct corio_sock *c;
+	struct corio_stream *st = NULL;
+	struct corio_fiber *f = NULL;
+	struct drain_to d = { NULL, malloc(FILE_LEN + (1 << 17)), 0 };
+
+	(void)arg;
+	th_tcp_pair(&m.s, &c);
+	d.c = c;
+	CHECK_EQ(corio_stream_new(&more_ops, &m, NULL, &st), 0);
+	CHECK_EQ(corio_spawn(collect, &d, NULL, &f), 0);
+	CHECK_EQ(corio_stream_write(st, "head", 4), 4);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, FILE_LEN), (ssize_t)FILE_LEN);
+	CHECK_EQ(m.writes, 1); /* the head, before the file */
+	CHECK_EQ(m.flags[0], CORIO_STREAM_WRITE_MORE);
+	CHECK_EQ(corio_stream_write(st, "tail", 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(m.writes, 2);
+	CHECK_EQ(m.flags[1], 0u); /* a plain flush: nothing follows */
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK(d.n == 4 + FILE_LEN + 4 && !memcmp(d.got, "head", 4) &&
+	      !memcmp(d.got + 4, want, FILE_LEN) && !memcmp(d.got + 4 + FILE_LEN, "tail", 4));
+	close(fd);
+	free(want);
+	free(d.got);
+}
+
+Test(stream, transport_writev_hears_more_follows_before_a_file, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, more_entry, NULL);
 }
 
 /* ---- sendfile of anything but a regular file --------------------------------------------- */
