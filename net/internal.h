@@ -413,12 +413,9 @@ int corio__sendfile_fd(int fd, const char *who);
  * (corio_stream_sendfile's plain transport): no second fstat. */
 ssize_t corio__sendfile_checked(struct corio_sock *s, int fd, off_t off, size_t len);
 
-/* One read of fd at off into buf: the count (0 at the end of the file)
- * or -errno. The ring's READ where the probe has it, else pread(2); who
- * names the call for misuse messages. Blocking. */
-ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *who);
 /* The copying way from a file to a writer: read len bytes of fd from off
- * (the ring's READ where the probe has it, else pread(2)) into a buffer
+ * (corio__file_read, core/fileio.c: the page cache on the spot, else the
+ * ring's READ, else the blocking-work pool) into a buffer
  * and hand each piece to write(ctx, buf, len), which returns len or
  * -errno (corio_send's contract). For transports that need the bytes
  * (TLS) and for corio_sendfile where nothing better exists. The bytes

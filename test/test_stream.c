@@ -913,11 +913,15 @@ Test(stream, sendfile_byte_exact_on_both_transports, .timeout = 60)
 }
 
 /* A file that is not in the page cache: the copying transport's read is
- * refused on the spot (RWF_NOWAIT) and goes through the ring, byte-exact. */
+ * refused on the spot (RWF_NOWAIT) and goes through the ring, byte-exact;
+ * on the epoll fallback, which has no file ops, through the blocking-work
+ * pool (core/fileio.c), so the read parks the fiber, not the shard (it
+ * used to be a pread(2) on the shard). */
 static void uncached_entry(void *arg)
 {
 	char path[] = "/var/tmp/corio-stream-cold-XXXXXX", *want, b;
 	struct iovec v = { &b, 1 };
+	struct corio_work_stats w0, w1;
 	int fd = test_file(path, 11, 241, &want);
 
 	(void)arg;
@@ -925,13 +929,20 @@ static void uncached_entry(void *arg)
 	CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	if (preadv2(fd, &v, 1, 0, RWF_NOWAIT) == -1 && errno == EAGAIN)
 		uncached_reached = true; /* else the kernel kept the pages: skip */
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &w0), 0);
 	if (uncached_reached)
 		file_case(&copy_ops, fd, want);
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &w1), 0);
+	if (uncached_reached && th_on_epoll())
+		CHECK(w1.submitted > w0.submitted); /* the pool read what was not cached */
+	else
+		CHECK_EQ(w1.submitted, w0.submitted); /* the ring did */
 	close(fd);
 	free(want);
 }
 
-Test(stream, sendfile_of_a_file_not_in_the_page_cache_reads_it_through_the_ring, .timeout = 60)
+Test(stream, sendfile_of_a_file_not_in_the_page_cache_reads_it_through_the_ring_or_the_pool,
+     .timeout = 60)
 {
 	struct corio_config cfg = th_cfg(1);
 
