@@ -232,6 +232,7 @@ struct corio__net {
 	 * this pool (net/shard.c), sized pipe_size (CORIO_NET_PIPE_SIZE) */
 	bool splice;              /* probed, and not CORIO_NET_DISABLE=splice */
 	bool sendfile_cached;     /* cached files by sendfile(2) inline (not =cached) */
+	bool sendfile_now;        /* no SPLICE and no ring READ: sendfile(2) (net/shard.c) */
 	unsigned pipe_size;       /* bytes a pooled pipe holds (F_GETPIPE_SZ) */
 	unsigned npipes;          /* idle pipes in pipes[] */
 	unsigned pipes_out;       /* pipes a sendfile holds now (the census) */

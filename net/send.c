@@ -750,13 +750,14 @@ int corio_shutdown_write(struct corio_sock *s)
  *   corio_cancel, shutdown) did not reach it (6.18: the call hung), and
  *   one more hop per pipeful is not free either. The pipe is the shard's
  *   (net/shard.c's pool).
- * - the epoll fallback (the emulator serves no SPLICE): sendfile(2) with
- *   the same readiness waits; a page-cache miss blocks the shard for the
- *   read. That is the one file read here that does not park the fiber
- *   alone (fs's calls and the copy below go to the blocking-work pool on
- *   the fallback, core/fileio.c); it is kept for speed, since a copy
- *   would take a pool hop and a trip through user space per 64 KiB of
- *   every file, cached or not.
+ * - a ring with neither SPLICE nor a READ for files (the epoll fallback:
+ *   the emulator's probe reports neither; n->sendfile_now, net/shard.c):
+ *   sendfile(2) with the same readiness waits; a page-cache miss blocks
+ *   the shard for the read. That is the one file read that does not park
+ *   the fiber alone (fs's calls and the TLS stream's file reads go to the
+ *   blocking-work pool there, core/fileio.c); it is kept for speed, since
+ *   a copy would take a trip through user space per 64 KiB of every
+ *   file, cached or not, and a pool hop per miss.
  * - otherwise (CORIO_NET_DISABLE=splice on io_uring) the copy,
  *   corio__file_copy into corio_send, reading with core's one file reader
  *   (the page cache on the spot, else the ring's READ, else the pool).
@@ -969,7 +970,7 @@ static ssize_t sendfile_run(struct corio_sock *s, int fd, off_t off, size_t len,
 		return -EPIPE;
 	if (!len)
 		return 0;
-	if (n->splice || n->shard->ring.emu) {
+	if (n->splice || n->sendfile_now) {
 		ret = sock_nonblock(s);
 		if (!ret)
 			ret = n->splice && !(n->sendfile_cached && len <= n->pipe_size &&
