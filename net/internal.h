@@ -263,13 +263,16 @@ static inline struct corio__net *corio__sock_owner(const struct corio_sock *s)
 
 /* A call on obj (a socket or listener) that failed the owner check: -EINVAL
  * when obj is NULL, else -EPERM (obj belongs to another shard, or the
- * caller is not on a shard), with a message naming who (corio_last_error). */
+ * caller is not on a shard) through corio__misuse: a message naming who
+ * (corio_last_error) in release builds, an abort in debug builds. */
 static inline int corio__net_not_mine(const char *who, const void *obj, const char *what)
 {
 	if (!obj)
 		return corio__error(-EINVAL, "%s: the %s is NULL", who, what);
-	return corio__error(-EPERM, "%s: the %s belongs to another shard, or the caller is "
-				    "not on a shard", who, what);
+	/* another shard's object: API misuse (docs/DESIGN.md, "Rules written
+	 * once"), as for a TLS session */
+	return corio__misuse(-EPERM, who, "the %s belongs to another shard, or the caller is "
+			     "not on a shard", what);
 }
 
 /* The error for a socket call on s that corio__sock_owner() refused: NULL,

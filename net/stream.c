@@ -85,8 +85,8 @@ static int not_mine(const char *who, const struct corio_stream *st)
 {
 	if (!st)
 		return corio__error(-EINVAL, "%s: the stream is NULL", who);
-	return corio__error(-EPERM, "%s: the stream belongs to another shard, or the caller is "
-				    "not on a shard", who);
+	return corio__misuse(-EPERM, who, "the stream belongs to another shard, or the caller is "
+			     "not on a shard");
 }
 
 static bool mine(const struct corio_stream *st)
