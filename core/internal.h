@@ -839,5 +839,36 @@ void corio__pool_free(struct corio_rt *rt);
  * returns: the file calls' blocking fallback). */
 int corio__work_run(intptr_t (*fn)(void *), void *arg, void (*release)(void *),
 		    intptr_t *result, bool wait_for_fn);
+/* fn(arg) on a pool thread, the fiber waiting for it however it is
+ * cancelled (corio__work_run with wait_for_fn), or here on the shard when
+ * the pool's queue is full or no thread can be had. 0 and *result, or
+ * -errno before fn ran (cancelled, past the deadline, off a fiber). */
+int corio__work_or_here(intptr_t (*fn)(void *), void *arg, intptr_t *result);
+
+/* ---- file reads and writes at an offset (core/fileio.c) --------------------- */
+/* One read or write of a file, described once for every caller (fs's
+ * calls, net's file copies). */
+struct corio__file_rw {
+	const char *who;   /* the public call, for messages */
+	uint8_t opcode;    /* IORING_OP_READ, _WRITE, _READV or _WRITEV */
+	int fd;
+	const void *addr;  /* the buffer, or the iovec array */
+	uint32_t len;      /* bytes (at most CORIO_FS_MAX_RW), or iovecs */
+	uint64_t off;      /* the offset, or CORIO_OFF_CUR: the file position */
+	unsigned flags;    /* CORIO__RW_* */
+	bool blocking;     /* out: the syscall ran (on the pool or the shard) */
+};
+#define CORIO__RW_CACHED_FIRST 0x1u /* a read at an offset first tries
+                                       preadv2(RWF_NOWAIT) on the spot */
+#define CORIO__RW_BLOCKING     0x2u /* the pool although the ring has the op
+                                       (CORIO_FS_SYNC) */
+/* The ring's op where the probe has it (and CORIO__RW_BLOCKING is not
+ * asked), else the syscall on the blocking-work pool (on the shard when its
+ * queue is full). The count (0 at end of file) or -errno. Blocking. */
+int64_t corio__file_rw(struct corio__file_rw *q);
+/* One read of fd at off into buf: a page-cache hit on the spot, else
+ * corio__file_rw (the ring, else the pool). The count (0 at the end of the
+ * file) or -errno; who names the public call for messages. Blocking. */
+ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *who);
 
 #endif

@@ -465,6 +465,17 @@ int corio__work_run(intptr_t (*fn)(void *), void *arg, void (*release)(void *),
 	return 0;
 }
 
+int corio__work_or_here(intptr_t (*fn)(void *), void *arg, intptr_t *result)
+{
+	int ret = corio__work_run(fn, arg, NULL, result, true);
+
+	if (ret == -EAGAIN || ret == -ENOMEM) {
+		*result = fn(arg); /* the queue is full: as before the pool existed */
+		return 0;
+	}
+	return ret;
+}
+
 int corio_work(intptr_t (*fn)(void *), void *arg, void (*release)(void *), intptr_t *result)
 {
 	return corio__work_run(fn, arg, release, result, false);

@@ -81,24 +81,9 @@ static void prep(struct io_uring_sqe *sqe, const struct req *q)
 /* The blocking equivalent of q, for kernels without the op (see fs.h). */
 static int64_t run_sync(const struct req *q)
 {
-	bool cur = q->off == CORIO_OFF_CUR;
 	int64_t r;
 
-	switch (q->opcode) {
-	case IORING_OP_READ:
-		r = cur ? read(q->fd, (void *)q->addr, q->len)
-			: pread(q->fd, (void *)q->addr, q->len, (off_t)q->off);
-		break;
-	case IORING_OP_WRITE:
-		r = cur ? write(q->fd, q->addr, q->len)
-			: pwrite(q->fd, q->addr, q->len, (off_t)q->off);
-		break;
-	case IORING_OP_READV: /* preadv2 with offset -1 uses the file position */
-		r = preadv2(q->fd, q->addr, (int)q->len, cur ? -1 : (off_t)q->off, 0);
-		break;
-	case IORING_OP_WRITEV:
-		r = pwritev2(q->fd, q->addr, (int)q->len, cur ? -1 : (off_t)q->off, 0);
-		break;
+	switch (q->opcode) { /* reads and writes: core/fileio.c */
 	case IORING_OP_OPENAT:
 		r = openat(q->fd, q->addr, (int)q->flags, (mode_t)q->len);
 		break;
@@ -136,6 +121,27 @@ static intptr_t sync_job(void *arg)
 	return (intptr_t)run_sync(arg);
 }
 
+static bool is_rw(const struct req *q)
+{
+	return q->opcode == IORING_OP_READ || q->opcode == IORING_OP_WRITE ||
+	       q->opcode == IORING_OP_READV || q->opcode == IORING_OP_WRITEV;
+}
+
+/* A read or write through the runtime's one file reader (core/fileio.c):
+ * the ring, or with CORIO__RW_BLOCKING the pool; net's file copies use the
+ * same. */
+static int64_t run_rw(struct corio__fs *fs, const struct req *q, unsigned flags)
+{
+	struct corio__file_rw rw = { .who = q->fn, .opcode = q->opcode, .fd = q->fd,
+				     .addr = q->addr, .len = q->len, .off = q->off,
+				     .flags = flags };
+	int64_t r = corio__file_rw(&rw);
+
+	if (rw.blocking && fs)
+		CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
+	return r;
+}
+
 /* The blocking fallback, on a thread of the blocking-work pool (core/work.c)
  * so the shard keeps serving; the fiber waits for the syscall however it is
  * cancelled meanwhile, since the syscall uses the caller's buffers. With the
@@ -144,11 +150,12 @@ static intptr_t sync_job(void *arg)
 static int64_t run_blocking(struct corio__fs *fs, const struct req *q)
 {
 	intptr_t r;
-	int ret = corio__work_run(sync_job, (void *)q, NULL, &r, true);
+	int ret;
 
-	if (ret == -EAGAIN || ret == -ENOMEM)
-		r = (intptr_t)run_sync(q);
-	else if (ret)
+	if (is_rw(q))
+		return run_rw(fs, q, CORIO__RW_BLOCKING);
+	ret = corio__work_or_here(sync_job, (void *)q, &r);
+	if (ret)
 		return ret; /* cancelled or past the deadline before it started */
 	CORIO__STAT_ADD(fs->st.sync_fallbacks, 1);
 	return (int64_t)r;
@@ -164,8 +171,7 @@ static bool pollable(const struct req *q)
 {
 	struct stat st;
 
-	if (q->opcode != IORING_OP_READ && q->opcode != IORING_OP_WRITE &&
-	    q->opcode != IORING_OP_READV && q->opcode != IORING_OP_WRITEV)
+	if (!is_rw(q))
 		return false;
 	return !fstat(q->fd, &st) &&
 	       (S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) || S_ISCHR(st.st_mode));
@@ -241,6 +247,8 @@ static int64_t run(const struct req *q)
 			return res;
 		if (!res)
 			res = pollable(q) ? run_pollable(fs, q) : run_blocking(fs, q);
+	} else if (is_rw(q)) {
+		res = run_rw(fs, q, 0);
 	} else {
 		int ret = corio__op_begin_who(&op, &sqe, q->fn);
 

@@ -27,7 +27,8 @@
  *    calls that must finish are the exceptions, each saying so: the
  *    closes (corio_close(), corio_close_fd(), corio_group_close()).
  *  - API misuse (a blocking call off a fiber, an unbalanced
- *    corio_deadline_pop(), unlocking a mutex the caller does not hold, ...)
+ *    corio_deadline_pop(), unlocking a mutex the caller does not hold, a
+ *    call on another shard's socket, listener, stream or TLS session, ...)
  *    returns the -errno its call documents, with a message naming the
  *    call, in release builds (the default; make and make install pass
  *    -DNDEBUG). A debug build of corio (make DEBUG=1, and the sanitizer

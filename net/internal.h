@@ -232,6 +232,7 @@ struct corio__net {
 	 * this pool (net/shard.c), sized pipe_size (CORIO_NET_PIPE_SIZE) */
 	bool splice;              /* probed, and not CORIO_NET_DISABLE=splice */
 	bool sendfile_cached;     /* cached files by sendfile(2) inline (not =cached) */
+	bool sendfile_now;        /* no SPLICE and no ring READ: sendfile(2) (net/shard.c) */
 	unsigned pipe_size;       /* bytes a pooled pipe holds (F_GETPIPE_SZ) */
 	unsigned npipes;          /* idle pipes in pipes[] */
 	unsigned pipes_out;       /* pipes a sendfile holds now (the census) */
@@ -262,13 +263,16 @@ static inline struct corio__net *corio__sock_owner(const struct corio_sock *s)
 
 /* A call on obj (a socket or listener) that failed the owner check: -EINVAL
  * when obj is NULL, else -EPERM (obj belongs to another shard, or the
- * caller is not on a shard), with a message naming who (corio_last_error). */
+ * caller is not on a shard) through corio__misuse: a message naming who
+ * (corio_last_error) in release builds, an abort in debug builds. */
 static inline int corio__net_not_mine(const char *who, const void *obj, const char *what)
 {
 	if (!obj)
 		return corio__error(-EINVAL, "%s: the %s is NULL", who, what);
-	return corio__error(-EPERM, "%s: the %s belongs to another shard, or the caller is "
-				    "not on a shard", who, what);
+	/* another shard's object: API misuse (docs/DESIGN.md, "Rules written
+	 * once"), as for a TLS session */
+	return corio__misuse(-EPERM, who, "the %s belongs to another shard, or the caller is "
+			     "not on a shard", what);
 }
 
 /* The error for a socket call on s that corio__sock_owner() refused: NULL,
@@ -413,12 +417,9 @@ int corio__sendfile_fd(int fd, const char *who);
  * (corio_stream_sendfile's plain transport): no second fstat. */
 ssize_t corio__sendfile_checked(struct corio_sock *s, int fd, off_t off, size_t len);
 
-/* One read of fd at off into buf: the count (0 at the end of the file)
- * or -errno. The ring's READ where the probe has it, else pread(2); who
- * names the call for misuse messages. Blocking. */
-ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *who);
 /* The copying way from a file to a writer: read len bytes of fd from off
- * (the ring's READ where the probe has it, else pread(2)) into a buffer
+ * (corio__file_read, core/fileio.c: the page cache on the spot, else the
+ * ring's READ, else the blocking-work pool) into a buffer
  * and hand each piece to write(ctx, buf, len), which returns len or
  * -errno (corio_send's contract). For transports that need the bytes
  * (TLS) and for corio_sendfile where nothing better exists. The bytes

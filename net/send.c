@@ -755,11 +755,17 @@ int corio_shutdown_write(struct corio_sock *s)
  *   corio_cancel, shutdown) did not reach it (6.18: the call hung), and
  *   one more hop per pipeful is not free either. The pipe is the shard's
  *   (net/shard.c's pool).
- * - the epoll fallback (the emulator serves no SPLICE): sendfile(2) with
- *   the same readiness waits; a page-cache miss blocks the shard for the
- *   read, as the fs area's blocking fallback does.
+ * - a ring with neither SPLICE nor a READ for files (the epoll fallback:
+ *   the emulator's probe reports neither; n->sendfile_now, net/shard.c):
+ *   sendfile(2) with the same readiness waits; a page-cache miss blocks
+ *   the shard for the read. That is the one file read that does not park
+ *   the fiber alone (fs's calls and the TLS stream's file reads go to the
+ *   blocking-work pool there, core/fileio.c); it is kept for speed, since
+ *   a copy would take a trip through user space per 64 KiB of every
+ *   file, cached or not, and a pool hop per miss.
  * - otherwise (CORIO_NET_DISABLE=splice on io_uring) the copy,
- *   corio__file_copy into corio_send.
+ *   corio__file_copy into corio_send, reading with core's one file reader
+ *   (the page cache on the spot, else the ring's READ, else the pool).
  * The socket is made O_NONBLOCK for the first two (splice(2) and
  * sendfile(2) take no MSG_DONTWAIT; the ring's own socket ops do not
  * depend on the flag, and the emulator sets it on every socket anyway).
@@ -901,35 +907,6 @@ static ssize_t sendfile_nonblock(struct corio_sock *s, int fd, off_t off, size_t
 	return (ssize_t)done;
 }
 
-ssize_t corio__file_read(int fd, void *buf, size_t len, off_t off, const char *who)
-{
-	struct corio__shard *sh = corio__shard();
-	ssize_t ret;
-
-	if (sh && corio__ring_has_op(&sh->ring, IORING_OP_READ)) {
-		struct iovec v = { buf, len };
-		struct io_uring_sqe *sqe;
-		struct corio__op op;
-
-		/* What is in the page cache is read on the spot: one syscall,
-		 * no round trip through the loop (a 64 KiB file over TLS took
-		 * four); RWF_NOWAIT refuses (EAGAIN) rather than wait for the
-		 * disk, and then the ring reads it. */
-		ret = preadv2(fd, &v, 1, off, RWF_NOWAIT);
-		if (ret >= 0)
-			return ret; /* 0: end of file (RWF_NOWAIT says EAGAIN, not 0) */
-
-		ret = corio__op_begin_who(&op, &sqe, who);
-		if (!ret) {
-			io_uring_prep_read(sqe, fd, buf, (unsigned)len, (uint64_t)off);
-			ret = corio__op_wait(&op);
-		}
-		return ret;
-	}
-	ret = pread(fd, buf, len, off); /* the fallback: page cache, mostly */
-	return ret < 0 ? -errno : ret;
-}
-
 ssize_t corio__file_copy(int fd, off_t off, size_t len,
 			 ssize_t (*write)(void *ctx, const void *buf, size_t len), void *ctx)
 {
@@ -998,7 +975,7 @@ static ssize_t sendfile_run(struct corio_sock *s, int fd, off_t off, size_t len,
 		return -EPIPE;
 	if (!len)
 		return 0;
-	if (n->splice || n->shard->ring.emu) {
+	if (n->splice || n->sendfile_now) {
 		ret = sock_nonblock(s);
 		if (!ret)
 			ret = n->splice && !(n->sendfile_cached && len <= n->pipe_size &&

@@ -152,9 +152,15 @@ static int net_init(struct corio__shard *s)
 	n->udp_direct = !corio__net_disabled(n, NO_UDP_DIRECT);
 	/* fault injection runs keep every send in the ring, where faults are */
 	n->send_direct = !corio__net_disabled(n, NO_TCP_DIRECT) && !r->faults_env;
-	/* corio_sendfile: SPLICE (5.7) file -> pipe -> socket; without it
-	 * sendfile(2) on the emulator, a copy on an io_uring without it */
+	/* corio_sendfile: SPLICE (5.7) file -> pipe -> socket. Without it, a
+	 * ring whose READ reads files (5.6) copies through it, which parks
+	 * the fiber on a page-cache miss; one without (the epoll fallback's
+	 * probe has no READ) uses sendfile(2) with readiness waits, whose
+	 * miss blocks the shard but whose hit costs no copy and no pool hop
+	 * (net/send.c). Both from the probe: nothing here asks the backend. */
 	n->splice = corio__ring_has_op(r, IORING_OP_SPLICE) && !corio__net_disabled(n, NO_SPLICE);
+	n->sendfile_now = !corio__ring_has_op(r, IORING_OP_SPLICE) &&
+			  !corio__ring_has_op(r, IORING_OP_READ);
 	n->sendfile_cached = !corio__net_disabled(n, NO_CACHED);
 	s->parts[CORIO__PART_NET] = n;
 	return 0;

@@ -85,8 +85,8 @@ static int not_mine(const char *who, const struct corio_stream *st)
 {
 	if (!st)
 		return corio__error(-EINVAL, "%s: the stream is NULL", who);
-	return corio__error(-EPERM, "%s: the stream belongs to another shard, or the caller is "
-				    "not on a shard", who);
+	return corio__misuse(-EPERM, who, "the stream belongs to another shard, or the caller is "
+			     "not on a shard");
 }
 
 static bool mine(const struct corio_stream *st)
@@ -568,19 +568,14 @@ ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event *ev)
 
 /* ---- writing ----------------------------------------------------------------------- */
 
-static const struct corio_stream_transport sock_ops; /* below */
-
 /* One transport write of iov; a failure is kept as the write side's error.
- * more (a socket stream, one buffer): a file follows at once, so the bytes
- * wait for its first segment (MSG_MORE) rather than leave in a packet of
- * their own: a response head, one packet fewer per response (nginx corks
- * for this). */
+ * more: a file follows at once, so the transport may hold the bytes for its
+ * first segment (CORIO_STREAM_WRITE_MORE; the plain transport's MSG_MORE)
+ * rather than send them in a packet of their own: a response head, one
+ * packet fewer per response (nginx corks for this). */
 static int send_iov(struct corio_stream *st, const struct iovec *iov, int n, bool more)
 {
-	ssize_t r = more && n == 1 && st->ops == &sock_ops
-			    ? corio_send_ex(st->t, iov[0].iov_base, iov[0].iov_len, CORIO_SEND_MORE,
-					    NULL)
-			    : st->ops->writev(st->t, iov, n);
+	ssize_t r = st->ops->writev(st->t, iov, n, more ? CORIO_STREAM_WRITE_MORE : 0);
 
 	st->stats.writes++;
 	if (r < 0) {
@@ -928,12 +923,16 @@ static void sock_release(void *t, struct corio_buf *b)
 }
 
 /* One buffer (a reply the caller built, or the write buffer alone) goes
- * out with corio_send: half the instructions of corio_sendv's general
- * path, which a request-reply loop pays on every answer. */
-static ssize_t sock_writev(void *t, const struct iovec *iov, int iovcnt)
+ * out with corio_send_ex: half the instructions of corio_sendv's general
+ * path, which a request-reply loop pays on every answer. "More follows"
+ * is MSG_MORE (CORIO_SEND_MORE); the stream asks it for one buffer only
+ * (its write buffer before a file), and corio_sendv has no flags, so a
+ * gathered write ignores the hint. */
+static ssize_t sock_writev(void *t, const struct iovec *iov, int iovcnt, unsigned flags)
 {
 	if (iovcnt == 1)
-		return corio_send(t, iov[0].iov_base, iov[0].iov_len);
+		return corio_send_ex(t, iov[0].iov_base, iov[0].iov_len,
+				     flags & CORIO_STREAM_WRITE_MORE ? CORIO_SEND_MORE : 0, NULL);
 	return corio_sendv(t, iov, iovcnt, NULL);
 }
 

@@ -633,8 +633,9 @@ static ssize_t copy_read(void *t, void *buf, size_t len)
 	return corio_recv(t, buf, len < 3 ? len : 3); /* tiny reads: frames span */
 }
 
-static ssize_t copy_writev(void *t, const struct iovec *iov, int n)
+static ssize_t copy_writev(void *t, const struct iovec *iov, int n, unsigned flags)
 {
+	(void)flags;
 	return corio_sendv(t, iov, n, NULL);
 }
 
@@ -912,11 +913,15 @@ Test(stream, sendfile_byte_exact_on_both_transports, .timeout = 60)
 }
 
 /* A file that is not in the page cache: the copying transport's read is
- * refused on the spot (RWF_NOWAIT) and goes through the ring, byte-exact. */
+ * refused on the spot (RWF_NOWAIT) and goes through the ring, byte-exact;
+ * on the epoll fallback, which has no file ops, through the blocking-work
+ * pool (core/fileio.c), so the read parks the fiber, not the shard (it
+ * used to be a pread(2) on the shard). */
 static void uncached_entry(void *arg)
 {
 	char path[] = "/var/tmp/corio-stream-cold-XXXXXX", *want, b;
 	struct iovec v = { &b, 1 };
+	struct corio_work_stats w0, w1;
 	int fd = test_file(path, 11, 241, &want);
 
 	(void)arg;
@@ -924,13 +929,20 @@ static void uncached_entry(void *arg)
 	CHECK_EQ(posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED), 0);
 	if (preadv2(fd, &v, 1, 0, RWF_NOWAIT) == -1 && errno == EAGAIN)
 		uncached_reached = true; /* else the kernel kept the pages: skip */
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &w0), 0);
 	if (uncached_reached)
 		file_case(&copy_ops, fd, want);
+	CHECK_EQ(corio_work_stats_get(NULL, 0, &w1), 0);
+	if (uncached_reached && th_on_epoll())
+		CHECK(w1.submitted > w0.submitted); /* the pool read what was not cached */
+	else
+		CHECK_EQ(w1.submitted, w0.submitted); /* the ring did */
 	close(fd);
 	free(want);
 }
 
-Test(stream, sendfile_of_a_file_not_in_the_page_cache_reads_it_through_the_ring, .timeout = 60)
+Test(stream, sendfile_of_a_file_not_in_the_page_cache_reads_it_through_the_ring_or_the_pool,
+     .timeout = 60)
 {
 	struct corio_config cfg = th_cfg(1);
 
@@ -988,6 +1000,95 @@ Test(stream, sendfile_small_cached_file_leaves_in_the_heads_send, .timeout = 60)
 	struct corio_config cfg = th_cfg(1);
 
 	th_run(&cfg, small_file_entry, NULL);
+}
+
+/* ---- "more follows" through the ops table ------------------------------------------------ */
+
+/* Any transport hears "more follows" as a flag of its writev: the buffered
+ * head before a file its sendfile op sends carries CORIO_STREAM_WRITE_MORE
+ * (the plain transport turns it into MSG_MORE), every other write 0. The
+ * stream used to ask it of the socket transport alone, around the table. */
+struct more_t {
+	struct corio_sock *s;
+	unsigned flags[8];
+	int writes;
+};
+
+static ssize_t more_writev(void *t, const struct iovec *iov, int n, unsigned flags)
+{
+	struct more_t *m = t;
+
+	if (m->writes < 8)
+		m->flags[m->writes] = flags;
+	m->writes++;
+	return corio_sendv(m->s, iov, n, NULL);
+}
+
+static ssize_t more_read(void *t, void *buf, size_t len)
+{
+	return corio_recv(((struct more_t *)t)->s, buf, len);
+}
+
+static int more_shut(void *t)
+{
+	return corio_shutdown_write(((struct more_t *)t)->s);
+}
+
+static int more_close(void *t)
+{
+	return corio_close(((struct more_t *)t)->s);
+}
+
+static ssize_t more_sendfile(void *t, int fd, off_t off, size_t len)
+{
+	return corio_sendfile(((struct more_t *)t)->s, fd, off, len);
+}
+
+static const struct corio_stream_transport more_ops = {
+	.read = more_read,
+	.writev = more_writev,
+	.sendfile = more_sendfile,
+	.shutdown_write = more_shut,
+	.close = more_close,
+};
+
+static void more_entry(void *arg)
+{
+	char path[] = "/tmp/corio-stream-more-XXXXXX", *want;
+	int fd = test_file(path, 3, 127, &want);
+	struct more_t m = { 0 };
+	struct corio_sock *c;
+	struct corio_stream *st = NULL;
+	struct corio_fiber *f = NULL;
+	struct drain_to d = { NULL, malloc(FILE_LEN + (1 << 17)), 0 };
+
+	(void)arg;
+	th_tcp_pair(&m.s, &c);
+	d.c = c;
+	CHECK_EQ(corio_stream_new(&more_ops, &m, NULL, &st), 0);
+	CHECK_EQ(corio_spawn(collect, &d, NULL, &f), 0);
+	CHECK_EQ(corio_stream_write(st, "head", 4), 4);
+	CHECK_EQ(corio_stream_sendfile(st, fd, 0, FILE_LEN), (ssize_t)FILE_LEN);
+	CHECK_EQ(m.writes, 1); /* the head, before the file */
+	CHECK_EQ(m.flags[0], CORIO_STREAM_WRITE_MORE);
+	CHECK_EQ(corio_stream_write(st, "tail", 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	CHECK_EQ(m.writes, 2);
+	CHECK_EQ(m.flags[1], 0u); /* a plain flush: nothing follows */
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK(d.n == 4 + FILE_LEN + 4 && !memcmp(d.got, "head", 4) &&
+	      !memcmp(d.got + 4, want, FILE_LEN) && !memcmp(d.got + 4 + FILE_LEN, "tail", 4));
+	close(fd);
+	free(want);
+	free(d.got);
+}
+
+Test(stream, transport_writev_hears_more_follows_before_a_file, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, more_entry, NULL);
 }
 
 /* ---- sendfile of anything but a regular file --------------------------------------------- */

@@ -36,16 +36,22 @@ struct corio_tls_ctx {
 };
 
 /*
- * The session's byte I/O, behind two calls so the record pump does not
- * name the socket: the socket's (corio_recv / corio_send_ex) in service, a
- * byte array in the fuzz targets (no runtime), and the place a kTLS
- * transport would take over after the handshake.
+ * The session's byte I/O, behind this table so the session does not name
+ * the socket: the socket's (corio_recv / corio_send_ex / a select of the
+ * socket's bytes against an event) in service, a byte array in the fuzz
+ * targets (no runtime), and the place a kTLS transport would take over
+ * after the handshake. The session calls only these for bytes.
  *   recv: bytes into buf (>= 1), 0 at end of stream, or -errno;
- *   send: -errno or 0, with *sent the bytes the peer's socket took.
+ *   send: -errno or 0, with *sent the bytes the peer's socket took;
+ *   recv_or: recv, unless ev is set while nothing has come: then
+ *     -ESHUTDOWN and nothing received (bytes that came win over a set
+ *     event). NULL: the session cannot wait against an event, and
+ *     corio__tls_read_or reads as corio_tls_read does.
  */
 struct corio__tls_io {
 	ssize_t (*recv)(void *arg, void *buf, size_t len);
 	int (*send)(void *arg, const void *buf, size_t len, size_t *sent);
+	ssize_t (*recv_or)(void *arg, void *buf, size_t len, struct corio_event *ev);
 	void *arg;
 };
 

@@ -291,10 +291,24 @@ static int sock_send(void *arg, const void *buf, size_t len, size_t *sent)
 	return r < 0 ? (int)r : 0;
 }
 
+/* The socket's next bytes or ev, whichever comes first (a select copies,
+ * corio/select.h, so this wait does too: into the pair's buffer). */
+static ssize_t sock_recv_or(void *arg, void *buf, size_t len, struct corio_event *ev)
+{
+	struct corio_sel w[2];
+	int i;
+
+	corio_sel_recv(&w[0], arg, buf, len); /* first: bytes that came win */
+	corio_sel_event(&w[1], ev);
+	i = corio_select(w, 2);
+	return i < 0 ? i : i == 0 ? w[0].res : -ESHUTDOWN;
+}
+
 static int open_session(struct corio_tls_ctx *ctx, struct corio_sock *s, bool server,
 			const char *host, struct corio_tls **out, const char *who)
 {
-	const struct corio__tls_io io = {.recv = sock_recv, .send = sock_send, .arg = s};
+	const struct corio__tls_io io = {.recv = sock_recv, .send = sock_send,
+					 .recv_or = sock_recv_or, .arg = s};
 	struct corio_tls *t;
 	int ret = corio__may_block(who);
 
@@ -386,29 +400,25 @@ ssize_t corio__tls_read(struct corio_tls *t, void *buf, size_t len)
  * corio_tls_read, unless ev is set while there is nothing to read: then
  * -ESHUTDOWN (the stream's read_or, tls/stream.c). Something to read is
  * a decrypted byte or a record OpenSSL holds, one in the pair, the
- * session's end or error; without any, the socket's next bytes race ev,
- * into the pair as fill_in would put them.
+ * session's end or error; without any, the io table's recv_or races the
+ * next bytes against ev, into the pair as fill_in would put them.
  */
 ssize_t corio__tls_read_or(struct corio_tls *t, void *buf, size_t len, struct corio_event *ev)
 {
-	struct corio_sel w[2];
 	char *p;
-	int room, i;
+	ssize_t n;
+	int room;
 
-	if (!t->err && !t->eof && !t->net_eof && t->sock && !SSL_has_pending(t->ssl) &&
+	if (!t->err && !t->eof && !t->net_eof && t->io.recv_or && !SSL_has_pending(t->ssl) &&
 	    !BIO_ctrl_pending(SSL_get_rbio(t->ssl)) && (room = BIO_nwrite0(t->net, &p)) > 0) {
-		corio_sel_recv(&w[0], t->sock, p, (size_t)room); /* first: bytes that came win */
-		corio_sel_event(&w[1], ev);
-		i = corio_select(w, 2);
-		if (i != 0)
-			return i < 0 ? i : -ESHUTDOWN;
-		if (w[0].res < 0)
-			return w[0].res;
-		if (w[0].res == 0) {
+		n = t->io.recv_or(t->io.arg, p, (size_t)room, ev);
+		if (n < 0)
+			return n;
+		if (n == 0) {
 			t->net_eof = true;
 			BIO_shutdown_wr(t->net);
 		} else {
-			BIO_nwrite(t->net, &p, (int)w[0].res);
+			BIO_nwrite(t->net, &p, (int)n);
 		}
 	}
 	return corio_tls_read(t, buf, len);

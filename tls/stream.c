@@ -36,8 +36,11 @@ static ssize_t tls_read_or(void *t, void *buf, size_t len, struct corio_event *e
 	return corio__tls_read_or(t, buf, len, ev);
 }
 
-static ssize_t tls_writev(void *t, const struct iovec *iov, int iovcnt)
+/* No flags apply: the stream asks "more follows" only before a sendfile
+ * op, which this transport has not (the file's bytes join the buffer). */
+static ssize_t tls_writev(void *t, const struct iovec *iov, int iovcnt, unsigned flags)
 {
+	(void)flags;
 	return corio_tls_writev(t, iov, iovcnt);
 }
 

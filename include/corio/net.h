@@ -3,7 +3,8 @@
  * corio/net.h - TCP, UDP and Unix stream sockets on io_uring. Include <corio.h>.
  *
  * Sockets and listeners are shard-local: every call on one must be made on
- * the shard that created it (-EPERM otherwise). To move a connection to
+ * the shard that created it (-EPERM otherwise: API misuse, which a debug
+ * build answers with an abort, corio.h). To move a connection to
  * another shard, take its fd with corio_sock_release_fd() and wrap it there
  * with corio_sock_from_fd(). All blocking calls park only the calling fiber,
  * honour the fiber's deadline scope (they return -ETIMEDOUT once it has

@@ -6,8 +6,10 @@
  * A stream turns a byte transport into what protocol code wants: a line up
  * to a delimiter, exactly n bytes, a look at what comes next; writes
  * gathered into one send with an explicit flush; a close that does not lose
- * the last reply to a reset. The transport is a small ops table, so code
- * written on a stream runs unchanged on any transport: the plain one here
+ * the last reply to a reset. The transport is a small ops table, and the
+ * stream knows it through that table alone (a write's "more follows" is a
+ * flag of its writev, not a call around it), so code written on a stream
+ * runs unchanged on any transport: the plain one here
  * wraps a corio socket (corio_stream_sock); corio_stream_tls (corio/tls.h)
  * puts one on a TLS session.
  *
@@ -80,8 +82,10 @@ struct corio_stream_transport {
 	ssize_t (*read_buf)(void *t, struct corio_buf *b);
 	/* Give back what read_buf lent (required with read_buf). */
 	void (*release)(void *t, struct corio_buf *b);
-	/* Send every byte of iov[0..iovcnt): the total, or -errno. */
-	ssize_t (*writev)(void *t, const struct iovec *iov, int iovcnt);
+	/* Send every byte of iov[0..iovcnt): the total, or -errno. flags:
+	 * CORIO_STREAM_WRITE_* hints (a transport may ignore any of them;
+	 * unknown bits are 0 today and may be ignored too). */
+	ssize_t (*writev)(void *t, const struct iovec *iov, int iovcnt, unsigned flags);
 	/* The peer reads end of stream; reading goes on. 0 or -errno. */
 	int (*shutdown_write)(void *t);
 	/* Close and free t. 0 or -errno; t is gone either way. */
@@ -96,6 +100,13 @@ struct corio_stream_transport {
 	 * transport that must see the bytes: TLS encrypts them). */
 	ssize_t (*sendfile)(void *t, int fd, off_t off, size_t len);
 };
+
+/* The transport writev's flags: hints, as haproxy's snd_buf() flags are. */
+#define CORIO_STREAM_WRITE_MORE 0x1u /* more follows at once (a file after a
+                                        response head): the bytes may wait
+                                        for it rather than leave in a packet
+                                        of their own (the plain transport:
+                                        CORIO_SEND_MORE, MSG_MORE) */
 
 /* corio_stream_opts.flags */
 #define CORIO_STREAM_AUTOFLUSH 0x1u /* a read that must wait for the transport

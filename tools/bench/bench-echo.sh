@@ -13,7 +13,7 @@
 #   open loop     64 connections, 64 B, at 20k and 100k msgs/s: server CPU
 #                 time per message next to latency (on 2 cores the client caps
 #                 throughput, so CPU per message at a fixed rate is the
-#                 comparison that holds; ../shared/notes/BENCHMARKING.md)
+#                 comparison that holds; docs/BENCHMARKS.md, "Method")
 #   sockperf      `sockperf ping-pong --tcp --full-rtt` against corio-echo
 #                 --sockperf and `sockperf server`, when sockperf exists
 #   fallback      corio-echo on the epoll fallback (CORIO_BACKEND=epoll: the
