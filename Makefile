@@ -20,7 +20,8 @@
 #   make test SAN=thread    TSan build in build/tsan
 #   V=1             show the commands
 #   WERROR=1        warnings are errors (CI sets it)
-#   TESTS="a b"     make test runs only test/test_a and test/test_b
+#   TESTS="a b"     make test runs only test/test_a and test/test_b (and a suite
+#                   split into files: TESTS=net runs every test/test_net_*)
 #   make check-layout  prove from the objects' symbols that calls run one way:
 #                      tools -> include -> ctl -> tls -> net, fs -> core -> timer -> uring
 #   make soak SECS=N   corio-echo under N seconds of connection churn per accept
@@ -229,7 +230,7 @@ $(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 
 # Tests read JSON with the tools' reader (tools/common/json.h).
 TEST_TOOL_OBJS := $(B)/obj/tools/common/json.o
-$(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
+$(B)/test/%: test/%.c test/helpers.h test/net_helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(filter-out $(TEST_EXTRA_$*),$(TEST_TOOL_OBJS)) $(STATIC) \
