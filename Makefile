@@ -126,12 +126,13 @@ TOOL_BINS := $(addprefix $(B)/tools/,$(basename $(notdir $(TOOL_SRCS))))
 vpath %.c $(TOOL_DIRS)
 # corio-kv and upper-echo are folders of units linked through their headers
 # (tools/kv/kv.h, tools/examples/upper-echo/upper.h); their tests link every
-# unit but main.o.
+# unit but main.o. corio-load too (tools/load/corio-load/load.h).
 KV_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/kv/*.c)))
+LOAD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/load/corio-load/*.c)))
 UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
 HTTPD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/httpd/*.c)))
 GET_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/https-get/*.c)))
-TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
+TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/corio-load $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
 	$(B)/tools/examples/https-get
 # The examples make install puts in BINDIR as corio-NAME.
 EXAMPLES_INST := httpd https-get
@@ -200,6 +201,17 @@ $(B)/tools/corio-kv: $(KV_OBJS) $(TOOL_LOBJ) $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(KV_OBJS) $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
+
+# corio-load's units, as corio-kv's.
+$(B)/obj/tools/load/corio-load/%.o: tools/load/corio-load/%.c $(B)/.cflags
+	$(quiet) CC $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -Itools -c -o $@ $<
+
+$(B)/tools/corio-load: $(LOAD_OBJS) $(TOOL_LOBJ) $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(LOAD_OBJS) $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
 
 # upper-echo takes only the tools' option parser from tools/common/.
 $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
@@ -317,8 +329,8 @@ bench-instr: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B) instr
 
-check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
-	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
 
 SECS ?= 10
 soak: deps
@@ -358,5 +370,5 @@ clean:
 tools/%.c tools/%.h:
 	@:
 
--include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(LOAD_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
 	$(TOOL_BINS:=.d)
