@@ -233,16 +233,18 @@ $(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
-TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))
+TEST_EXTRA_test_kv_server := $(filter-out %/main.o,$(KV_OBJS))
+TEST_EXTRA_test_kv_commands := $(TEST_EXTRA_test_kv_server)
 TEST_EXTRA_test_upper_echo := $(filter-out %/main.o,$(UE_OBJS))
 TEST_EXTRA_test_tools := $(TOOL_LOBJ)
-$(B)/test/test_kv: $(TEST_EXTRA_test_kv)
+$(B)/test/test_kv_server: $(TEST_EXTRA_test_kv_server)
+$(B)/test/test_kv_commands: $(TEST_EXTRA_test_kv_commands)
 $(B)/test/test_upper_echo: $(TEST_EXTRA_test_upper_echo)
 $(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 
 # Tests read JSON with the tools' reader (tools/common/json.h).
 TEST_TOOL_OBJS := $(B)/obj/tools/common/json.o
-$(B)/test/%: test/%.c test/helpers.h test/net_helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
+$(B)/test/%: test/%.c test/helpers.h test/net_helpers.h test/kv_helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(filter-out $(TEST_EXTRA_$*),$(TEST_TOOL_OBJS)) $(STATIC) \
