@@ -20,7 +20,8 @@
 #   make test SAN=thread    TSan build in build/tsan
 #   V=1             show the commands
 #   WERROR=1        warnings are errors (CI sets it)
-#   TESTS="a b"     make test runs only test/test_a and test/test_b
+#   TESTS="a b"     make test runs only test/test_a and test/test_b (and a suite
+#                   split into files: TESTS=net runs every test/test_net_*)
 #   make check-layout  prove from the objects' symbols that calls run one way:
 #                      tools -> include -> ctl -> tls -> net, fs -> core -> timer -> uring
 #   make soak SECS=N   corio-echo under N seconds of connection churn per accept
@@ -125,12 +126,13 @@ TOOL_BINS := $(addprefix $(B)/tools/,$(basename $(notdir $(TOOL_SRCS))))
 vpath %.c $(TOOL_DIRS)
 # corio-kv and upper-echo are folders of units linked through their headers
 # (tools/kv/kv.h, tools/examples/upper-echo/upper.h); their tests link every
-# unit but main.o.
+# unit but main.o. corio-load too (tools/load/corio-load/load.h).
 KV_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/kv/*.c)))
+LOAD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/load/corio-load/*.c)))
 UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
 HTTPD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/httpd/*.c)))
 GET_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/https-get/*.c)))
-TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
+TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/corio-load $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
 	$(B)/tools/examples/https-get
 # The examples make install puts in BINDIR as corio-NAME.
 EXAMPLES_INST := httpd https-get
@@ -200,6 +202,17 @@ $(B)/tools/corio-kv: $(KV_OBJS) $(TOOL_LOBJ) $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(KV_OBJS) $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
 
+# corio-load's units, as corio-kv's.
+$(B)/obj/tools/load/corio-load/%.o: tools/load/corio-load/%.c $(B)/.cflags
+	$(quiet) CC $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(CFLAGS) -Itools -c -o $@ $<
+
+$(B)/tools/corio-load: $(LOAD_OBJS) $(TOOL_LOBJ) $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(LOAD_OBJS) $(TOOL_LOBJ) $(STATIC) $(LIBS) -lm
+
 # upper-echo takes only the tools' option parser from tools/common/.
 $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(quiet) LD $@
@@ -220,16 +233,18 @@ $(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
-TEST_EXTRA_test_kv := $(filter-out %/main.o,$(KV_OBJS))
+TEST_EXTRA_test_kv_server := $(filter-out %/main.o,$(KV_OBJS))
+TEST_EXTRA_test_kv_commands := $(TEST_EXTRA_test_kv_server)
 TEST_EXTRA_test_upper_echo := $(filter-out %/main.o,$(UE_OBJS))
 TEST_EXTRA_test_tools := $(TOOL_LOBJ)
-$(B)/test/test_kv: $(TEST_EXTRA_test_kv)
+$(B)/test/test_kv_server: $(TEST_EXTRA_test_kv_server)
+$(B)/test/test_kv_commands: $(TEST_EXTRA_test_kv_commands)
 $(B)/test/test_upper_echo: $(TEST_EXTRA_test_upper_echo)
 $(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 
 # Tests read JSON with the tools' reader (tools/common/json.h).
 TEST_TOOL_OBJS := $(B)/obj/tools/common/json.o
-$(B)/test/%: test/%.c test/helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
+$(B)/test/%: test/%.c test/helpers.h test/net_helpers.h test/kv_helpers.h test/crit_shim.h $(STATIC) $(TEST_TOOL_OBJS)
 	$(quiet) CC $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(CFLAGS) $(TEST_CFLAGS) -Itools $(LDFLAGS) -o $@ $< $(TEST_EXTRA_$*) $(filter-out $(TEST_EXTRA_$*),$(TEST_TOOL_OBJS)) $(STATIC) \
@@ -316,8 +331,8 @@ bench-instr: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B) instr
 
-check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
-	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
 
 SECS ?= 10
 soak: deps
@@ -357,5 +372,5 @@ clean:
 tools/%.c tools/%.h:
 	@:
 
--include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
+-include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(LOAD_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
 	$(TOOL_BINS:=.d)

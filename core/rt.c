@@ -517,14 +517,11 @@ static int start_after_setups(struct corio_rt *rt, struct corio_rt **out)
 	return corio__error(ret, "%s", why);
 }
 
-int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *const *parts,
-		    void (*entry)(void *), void *arg, struct corio_rt **out)
+/* corio_start's checks before anything is allocated: the arguments, the
+ * config (defaults when NULL, into *defcfg), the clock, the CPU mask. */
+static int start_check(const struct corio_config **cfg, struct corio_config *defcfg,
+		       void (*entry)(void *), struct corio_rt **out, cpu_set_t *mask)
 {
-	struct corio_config defcfg;
-	const struct corio_config *cfg = ucfg;
-	struct corio_rt *rt;
-	cpu_set_t mask;
-	unsigned n, nmask, started = 0;
 	int ret;
 
 	if (out)
@@ -533,21 +530,31 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 		return corio__error(-EINVAL, "corio_start: entry and out are required");
 	if (corio__tl_shard)
 		return corio__error(-EPERM, "corio_start: called from a shard; nested runtimes are not supported");
-	if (!cfg) {
-		corio_config_init(&defcfg);
-		cfg = &defcfg;
+	if (!*cfg) {
+		corio_config_init(defcfg);
+		*cfg = defcfg;
 	}
-	ret = corio_config_check(cfg);
+	ret = corio_config_check(*cfg);
 	if (!ret)
 		ret = corio__tick_calibrate(); /* a bad CORIO_CLOCK fails here */
 	if (ret)
 		return ret;
-	if (sched_getaffinity(0, sizeof(mask), &mask))
+	if (sched_getaffinity(0, sizeof(*mask), mask))
 		return corio__error(-errno, "corio_start: sched_getaffinity: %s", strerror(errno));
-	nmask = (unsigned)CPU_COUNT(&mask);
-	n = cfg->shards ? cfg->shards : nmask;
+	return 0;
+}
 
-	rt = calloc(1, sizeof(*rt));
+/* The runtime of n shards, before any thread: its config and backend, the
+ * parts' hooks, the arrays, the work pool, each shard's CPU. */
+static int rt_new(const struct corio_config *cfg, const struct corio__part *const *parts,
+		  void (*entry)(void *), void *arg, unsigned n, cpu_set_t *mask,
+		  struct corio_rt **rtp)
+{
+	struct corio_rt *rt = calloc(1, sizeof(*rt));
+	int list[CPU_SETSIZE];
+	unsigned k = 0;
+	int ret;
+
 	if (!rt)
 		return -ENOMEM;
 	rt->cfg = *cfg;
@@ -573,43 +580,48 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 	atomic_init(&rt->busy_shards, n);
 	pthread_mutex_init(&rt->lock, NULL);
 	pthread_cond_init(&rt->cond, NULL);
-	if (rt_arrays_new(rt, n) || corio__pool_new(rt, &mask)) {
+	if (rt_arrays_new(rt, n) || corio__pool_new(rt, mask)) {
 		rt_free(rt);
 		return -ENOMEM;
 	}
-	{
-		int list[CPU_SETSIZE];
-		unsigned k = 0;
+	for (int c = 0; c < CPU_SETSIZE; c++)
+		if (CPU_ISSET(c, mask))
+			list[k++] = c;
+	/* cfg->cpus, or the mask's CPUs in order, wrapping when shards > CPUs */
+	for (unsigned i = 0; i < n; i++)
+		rt->cpus[i] = cfg->cpus ? cfg->cpus[i] : list[i % k];
+	*rtp = rt;
+	return 0;
+}
 
-		for (int c = 0; c < CPU_SETSIZE; c++)
-			if (CPU_ISSET(c, &mask))
-				list[k++] = c;
-		/* cfg->cpus, or the mask's CPUs in order, wrapping when shards > CPUs */
-		for (unsigned i = 0; i < n; i++)
-			rt->cpus[i] = cfg->cpus ? cfg->cpus[i] : list[i % k];
-	}
-	corio__overflow_handler_install();
-
-	for (unsigned i = 0; i < n; i++) {
+/* One thread per shard; *started counts those created (the rest were not:
+ * the first failure stops the loop, and is the result). */
+static int shards_spawn(struct corio_rt *rt, unsigned *started)
+{
+	for (unsigned i = 0; i < rt->nshards; i++) {
 		struct corio__shard *s = shard_alloc(rt->cpus[i]);
+		int ret;
 
-		if (!s) {
-			ret = corio__error(-ENOMEM, "corio_start: cannot allocate shard %u", i);
-			break;
-		}
+		if (!s)
+			return corio__error(-ENOMEM, "corio_start: cannot allocate shard %u", i);
 		s->rt = rt;
 		s->id = i;
 		s->cpu = rt->cpus[i];
 		rt->shards[i] = s;
 		ret = pthread_create(&s->thread, NULL, shard_main, s);
-		if (ret) {
-			ret = corio__error(-ret, "corio_start: pthread_create for shard %u: %s", i,
-					   strerror(ret));
-			break;
-		}
-		started++;
+		if (ret)
+			return corio__error(-ret, "corio_start: pthread_create for shard %u: %s", i,
+					    strerror(ret));
+		(*started)++;
 	}
+	return 0;
+}
 
+/* Wait until every started shard has set up or failed, then let them go:
+ * to run (the runtime published in *out first, under the lock, before any
+ * fiber runs) or, on ret or a shard's failure, to leave. The result. */
+static int shards_release(struct corio_rt *rt, unsigned started, int ret, struct corio_rt **out)
+{
 	pthread_mutex_lock(&rt->lock);
 	while (rt->ready + rt->failed < started)
 		pthread_cond_wait(&rt->cond, &rt->lock);
@@ -621,11 +633,33 @@ int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *c
 		rt->failed++; /* tell the shards not to run */
 	else
 		*out = rt; /* published before any fiber runs (under the lock) */
-	rt->setup_left = rt->cfg.setup ? n : 0;
+	rt->setup_left = rt->cfg.setup ? rt->nshards : 0;
 	rt->go = true;
 	pthread_cond_broadcast(&rt->cond);
 	pthread_mutex_unlock(&rt->lock);
+	return ret;
+}
 
+int corio__rt_start(const struct corio_config *ucfg, const struct corio__part *const *parts,
+		    void (*entry)(void *), void *arg, struct corio_rt **out)
+{
+	struct corio_config defcfg;
+	const struct corio_config *cfg = ucfg;
+	struct corio_rt *rt;
+	cpu_set_t mask;
+	unsigned started = 0;
+	int ret;
+
+	ret = start_check(&cfg, &defcfg, entry, out, &mask);
+	if (ret)
+		return ret;
+	ret = rt_new(cfg, parts, entry, arg, cfg->shards ? cfg->shards : (unsigned)CPU_COUNT(&mask),
+		     &mask, &rt);
+	if (ret)
+		return ret;
+	corio__overflow_handler_install();
+	ret = shards_spawn(rt, &started);
+	ret = shards_release(rt, started, ret, out);
 	if (ret) {
 		for (unsigned i = 0; i < started; i++)
 			pthread_join(rt->shards[i]->thread, NULL);

@@ -437,7 +437,7 @@ Test(faults, msg_calls_run_exactly_once, .timeout = 60)
 #endif
 }
 
-/* ---- the epoll fallback's own failure paths (uring/emu.c's syscall sites) ---------------- */
+/* ---- the epoll fallback's own failure paths (uring/emu_ops.c's syscall sites) ---------------- */
 
 #ifdef CORIO_FAULTS
 /* An echo on the fallback under one spec: each kind named must have been

@@ -450,7 +450,7 @@ int corio__fault_enter(struct corio__ring *r, bool sq_full)
 	return (next(f) & 1) ? -EBUSY : -EAGAIN;
 }
 /*
- * The emulator's syscall sites (uring/emu.c). As with SQEs, nothing is lost
+ * The emulator's syscall sites (uring/emu_ops.c). As with SQEs, nothing is lost
  * by the injection: the call is not made (EAGAIN, ECONNRESET, EPIPE: it
  * moved no byte) or asks for fewer bytes (short: the kernel moves at most
  * that many, a real partial transfer). One roll per call.

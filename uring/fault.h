@@ -27,7 +27,7 @@
  *     enomem   -ENOMEM on any op above, connect and openat
  *     cancel   -ECANCELED on any of those (the kernel cancelled it: exit,
  *              io-wq teardown)
- *   the ring emulator's (uring/emu.c; injected at its syscall sites and
+ *   the ring emulator's (uring/emu_ops.c; injected at its syscall sites and
  *   epoll waits, where short, reset and pipe are injected too)
  *     eagain   transparent: a recv/send/accept/read answers EAGAIN though
  *              epoll said ready (a stale edge: another reader took the data,

@@ -98,13 +98,26 @@ static int read_head(struct corio_stream *st, struct req *r)
 
 static const char *reason(int code)
 {
-	static const char *const text[] = { [0] = "OK", [100] = "Bad Request", [103] = "Forbidden",
-		[104] = "Not Found", [105] = "Method Not Allowed", [108] = "Request Timeout",
-		[113] = "Content Too Large", [131] = "Request Header Fields Too Large" };
-
-	if (code == 200 || code < 400 || code >= 432 || !text[code - 300])
-		return code == 200 ? text[0] : "Error";
-	return text[code - 300];
+	switch (code) {
+	case 200:
+		return "OK";
+	case 400:
+		return "Bad Request";
+	case 403:
+		return "Forbidden";
+	case 404:
+		return "Not Found";
+	case 405:
+		return "Method Not Allowed";
+	case 408:
+		return "Request Timeout";
+	case 413:
+		return "Content Too Large";
+	case 431:
+		return "Request Header Fields Too Large";
+	default:
+		return "Error";
+	}
 }
 
 static const char *content_type(const char *path)
@@ -213,8 +226,10 @@ static int open_path(char *path, off_t *size, const char **type)
 			return next == -ELOOP || next == -EPERM || next == -EACCES ? -403 : -404;
 		fd = next;
 	}
-	if (fd != srv->dir && S_ISREG(sb.st_mode))
-		return *size = sb.st_size, fd;
+	if (fd != srv->dir && S_ISREG(sb.st_mode)) {
+		*size = sb.st_size;
+		return fd;
+	}
 	if (fd != srv->dir)
 		corio_close_fd(fd);
 	return -404;
@@ -256,8 +271,10 @@ static int conn_main(void *arg)
 	code = srv->tls ? corio_stream_tls_accept(srv->tls, arg, &so, &st)
 			: corio_stream_sock(arg, &so, &st);
 	corio_deadline_pop(&d);
-	if (code < 0) /* a failed handshake ends this connection only */
-		return corio_close(arg), 0;
+	if (code < 0) { /* a failed handshake ends this connection only */
+		corio_close(arg);
+		return 0;
+	}
 	do {
 		r.method = M_OTHER;
 		r.close = false;

@@ -1,0 +1,212 @@
+/* SPDX-License-Identifier: MIT */
+/*
+ * uring/emu.h - the ring emulator's private parts, shared by its files:
+ *
+ *   emu.c          the SQ/CQ memory, pools, hashes, completions, provided
+ *                  buffers, submit, the wait (enter), set-up and exit
+ *   emu_ops.c      the ops: one table row per opcode (corio__emu_ops) and
+ *                  the functions its rows name
+ *   emu_fd.c       fd records: parking and readiness
+ *   emu_timeout.c  TIMEOUT, TIMEOUT_REMOVE, ASYNC_CANCEL: the deadline list
+ *
+ * emu.c's opening comment says how the emulation works. Nothing here is
+ * seen outside uring/emu*.c: uring/internal.h declares what the rest of
+ * uring/ calls. Owner-thread only, like the ring.
+ */
+#ifndef CORIO_URING_EMU_H
+#define CORIO_URING_EMU_H
+
+#include "uring/internal.h"
+
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <time.h>
+
+#define UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* include/uapi/linux/io_uring.h, Linux 6.10+; liburing 2.3 lacks it */
+#ifndef IORING_NOP_INJECT_RESULT
+#define IORING_NOP_INJECT_RESULT (1U << 0)
+#endif
+
+enum {
+	MSHOT_BUDGET = 16,  /* CQEs per multishot op per pass                    */
+	NEVENTS = 256,      /* epoll events per wait                             */
+	POOL_CHUNK = 128,   /* op and fd records allocated at a time             */
+	MAX_BUFRINGS = 16,  /* registered provided-buffer rings per ring         */
+	HARVEST_NS = 50000, /* busy turns: epoll looked at this often        */
+	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
+};
+
+/* Interest bits of a parked op (which edges retry it). */
+#define EV_IN (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)
+#define EV_OUT (EPOLLOUT | EPOLLERR | EPOLLHUP)
+
+struct emu_fd;
+
+struct emu_op {
+	struct emu_op *next;      /* on its record (FIFO), the timeout list or free */
+	struct emu_op *hnext;     /* user_data hash chain                           */
+	struct emu_fd *f;         /* NULL for timeouts                              */
+	uint64_t user_data;
+	uint64_t deadline;        /* timeouts: CLOCK_MONOTONIC ns                   */
+	struct msghdr mh;         /* multishot recvmsg: the header template         */
+	uint64_t addr, addr2;     /* the SQE's buffer / msghdr / sockaddr pointers  */
+	uint32_t len;
+	uint32_t limit;           /* multishot recv byte limit left (0: none)       */
+	int32_t msg_flags;
+	uint32_t events;          /* poll mask, or EV_IN / EV_OUT                   */
+	uint8_t opcode;
+	bool mshot, bsel, connecting;
+	bool parked;              /* on its record (park() .. unpark())             */
+	bool stale;               /* its file was closed under it: never retried    */
+	uint16_t bgid;
+	int fd;
+	uint32_t accept_flags;
+};
+
+struct emu_fd {
+	int fd;
+	uint32_t ready;           /* edges seen since the last EAGAIN               */
+	bool registered, on_ready, nonblock, retry;
+	struct emu_op *head, *tail;
+	struct emu_fd *xnext;     /* retry list                                     */
+	struct emu_fd *hnext;     /* fd hash chain                                  */
+	struct emu_fd *rnext;     /* ready list                                     */
+};
+
+struct emu_bufring {
+	struct io_uring_buf_ring *br;
+	unsigned entries, mask;
+	uint16_t head, bgid;
+	bool used;
+};
+
+struct corio__emu {
+	/* the memory liburing's helpers read and write */
+	unsigned sq_head, sq_tail, sq_mask, sq_entries, sq_flags, sq_dropped;
+	unsigned cq_head, cq_tail, cq_mask, cq_entries, cq_flags, cq_overflow;
+	unsigned *sq_array;
+	struct io_uring_sqe *sqes;
+	struct io_uring_cqe *cqes;
+
+	int epfd;
+	bool no_pwait2;           /* epoll_pwait2 is 5.11+: milliseconds before it */
+	uint64_t last_harvest;
+	unsigned parked;          /* ops waiting on fd records                      */
+	struct emu_fd **fds;      /* hash by fd                                     */
+	unsigned nfd_buckets, nfds;
+	struct emu_op **uds;      /* hash by user_data, parked ops and timeouts     */
+	unsigned nud_buckets, nuds;
+	struct emu_fd *ready_head, *ready_tail;
+	struct emu_fd *retry;     /* connects with no edge to wait for (try_connect) */
+	uint64_t retry_at;
+	struct emu_op *timeouts;  /* sorted by deadline                             */
+	struct emu_op *op_free;
+	struct emu_fd *fd_free;
+	void *chunks;             /* every pool chunk, for exit                     */
+	struct io_uring_cqe *ovf; /* CQEs waiting for room, FIFO                    */
+	unsigned novf, ovf_head, ovf_cap;
+	struct emu_bufring bufs[MAX_BUFRINGS];
+	struct epoll_event evs[NEVENTS];
+};
+
+static inline uint64_t mono_ns(clockid_t c)
+{
+	struct timespec ts;
+
+	clock_gettime(c, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+/* Result of one try: a CQE res, or one of these (outside the errno range). */
+enum { T_AGAIN = -100000, /* would block: park, clear the ready bit    */
+       T_MORE = -100001,  /* multishot: budget spent, more may follow */
+       T_DONE = -100002   /* multishot: its final CQE is posted        */
+};
+
+/*
+ * What the emulator knows of one opcode: its row in corio__emu_ops, indexed
+ * by IORING_OP_* (the kernel's io_uring/opdef.c in miniature). A zero row
+ * is an opcode the emulator does not serve: its SQE completes with -EINVAL.
+ * Submit (emu.c's issue) reads a row in this order: now; else an op record
+ * and prep; then, for an op with a try, its fd record and a first try,
+ * parking on the record when it would block.
+ */
+struct emu_opdef {
+	/* Answered from the SQE alone, with no op record: 1 its CQE is
+	 * posted; 0 tried, it would block (park it with no second try); -1
+	 * not answered here (the full path). */
+	int (*now)(struct corio__ring *r, const struct io_uring_sqe *sqe);
+	/* The op's own SQE fields, after the common ones (fd, addr, off, len,
+	 * msg_flags, buffer group, events, multishot): 0 or -errno. An op with
+	 * no try (TIMEOUT) is started here: its record is the caller's no more. */
+	int (*prep)(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe);
+	/* One attempt: a CQE res, T_AGAIN, T_MORE or T_DONE; *flags (zeroed by
+	 * the caller) gets the CQE flags of a result the caller posts. Set: the op waits on an fd
+	 * record (epoll readiness). */
+	int (*try)(struct corio__ring *r, struct emu_op *o, uint32_t *flags);
+	uint32_t events;       /* the edges that retry it: EV_IN, EV_OUT (0: the SQE's poll mask) */
+	uint16_t mshot_ioprio; /* the SQE ioprio bit that makes it multishot (0: none)   */
+	bool mshot_bsel;       /* multishot needs provided buffers (-EINVAL without)     */
+	/* It reports readiness rather than moving data (POLL_ADD): issued
+	 * with no try while its record waits on other ops (their registration
+	 * reports the state), its T_AGAIN clears no ready bit, a multishot one
+	 * stays parked after each CQE, and on a file epoll refuses (a regular
+	 * file) it completes as poll(2) would: ready. */
+	bool readiness;
+	bool probe;            /* reported by corio__emu_probe                       */
+	uint8_t fault;         /* its syscall's class for fault injection (uring/fault.h:
+				  CORIO__FAULT_*); the provided-buffer paths name theirs */
+};
+
+extern const struct emu_opdef corio__emu_ops[IORING_OP_LAST];
+
+/* The row of opcode op (a zero row past the table's end). */
+static inline const struct emu_opdef *corio__emu_opdef(unsigned op)
+{
+	static const struct emu_opdef none;
+
+	return op < IORING_OP_LAST ? &corio__emu_ops[op] : &none;
+}
+
+/* emu.c: pools and hashes */
+struct emu_op *corio__emu_op_get(struct corio__emu *e);
+void corio__emu_op_put(struct corio__emu *e, struct emu_op *o);
+struct emu_fd *corio__emu_fd_find(struct corio__emu *e, int fd);
+struct emu_fd *corio__emu_fd_get(struct corio__emu *e, int fd);
+int corio__emu_ud_add(struct corio__emu *e, struct emu_op *o);
+void corio__emu_ud_del(struct corio__emu *e, struct emu_op *o);
+struct emu_op *corio__emu_ud_find(struct corio__emu *e, uint64_t ud);
+
+/* emu.c: completions and provided buffers */
+void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on);
+void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags);
+/* Post o's CQE and return o to the pool. */
+void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags);
+struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid);
+/* The head buffer, not yet taken: the caller commits only when data landed. */
+struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b);
+
+/* emu_fd.c: fd records */
+void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
+/* False when o could not wait and was completed instead. */
+bool corio__emu_park(struct corio__ring *r, struct emu_op *o);
+void corio__emu_unpark(struct corio__emu *e, struct emu_op *o);
+void corio__emu_process_ready(struct corio__ring *r);
+/* n epoll events in e->evs: mark their records ready, retry their ops. */
+void corio__emu_harvest(struct corio__ring *r, int n);
+/* A connect with no edge to wait for: retried after RETRY_NS. */
+void corio__emu_retry_later(struct corio__emu *e, struct emu_fd *f);
+void corio__emu_fire_retries(struct corio__emu *e, uint64_t now);
+
+/* emu_timeout.c */
+/* TIMEOUT's prep: o waits on the deadline list. 0 or -errno. */
+int corio__emu_timeout_add(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe);
+/* TIMEOUT_REMOVE (and its UPDATE), ASYNC_CANCEL: the CQE res. */
+int corio__emu_timeout_remove(struct corio__ring *r, const struct io_uring_sqe *sqe);
+int corio__emu_cancel(struct corio__ring *r, const struct io_uring_sqe *sqe);
+/* Complete the timeouts due (and due connect retries). */
+void corio__emu_fire_timeouts(struct corio__ring *r);
+
+#endif
