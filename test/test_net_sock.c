@@ -650,3 +650,47 @@ Test(net, stale_socket_handle_is_einval_not_a_double_free, .timeout = 30)
 
 	th_run(&cfg, stale_sock_entry, NULL);
 }
+
+/* ---- another shard's socket: API misuse, as another shard's TLS session ---------- */
+
+/* The rule written once (docs/DESIGN.md): a call on another shard's object
+ * is misuse, corio__misuse's -EPERM with a message naming the call in
+ * release builds, an abort in debug builds; net's sockets and streams now
+ * do what tls's sessions did. */
+static int foreign_ret;
+
+static intptr_t foreign_send(void *arg)
+{
+	intptr_t r = corio_send(arg, "x", 1);
+
+	snprintf(th_misuse_err, sizeof(th_misuse_err), "%s", corio_last_error());
+	return r;
+}
+
+static void foreign_entry(void *arg)
+{
+	struct corio_sock *s, *c;
+	intptr_t r = 0;
+
+	(void)arg;
+	if (corio_shard_id() != 0)
+		return; /* entry runs on every shard: shard 0's socket, shard 1's call */
+	th_tcp_pair(&s, &c);
+	CHECK_EQ(corio_call(1, foreign_send, s, &r), 0);
+	foreign_ret = (int)r;
+	CHECK_EQ(corio_close(s), 0);
+	CHECK_EQ(corio_close(c), 0);
+}
+
+static int foreign_socket_send(void)
+{
+	struct corio_config cfg = th_cfg(2);
+	int ret = corio_run(&cfg, foreign_entry, NULL);
+
+	return ret || atomic_load(&th_failures) ? -1000 : foreign_ret;
+}
+
+Test(net, another_shards_socket_is_misuse, .timeout = 60)
+{
+	th_misuse(foreign_socket_send, "corio_send");
+}

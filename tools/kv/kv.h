@@ -67,7 +67,7 @@
  *	pubsub.c    SUBSCRIBE, PUBLISH across shards, PUBSUB
  *	main.c      the program: options, signals, the runtime
  *
- * test/test_kv.c links every unit but main.c and drives kv_shard_main()
+ * test/test_kv_*.c link every unit but main.c and drives kv_shard_main()
  * over 127.0.0.1; test/fuzz/fuzz_resp.c fuzzes resp_parse() (resp.c, out.c).
  */
 #ifndef CORIO_KV_KV_H
