@@ -1277,9 +1277,21 @@ static void publish_body(struct kv_test *t)
 		EXPECT(q, "$-1\r\n");
 		cl_close(q);
 	}
-	/* a reply and the pushes after it, in order */
+	/* a reply and the pushes after it, in order. The PING and the PUBLISH
+	 * travel on two connections, so the server may read either first:
+	 * publish only once CLIENT LIST shows the PING was run (its reply is
+	 * then made, and the push must come after it). */
 	cl_cmd(sub[on[0]], "PING", NULL);
 	cl_flush(sub[on[0]]);
+	for (int i = 0; i < 2000; i++) {
+		const char *l;
+
+		cl_cmd(p, "CLIENT", "LIST", NULL);
+		l = cl_reply(p);
+		if (!l || strcasestr(l, "cmd=ping "))
+			break;
+		usleep(1000);
+	}
 	cl_cmd(p, "PUBLISH", "news", "2", NULL);
 	EXPECT(p, t->srv.nshards > 1 ? ":3\r\n" : ":1\r\n");
 	EXPECT(sub[on[0]], "*2\r\n$4\r\npong\r\n$0\r\n\r\n");
