@@ -368,13 +368,21 @@ static bool q_push(struct corio_sock *s, uint32_t id, uint32_t off, uint32_t len
 	return true;
 }
 
-void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
+/*
+ * A receive CQE, in three steps: take its bytes (queue the slice of its
+ * buffer, or give the buffer back), read its result (the stream's end or
+ * error, an empty ring, a kernel that refuses the byte limit), then decide
+ * what the receive does next (it ended; or the cap or the budget stops
+ * it). The reader is woken last.
+ */
+
+/* Step 1: queue the bytes the CQE brought, or give back its buffer. The
+ * result, which becomes -ENOMEM when the bytes could not be queued (they
+ * are lost, so the stream ends there). */
+static int32_t recv_take(struct corio_sock *s, struct corio__bufring *ring, int32_t res,
+			 uint32_t flags, bool more)
 {
-	struct corio_sock *s = op->data;
 	struct corio__net *n = s->net;
-	bool more = flags & IORING_CQE_F_MORE;
-	bool enobufs = false;
-	struct corio__bufring *ring = corio__net_ring(n, s->rtag);
 
 	if (s->promise && (res > 0 || !more)) {
 		/* one promised buffer taken; the final CQE frees the rest */
@@ -407,6 +415,15 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		corio__net_buf_put(n, s->ubid | s->rtag);
 	}
 	bufs_stat(n);
+	return res;
+}
+
+/* Step 2: what the result says of the stream. True when the ring was
+ * empty (-ENOBUFS: nothing consumed, the receive is to starve). */
+static bool recv_result(struct corio_sock *s, int32_t res, bool more)
+{
+	struct corio__net *n = s->net;
+
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
 		if (!more && s->r.state == NET_ARMED) {
@@ -421,7 +438,7 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		s->capped = true;
 	} else if (res == -ENOBUFS) {
 		CORIO__STAT_ADD(n->stats.enobufs, 1);
-		enobufs = true;
+		return true;
 	} else if (res != -ECANCELED) {
 		/* 0: end of stream; < 0: the connection's error. (-ECANCELED
 		 * only ever comes from our own cancel: close or shutdown.) */
@@ -430,6 +447,24 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		if (res < 0)
 			corio__net_err(n, res);
 	}
+	return false;
+}
+
+/* Stop a multishot receive that is still armed; its reader re-arms it. */
+static void recv_stop(struct corio_sock *s)
+{
+	s->r.state = NET_CANCELING;
+	corio__ring_cancel(&s->net->shard->ring, &s->r.op);
+	s->capped = true;
+}
+
+/* Step 3: the receive ended (its last CQE), or a queue at its cap or a
+ * ring down to its reserve stops it. */
+static void recv_next(struct corio_sock *s, const struct corio__bufring *ring, bool more,
+		      bool enobufs)
+{
+	struct corio__net *n = s->net;
+
 	if (!more) {
 		s->r.state = NET_IDLE;
 		corio__list_del(&s->r.link);
@@ -443,9 +478,7 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		 * kernel may fill more buffers before the cancel lands, so
 		 * without a byte limit the socket receives with single shots
 		 * (one buffer each) from now on. */
-		s->r.state = NET_CANCELING;
-		corio__ring_cancel(&n->shard->ring, &s->r.op);
-		s->capped = true;
+		recv_stop(s);
 		s->slow = true;
 		CORIO__STAT_ADD(n->stats.recv_capped, 1);
 	} else if (s->r.state == NET_ARMED && s->type == SOCK_STREAM && holds(s) &&
@@ -454,11 +487,19 @@ void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		 * kernel without the byte limit, or whole buffers filled by
 		 * small receives): stop it; its reader re-arms it and
 		 * corio__sock_arm asks the budget again. */
-		s->r.state = NET_CANCELING;
-		corio__ring_cancel(&n->shard->ring, &s->r.op);
-		s->capped = true;
+		recv_stop(s);
 		CORIO__STAT_ADD(n->stats.recv_budget, 1);
 	}
+}
+
+void corio__sock_recv_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio_sock *s = op->data;
+	struct corio__bufring *ring = corio__net_ring(s->net, s->rtag);
+	bool more = flags & IORING_CQE_F_MORE;
+
+	res = recv_take(s, ring, res, flags, more);
+	recv_next(s, ring, more, recv_result(s, res, more));
 	corio__wq_wake_all(&s->rwq, 0);
 }
 
