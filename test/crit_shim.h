@@ -94,6 +94,8 @@ shim_fail(const char *file, int line, const char *expr, const char *fmt, ...)
 #define cr_assert_fail(...) shim_fail(__FILE__, __LINE__, "fail", " " __VA_ARGS__)
 #define cr_expect cr_assert
 #define cr_expect_eq cr_assert_eq
+#define cr_expect_str_eq cr_assert_str_eq
+#define cr_expect_str_neq cr_assert_str_neq
 #define cr_expect_neq cr_assert_neq
 #define cr_expect_gt cr_assert_gt
 #define cr_expect_geq cr_assert_geq
