@@ -313,7 +313,7 @@ else
 endif
 
 FULL ?=
-BENCH_AREAS := echo httpd kv micro burst core fs msg net sendfile timer tls
+BENCH_AREAS := echo httpd kv micro burst core fs msg net sched sendfile timer tls
 .PHONY: $(BENCH_AREAS:%=bench-%)
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools

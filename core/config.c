@@ -14,7 +14,7 @@
 
 /* backend came out of reserved[]: the struct's size and layout stay put */
 _Static_assert(sizeof(enum corio_backend) == sizeof(unsigned), "corio_config.backend");
-/* and so did resolve_ttl_ms (reserved[0]) */
+/* and so did resolve_ttl_ms and slice_us (reserved[0], [1]) */
 _Static_assert(sizeof(void *) != 8 || sizeof(struct corio_config) == 128, "corio_config's size is fixed (LP64)");
 
 #if CORIO__ASAN || CORIO__TSAN
@@ -57,6 +57,9 @@ static int check_queues(const struct corio_config *cfg)
 	if (cfg->net_send_queue > 65535)
 		return corio__error(-EINVAL, "config: net_send_queue is %u, at most 65535 (0: 16)",
 				    cfg->net_send_queue);
+	if (cfg->slice_us && (cfg->slice_us < 10 || cfg->slice_us > 1000000))
+		return corio__error(-EINVAL, "config: slice_us is %u, must be 10..1000000 (0: 500)",
+				    cfg->slice_us);
 	if (cfg->resolve_ttl_ms > 86400000u)
 		return corio__error(-EINVAL, "config: resolve_ttl_ms is %u, at most 86400000 "
 				    "(a day; 0: 30 s)", cfg->resolve_ttl_ms);

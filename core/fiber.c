@@ -133,47 +133,71 @@ static inline void arrived(struct corio_fiber *f)
 	(void)f;
 }
 
-/* Out of the switch path: f ran d (clock units) of wall time, about
- * stall_ns or more; the CPU clock decides what to report. */
+/* Out of the switch path: f ran d ticks of wall time, past stall_ns; the
+ * CPU clock decides what to report. */
 static __attribute__((noinline, cold)) void ran_long(struct corio__shard *s,
 						     const struct corio_fiber *f, uint64_t d)
 {
-	if (corio__stall_report(s, f, s->run.coarse ? d : corio__ticks_ns(d),
-				s->run.coarse ? s->ls.coarse_res : 0))
+	if (corio__stall_report(s, f, corio__ticks_ns(d), 0))
 		s->run.stalled = true; /* the turn's time is answered for */
 }
 
-/* Stall timing, at every switch away from f while the run lasts: one clock
- * read (the coarse clock when stall_ns allows it) and a compare; everything
- * else - the CPU clock, the report - only when the wall time trips it. */
+/* At every switch away from f while the run lasts: one tick read, which
+ * times the stall detector, the class's slice and the next fiber's queue
+ * delay; everything else only when f ran past stall_ns. */
 static inline void ran(struct corio__shard *s, const struct corio_fiber *f)
 {
-	uint64_t now, d;
+	uint64_t now = corio__tick(), d = now - s->now;
 
-	if (!s->run.timed)
-		return;
-	now = CORIO__LIKELY(s->run.coarse) ? corio__coarse_ns() : corio__tick();
-	d = now - s->run.t;
-	s->run.t = now;
+	s->now = now;
 	if (CORIO__UNLIKELY(d > s->run.limit))
 		ran_long(s, f, d);
 }
 
-/* Take the next fiber of this turn's run off the queue; NULL when the run is
- * over (its budget spent, or the fiber queued last when it began has run). */
-static inline struct corio_fiber *run_pop(struct corio__shard *s)
+/* f is taken off its queue to run now: its queue delay. */
+static inline void waited(struct corio__shard *s, const struct corio_fiber *f)
 {
-	struct corio_fiber *f = s->runq_head;
+	struct corio__class *c = s->run.c;
+	uint64_t d = s->now - f->ready_t;
+
+	/* fibers_run is the histogram's sum (corio_class_stats_get) */
+	CORIO__STAT_ADD(c->st.wait_t, d);
+	CORIO__STAT_ADD(c->st.wait_hist[corio__tick_bucket(d)], 1);
+	if (CORIO__UNLIKELY(d > c->st.wait_max_t))
+		CORIO__STAT_SET(c->st.wait_max_t, d);
+}
+
+/* The next fiber of this turn's run, or NULL when the run is over: its
+ * budget spent, its slice used, or the fiber queued last when it began
+ * has run. */
+static inline struct corio_fiber *run_peek(struct corio__shard *s)
+{
+	struct corio_fiber *f = s->run.q->head;
 
 	if (!s->run.last || !f)
 		return NULL;
-	s->runq_head = f->run_next;
-	if (!s->runq_head)
-		s->runq_tail = NULL;
+	if (CORIO__UNLIKELY(s->now >= s->run.end)) {
+		s->run.last = NULL;
+		s->run.cut = true;
+		return NULL;
+	}
+	return f;
+}
+
+/* Take f, which run_peek() gave, off the queue. */
+static inline void run_take(struct corio__shard *s, struct corio_fiber *f)
+{
+	struct corio__runq *q = s->run.q;
+
+	q->head = f->run_next;
+	if (!q->head) {
+		q->tail = NULL;
+		s->runq_active &= ~(1u << f->cls);
+	}
 	f->flags &= ~CORIO__FF_QUEUED;
 	if (f == s->run.last || !--s->run.budget)
 		s->run.last = NULL;
-	return f;
+	waited(s, f);
 }
 
 /* Scheduler side: run f until control comes back to the loop, which may be
@@ -201,33 +225,39 @@ static void switch_to(struct corio__shard *s, struct corio_fiber *f)
 #endif
 	corio__ctx_switch(&s->sched_ctx, &f->ctx);
 	CORIO__ASAN_FINISH(s->sched_asan_fake, NULL, NULL);
-	f = s->current; /* the fiber that gave the CPU back */
+	f = s->current; /* the fiber that gave the CPU back (it read the tick) */
 	s->current = NULL;
-	ran(s, f);
 	if (f->state == CORIO__F_DONE)
 		corio__fiber_reap(s, f);
 }
 
 bool corio__run_fibers(struct corio__shard *s)
 {
-	struct corio__loopstat *sp = &s->ls;
+	uint32_t active = s->runq_active;
+	struct corio__class *c;
 	struct corio_fiber *f;
+	unsigned id;
+	uint64_t t0;
 
-	if (!s->runq_head)
+	if (!active)
 		return false;
-	s->run.last = s->runq_tail;
-	s->run.budget = s->rt->cfg.run_budget;
+	/* one class with work (the common case): no pick */
+	id = CORIO__LIKELY(!(active & (active - 1))) ? (unsigned)__builtin_ctz(active)
+						      : corio__sched_pick(s, active);
+	s->sched_seen = active;
+	c = &s->cls[id];
+	s->run.q = &s->runq[id];
+	s->run.c = c;
+	s->run.last = s->run.q->tail;
+	s->run.budget = s->run.budget0;
 	s->run.stalled = false;
-	s->run.timed = sp->stall_ticks != UINT64_MAX;
-	s->run.coarse = sp->stall_coarse;
-	if (s->run.timed) {
-		/* The first fiber's time starts at the loop's last ring poll. */
-		/* coarse: trip a jiffy early, so that no wall time past
-		 * stall_ns goes unchecked; the CPU clock then decides */
-		s->run.limit = s->run.coarse ? s->rt->cfg.stall_ns - sp->coarse_res : sp->stall_ticks;
-		s->run.t = s->run.coarse ? corio__coarse_ns() : sp->last_poll;
-	}
-	while ((f = run_pop(s))) {
+	s->run.cut = false;
+	/* The run's time starts at the loop's last look at the ring (its
+	 * tick is s->now): the reap that made these fibers ready is theirs. */
+	t0 = s->run.t0 = s->now;
+	s->run.end = t0 + s->slice_ticks;
+	while ((f = run_peek(s))) {
+		run_take(s, f);
 		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED))
 			corio__fiber_end_unrun(s, f, -ECANCELED);
 		else
@@ -235,6 +265,13 @@ bool corio__run_fibers(struct corio__shard *s)
 		/* f may be back in the fiber pool: its name and id stay until
 		 * the next spawn reuses it. */
 	}
+	/* The class pays for the run: its CPU, its virtual time. */
+	t0 = s->now - s->run.t0;
+	c->vtime += t0 * c->vmul;
+	CORIO__STAT_ADD(c->st.cpu_t, t0);
+	CORIO__STAT_ADD(c->st.runs, 1);
+	if (CORIO__UNLIKELY(s->run.cut) && s->run.q->head)
+		CORIO__STAT_ADD(c->st.slices_cut, 1);
 	return s->run.stalled;
 }
 
@@ -242,11 +279,12 @@ bool corio__run_fibers(struct corio__shard *s)
  * if it has run before; else give it back to the scheduler. */
 static void leave(struct corio__shard *s, struct corio_fiber *f)
 {
-	struct corio_fiber *g = s->runq_head;
+	struct corio_fiber *g;
 
-	if (s->run.last && g && g->state != CORIO__F_NEW) {
-		ran(s, f);
-		run_pop(s);
+	ran(s, f);
+	g = run_peek(s);
+	if (g && g->state != CORIO__F_NEW) {
+		run_take(s, g);
 		g->state = CORIO__F_RUNNING;
 		if (g == f)
 			return; /* f yielded and is next: no switch */
@@ -284,6 +322,7 @@ static void fiber_end(struct corio_fiber *f)
 	f->state = CORIO__F_DONE;
 	if (f->joiner)
 		corio__ready(f->joiner, 0);
+	ran(s, f);
 	/* Final switch: NULL tells ASan this stack's fake frames can go. */
 	CORIO__ASAN_START(NULL, s->sched_stack_bottom, s->sched_stack_size);
 #if CORIO__TSAN
@@ -495,8 +534,12 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 	if (opts) {
 		if (opts->flags)
 			return corio__error(-EINVAL, "corio_spawn: unknown flags 0x%x", opts->flags);
-		if (opts->reserved)
-			return corio__error(-EINVAL, "corio_spawn: reserved is not zero");
+		if (opts->sched_class) {
+			int ret = corio__class_use(s, opts->sched_class, "corio_spawn");
+
+			if (ret)
+				return ret;
+		}
 		if (opts->stack_size &&
 		    (opts->stack_size < CORIO__STACK_MIN || opts->stack_size > CORIO__STACK_MAX))
 			return corio__error(-EINVAL,
@@ -518,6 +561,7 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 	f->unrun_ctx[0] = ctx0;
 	f->unrun_ctx[1] = ctx1;
 	f->stack_req = opts ? corio__stack_round(opts->stack_size) : 0;
+	f->cls = opts ? (uint8_t)opts->sched_class : 0;
 	if (opts && opts->name) {
 		strncpy(f->name, opts->name, sizeof(f->name) - 1);
 	}

@@ -74,7 +74,7 @@ struct corio__shard;
 struct corio_fiber {
 	struct corio__ctx ctx;
 	struct corio__shard *shard;
-	struct corio_fiber *run_next;            /* run queue          */
+	struct corio_fiber *run_next;            /* its class's run queue */
 	struct corio_fiber *wq_next, *wq_prev;   /* a corio_waitq      */
 	struct corio_waitq *wq;                  /* the waitq parked on */
 	struct corio_fiber *all_next, *all_prev; /* shard's live list  */
@@ -104,6 +104,8 @@ struct corio_fiber {
 	int wake_res;
 	uint8_t state;
 	uint8_t flags;
+	uint8_t cls;       /* scheduling class (core/sched.c)      */
+	uint64_t ready_t;  /* tick it was last made ready (queue delay) */
 	void *stack_map;   /* mmap base (the guard first) */
 	void *stack_lo;    /* lowest usable byte, just above the guard */
 	size_t stack_size; /* usable bytes above the guard */
@@ -186,6 +188,10 @@ extern const struct corio__part corio__work_part;  /* core/work.c  */
 struct corio__tick_cal {
 	int tsc;       /* 1: rdtsc / cntvct; 0: CLOCK_MONOTONIC ns */
 	uint64_t mult; /* ns = ticks * mult >> 32 */
+	/* corio__tick_bucket(): by tick octave, its first bucket and the
+	 * first tick of the next one (core/stats.c) */
+	uint8_t hb[64];
+	uint64_t ht[64];
 };
 extern struct corio__tick_cal corio__tick_cal;
 /* Idempotent, thread-safe: 0, or -EINVAL (corio__error) for a bad CORIO_CLOCK. */
@@ -245,16 +251,24 @@ static inline unsigned corio__hist_bucket(uint64_t ns)
 	return b < CORIO_STATS_HIST_BUCKETS ? b : CORIO_STATS_HIST_BUCKETS - 1;
 }
 
+/* corio__hist_bucket(corio__ticks_ns(t)), exactly, in a few instructions
+ * (a table built at calibration). */
+static inline unsigned corio__tick_bucket(uint64_t t)
+{
+	unsigned e = 63u - (unsigned)__builtin_clzll(t | 1);
+
+	return corio__tick_cal.hb[e] + (t >= corio__tick_cal.ht[e]);
+}
+
 struct corio__loopstat {
 	uint64_t last_poll;   /* tick: the loop's last look at the ring          */
 	uint64_t stall_ticks; /* config stall_ns in ticks; UINT64_MAX: off        */
-	/* Per-fiber stall timing reads CLOCK_MONOTONIC_COARSE (~2 ns, vs ~4.5
-	 * ns for rdtsc in bench-core's VM) when stall_ns is at least 2 of its
-	 * resolution (a jiffy); else the tick clock. The wall time it gives
-	 * only decides when to read the CPU clock, so it may be a jiffy off:
-	 * the check trips a jiffy early, and the report allows for it. */
-	bool stall_coarse;
-	uint64_t coarse_res;  /* ns: CLOCK_MONOTONIC_COARSE's resolution        */
+	/* busy_ns, gap_ns, turn_max_ns, gap_max_ns of corio_stats, in ticks
+	 * (written by the shard, relaxed; corio_stats_get converts) */
+	uint64_t busy_t, gap_t, turn_max_t, gap_max_t;
+	/* Per-fiber stall timing reads the tick at every switch while a run
+	 * lasts (core/fiber.c): the same read times the class's slice and
+	 * the next fiber's queue delay. */
 	uint64_t warn_after;  /* ns: no warning before this (rate limit)          */
 	uint64_t suppressed;  /* warnings not printed since the last one          */
 	uint64_t daemons;     /* live fibers that do not keep the runtime running */
@@ -282,6 +296,35 @@ struct corio__loopstat {
 	bool read_gap;
 };
 
+/* ---- scheduling classes (core/sched.c) ------------------------------------- */
+struct corio__runq {
+	struct corio_fiber *head, *tail;
+};
+struct corio__class {
+	uint64_t vtime;  /* virtual time: ticks run * vmul (compared wrapping) */
+	uint64_t vmul;   /* CORIO__VSCALE / shares                             */
+	uint64_t vslice; /* one slice in its virtual time                      */
+	unsigned shares, flags;
+	_Atomic bool live; /* set up on this shard (read by stats readers)     */
+	char name[24];
+	/* Accounting, written by the shard (relaxed), read by any thread
+	 * (corio_class_stats_get turns ticks into ns): durations are kept in
+	 * ticks, so the hot path converts nothing but the histogram's value. */
+	struct {
+		uint64_t cpu_t, runs, slices_cut, yields;
+		uint64_t wait_t, wait_max_t;
+		uint64_t wait_hist[CORIO_STATS_HIST_BUCKETS];
+	} st;
+};
+#define CORIO__VSCALE ((uint64_t)CORIO_CLASS_SHARES_MAX * 16)
+/* Shard start: the default class, the slice. */
+void corio__sched_init(struct corio__shard *s);
+/* Set up class id on s from the runtime's registry if it is not yet: 0,
+ * or -EINVAL with a message naming who (no such class). */
+int corio__class_use(struct corio__shard *s, unsigned id, const char *who);
+/* The class the next run takes (two or more have ready fibers). */
+unsigned corio__sched_pick(struct corio__shard *s, uint32_t active);
+
 /* ---- the shard ----------------------------------------------------------- */
 struct corio_rt;
 
@@ -294,19 +337,32 @@ struct corio__shard {
 	pthread_t thread;
 	pid_t tid;
 
-	/* scheduler */
+	/* scheduler: a run queue per class (core/sched.c has the model) */
 	struct corio__ctx sched_ctx;
 	struct corio_fiber *current;
-	struct corio_fiber *runq_head, *runq_tail;
-	/* This turn's run of the queue (core/fiber.c): while it lasts, a
+	struct corio__runq runq[CORIO_CLASS_MAX];
+	uint32_t runq_active;  /* classes whose run queue is not empty, 1 << id */
+	uint32_t cls_latency;  /* latency classes, 1 << id                      */
+	uint64_t now;          /* tick of the last switch or ring look: the
+	                          time a fiber made ready now is stamped with   */
+	uint64_t slice_ticks;  /* cfg.slice_us in ticks                         */
+	uint64_t vmin;         /* the shard's virtual time (core/sched.c)        */
+	uint32_t sched_seen;   /* runq_active when the last run began            */
+	/* This turn's run of one class (core/fiber.c): while it lasts, a
 	 * fiber that parks or yields hands the CPU straight to the next one. */
 	struct {
+		struct corio__runq *q;    /* the class's queue                          */
+		struct corio__class *c;   /* the class                                  */
 		struct corio_fiber *last; /* queued last when the turn began; NULL: run over */
 		unsigned budget;          /* fibers this run may still start            */
-		bool timed, coarse;       /* stall timing on; with the coarse clock     */
 		bool stalled;             /* a fiber ran past stall_ns (reported)       */
-		uint64_t t, limit;        /* clock at the last switch; stall limit      */
+		bool cut;                 /* its slice ended it, fibers still ready     */
+		uint64_t t0, end;         /* tick it began (s->now is the tick at the
+		                             last switch); its slice ends at end      */
+		uint64_t limit;           /* stall_ns in ticks (UINT64_MAX: off)        */
+		unsigned budget0;         /* cfg.run_budget                             */
 	} run;
+	struct corio__class cls[CORIO_CLASS_MAX];
 	struct corio_fiber *all; /* live fibers, for shutdown */
 	uint64_t ops_inflight;   /* kernel ops whose final CQE is pending */
 	uint64_t next_fiber_id;
@@ -430,6 +486,14 @@ struct corio_rt {
 	unsigned setup_left; /* cfg.setup: shards whose setup has not returned */
 	int setup_err;       /* the first negative value a setup returned */
 	/* corio__rt_memo(): values made once per runtime, under lock */
+	/* scheduling classes: names and the first creator's shares and flags,
+	 * appended under lock; ncls published with a release store, and an
+	 * entry below it never changes again (core/sched.c) */
+	struct corio__class_reg {
+		char name[24];
+		unsigned shares, flags;
+	} cls_reg[CORIO_CLASS_MAX];
+	_Atomic unsigned ncls;
 	struct corio__memo {
 		char key[120];
 		size_t size;
@@ -502,11 +566,16 @@ static inline void corio__ready(struct corio_fiber *f, int res)
 	if (f->state != CORIO__F_NEW)
 		f->state = CORIO__F_READY;
 	f->run_next = NULL;
-	if (s->runq_tail)
-		s->runq_tail->run_next = f;
-	else
-		s->runq_head = f;
-	s->runq_tail = f;
+	f->ready_t = s->now;
+	struct corio__runq *q = &s->runq[f->cls];
+
+	if (q->tail) {
+		q->tail->run_next = f;
+	} else {
+		q->head = f;
+		s->runq_active |= 1u << f->cls;
+	}
+	q->tail = f;
 }
 /* Park until corio__ready(), bounded by the fiber's deadline scope:
  * -ETIMEDOUT at once if it has passed, or when it passes while parked. The

@@ -211,24 +211,23 @@ static bool parts_busy(struct corio__shard *s)
 static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t turn_t,
 		    uint64_t gap_t, bool fiber_stalled)
 {
-	uint64_t turn = corio__ticks_ns(turn_t), gap = turn;
-	unsigned tb = corio__hist_bucket(turn), gb = tb;
+	unsigned tb = corio__tick_bucket(turn_t), gb = tb;
 
-	if (gap_t != turn_t) { /* a busy turn's submit syscall was timed apart */
-		gap = corio__ticks_ns(gap_t);
-		gb = corio__hist_bucket(gap);
-	}
-
-	CORIO__STAT_ADD(s->stats.busy_ns, turn);
-	CORIO__STAT_ADD(s->stats.gap_ns, gap);
+	/* in ticks: corio_stats_get turns them into ns for the reader */
+	CORIO__STAT_ADD(sp->busy_t, turn_t);
+	CORIO__STAT_ADD(sp->gap_t, gap_t);
+	if (gap_t != turn_t) /* a busy turn's submit syscall was timed apart */
+		gb = corio__tick_bucket(gap_t);
 	CORIO__STAT_ADD(s->stats.turn_hist[tb], 1);
 	CORIO__STAT_ADD(s->stats.gap_hist[gb], 1);
-	if (CORIO__UNLIKELY(turn > s->stats.turn_max_ns))
-		CORIO__STAT_SET(s->stats.turn_max_ns, turn);
-	if (CORIO__UNLIKELY(gap > s->stats.gap_max_ns))
-		CORIO__STAT_SET(s->stats.gap_max_ns, gap);
+	if (CORIO__UNLIKELY(turn_t > sp->turn_max_t)) {
+		/* a gap is never longer than its turn (it leaves out the submit) */
+		CORIO__STAT_SET(sp->turn_max_t, turn_t);
+		if (gap_t > sp->gap_max_t)
+			CORIO__STAT_SET(sp->gap_max_t, gap_t);
+	}
 	if (CORIO__UNLIKELY(turn_t > sp->stall_ticks) && !fiber_stalled)
-		corio__stall_report(s, NULL, turn, 0);
+		corio__stall_report(s, NULL, corio__ticks_ns(turn_t), 0);
 }
 
 /* Nothing is runnable: hand SQEs to the kernel and wait per the idle
@@ -246,7 +245,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 				   ? UINT64_MAX
 				   : t0 + corio__ns_ticks(corio__ns_mul_sat(cfg->spin_us, CORIO__NS_PER_US));
 		for (;;) {
-			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_head ||
+			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_active ||
 			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
 				goto out;
 			if (corio__tick() >= spin_end)
@@ -268,7 +267,7 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	 * after every fiber and completion that could give them work. */
 	for (unsigned i = 0; i < s->rt->nsleeps; i++)
 		s->rt->sleeps[i](s);
-	if (s->runq_head || parts_pending(s))
+	if (s->runq_active || parts_pending(s))
 		goto submit;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
@@ -290,7 +289,7 @@ submit:
 	if (!blocked)
 		corio__ring_poll(&s->ring);
 out:
-	sp->last_poll = corio__tick();
+	s->now = sp->last_poll = corio__tick();
 	/* Clear the mark before adding: a reader that sees the new idle_ns
 	 * (acquire) then sees no mark, so it never counts this period twice. */
 	__atomic_store_n(&sp->idle_from, 0, __ATOMIC_RELEASE);
@@ -314,7 +313,7 @@ static void busy_poll(struct corio__shard *s, struct corio__loopstat *sp, bool f
 		t0 = t1 = corio__tick();
 	}
 	account(s, sp, t1 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
-	sp->last_poll = t1;
+	s->now = sp->last_poll = t1;
 }
 
 void corio__loop(struct corio__shard *s)
@@ -324,7 +323,7 @@ void corio__loop(struct corio__shard *s)
 	unsigned n;
 	bool woke, stalled;
 
-	sp->last_poll = corio__tick();
+	s->now = sp->last_poll = corio__tick();
 	for (;;) {
 		if (CORIO__UNLIKELY(!s->stopping &&
 				    atomic_load_explicit(&rt->stopping, memory_order_relaxed)))
@@ -335,11 +334,11 @@ void corio__loop(struct corio__shard *s)
 			corio__cpu_base(s);
 		stalled = corio__run_fibers(s);
 		parts_poll(s);
-		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_head &&
+		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_active &&
 		    !parts_busy(s))
 			break;
 		woke = false;
-		if (s->runq_head)
+		if (s->runq_active)
 			busy_poll(s, sp, stalled);
 		else
 			woke = idle_wait(s, sp, stalled);

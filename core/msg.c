@@ -115,7 +115,14 @@
 #define GATHER_WAVE 16u /* calls a gather keeps in flight (records on the stack) */
 
 enum { KIND_POST = 0, KIND_CALL = 1, KIND_SPAWN = 2 };
-#define AUX(kind, sender) (((uint64_t)(sender) << 2) | (uint64_t)(kind))
+/* a slot's aux word: the sender, the scheduling class the work runs in on
+ * the target (corio/sched.h; 0: the default, and a post's fn on the loop),
+ * the kind */
+#define AUX(kind, sender, cls) \
+	(((uint64_t)(sender) << 8) | ((uint64_t)(cls) << 2) | (uint64_t)(kind))
+#define AUX_SENDER(aux) ((unsigned)((aux) >> 8))
+#define AUX_CLASS(aux)  ((unsigned)((aux) >> 2) & 63u)
+_Static_assert(CORIO_CLASS_MAX <= 64, "a class id fits in aux");
 
 struct slot {
 	_Atomic uint64_t seq;
@@ -150,6 +157,7 @@ struct call {
 	_Atomic int state;   /* CALL_*: the caller drops, or the target starts */
 	bool answered;       /* home: the reply was taken */
 	uint64_t deadline_ns; /* the caller's deadline scope, applied to fn */
+	unsigned cls;         /* the scheduling class fn runs in on the target */
 	struct corio__shard *home;
 	struct callwait *wait; /* home: NULL once the caller left */
 };
@@ -277,6 +285,7 @@ struct msgin {
 	void *arg;
 	void (*release)(void *);
 	unsigned kind;
+	unsigned cls; /* scheduling class on the target */
 };
 
 /* Our doorbell to op->data failed inside the kernel after the submit (its
@@ -301,7 +310,7 @@ static int send_try(struct corio__shard *s, unsigned to, const struct msgin *mi,
 {
 	struct corio__shard *t = s->rt->shards[to];
 	struct peer_stats *ps = &part(s)->peers[to];
-	int ret = push(part(t), mi->fn, mi->arg, mi->release, AUX(mi->kind, s->id), NULL);
+	int ret = push(part(t), mi->fn, mi->arg, mi->release, AUX(mi->kind, s->id, mi->cls), NULL);
 
 	if (CORIO__UNLIKELY(ret)) {
 		if (ret == -EAGAIN && count_full)
@@ -386,6 +395,17 @@ static struct corio__shard *blocking_sender(const char *who, unsigned to, const 
 	return s;
 }
 
+/* A class named by a sender: one the runtime has (any shard may create it;
+ * the target sets it up when the work arrives, corio__class_use). */
+static int class_ok(struct corio__shard *s, const char *who, unsigned cls)
+{
+	if (CORIO__LIKELY(!cls))
+		return 0;
+	if (cls < CORIO_CLASS_MAX && cls < atomic_load_explicit(&s->rt->ncls, memory_order_acquire))
+		return 0;
+	return corio__error(-EINVAL, "%s: no scheduling class %u (corio_class_create)", who, cls);
+}
+
 int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 {
 	int err;
@@ -394,6 +414,19 @@ int corio_post(unsigned shard, void (*fn)(void *), void *arg)
 	if (CORIO__UNLIKELY(!s))
 		return err;
 	return send_try(s, shard, &(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST }, true);
+}
+
+int corio_post_class(unsigned shard, unsigned cls, void (*fn)(void *), void *arg)
+{
+	int err;
+	struct corio__shard *s = sender("corio_post_class", shard, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	if ((err = class_ok(s, "corio_post_class", cls)))
+		return err;
+	return send_try(s, shard,
+			&(struct msgin){ .fn = fn, .arg = arg, .kind = KIND_POST, .cls = cls }, true);
 }
 
 int corio_post_wait(unsigned shard, void (*fn)(void *), void *arg)
@@ -413,7 +446,7 @@ static void token_put(struct corio_rt *rt)
 		corio_stop(rt);
 }
 
-static int spawn_on(const char *who, unsigned shard, int (*fn)(void *), void *arg,
+static int spawn_on(const char *who, unsigned shard, unsigned cls, int (*fn)(void *), void *arg,
 		    void (*release)(void *), unsigned flags)
 {
 	int err;
@@ -425,12 +458,14 @@ static int spawn_on(const char *who, unsigned shard, int (*fn)(void *), void *ar
 	 * back before the call (C11 6.3.2.3p8); the detour through
 	 * void (*)(void) tells gcc the cast is deliberate. */
 	struct msgin mi = { .fn = (void (*)(void *))(void (*)(void))fn, .arg = arg,
-			    .release = release, .kind = KIND_SPAWN };
+			    .release = release, .kind = KIND_SPAWN, .cls = cls };
 
 	if (CORIO__UNLIKELY(!s))
 		return err;
 	if (bad)
 		return corio__error(-EINVAL, "%s: unknown flags 0x%x", who, flags);
+	if ((err = class_ok(s, who, cls)))
+		return err;
 	atomic_fetch_add(&s->rt->busy_shards, 1);
 	err = (flags & CORIO_SPAWN_ON_WAIT) ? send_wait(s, shard, &mi) : send_try(s, shard, &mi, true);
 	if (err)
@@ -441,17 +476,23 @@ static int spawn_on(const char *who, unsigned shard, int (*fn)(void *), void *ar
 int corio_spawn_on_ex(unsigned shard, int (*fn)(void *), void *arg, void (*release)(void *),
 		      unsigned flags)
 {
-	return spawn_on("corio_spawn_on_ex", shard, fn, arg, release, flags);
+	return spawn_on("corio_spawn_on_ex", shard, 0, fn, arg, release, flags);
+}
+
+int corio_spawn_on_class(unsigned shard, unsigned cls, int (*fn)(void *), void *arg,
+			 void (*release)(void *), unsigned flags)
+{
+	return spawn_on("corio_spawn_on_class", shard, cls, fn, arg, release, flags);
 }
 
 int corio_spawn_on(unsigned shard, int (*fn)(void *), void *arg)
 {
-	return spawn_on("corio_spawn_on", shard, fn, arg, NULL, 0);
+	return spawn_on("corio_spawn_on", shard, 0, fn, arg, NULL, 0);
 }
 
 int corio_spawn_on_wait(unsigned shard, int (*fn)(void *), void *arg)
 {
-	return spawn_on("corio_spawn_on_wait", shard, fn, arg, NULL, CORIO_SPAWN_ON_WAIT);
+	return spawn_on("corio_spawn_on_wait", shard, 0, fn, arg, NULL, CORIO_SPAWN_ON_WAIT);
 }
 
 int corio_broadcast(void (*fn)(void *), void *arg)
@@ -484,7 +525,7 @@ int corio_post_foreign(struct corio_rt *rt, unsigned shard, void (*fn)(void *), 
 	/* Once our message is published the target may consume it, stop and
 	 * free its ring: after the push only the shard struct (sleeping, efd),
 	 * which lives until corio_wait(), is touched. */
-	ret = push(tm, fn, arg, NULL, AUX(KIND_POST, rt->nshards), &tm->foreign_sent);
+	ret = push(tm, fn, arg, NULL, AUX(KIND_POST, rt->nshards, 0), &tm->foreign_sent);
 	if (ret) {
 		if (ret == -EAGAIN)
 			atomic_fetch_add_explicit(&tm->foreign_full, 1, memory_order_relaxed);
@@ -583,7 +624,7 @@ static void call_unrun(struct corio_fiber *f)
 
 static void call_start(struct msg *m, struct call *c)
 {
-	struct corio_spawn_opts o = { .name = "corio_call" };
+	struct corio_spawn_opts o = { .name = "corio_call", .sched_class = c->cls };
 	int ret = corio__spawn_unrun(call_main, c, &o, NULL, call_unrun, 0, 0);
 
 	if (ret) {
@@ -655,15 +696,18 @@ static int call_send(struct corio__shard *s, unsigned to, struct call *c, struct
 	return ret;
 }
 
-int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *result)
+static int call_in(const char *who, unsigned shard, unsigned cls, intptr_t (*fn)(void *),
+		   void *arg, intptr_t *result)
 {
 	int err;
-	struct corio__shard *s = blocking_sender("corio_call", shard, (const void *)fn, &err);
+	struct corio__shard *s = blocking_sender(who, shard, (const void *)fn, &err);
 	struct callwait cw;
 	struct call *c;
 	struct msg *m;
 
 	if (CORIO__UNLIKELY(!s))
+		return err;
+	if ((err = class_ok(s, who, cls)))
 		return err;
 	m = part(s);
 	c = call_get(m);
@@ -671,6 +715,7 @@ int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *resu
 		return -ENOMEM;
 	cw.fiber = s->current;
 	cw.pending = 0;
+	c->cls = cls;
 	c->fn = fn;
 	c->arg = arg;
 	c->result = 0;
@@ -689,6 +734,17 @@ int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *resu
 		*result = c->result;
 	call_put(m, c);
 	return err;
+}
+
+int corio_call(unsigned shard, intptr_t (*fn)(void *), void *arg, intptr_t *result)
+{
+	return call_in("corio_call", shard, 0, fn, arg, result);
+}
+
+int corio_call_class(unsigned shard, unsigned cls, intptr_t (*fn)(void *), void *arg,
+		     intptr_t *result)
+{
+	return call_in("corio_call_class", shard, cls, fn, arg, result);
 }
 
 int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
@@ -721,6 +777,7 @@ int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 				st[i] = late ? -ETIMEDOUT : -ENOMEM;
 				continue;
 			}
+			c[i]->cls = 0;
 			c[i]->fn = fn;
 			c[i]->arg = arg;
 			c[i]->result = 0;
@@ -777,22 +834,50 @@ static void spawn_unrun(struct corio_fiber *f)
 		     (void (*)(void *))f->unrun_ctx[0], f->arg);
 }
 
+/* corio_post_class: fn runs in a fiber of its class. Exactly once: if the
+ * fiber cannot be had, or ends before it ran (the shard stops), fn runs on
+ * the loop instead, as an unclassed post would. */
+static int post_main(void *arg)
+{
+	void (*fn)(void *) = (void (*)(void *))corio__self()->unrun_ctx[0];
+
+	fn(arg);
+	return 0;
+}
+
+static void post_unrun(struct corio_fiber *f)
+{
+	((void (*)(void *))f->unrun_ctx[0])(f->arg);
+}
+
+static void post_in_class(void (*fn)(void *), void *arg, unsigned cls)
+{
+	struct corio_spawn_opts o = { .name = "corio_post", .sched_class = cls };
+
+	if (corio__spawn_unrun(post_main, arg, &o, NULL, post_unrun, (uintptr_t)fn, 0))
+		fn(arg);
+}
+
 static void run_one(struct msg *m, void (*fn)(void *), void *arg, void (*release)(void *),
 		    uint64_t aux)
 {
 	switch (aux & 3) {
 	case KIND_POST:
-		fn(arg);
+		if (CORIO__LIKELY(!AUX_CLASS(aux)))
+			fn(arg);
+		else
+			post_in_class(fn, arg, AUX_CLASS(aux));
 		break;
 	case KIND_CALL:
 		call_start(m, arg);
 		break;
 	case KIND_SPAWN: {
 		int (*sfn)(void *) = (int (*)(void *))(void (*)(void))fn;
+		struct corio_spawn_opts o = { .sched_class = AUX_CLASS(aux) };
 
-		if (corio__spawn_unrun(sfn, arg, NULL, NULL, spawn_unrun, (uintptr_t)release,
-				       (uintptr_t)(aux >> 2)))
-			spawn_failed(m, (unsigned)(aux >> 2), release, arg); /* stopping, or no memory */
+		if (corio__spawn_unrun(sfn, arg, &o, NULL, spawn_unrun, (uintptr_t)release,
+				       (uintptr_t)AUX_SENDER(aux)))
+			spawn_failed(m, AUX_SENDER(aux), release, arg); /* stopping, or no memory */
 		token_put(m->s->rt);
 		break;
 	}
@@ -843,7 +928,7 @@ static unsigned drain(struct msg *m)
 		atomic_store_explicit(&sl->seq, head + m->cap, memory_order_release);
 		m->head = ++head;
 		n++;
-		CORIO__STAT_ADD(m->peers[aux >> 2].received, 1);
+		CORIO__STAT_ADD(m->peers[AUX_SENDER(aux)].received, 1);
 		run_one(m, fn, arg, release, aux);
 	}
 	if (n) {

@@ -272,6 +272,7 @@ static int shard_setup(struct corio__shard *s)
 	ret = corio__loopstat_init(s);
 	if (ret)
 		return ret;
+	corio__sched_init(s);
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++) {
 		const struct corio__part *p = rt->parts[i];
 
@@ -579,6 +580,10 @@ static int rt_new(const struct corio_config *cfg, const struct corio__part *cons
 	rt->entry_arg = arg;
 	atomic_init(&rt->busy_shards, n);
 	pthread_mutex_init(&rt->lock, NULL);
+	/* class 0, the default class: every shard sets it up at start */
+	strcpy(rt->cls_reg[0].name, "default");
+	rt->cls_reg[0].shares = 100;
+	atomic_init(&rt->ncls, 1);
 	pthread_cond_init(&rt->cond, NULL);
 	if (rt_arrays_new(rt, n) || corio__pool_new(rt, mask)) {
 		rt_free(rt);

@@ -77,11 +77,56 @@ static unsigned clock_choice(char *err, size_t len)
 	return corio__env_choice("CORIO_CLOCK", clock_words, &c, err, len) < 0 ? UINT32_MAX : c;
 }
 
+static void calibrate_clock(unsigned env);
+
+/*
+ * The histogram bucket of a duration in ticks, without turning it into ns
+ * (corio__tick_bucket): a tick octave [2^e, 2^(e+1)) spans one octave of
+ * ns, which holds at most one bucket boundary. hb[e] is the bucket of its
+ * first tick, ht[e] the first tick of the octave in the next bucket
+ * (UINT64_MAX: none). Exact: ht is found against corio__ticks_ns itself.
+ */
+static void bucket_table(void)
+{
+	struct corio__tick_cal *c = &corio__tick_cal;
+
+	for (unsigned e = 0; e < 64; e++) {
+		uint64_t lo = 1ull << e, hi = e == 63 ? UINT64_MAX : (lo << 1) - 1, t;
+		unsigned b = corio__hist_bucket(corio__ticks_ns(lo));
+		uint64_t edge;
+
+		c->hb[e] = (uint8_t)b;
+		c->ht[e] = UINT64_MAX;
+		if (b >= CORIO_STATS_HIST_BUCKETS - 1)
+			continue;
+		edge = 1ull << (b + 8); /* the first ns of bucket b + 1 */
+		if (corio__ticks_ns(hi) < edge)
+			continue;
+		/* the least t in [lo, hi] with ticks_ns(t) >= edge */
+		t = lo;
+		for (uint64_t z = hi; t < z;) {
+			uint64_t m = t + (z - t) / 2;
+
+			if (corio__ticks_ns(m) >= edge)
+				z = m;
+			else
+				t = m + 1;
+		}
+		c->ht[e] = t;
+	}
+}
+
 static void calibrate(void)
 {
 	char why[8];
 	unsigned env = clock_choice(why, sizeof(why)); /* checked by corio__tick_calibrate */
 
+	calibrate_clock(env);
+	bucket_table();
+}
+
+static void calibrate_clock(unsigned env)
+{
 	if (env == CLOCK_MONOTONIC_ONLY)
 		return;
 #if defined(__x86_64__)
@@ -158,15 +203,11 @@ int corio__loopstat_init(struct corio__shard *s)
 {
 	struct corio__loopstat *sp = &s->ls;
 	uint64_t stall_ns = s->rt->cfg.stall_ns;
-	struct timespec res;
 
 	if (stats_test_env(s) < 0)
 		return -EINVAL;
 	sp->stall_ticks = stall_ns ? corio__ns_ticks(stall_ns) : UINT64_MAX;
 	sp->refresh_ticks = stall_ns ? corio__ns_ticks(stall_ns / 4) : UINT64_MAX;
-	sp->stall_coarse = stall_ns && !clock_getres(CLOCK_MONOTONIC_COARSE, &res) &&
-			   stall_ns >= 2 * corio__ts_ns(&res);
-	sp->coarse_res = sp->stall_coarse ? corio__ts_ns(&res) : 0;
 	if (stall_ns)
 		corio__cpu_base(s);
 	return 0;
@@ -268,7 +309,7 @@ bool corio__stall_report(struct corio__shard *s, const struct corio_fiber *f, ui
 	/* Past stall_ns in wall time but not on CPU: the shard was held off
 	 * its CPU (preempted, or a fiber blocked in a system call outside the
 	 * ring). Not a stall of the code that ran, but worth a line - when the
-	 * wall time surely passed stall_ns (the coarse clock trips early). */
+	 * wall time surely passed stall_ns. */
 	if (wall_ns < s->rt->cfg.stall_ns + slack_ns)
 		return false;
 	if (!log_due(&sp->offcpu_after, &sp->offcpu_suppressed, &more))
@@ -341,6 +382,10 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 	out->sq_full = __atomic_load_n(&s->ring.cnt.sq_full, __ATOMIC_RELAXED);
 	out->cq_overflow = __atomic_load_n(&s->ring.cnt.cq_overflow, __ATOMIC_RELAXED);
 	out->cqe_dropped = __atomic_load_n(&s->ring.cnt.cqe_dropped, __ATOMIC_RELAXED);
+	out->busy_ns = corio__ticks_ns(__atomic_load_n(&s->ls.busy_t, __ATOMIC_RELAXED));
+	out->gap_ns = corio__ticks_ns(__atomic_load_n(&s->ls.gap_t, __ATOMIC_RELAXED));
+	out->turn_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.turn_max_t, __ATOMIC_RELAXED));
+	out->gap_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.gap_max_t, __ATOMIC_RELAXED));
 	if (s != corio__tl_shard) {
 		/* An idle period in progress (the shard may be blocked for
 		 * hours): count it up to now. Read after idle_ns, see loop.c. */

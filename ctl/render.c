@@ -31,6 +31,8 @@ struct snap {
 	struct corio__ctl_stats ctl;
 	uint64_t doorbells_in;  /* eventfd + MSG_RING doorbells from peers */
 	uint64_t lateness_p50, lateness_p99, lateness_p999;
+	unsigned ncls; /* scheduling classes of the runtime (ids 0..ncls-1) */
+	struct corio_class_stats cls[CORIO_CLASS_MAX];
 };
 
 static int snap_take(struct corio_rt *rt, unsigned i, unsigned n, struct snap *sn)
@@ -61,6 +63,10 @@ static int snap_take(struct corio_rt *rt, unsigned i, unsigned n, struct snap *s
 		if (p != i && !corio_msg_stats_get(rt, p, i, &m))
 			sn->doorbells_in += m.doorbells;
 	}
+	sn->ncls = atomic_load_explicit(&corio__rt_or_own(rt)->ncls, memory_order_acquire);
+	for (unsigned c = 0; c < sn->ncls; c++)
+		if (corio_class_stats_get(rt, i, c, &sn->cls[c]))
+			memset(&sn->cls[c], 0, sizeof(sn->cls[c]));
 	sn->lateness_p50 = corio_timer_lateness_quantile(&sn->timer, 0.5);
 	sn->lateness_p99 = corio_timer_lateness_quantile(&sn->timer, 0.99);
 	sn->lateness_p999 = corio_timer_lateness_quantile(&sn->timer, 0.999);
@@ -228,6 +234,29 @@ static void snap_add(struct snap *tot, const struct snap *sn)
 		tot->core.turn_hist[b] += sn->core.turn_hist[b];
 		tot->core.gap_hist[b] += sn->core.gap_hist[b];
 	}
+	/* classes by id: a class is the same on every shard */
+	tot->ncls = sn->ncls > tot->ncls ? sn->ncls : tot->ncls;
+	for (unsigned c = 0; c < sn->ncls; c++) {
+		struct corio_class_stats *t = &tot->cls[c];
+		const struct corio_class_stats *x = &sn->cls[c];
+
+		if (!t->name[0]) {
+			memcpy(t->name, x->name, sizeof(t->name));
+			t->id = x->id;
+			t->flags = x->flags;
+		}
+		t->shares += x->shares;
+		t->cpu_ns += x->cpu_ns;
+		t->runs += x->runs;
+		t->fibers_run += x->fibers_run;
+		t->slices_cut += x->slices_cut;
+		t->yields += x->yields;
+		t->wait_ns += x->wait_ns;
+		if (x->wait_max_ns > t->wait_max_ns)
+			t->wait_max_ns = x->wait_max_ns;
+		for (unsigned k = 0; k < CORIO_STATS_HIST_BUCKETS; k++)
+			t->wait_hist[k] += x->wait_hist[k];
+	}
 	for (unsigned k = 0; k < CORIO_FS_NKINDS; k++) {
 		tot->fs.kind[k].ops += sn->fs.kind[k].ops;
 		tot->fs.kind[k].bytes += sn->fs.kind[k].bytes;
@@ -285,6 +314,32 @@ static void json_hist(struct sb *b, const char *key, const uint64_t *h)
 	sb_printf(b, "]");
 }
 
+/* "classes": one object per scheduling class (corio/sched.h). In the
+ * totals, shares is the sum over shards. */
+static void json_classes(struct sb *b, const struct snap *sn, bool shard)
+{
+	sb_printf(b, ",\"classes\":[");
+	for (unsigned c = 0; c < sn->ncls; c++) {
+		const struct corio_class_stats *x = &sn->cls[c];
+
+		sb_printf(b, "%s{\"id\":%u,\"name\":\"%s\",\"latency\":%s,\"%s\":%u,"
+			  "\"cpu_ns\":%llu,\"runs\":%llu,\"fibers_run\":%llu,\"slices_cut\":%llu,"
+			  "\"yields\":%llu,\"wait_ns\":%llu,\"wait_max_ns\":%llu,"
+			  "\"wait_p99_ns\":%llu,\"wait_p999_ns\":%llu,",
+			  c ? "," : "", c, x->name, x->flags & CORIO_CLASS_LATENCY ? "true" : "false",
+			  shard ? "shares" : "shares_sum", x->shares,
+			  (unsigned long long)x->cpu_ns, (unsigned long long)x->runs,
+			  (unsigned long long)x->fibers_run, (unsigned long long)x->slices_cut,
+			  (unsigned long long)x->yields, (unsigned long long)x->wait_ns,
+			  (unsigned long long)x->wait_max_ns,
+			  (unsigned long long)corio_class_wait_quantile(x, 0.99),
+			  (unsigned long long)corio_class_wait_quantile(x, 0.999));
+		json_hist(b, "wait_hist", x->wait_hist);
+		sb_printf(b, "}");
+	}
+	sb_printf(b, "]");
+}
+
 static void json_shard(struct sb *b, const struct snap *sn, int shard)
 {
 	const char *group = NULL;
@@ -322,7 +377,9 @@ static void json_shard(struct sb *b, const struct snap *sn, int shard)
 			  fs_kinds[k], (unsigned long long)sn->fs.kind[k].ops,
 			  (unsigned long long)sn->fs.kind[k].bytes,
 			  (unsigned long long)sn->fs.kind[k].errors);
-	sb_printf(b, "}}}");
+	sb_printf(b, "}}");
+	json_classes(b, sn, shard >= 0);
+	sb_printf(b, "}");
 }
 
 static void render_json(struct sb *b, const struct snap *sn, unsigned n, const struct snap *tot)
@@ -379,6 +436,78 @@ static void prom_hist(struct sb *b, const char *name, const char *help, const st
 	}
 }
 
+/* Per scheduling class and shard, labelled with the class's name. */
+static void prom_classes(struct sb *b, const struct snap *sn, unsigned n)
+{
+	static const struct {
+		const char *name, *type, *help;
+		size_t off;
+		bool ns;
+	} cm[] = {
+		{ "corio_class_shares", "gauge", "The class's shares on the shard.",
+		  offsetof(struct corio_class_stats, shares), false },
+		{ "corio_class_cpu_seconds_total", "counter", "Time the class's fibers ran.",
+		  offsetof(struct corio_class_stats, cpu_ns), true },
+		{ "corio_class_runs_total", "counter", "Slices: loop turns that ran the class.",
+		  offsetof(struct corio_class_stats, runs), false },
+		{ "corio_class_fibers_run_total", "counter", "Fibers of the class resumed.",
+		  offsetof(struct corio_class_stats, fibers_run), false },
+		{ "corio_class_slices_cut_total", "counter",
+		  "Slices that ended with fibers of the class still ready.",
+		  offsetof(struct corio_class_stats, slices_cut), false },
+		{ "corio_class_yields_total", "counter", "corio_maybe_yield calls that yielded.",
+		  offsetof(struct corio_class_stats, yields), false },
+		{ "corio_class_queue_delay_max_seconds", "gauge",
+		  "Longest time a fiber of the class was ready before it ran.",
+		  offsetof(struct corio_class_stats, wait_max_ns), true },
+	};
+
+	for (size_t k = 0; k < sizeof(cm) / sizeof(cm[0]); k++) {
+		sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", cm[k].name, cm[k].help, cm[k].name,
+			  cm[k].type);
+		for (unsigned i = 0; i < n; i++)
+			for (unsigned c = 0; c < sn[i].ncls; c++) {
+				const char *p = (const char *)&sn[i].cls[c] + cm[k].off;
+				uint64_t v;
+
+				if (cm[k].off == offsetof(struct corio_class_stats, shares)) {
+					v = sn[i].cls[c].shares;
+				} else {
+					memcpy(&v, p, sizeof(v));
+				}
+				sb_printf(b, "%s{shard=\"%u\",class=\"%s\"} ", cm[k].name, i,
+					  sn[i].cls[c].name);
+				prom_num(b, v, cm[k].ns);
+			}
+	}
+	const char *qd = "corio_class_queue_delay_seconds";
+
+	sb_printf(b, "# HELP %s Time fibers of the class were ready before they ran.\n"
+		     "# TYPE %s histogram\n", qd, qd);
+	for (unsigned i = 0; i < n; i++)
+		for (unsigned c = 0; c < sn[i].ncls; c++) {
+			const struct corio_class_stats *x = &sn[i].cls[c];
+			uint64_t cum = 0;
+
+			for (unsigned k = 0; k < CORIO_STATS_HIST_BUCKETS; k++) {
+				uint64_t le = corio_stats_hist_bucket_ns(k);
+
+				cum += x->wait_hist[k];
+				if (le == UINT64_MAX)
+					sb_printf(b, "%s_bucket{shard=\"%u\",class=\"%s\",le=\"+Inf\"} "
+						  "%llu\n", qd, i, x->name, (unsigned long long)cum);
+				else
+					sb_printf(b, "%s_bucket{shard=\"%u\",class=\"%s\",le=\"%.9g\"} "
+						  "%llu\n", qd, i, x->name, (double)le / 1e9,
+						  (unsigned long long)cum);
+			}
+			sb_printf(b, "%s_sum{shard=\"%u\",class=\"%s\"} ", qd, i, x->name);
+			prom_num(b, x->wait_ns, true);
+			sb_printf(b, "%s_count{shard=\"%u\",class=\"%s\"} %llu\n", qd, i, x->name,
+				  (unsigned long long)cum);
+		}
+}
+
 static void render_prom(struct sb *b, const struct snap *sn, unsigned n)
 {
 	char name[96];
@@ -410,6 +539,7 @@ static void render_prom(struct sb *b, const struct snap *sn, unsigned n)
 		  n, offsetof(struct snap, core.turn_hist), offsetof(struct snap, core.busy_ns));
 	prom_hist(b, "corio_loop_poll_gap_seconds", "Gaps between two looks at the ring.", sn, n,
 		  offsetof(struct snap, core.gap_hist), offsetof(struct snap, core.gap_ns));
+	prom_classes(b, sn, n);
 	static const char *const what[3] = { "ops", "bytes", "errors" };
 	static const char *const whelp[3] = { "File calls completed.", "File bytes moved.",
 					      "File calls that failed." };
@@ -461,7 +591,8 @@ int corio_stats_render(struct corio_rt *rt, unsigned format, char **out, size_t 
 		}
 		snap_add(&tot, &sn[i]);
 	}
-	b.cap = 4096 + (size_t)n * (format == CORIO_STATS_JSON ? 3072 : 12288);
+	b.cap = 4096 + (size_t)n * (format == CORIO_STATS_JSON ? 3072 : 12288) +
+		(size_t)n * tot.ncls * (format == CORIO_STATS_JSON ? 512 : 4096);
 	b.p = malloc(b.cap);
 	if (!b.p) {
 		free(sn);

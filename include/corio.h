@@ -152,7 +152,12 @@ struct corio_config {
 	 * negative answer ("no such name") is kept min(this, 5 s). Taken
 	 * from reserved[0]: the struct keeps its size and layout.          */
 	unsigned resolve_ttl_ms;
-	unsigned reserved[2];     /* must be zero                                   */
+	/* The scheduling slice (corio/sched.h), in us: how long one class's
+	 * fibers may run before the loop serves completions, timers and the
+	 * other classes, and when corio_should_yield() turns true. 0: 500;
+	 * else 10..1,000,000. Taken from reserved[0].                     */
+	unsigned slice_us;
+	unsigned reserved[1];     /* must be zero                                   */
 	/* Signals a fiber may wait for with corio_signal_wait(), as a mask:
 	 * CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT). corio_start() blocks them in
 	 * every thread it creates and reads them through a signalfd on shard 0;
@@ -322,7 +327,9 @@ struct corio_spawn_opts {
 	                         rounded up to a page                          */
 	const char *name;     /* for stall and overflow reports; copied (23 ch) */
 	unsigned flags;       /* must be 0                                       */
-	unsigned reserved;    /* must be 0                                       */
+	unsigned sched_class; /* the class it runs in (corio/sched.h); 0: the
+	                         default class, not the spawner's. Was
+	                         reserved (must be 0) before classes existed  */
 	/* Optional: called once with arg, instead of fn, when the fiber ends
 	 * without ever having run (cancelled before it started, shutdown, no
 	 * stack could be mapped), so whatever arg owns (a socket, a record)
@@ -548,5 +555,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/work.h"   /* the blocking-work pool                      */
 #include "corio/stream.h" /* buffered streams over a transport           */
 #include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
+#include "corio/sched.h"  /* scheduling classes, should_yield          */
 
 #endif /* CORIO_H */

@@ -36,7 +36,7 @@
  */
 static bool direct_ok(struct corio__net *n)
 {
-	return n->send_direct && !n->shard->runq_head &&
+	return n->send_direct && !n->shard->runq_active &&
 	       !corio__ring_pending(&n->shard->ring);
 }
 

@@ -73,8 +73,8 @@ Test(config, reserved_must_be_zero)
 	struct corio_config cfg;
 
 	corio_config_init(&cfg);
-	cfg.reserved[1] = 1;
-	expect_einval(&cfg, "reserved[1]");
+	cfg.reserved[0] = 1;
+	expect_einval(&cfg, "reserved[0]");
 }
 
 Test(config, cpu_outside_affinity_mask)

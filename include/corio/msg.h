@@ -124,6 +124,24 @@ CORIO_API int corio_spawn_on_ex(unsigned shard, int (*fn)(void *arg), void *arg,
 				void (*release)(void *arg), unsigned flags);
 
 /*
+ * Cross-shard work in a scheduling class (corio/sched.h): as corio_call(),
+ * corio_spawn_on_ex() and corio_post(), with the work run on the target in
+ * class cls (an id from corio_class_create(); ids are the same on every
+ * shard, and a shard that has not used the class yet sets it up with the
+ * first creator's shares). corio_post_class() runs fn in a fiber of cls on
+ * the target, not on its loop, so fn may block there; if no fiber can be
+ * had for it (the target is stopping), fn runs on the target's loop
+ * instead: still exactly once. cls 0 is the default class (and
+ * corio_post_class(shard, 0, ...) is corio_post()). -EINVAL for a class
+ * that does not exist, besides each call's own errors.
+ */
+CORIO_API int corio_call_class(unsigned shard, unsigned cls, intptr_t (*fn)(void *arg), void *arg,
+			       intptr_t *result);
+CORIO_API int corio_spawn_on_class(unsigned shard, unsigned cls, int (*fn)(void *arg), void *arg,
+				   void (*release)(void *arg), unsigned flags);
+CORIO_API int corio_post_class(unsigned shard, unsigned cls, void (*fn)(void *arg), void *arg);
+
+/*
  * corio_post_wait(fn, arg) to every shard, this one included, in shard
  * order. Returns how many shards it was queued on: corio_shard_count()
  * unless the caller was cancelled, its deadline scope passed (it stops

@@ -13,7 +13,7 @@
 #   AREA      make bench-AREA: echo, httpd, kv (every case of that driver),
 #             instr (instructions per message under callgrind),
 #             micro (every micro-benchmark), or one micro-benchmark by name:
-#             core, fs, msg, net, sendfile, timer, tls (bench-AREA on both
+#             core, fs, msg, net, sched, sendfile, timer, tls (bench-AREA on both
 #             backends).
 # Each section starts with a progress line ("== [2/3] httpd against nginx
 # (about 60 s)") and ends with its measured time. Each program prints its own
@@ -68,7 +68,7 @@ title() {
 		# bench-micro of 2026-11-29, both backends, on a VM other jobs shared
 		case $1 in
 		burst) t=20 ;; core) t=130 ;; fs) t=50 ;; msg) t=190 ;; net) t=25 ;; sendfile) t=5 ;;
-		timer) t=50 ;; tls) t=15 ;; *) t= ;;
+		sched) t=60 ;; timer) t=50 ;; tls) t=15 ;; *) t= ;;
 		esac
 		echo "bench-$1, micro-benchmark, on $(echo $BACKENDS | sed 's/ / then /')${t:+ (both backends: about $t s)}"
 		;;
