@@ -256,7 +256,7 @@ $(B)/test/%: test/%.c test/helpers.h test/net_helpers.h test/kv_helpers.h test/c
 MAN_PAGES := corio.3:API corio-runtime.3:RUNTIME corio-backend.3:BACKEND \
 	corio-timer.3:TIMERS corio-msg.3:MSG corio-net.3:NET corio-select.3:SELECT \
 	corio-work.3:WORK corio-fs.3:FS corio-stats.3:STATS corio-stream.3:STREAM \
-	corio-tls.3:TLS \
+	corio-tls.3:TLS corio-sched.3:SCHED \
 	corio-stat.1:corio-stat corio-kv.1:corio-kv \
 	corio-httpd.1:HTTPD corio-https-get.1:corio-https-get
 MAN_TOOLS := corio-stat corio-kv
