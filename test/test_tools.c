@@ -1187,6 +1187,11 @@ Test(tools, stat_shows_the_tls_group, .timeout = 60)
 	st = stat_run(sock, out, sizeof(out));
 	cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "corio-stat: 0x%x: %s", st, out);
 	cr_assert(strstr(out, "tls: no sessions (kTLS "), "no tls line: %s", out);
+	/* the scheduling classes' table: the default class on the one shard */
+	at = strstr(out, "classes:\n");
+	cr_assert_not_null(at, "no classes table: %s", out);
+	at = strstr(at, "qd max\n");
+	cr_assert(at && !strncmp(at + strlen("qd max\n"), "    0 default ", 14), "%s", out);
 	{
 		const char *args[] = { "--tls", "--tls-ca", cert, "-c", "3", "-w", "0", "-d", "0.1",
 				       "--json", "-q", NULL };

@@ -92,7 +92,7 @@ static char *ask(const char *path, const char *cmd, size_t *lenp)
 /* ---- a flat view of the JSON: every number under its dotted path ---------------- */
 
 struct kv {
-	char path[64];
+	char path[96];
 	double v;
 };
 
@@ -122,7 +122,7 @@ static int keep(void *arg, const char *path, uint64_t mag, bool neg)
 
 static double get(const struct flat *f, unsigned shard, const char *key)
 {
-	char path[64];
+	char path[96];
 
 	snprintf(path, sizeof(path), "per_shard.%u.%s", shard, key);
 	for (size_t i = 0; i < f->n; i++)
@@ -131,6 +131,8 @@ static double get(const struct flat *f, unsigned shard, const char *key)
 	return 0;
 }
 
+static char *last_doc; /* the newest answer: class names are strings */
+
 static int sample(const char *path, struct flat *f, unsigned *shards)
 {
 	char *doc = ask(path, "stats\n", NULL);
@@ -138,7 +140,8 @@ static int sample(const char *path, struct flat *f, unsigned *shards)
 
 	f->n = 0;
 	ret = tool_json_walk(doc, keep, f);
-	free(doc);
+	free(last_doc);
+	last_doc = doc;
 	if (ret)
 		return -1;
 	*shards = 0;
@@ -187,6 +190,65 @@ static void table(const struct flat *a, const struct flat *b, unsigned shards, d
 		       get(b, s, "net.starved"), rate(a, b, s, "net.rearms", secs),
 		       get(b, s, "loop.stalls"), get(b, s, "loop.turn_max_ns") / 1e6);
 	}
+}
+
+static bool has(const struct flat *f, unsigned shard, const char *key)
+{
+	char path[96];
+
+	snprintf(path, sizeof(path), "per_shard.%u.%s", shard, key);
+	for (size_t i = 0; i < f->n; i++)
+		if (!strcmp(f->kv[i].path, path))
+			return true;
+	return false;
+}
+
+/* Class c's name and latency flag (strings and booleans, which the flat
+ * view leaves out), from the answer's first object of it: ids are
+ * runtime-wide. */
+static bool class_name(unsigned c, char *out, size_t len)
+{
+	char key[40];
+	const char *p;
+	size_t n = 0;
+
+	snprintf(key, sizeof(key), "{\"id\":%u,\"name\":\"", c);
+	p = last_doc ? strstr(last_doc, key) : NULL;
+	if (p)
+		for (p += strlen(key); *p && *p != '"' && n + 1 < len; p++)
+			out[n++] = *p;
+	out[n] = '\0';
+	return p && !strncmp(p, "\",\"latency\":true", 16);
+}
+
+/* Scheduling classes (docs/SCHED.md): per shard, each class's share of
+ * the shard's time, slices, fibers run, slices cut, yields and queue delay. */
+static void class_table(const struct flat *a, const struct flat *b, unsigned shards, double secs)
+{
+	printf("classes:\n%5s %-16s %6s %4s %6s %8s %9s %7s %8s %9s %9s %9s\n", "shard", "class",
+	       "shares", "lat", "cpu%", "slices/s", "fibers/s", "cut/s", "yield/s", "qd avg", "qd p99",
+	       "qd max");
+	for (unsigned s = 0; s < shards; s++)
+		for (unsigned c = 0;; c++) {
+			char k[64], name[24];
+			double fib, wait;
+			bool lat;
+
+			snprintf(k, sizeof(k), "classes.%u.cpu_ns", c);
+			if (!has(b, s, k))
+				break;
+#define CK(field) (snprintf(k, sizeof(k), "classes.%u." field, c), k)
+			lat = class_name(c, name, sizeof(name));
+			fib = rate(a, b, s, CK("fibers_run"), secs);
+			wait = rate(a, b, s, CK("wait_ns"), secs);
+			printf("%5u %-16s %6.0f %4s %6.1f %8.0f %9.0f %7.0f %8.0f %7.0fus %7.0fus %7.0fus\n",
+			       s, name, get(b, s, CK("shares")), lat ? "yes" : "",
+			       rate(a, b, s, CK("cpu_ns"), secs) / 1e7, rate(a, b, s, CK("runs"), secs),
+			       fib, rate(a, b, s, CK("slices_cut"), secs),
+			       rate(a, b, s, CK("yields"), secs), fib > 0 ? wait / fib / 1e3 : 0,
+			       get(b, s, CK("wait_p99_ns")) / 1e3, get(b, s, CK("wait_max_ns")) / 1e3);
+#undef CK
+		}
 }
 
 /* The tls group: counts since start, and rates for handshakes and bytes. */
@@ -265,12 +327,14 @@ int main(int argc, char **argv)
 			if (have_prev) {
 				secs = t - prev_t;
 				table(&f[!cur], &f[cur], shards, secs);
+				class_table(&f[!cur], &f[cur], shards, secs);
 				tls_table(&f[!cur], &f[cur], shards, secs);
 			} else {
 				/* first sample: averages since the shards started */
 				secs = (get(&f[cur], 0, "loop.busy_ns") +
 					get(&f[cur], 0, "loop.idle_ns")) / 1e9;
 				table(NULL, &f[cur], shards, secs);
+				class_table(NULL, &f[cur], shards, secs);
 				tls_table(NULL, &f[cur], shards, secs);
 			}
 			have_prev = 1;
@@ -286,5 +350,6 @@ int main(int argc, char **argv)
 	}
 	free(f[0].kv);
 	free(f[1].kv);
+	free(last_doc);
 	return 0;
 }
