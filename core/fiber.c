@@ -192,7 +192,7 @@ static inline void run_take(struct corio__shard *s, struct corio_fiber *f)
 	q->head = f->run_next;
 	if (!q->head) {
 		q->tail = NULL;
-		s->runq_active &= ~(1u << f->cls);
+		s->runq_active &= ~s->run.bit;
 	}
 	f->flags &= ~CORIO__FF_QUEUED;
 	if (f == s->run.last || !--s->run.budget)
@@ -248,6 +248,7 @@ bool corio__run_fibers(struct corio__shard *s)
 	c = &s->cls[id];
 	s->run.q = &s->runq[id];
 	s->run.c = c;
+	s->run.bit = 1u << id;
 	s->run.last = s->run.q->tail;
 	s->run.budget = s->run.budget0;
 	s->run.stalled = false;

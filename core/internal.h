@@ -263,9 +263,14 @@ static inline unsigned corio__tick_bucket(uint64_t t)
 struct corio__loopstat {
 	uint64_t last_poll;   /* tick: the loop's last look at the ring          */
 	uint64_t stall_ticks; /* config stall_ns in ticks; UINT64_MAX: off        */
-	/* busy_ns, gap_ns, turn_max_ns, gap_max_ns of corio_stats, in ticks
-	 * (written by the shard, relaxed; corio_stats_get converts) */
-	uint64_t busy_t, gap_t, turn_max_t, gap_max_t;
+	/* busy_ns, gap_ns, turn_max_ns, gap_max_ns and the two histograms of
+	 * corio_stats, written by the shard (relaxed) in ticks and halves:
+	 * gap = busy - submit; a histogram = same_hist + its own (turns whose
+	 * gap was timed apart). corio_stats_get adds them up. */
+	uint64_t busy_t, submit_t, turn_max_t, gap_max_t;
+	uint64_t same_hist[CORIO_STATS_HIST_BUCKETS];
+	uint64_t turn_hist[CORIO_STATS_HIST_BUCKETS];
+	uint64_t gap_hist[CORIO_STATS_HIST_BUCKETS];
 	/* Per-fiber stall timing reads the tick at every switch while a run
 	 * lasts (core/fiber.c): the same read times the class's slice and
 	 * the next fiber's queue delay. */
@@ -361,6 +366,7 @@ struct corio__shard {
 		                             last switch); its slice ends at end      */
 		uint64_t limit;           /* stall_ns in ticks (UINT64_MAX: off)        */
 		unsigned budget0;         /* cfg.run_budget                             */
+		uint32_t bit;             /* the class's bit in runq_active             */
 	} run;
 	struct corio__class cls[CORIO_CLASS_MAX];
 	struct corio_fiber *all; /* live fibers, for shutdown */

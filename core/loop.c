@@ -211,15 +211,19 @@ static bool parts_busy(struct corio__shard *s)
 static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t turn_t,
 		    uint64_t gap_t, bool fiber_stalled)
 {
-	unsigned tb = corio__tick_bucket(turn_t), gb = tb;
+	unsigned tb = corio__tick_bucket(turn_t);
 
-	/* in ticks: corio_stats_get turns them into ns for the reader */
+	/* In ticks, and a turn whose gap is the turn itself (no submit timed
+	 * apart: every idle turn) counted once: corio_stats_get adds the
+	 * halves up into busy_ns, gap_ns and the two histograms. */
 	CORIO__STAT_ADD(sp->busy_t, turn_t);
-	CORIO__STAT_ADD(sp->gap_t, gap_t);
-	if (gap_t != turn_t) /* a busy turn's submit syscall was timed apart */
-		gb = corio__tick_bucket(gap_t);
-	CORIO__STAT_ADD(s->stats.turn_hist[tb], 1);
-	CORIO__STAT_ADD(s->stats.gap_hist[gb], 1);
+	if (CORIO__LIKELY(gap_t == turn_t)) {
+		CORIO__STAT_ADD(sp->same_hist[tb], 1);
+	} else {
+		CORIO__STAT_ADD(sp->submit_t, turn_t - gap_t);
+		CORIO__STAT_ADD(sp->turn_hist[tb], 1);
+		CORIO__STAT_ADD(sp->gap_hist[corio__tick_bucket(gap_t)], 1);
+	}
 	if (CORIO__UNLIKELY(turn_t > sp->turn_max_t)) {
 		/* a gap is never longer than its turn (it leaves out the submit) */
 		CORIO__STAT_SET(sp->turn_max_t, turn_t);

@@ -382,8 +382,19 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 	out->sq_full = __atomic_load_n(&s->ring.cnt.sq_full, __ATOMIC_RELAXED);
 	out->cq_overflow = __atomic_load_n(&s->ring.cnt.cq_overflow, __ATOMIC_RELAXED);
 	out->cqe_dropped = __atomic_load_n(&s->ring.cnt.cqe_dropped, __ATOMIC_RELAXED);
-	out->busy_ns = corio__ticks_ns(__atomic_load_n(&s->ls.busy_t, __ATOMIC_RELAXED));
-	out->gap_ns = corio__ticks_ns(__atomic_load_n(&s->ls.gap_t, __ATOMIC_RELAXED));
+	{
+		uint64_t busy = __atomic_load_n(&s->ls.busy_t, __ATOMIC_RELAXED);
+		uint64_t sub = __atomic_load_n(&s->ls.submit_t, __ATOMIC_RELAXED);
+
+		out->busy_ns = corio__ticks_ns(busy);
+		out->gap_ns = corio__ticks_ns(busy > sub ? busy - sub : 0);
+	}
+	for (unsigned b = 0; b < CORIO_STATS_HIST_BUCKETS; b++) {
+		uint64_t same = __atomic_load_n(&s->ls.same_hist[b], __ATOMIC_RELAXED);
+
+		out->turn_hist[b] = same + __atomic_load_n(&s->ls.turn_hist[b], __ATOMIC_RELAXED);
+		out->gap_hist[b] = same + __atomic_load_n(&s->ls.gap_hist[b], __ATOMIC_RELAXED);
+	}
 	out->turn_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.turn_max_t, __ATOMIC_RELAXED));
 	out->gap_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.gap_max_t, __ATOMIC_RELAXED));
 	if (s != corio__tl_shard) {
