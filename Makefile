@@ -235,10 +235,12 @@ $(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv_server := $(filter-out %/main.o,$(KV_OBJS))
 TEST_EXTRA_test_kv_commands := $(TEST_EXTRA_test_kv_server)
+TEST_EXTRA_test_kv_save := $(TEST_EXTRA_test_kv_server)
 TEST_EXTRA_test_upper_echo := $(filter-out %/main.o,$(UE_OBJS))
 TEST_EXTRA_test_tools := $(TOOL_LOBJ)
 $(B)/test/test_kv_server: $(TEST_EXTRA_test_kv_server)
 $(B)/test/test_kv_commands: $(TEST_EXTRA_test_kv_commands)
+$(B)/test/test_kv_save: $(TEST_EXTRA_test_kv_save)
 $(B)/test/test_upper_echo: $(TEST_EXTRA_test_upper_echo)
 $(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 

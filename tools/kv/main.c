@@ -43,7 +43,9 @@ static struct {
 	int idle;
 	int unprotected; /* --protected-mode: 0 yes, 1 no */
 	int cluster;     /* --cluster-mode: 0 off, 1 emulated */
+	int load_partial; /* --load-partial: 0 no, 1 yes */
 	double timeout;
+	const char *dir, *dbfilename, *save;
 } m = { .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
 
 static int parse_options(struct kv_server *srv, int argc, char **argv)
@@ -51,6 +53,7 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 	static const char *const idles[] = { "block", "spin", "poll", NULL };
 	static const char *const yesno[] = { "yes", "no", NULL };
 	static const char *const clmodes[] = { "off", "emulated", NULL };
+	static const char *const noyes[] = { "no", "yes", NULL };
 	const struct tool_opt opts[] = {
 		{ TOOL_OPT_COUNT("port", 'p', srv->port, 0, 65535, "P",
 				 "TCP port (6379; 0: pick one and print it)") },
@@ -78,6 +81,15 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 				"waiting for the client to read (256MiB)") },
 		{ TOOL_OPT_COUNT("max-multibulk", 0, srv->lim.max_multibulk, 1, INT32_MAX, "N",
 				 "most arguments per command (1048576)") },
+		{ TOOL_OPT_STRING("dir", 0, m.dir, "DIR", "where the RDB snapshot is written and read (.)") },
+		{ TOOL_OPT_STRING("dbfilename", 0, m.dbfilename, "NAME",
+				  "the snapshot's file name in DIR (dump.rdb)") },
+		{ TOOL_OPT_STRING("save", 0, m.save, "\"SECS CHANGES ...\"",
+				  "save points: BGSAVE after SECS seconds with at least\n"
+				  "CHANGES changes (\"3600 1 300 100 60 10000\"; \"\": none)") },
+		{ TOOL_OPT_CHOICE("load-partial", 0, m.load_partial, noyes, "no|yes",
+				  "start with the keys before the error when the snapshot\n"
+				  "is corrupt or truncated (no: refuse to start)") },
 		{ TOOL_OPT_SECONDS("timeout", 0, m.timeout, 0.001, 1e6, "SECS",
 				   "exit after SECS (default: until SIGINT/SIGTERM)") },
 		{ 0 },
@@ -105,9 +117,19 @@ static void serve_until_stop(struct kv_server *srv, sigset_t *set)
 		}
 		if (atomic_load(&srv->failed) || corio_now_ns() >= until)
 			break;
-		sig = sigtimedwait(set, NULL, &ts);
-		if (sig == SIGINT || sig == SIGTERM)
+		if (atomic_load(&srv->persist.stop))
 			break;
+		sig = sigtimedwait(set, NULL, &ts);
+		if (sig == SIGINT || sig == SIGTERM) {
+			/* with save points, save first (shard 0's saver does, then
+			 * sets stop); a second signal stops at once, as does a
+			 * signal before every shard listens */
+			if (srv->persist.npoints && printed && !atomic_load(&srv->persist.shutdown)) {
+				atomic_store(&srv->persist.shutdown, 2);
+				continue;
+			}
+			break;
+		}
 	}
 }
 
@@ -135,10 +157,24 @@ int main(int argc, char **argv)
 			m.cpu[i] = m.cpu[i % m.cpus.n];
 		m.cfg.cpus = m.cpu;
 	}
+	snprintf(srv->persist.dir, sizeof(srv->persist.dir), "%s", m.dir ? m.dir : ".");
+	snprintf(srv->persist.dbfilename, sizeof(srv->persist.dbfilename), "%s",
+		 m.dbfilename ? m.dbfilename : "dump.rdb");
+	srv->persist.load_partial = m.load_partial == 1;
+	if (strchr(srv->persist.dbfilename, '/') || !srv->persist.dbfilename[0]) {
+		fprintf(stderr, "corio-kv: --dbfilename: a file name, not a path\n");
+		return 2;
+	}
 	if ((ret = kv_server_init(srv, m.cfg.shards))) {
 		fprintf(stderr, "corio-kv: %s\n", ret == -E2BIG ? "--requirepass is longer than 512 bytes"
 								: "out of memory");
 		return 1;
+	}
+	m.save = m.save ? m.save : "3600 1 300 100 60 10000"; /* Redis's default */
+	if (kv_save_points_parse(&srv->persist, m.save, strlen(m.save))) {
+		fprintf(stderr, "corio-kv: --save: want pairs of seconds and changes, as \"60 10000\"\n");
+		kv_server_free(srv);
+		return 2;
 	}
 	/* shards inherit this mask: only the main thread takes the signals */
 	sigemptyset(&set);
