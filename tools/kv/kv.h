@@ -65,6 +65,9 @@
  *	server.c    CLIENT, TIME, ROLE, WAIT, SLOWLOG, LATENCY
  *	cluster.c   the emulated cluster: CLUSTER, slots, CROSSSLOT
  *	pubsub.c    SUBSCRIBE, PUBLISH across shards, PUBSUB
+ *	rdb.[ch]    the RDB format: CRC64, LZF, listpack, ziplist, records (no I/O)
+ *	save.c      snapshots without fork (copy-on-write of entries), loading,
+ *	            SAVE, BGSAVE, LASTSAVE, SHUTDOWN, save points
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv_*.c link every unit but main.c and drives kv_shard_main()
