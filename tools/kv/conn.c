@@ -356,6 +356,9 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 		return -ENOMEM;
 	srv->nshards = nshards;
 	srv->seed = seed;
+	atomic_store(&srv->maxmemory, srv->lim.maxmemory);
+	if (!atomic_load(&srv->samples))
+		atomic_store(&srv->samples, 5); /* Redis's maxmemory-samples */
 	srv->start_ns = corio_now_ns();
 	srv->start_unix = kv_unix_ms() / 1000;
 	srv->sh = calloc(nshards, sizeof(*srv->sh));

@@ -218,6 +218,7 @@ struct kv_server {
 	bool cluster;             /* --cluster-mode emulated (cluster.c) */
 	struct kv_persist persist; /* save.c */
 	_Atomic int policy;       /* enum kv_policy (evict.c) */
+	_Atomic uint64_t maxmemory; /* bytes, all shards (CONFIG SET changes it) */
 	_Atomic int samples;      /* maxmemory-samples */
 	_Atomic int bound_port;
 	_Atomic unsigned listening;
@@ -381,6 +382,19 @@ size_t kv_save_points_format(struct kv_persist *p, char *out, size_t n);
 int kv_rdb_load(struct kv_server *srv, struct kv_shard *sh);
 void kv_saver_start(struct kv_server *srv);
 void kv_saver_stop(struct kv_server *srv);
+
+/* evict.c: maxmemory policies. */
+extern const char *const kv_policy_names[KV_NPOLICIES];
+int kv_policy_parse(const char *p, size_t n);
+bool kv_evict(struct kv_shard *sh, uint64_t max);
+void kv_make_room(struct kv_shard *sh);
+unsigned kv_lfu_get(const struct kv_shard *sh, const struct kv_entry *e);
+void kv_lfu_touch(struct kv_shard *sh, struct kv_entry *e);
+
+static inline bool kv_policy_lfu(int policy)
+{
+	return policy == KV_ALLKEYS_LFU || policy == KV_VOLATILE_LFU;
+}
 
 /* batch.c: run a planned batch and write its replies to c->out. */
 int kv_run_batch(struct kv_conn *c);

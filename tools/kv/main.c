@@ -44,6 +44,8 @@ static struct {
 	int unprotected; /* --protected-mode: 0 yes, 1 no */
 	int cluster;     /* --cluster-mode: 0 off, 1 emulated */
 	int load_partial; /* --load-partial: 0 no, 1 yes */
+	int policy;       /* --maxmemory-policy: enum kv_policy */
+	uint64_t samples; /* --maxmemory-samples */
 	double timeout;
 	const char *dir, *dbfilename, *save;
 } m = { .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
@@ -54,6 +56,10 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 	static const char *const yesno[] = { "yes", "no", NULL };
 	static const char *const clmodes[] = { "off", "emulated", NULL };
 	static const char *const noyes[] = { "no", "yes", NULL };
+	static const char *policies[KV_NPOLICIES + 1];
+
+	for (int i = 0; i < KV_NPOLICIES; i++)
+		policies[i] = kv_policy_names[i];
 	const struct tool_opt opts[] = {
 		{ TOOL_OPT_COUNT("port", 'p', srv->port, 0, 65535, "P",
 				 "TCP port (6379; 0: pick one and print it)") },
@@ -71,7 +77,13 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 		{ TOOL_OPT_CHOICE("cluster-mode", 0, m.cluster, clmodes, "off|emulated",
 				  "emulated: answer CLUSTER as one node owning\nevery slot (off)") },
 		{ TOOL_OPT_SIZE("maxmemory", 0, srv->lim.maxmemory, 0, 1ull << 62, "BYTES",
-				"refuse writes with -OOM above this (0: no limit)") },
+				"memory for data; above it, evict by --maxmemory-policy\n(0: no limit)") },
+		{ TOOL_OPT_CHOICE("maxmemory-policy", 0, m.policy, policies, "POLICY",
+				  "above maxmemory: noeviction (refuse writes), allkeys-lru,\n"
+				  "volatile-lru, allkeys-lfu, volatile-lfu, volatile-ttl,\n"
+				  "allkeys-random, volatile-random (noeviction)") },
+		{ TOOL_OPT_COUNT("maxmemory-samples", 0, m.samples, 1, 64, "N",
+				 "keys sampled per eviction (5)") },
 		{ TOOL_OPT_SIZE("proto-max-bulk-len", 0, srv->lim.proto_max_bulk_len, 1, 1ull << 32,
 				"BYTES", "longest bulk string (512MiB)") },
 		{ TOOL_OPT_SIZE("query-buffer-limit", 0, srv->lim.qbuf_limit, 1024, 1ull << 34,
@@ -161,6 +173,8 @@ int main(int argc, char **argv)
 	snprintf(srv->persist.dbfilename, sizeof(srv->persist.dbfilename), "%s",
 		 m.dbfilename ? m.dbfilename : "dump.rdb");
 	srv->persist.load_partial = m.load_partial == 1;
+	atomic_store(&srv->policy, m.policy);
+	atomic_store(&srv->samples, m.samples ? (int)m.samples : 5);
 	if (strchr(srv->persist.dbfilename, '/') || !srv->persist.dbfilename[0]) {
 		fprintf(stderr, "corio-kv: --dbfilename: a file name, not a path\n");
 		return 2;

@@ -513,6 +513,7 @@ void kv_shard_free(struct kv_shard *sh)
 	}
 	free(sh->heap);
 	sh->heap = NULL;
+	kv_evpool_free(sh);
 	free(sh->calls);
 	sh->calls = NULL;
 	free(sh->subs); /* empty: every connection removed its own */

@@ -50,7 +50,7 @@ struct kv_table {
  * by INFO on any shard (each value untorn; the set is not a snapshot). */
 struct kv_counters {
 	_Atomic uint64_t keys, expires, used_memory;
-	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired;
+	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired, evicted;
 	_Atomic uint64_t remote_ops;   /* ops this shard ran for other shards' connections */
 	_Atomic uint64_t remote_calls; /* corio_call/gather this shard's connections made */
 	_Atomic uint64_t batches, proto_errors, oom_refused;
@@ -106,6 +106,19 @@ struct kv_snap {
 enum kv_policy { KV_NOEVICTION, KV_ALLKEYS_LRU, KV_VOLATILE_LRU, KV_ALLKEYS_LFU, KV_VOLATILE_LFU,
 		 KV_VOLATILE_TTL, KV_ALLKEYS_RANDOM, KV_VOLATILE_RANDOM, KV_NPOLICIES };
 
+/* The eviction pool (evict.c): the best candidates seen, ascending by score. */
+#define KV_EVPOOL 16
+struct kv_evcand {
+	uint64_t score, hash;
+	char *key;      /* a copy: the entry may go meanwhile */
+	uint32_t klen, cap;
+};
+struct kv_evpool {
+	struct kv_evcand c[KV_EVPOOL];
+	int n;
+	int policy;     /* the policy its scores are for */
+};
+
 struct kv_shard {
 	struct kv_server *srv;
 	unsigned id;
@@ -117,7 +130,9 @@ struct kv_shard {
 	struct corio_timer sweep;
 	struct corio_timer tick; /* every second: clock, and the per-second rates */
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
-	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
+	_Atomic uint64_t maxmem; /* this shard's share of maxmemory; 0: none (CONFIG SET: any shard) */
+	bool evict_failed;    /* kv_make_room() found nothing to evict */
+	struct kv_evpool evpool; /* evict.c */
 	uint64_t next_conn_id;
 	uint64_t rnd;         /* HRANDFIELD's generator */
 	uint64_t tick_cmds;   /* st.cmds at the last tick */
@@ -173,6 +188,7 @@ static inline void kv_snap_pre(struct kv_shard *sh, struct kv_entry *e)
 		kv_snap_cow(sh, e);
 }
 void kv_snap_flush_all(struct kv_shard *sh);
+void kv_evpool_free(struct kv_shard *sh); /* evict.c */
 void kv_watch_touch(struct kv_shard *sh, uint64_t h, const char *k, size_t kn);
 void kv_watch_touch_all(struct kv_shard *sh);
 static inline void kv_touched(struct kv_shard *sh, uint64_t h, const char *k, size_t kn)
