@@ -38,7 +38,8 @@
  *    it, mid-batch, the fiber waiting while the client does not read (see
  *    kv_remote_budget()); a client that reads is never closed. With
  *    --maxmemory, writes are refused with -OOM once a shard uses more than
- *    its share (maxmemory / shards) - no eviction.
+ *    its share (maxmemory / shards) and its policy is noeviction (or it
+ *    found nothing to evict); otherwise it evicts (evict.c).
  *  - MULTI copies the commands after it into a queue; EXEC makes them a
  *    batch of their own, replied to as one array.
  *
@@ -68,6 +69,7 @@
  *	rdb.[ch]    the RDB format: CRC64, LZF, listpack, ziplist, records (no I/O)
  *	save.c      snapshots without fork (copy-on-write of entries), loading,
  *	            SAVE, BGSAVE, LASTSAVE, SHUTDOWN, save points
+ *	evict.c     eviction under maxmemory: the policies, sampling, the pool, LFU
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv_*.c link every unit but main.c and drives kv_shard_main()
