@@ -214,7 +214,7 @@ static intptr_t kv_snap_walk_fn(void *arg)
 	uint64_t off = 0, crc = 0;
 	size_t b = 0;
 	int ti = 0, fd;
-	bool done = false;
+	bool done = false, cancelled = false;
 
 	if (me == 0) {
 		fd = job->fd;
@@ -259,11 +259,11 @@ static intptr_t kv_snap_walk_fn(void *arg)
 			 */
 			for (int y = 0; y < KV_SNAP_YIELDS && !corio_cancelled(); y++)
 				corio_yield();
-			if (corio_cancelled())
-				s->failed = true; /* shutdown: finish marking, write nothing */
+			if (corio_cancelled()) /* shutdown: finish marking, write nothing */
+				s->failed = cancelled = true;
 		}
 	}
-	pt->err = s->failed ? (s->buf.nomem || out.nomem ? -ENOMEM : -EIO) : 0;
+	pt->err = !s->failed ? 0 : cancelled ? -ECANCELED : s->buf.nomem || out.nomem ? -ENOMEM : -EIO;
 	pt->len = off;
 	pt->crc = crc;
 	kv_buf_free(&out);
@@ -577,7 +577,10 @@ void kv_saver_stop(struct kv_server *srv)
 {
 	if (corio_shard_id() == 0 && srv->persist.saver) {
 		corio_cancel(srv->persist.saver);
-		corio_join(srv->persist.saver, NULL);
+		/* not joined: this fiber is itself cancelled at shutdown, and a
+		 * cancelled fiber's join returns at once; detached, it is freed
+		 * when it ends */
+		corio_detach(srv->persist.saver);
 		srv->persist.saver = NULL;
 	}
 }
