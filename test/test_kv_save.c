@@ -671,13 +671,25 @@ Test(kv_save, corrupt_or_truncated_files_stop_the_start, .timeout = 60)
 /* Every key of the file at path, counted by value ("old"/"new"/other). */
 struct tally {
 	long old, fresh, other;
+	long hashes_old, hashes_changed; /* hashes with every field "old", and the rest */
+	long fields;
 };
 
 static int tally_key(void *arg, const struct kv_rdb_obj *o)
 {
 	struct tally *t = arg;
 
-	if (o->type == KV_RDB_STR && o->val.n >= 3 && !memcmp(o->val.p, "old", 3))
+	if (o->type == KV_RDB_HASH) {
+		bool old = true;
+
+		for (size_t i = 0; i < o->npairs; i++)
+			old &= o->fv[2 * i + 1].n >= 3 && !memcmp(o->fv[2 * i + 1].p, "old", 3);
+		t->fields += (long)o->npairs;
+		if (old)
+			t->hashes_old++;
+		else
+			t->hashes_changed++;
+	} else if (o->type == KV_RDB_STR && o->val.n >= 3 && !memcmp(o->val.p, "old", 3))
 		t->old++;
 	else if (o->type == KV_RDB_STR && o->val.n >= 3 && !memcmp(o->val.p, "new", 3))
 		t->fresh++;
@@ -740,7 +752,30 @@ Test(kv_save, bgsave_under_writes_holds_the_keys_as_they_were, .timeout = 120)
 	cr_assert(kv.port > 0);
 	c = bc_open(kv.port);
 	load_keys(c, n, old);
+	/* hashes too: 20 large (a table each, changed in place) and 20 small */
+	for (int h = 0; h < 40; h++) {
+		char hk[32], f[16];
+		int fields = h < 20 ? 300 : 10;
+
+		snprintf(hk, sizeof(hk), "hash:%d", h);
+		for (int i = 0; i < fields; i++) {
+			snprintf(f, sizeof(f), "f%d", i);
+			bc_send(c, (const char *const[]){ "HSET", hk, f, "oldvalue" }, 4);
+		}
+		for (int i = 0; i < fields; i++)
+			cr_assert_str_eq(bc_reply(c), ":1\r\n");
+	}
 	cr_assert_str_eq(BC(c, "BGSAVE"), "+Background saving started\r\n");
+	/* change every hash at once: the snapshot must hold them as they were */
+	for (int h = 0; h < 40; h++) {
+		char hk[32];
+
+		snprintf(hk, sizeof(hk), "hash:%d", h);
+		bc_send(c, (const char *const[]){ "HSET", hk, "f1", "newvalue", "added", "x" }, 6);
+		bc_send(c, (const char *const[]){ "HDEL", hk, "f2" }, 3);
+	}
+	for (int h = 0; h < 80; h++)
+		bc_reply(c);
 	/* overwrite, delete and add keys while it runs: it must hold the old ones */
 	for (long i = 0; i < n && (i < 2000 || bc_info(c, "rdb_bgsave_in_progress:") == 1); i += 1000) {
 		char k[32];
@@ -773,6 +808,8 @@ Test(kv_save, bgsave_under_writes_holds_the_keys_as_they_were, .timeout = 120)
 	cr_assert_eq(tally_file(path, &t, err, sizeof(err)), 0, "%s", err);
 	cr_assert_eq(t.old, n, "old %ld new %ld other %ld (changed %ld)", t.old, t.fresh, t.other, changed);
 	cr_assert_eq(t.fresh + t.other, 0);
+	cr_assert_eq(t.hashes_old, 40, "hashes as they were %ld, changed %ld", t.hashes_old, t.hashes_changed);
+	cr_assert_eq(t.fields, 20 * 300 + 20 * 10);
 	cr_assert_eq(check_rdb(), 0);
 	tmp_remove();
 }
@@ -810,5 +847,37 @@ Test(kv_save, a_kill_mid_bgsave_leaves_the_previous_file, .timeout = 120)
 	cr_assert_str_eq(BC(c, "DBSIZE"), ":1000\r\n");
 	bc_close(c);
 	cr_assert_eq(proc_end(&kv, SIGTERM), 0);
+	tmp_remove();
+}
+
+Test(kv_save, flushall_during_a_bgsave_keeps_the_snapshot_whole, .timeout = 120)
+{
+	char old[101], path[512], err[300];
+	struct proc kv;
+	struct bc *c;
+	struct tally t = { 0 };
+
+	memset(old, 'o', 100);
+	memcpy(old, "old", 3);
+	old[100] = 0;
+	tmp_make();
+	kv = kv_start("--save", "", "-n", "2", NULL);
+	cr_assert(kv.port > 0);
+	c = bc_open(kv.port);
+	load_keys(c, 200000, old);
+	cr_assert_str_eq(BC(c, "BGSAVE"), "+Background saving started\r\n");
+	cr_assert_eq(bc_info(c, "rdb_bgsave_in_progress:"), 1, "the BGSAVE ended too soon to test");
+	cr_assert_str_eq(BC(c, "FLUSHALL"), "+OK\r\n");
+	cr_assert_str_eq(BC(c, "SET", "after", "new"), "+OK\r\n");
+	for (int i = 0; i < 3000 && bc_info(c, "rdb_bgsave_in_progress:") == 1; i++)
+		usleep(10000);
+	cr_assert(strstr(BC(c, "INFO", "persistence"), "rdb_last_bgsave_status:ok"));
+	cr_assert_str_eq(BC(c, "DBSIZE"), ":1\r\n");
+	bc_close(c);
+	cr_assert_eq(proc_end(&kv, SIGTERM), 0);
+	snprintf(path, sizeof(path), "%s/dump.rdb", tmpdir);
+	cr_assert_eq(tally_file(path, &t, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(t.old, 200000);
+	cr_assert_eq(t.fresh + t.other, 0);
 	tmp_remove();
 }

@@ -155,6 +155,10 @@ struct kv_save_job {
 	int fd;             /* the temp file */
 	uint64_t hdr_len, hdr_crc;
 	struct kv_part *part; /* [nshards] */
+	char dir[1024], tmp[1200], final[1300];
+	uint64_t keys, expires, dirty, used; /* at the point in time, summed */
+	uint64_t t0;
+	char why[1024];     /* what failed */
 };
 
 /* On every shard, at the snapshot's point in time. */
@@ -312,90 +316,142 @@ static int kv_save_append(struct kv_save_job *job, unsigned i, char *buf, size_t
 	return ret;
 }
 
+static void kv_save_done(struct kv_save_job *job, int ret)
+{
+	struct kv_persist *p = &job->srv->persist;
+
+	if (job->fd >= 0)
+		corio_close_fd(job->fd);
+	job->fd = -1;
+	if (ret && job->part)
+		kv_save_cleanup(job, job->tmp[0] ? job->tmp : NULL);
+	atomic_store(&p->last_ok, ret == 0);
+	if (!ret) {
+		atomic_store(&p->lastsave, kv_unix_ms() / 1000);
+		atomic_store(&p->dirty_saved, job->dirty);
+	}
+	atomic_store(&p->last_ms, (int64_t)((corio_now_ns() - job->t0) / 1000000));
+}
+
+static void kv_save_job_free(struct kv_save_job *job)
+{
+	if (job) {
+		free(job->part);
+		free(job);
+	}
+}
+
 /*
- * A whole save, on shard 0 (in a fiber). 0, or -errno (why in *why). The
- * in_progress flag is the caller's to set before and this one clears.
+ * The first half of a save, on shard 0 (in a fiber): the temp file, and
+ * the point in time on every shard. A BGSAVE answers once it returns, so
+ * writes its client sends after the answer are not in the snapshot (as
+ * after redis's fork). NULL on failure (why in why[]).
  */
-static int kv_save_run(struct kv_server *srv, char *why, size_t whylen)
+static struct kv_save_job *kv_save_begin(struct kv_server *srv, char *why, size_t whylen)
 {
 	struct kv_persist *p = &srv->persist;
-	struct kv_save_job job = { .srv = srv, .fd = -1 };
-	char dir[sizeof(p->dir)], tmp[1200], final[1300], *buf = NULL;
-	uint64_t keys = 0, expires = 0, dirty = 0, used = 0, off, crc;
-	struct kv_buf hdr = { 0 };
-	uint64_t t0 = corio_now_ns();
-	intptr_t *res = calloc(srv->nshards, sizeof(*res));
-	int ret, dfd;
+	struct kv_save_job *job = calloc(1, sizeof(*job));
 	unsigned long long seq = ++p->seq;
+	int ret;
 
 	why[0] = 0;
 	atomic_store(&p->last_try, kv_unix_ms() / 1000);
-	job.part = calloc(srv->nshards, sizeof(*job.part));
-	if (!job.part || !res) {
+	if (!job || !(job->part = calloc(srv->nshards, sizeof(*job->part)))) {
 		snprintf(why, whylen, "out of memory");
-		ret = -ENOMEM;
-		goto out;
+		atomic_store(&p->last_ok, 0);
+		kv_save_job_free(job);
+		return NULL;
 	}
+	job->srv = srv;
+	job->fd = -1;
+	job->t0 = corio_now_ns();
 	pthread_mutex_lock(&p->lock);
-	snprintf(dir, sizeof(dir), "%s", p->dir[0] ? p->dir : ".");
-	snprintf(final, sizeof(final), "%s/%s", dir, p->dbfilename[0] ? p->dbfilename : "dump.rdb");
+	snprintf(job->dir, sizeof(job->dir), "%s", p->dir[0] ? p->dir : ".");
+	snprintf(job->final, sizeof(job->final), "%s/%s", job->dir,
+		 p->dbfilename[0] ? p->dbfilename : "dump.rdb");
 	pthread_mutex_unlock(&p->lock);
-	snprintf(tmp, sizeof(tmp), "%s/temp-%d-%llu.rdb", dir, (int)getpid(), seq);
+	snprintf(job->tmp, sizeof(job->tmp), "%s/temp-%d-%llu.rdb", job->dir, (int)getpid(), seq);
 	for (unsigned i = 1; i < srv->nshards; i++)
-		snprintf(job.part[i].path, sizeof(job.part[i].path), "%s/temp-%d-%llu.part%u", dir,
+		snprintf(job->part[i].path, sizeof(job->part[i].path), "%s/temp-%d-%llu.part%u", job->dir,
 			 (int)getpid(), seq, i);
-	job.fd = corio_open(tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-	if (job.fd < 0) {
-		ret = job.fd;
-		snprintf(why, whylen, "cannot open %.400s: %.100s", tmp, strerror(-ret));
-		goto out;
+	job->fd = corio_open(job->tmp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	if (job->fd < 0) {
+		ret = job->fd;
+		snprintf(why, whylen, "cannot open %.400s: %.100s", job->tmp, strerror(-ret));
+		job->tmp[0] = 0;
+		kv_save_done(job, ret);
+		kv_save_job_free(job);
+		return NULL;
 	}
 	/* the point in time, shard by shard */
-	if ((ret = corio_gather(kv_snap_begin_fn, &job, NULL))) {
+	if ((ret = corio_gather(kv_snap_begin_fn, job, NULL))) {
+		/* a shard that began has its walk still to do: the runtime stops
+		 * (that is when a gather fails), so it never will */
 		snprintf(why, whylen, "cannot reach every shard: %.100s", strerror(-ret));
-		goto out;
+		kv_save_done(job, ret);
+		kv_save_job_free(job);
+		return NULL;
 	}
 	for (unsigned i = 0; i < srv->nshards; i++) {
-		keys += srv->sh[i].snap.keys;
-		expires += srv->sh[i].snap.expires;
-		dirty += srv->sh[i].snap.dirty;
-		used += KV_GET(srv->sh[i].st.used_memory);
+		job->keys += srv->sh[i].snap.keys;
+		job->expires += srv->sh[i].snap.expires;
+		job->dirty += srv->sh[i].snap.dirty;
+		job->used += KV_GET(srv->sh[i].st.used_memory);
 	}
-	kv_rdb_put_header(&hdr, kv_unix_ms() / 1000, used, keys, expires);
-	if (hdr.nomem) {
+	return job;
+}
+
+/*
+ * The second half, on shard 0 (in a fiber): the header, every shard's
+ * walk, the parts joined, EOF and checksum, fsync, rename, fsync of the
+ * directory. 0, or -errno (why in job->why). Frees job.
+ */
+static int kv_save_finish(struct kv_save_job *job)
+{
+	struct kv_server *srv = job->srv;
+	struct kv_buf hdr = { 0 };
+	intptr_t *res = calloc(srv->nshards, sizeof(*res));
+	char *buf = NULL, *why = job->why;
+	size_t whylen = sizeof(job->why);
+	uint64_t off, crc;
+	int ret = 0, dfd;
+
+	why[0] = 0;
+	kv_rdb_put_header(&hdr, kv_unix_ms() / 1000, job->used, job->keys, job->expires);
+	if (hdr.nomem || !res) {
 		ret = -ENOMEM;
 		snprintf(why, whylen, "out of memory");
-		goto walk; /* the walkers still run: they restore the shards' bits */
+	} else {
+		job->hdr_crc = kv_crc64(0, hdr.p, hdr.len);
+		job->hdr_len = hdr.len;
+		if ((ret = (int)corio_write_all(job->fd, hdr.p, hdr.len, 0, NULL)) < 0)
+			snprintf(why, whylen, "cannot write %.400s: %.100s", job->tmp, strerror(-ret));
+		else
+			ret = 0;
 	}
-	job.hdr_crc = kv_crc64(0, hdr.p, hdr.len);
-	job.hdr_len = hdr.len;
-	if ((ret = (int)corio_write_all(job.fd, hdr.p, hdr.len, 0, NULL)) < 0)
-		snprintf(why, whylen, "cannot write %.400s: %.100s", tmp, strerror(-ret));
-	else
-		ret = 0;
-walk:
-	{
-		int wret = corio_gather(kv_snap_walk_fn, &job, res);
+	{ /* the walkers run whatever happened: they give the entries their bits back */
+		int wret = corio_gather(kv_snap_walk_fn, job, res);
 
-		for (unsigned i = 0; i < srv->nshards && !wret; i++)
+		for (unsigned i = 0; i < srv->nshards && !wret && res; i++)
 			if (res[i])
 				wret = (int)res[i];
 		if (!ret && wret) {
 			ret = wret;
-			snprintf(why, whylen, "writing the snapshot: %.100s", strerror(-ret));
+			snprintf(why, whylen, "writing the snapshot: %.100s",
+				 ret == -ECANCELED ? "cancelled (the server stops)" : strerror(-ret));
 		}
 	}
 	if (ret)
 		goto out;
-	off = job.part[0].len;
-	crc = job.part[0].crc;
+	off = job->part[0].len;
+	crc = job->part[0].crc;
 	if (srv->nshards > 1 && !(buf = malloc(1 << 20))) {
 		ret = -ENOMEM;
 		snprintf(why, whylen, "out of memory");
 		goto out;
 	}
 	for (unsigned i = 1; i < srv->nshards && !ret; i++)
-		if ((ret = kv_save_append(&job, i, buf, 1 << 20, &off, &crc)))
+		if ((ret = kv_save_append(job, i, buf, 1 << 20, &off, &crc)))
 			snprintf(why, whylen, "joining shard %u's part: %.100s", i, strerror(-ret));
 	if (ret)
 		goto out;
@@ -405,46 +461,58 @@ walk:
 		crc = kv_crc64(crc, tail, 1);
 		for (int i = 0; i < 8; i++)
 			tail[1 + i] = (uint8_t)(crc >> (8 * i));
-		ret = (int)corio_write_all(job.fd, tail, sizeof(tail), off, NULL);
+		ret = (int)corio_write_all(job->fd, tail, sizeof(tail), off, NULL);
 	}
 	if (ret >= 0)
-		ret = corio_fsync(job.fd, 0);
+		ret = corio_fsync(job->fd, 0);
 	if (ret < 0) {
-		snprintf(why, whylen, "cannot write %.400s: %.100s", tmp, strerror(-ret));
+		snprintf(why, whylen, "cannot write %.400s: %.100s", job->tmp, strerror(-ret));
 		goto out;
 	}
-	corio_close_fd(job.fd);
-	job.fd = -1;
-	if ((ret = corio_rename(tmp, final))) {
-		snprintf(why, whylen, "cannot rename %.400s to %.400s: %.100s", tmp, final, strerror(-ret));
+	ret = 0;
+	corio_close_fd(job->fd);
+	job->fd = -1;
+	if ((ret = corio_rename(job->tmp, job->final))) {
+		snprintf(why, whylen, "cannot rename %.400s to %.400s: %.100s", job->tmp, job->final,
+			 strerror(-ret));
 		goto out;
 	}
-	tmp[0] = 0; /* renamed: nothing to clean up */
-	dfd = corio_open(dir, O_RDONLY | O_DIRECTORY, 0);
+	job->tmp[0] = 0; /* renamed: nothing to clean up */
+	dfd = corio_open(job->dir, O_RDONLY | O_DIRECTORY, 0);
 	if (dfd >= 0) { /* the rename itself made durable */
 		ret = corio_fsync(dfd, 0);
 		corio_close_fd(dfd);
 		if (ret)
-			snprintf(why, whylen, "cannot fsync %.400s: %.100s", dir, strerror(-ret));
+			snprintf(why, whylen, "cannot fsync %.400s: %.100s", job->dir, strerror(-ret));
 	} else {
 		ret = dfd;
-		snprintf(why, whylen, "cannot open %.400s: %.100s", dir, strerror(-ret));
+		snprintf(why, whylen, "cannot open %.400s: %.100s", job->dir, strerror(-ret));
 	}
 out:
-	if (job.fd >= 0)
-		corio_close_fd(job.fd);
-	if (ret && job.part)
-		kv_save_cleanup(&job, tmp[0] ? tmp : NULL);
-	atomic_store(&p->last_ok, ret == 0);
-	if (!ret) {
-		atomic_store(&p->lastsave, kv_unix_ms() / 1000);
-		atomic_store(&p->dirty_saved, dirty);
-	}
-	atomic_store(&p->last_ms, (int64_t)((corio_now_ns() - t0) / 1000000));
+	kv_save_done(job, ret);
 	kv_buf_free(&hdr);
 	free(buf);
-	free(job.part);
 	free(res);
+	return ret;
+}
+
+/* A whole save, on shard 0 (in a fiber): 0 or -errno, after a line on
+ * stderr saying why (what: "SAVE", ...). The caller claimed it and
+ * releases it. */
+static int kv_save_run(struct kv_server *srv, const char *what)
+{
+	char why[1024];
+	struct kv_save_job *job = kv_save_begin(srv, why, sizeof(why));
+	int ret;
+
+	if (!job) {
+		fprintf(stderr, "corio-kv: %s failed: %s\n", what, why);
+		return -EIO;
+	}
+	ret = kv_save_finish(job);
+	if (ret)
+		fprintf(stderr, "corio-kv: %s failed: %s\n", what, job->why);
+	kv_save_job_free(job);
 	return ret;
 }
 
@@ -467,34 +535,50 @@ static void kv_save_release(struct kv_persist *p)
 	atomic_store(&p->in_progress, 0);
 }
 
-static int kv_save_report(struct kv_server *srv, const char *what, int ret, const char *why)
-{
-	if (ret)
-		fprintf(stderr, "corio-kv: %s failed: %s\n", what, why);
-	(void)srv;
-	return ret;
-}
-
 /* corio_call target on shard 0: a save the caller waits for (claimed). */
 static intptr_t kv_save_call_fn(void *arg)
 {
 	struct kv_server *srv = arg;
-	char why[1024];
-	int ret = kv_save_run(srv, why, sizeof(why));
+	int ret = kv_save_run(srv, "SAVE");
 
 	kv_save_release(&srv->persist);
-	return kv_save_report(srv, "SAVE", ret, why);
+	return ret;
 }
 
-/* A detached fiber on shard 0: BGSAVE (claimed). */
+/* A detached fiber on shard 0: the second half of a BGSAVE. */
 static int kv_bgsave_fiber(void *arg)
 {
-	struct kv_server *srv = arg;
-	char why[1024];
-	int ret = kv_save_run(srv, why, sizeof(why));
+	struct kv_save_job *job = arg;
+	struct kv_server *srv = job->srv;
+	int ret = kv_save_finish(job);
 
+	if (ret)
+		fprintf(stderr, "corio-kv: background save failed: %s\n", job->why);
+	kv_save_job_free(job);
 	kv_save_release(&srv->persist);
-	return kv_save_report(srv, "background save", ret, why);
+	return ret;
+}
+
+/* corio_call target on shard 0: BGSAVE's first half (claimed), then its
+ * second half in a fiber of its own. 0 once the point in time is taken. */
+static intptr_t kv_bgsave_start_fn(void *arg)
+{
+	struct kv_server *srv = arg;
+	struct corio_spawn_opts o = { .name = "kv-bgsave" };
+	char why[1024];
+	struct kv_save_job *job = kv_save_begin(srv, why, sizeof(why));
+	int ret;
+
+	if (!job) {
+		fprintf(stderr, "corio-kv: background save failed: %s\n", why);
+		kv_save_release(&srv->persist);
+		return -EIO;
+	}
+	if ((ret = corio_spawn(kv_bgsave_fiber, job, &o, NULL))) {
+		/* no fiber for the rest: finish here, the client waits */
+		return kv_bgsave_fiber(job);
+	}
+	return 0;
 }
 
 /* Wait (polling, 10 ms) until no save runs and claim it; -ECANCELED. */
@@ -528,16 +612,14 @@ static int kv_saver_fiber(void *arg)
 		bool due = false;
 
 		if (atomic_load(&p->shutdown) == 2) {
-			char why[1024];
 			int ret;
 
 			if (kv_save_claim_wait(p))
 				break;
-			ret = kv_save_run(srv, why, sizeof(why));
+			ret = kv_save_run(srv, "saving before the exit");
 			kv_save_release(p);
 			if (ret) { /* Redis refuses to exit then: the data would be lost */
-				fprintf(stderr, "corio-kv: saving before the exit failed (%s): not exiting\n",
-					why);
+				fprintf(stderr, "corio-kv: not exiting: the data would be lost\n");
 				atomic_store(&p->shutdown, 0);
 				continue;
 			}
@@ -554,11 +636,8 @@ static int kv_saver_fiber(void *arg)
 		if (due && !atomic_load(&p->last_ok) && now - atomic_load(&p->last_try) < KV_SAVE_RETRY_S)
 			due = false;
 		if (due && kv_save_claim(p, true)) {
-			char why[1024];
-			int ret = kv_save_run(srv, why, sizeof(why));
-
+			kv_save_run(srv, "background save (save point)");
 			kv_save_release(p);
-			kv_save_report(srv, "background save (save point)", ret, why);
 		}
 	}
 	return 0;
@@ -622,12 +701,13 @@ void kv_reply_save(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o
 				kv_err(o, "ERR Background save already in progress");
 			return;
 		}
-		if (corio_spawn_on(0, kv_bgsave_fiber, srv)) {
+		ret = corio_call(0, kv_bgsave_start_fn, srv, &res);
+		if (ret) /* the call did not run: release the claim here */
 			kv_save_release(p);
-			kv_err(o, "ERR corio-kv could not start the background save");
-			return;
-		}
-		KV_LIT(o, "+Background saving started\r\n");
+		if (ret || res)
+			kv_err(o, "ERR corio-kv could not start the background save: see its log (stderr)");
+		else
+			KV_LIT(o, "+Background saving started\r\n");
 		return;
 	case C_SHUTDOWN: {
 		bool save = false, nosave = false, force = false;
