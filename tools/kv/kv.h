@@ -199,6 +199,7 @@ struct kv_persist {
 	_Atomic uint64_t dirty_saved; /* the changes the last save holds */
 	_Atomic int64_t last_ms;  /* how long the last save took */
 	_Atomic int shutdown;     /* 1: stop now; 2: save first (SIGTERM with save points) */
+	_Atomic int scheduled;    /* BGSAVE SCHEDULE came while a save ran: one after it */
 	_Atomic int stop;         /* the server should stop (SHUTDOWN, or the save above ended) */
 	uint64_t seq;             /* temp file names (shard 0) */
 	struct corio_fiber *saver; /* shard 0's fiber for the save points */

@@ -635,6 +635,10 @@ static int kv_saver_fiber(void *arg)
 		/* after a failure, wait a while before the next try (Redis) */
 		if (due && !atomic_load(&p->last_ok) && now - atomic_load(&p->last_try) < KV_SAVE_RETRY_S)
 			due = false;
+		if (atomic_load(&p->scheduled) && !atomic_load(&p->in_progress)) {
+			atomic_store(&p->scheduled, 0);
+			due = true;
+		}
 		if (due && kv_save_claim(p, true)) {
 			kv_save_run(srv, "background save (save point)");
 			kv_save_release(p);
@@ -695,8 +699,10 @@ void kv_reply_save(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o
 			return;
 		}
 		if (!kv_save_claim(p, true)) {
-			if (cmd->argc == 2) /* SCHEDULE: Redis runs it after the one in progress */
+			if (cmd->argc == 2) { /* SCHEDULE: the saver starts it after this one */
+				atomic_store(&p->scheduled, 1);
 				KV_LIT(o, "+Background saving scheduled\r\n");
+			}
 			else
 				kv_err(o, "ERR Background save already in progress");
 			return;
