@@ -136,7 +136,12 @@ static void serve_until_stop(struct kv_server *srv, sigset_t *set)
 			/* with save points, save first (shard 0's saver does, then
 			 * sets stop); a second signal stops at once, as does a
 			 * signal before every shard listens */
-			if (srv->persist.npoints && printed && !atomic_load(&srv->persist.shutdown)) {
+			int points;
+
+			pthread_mutex_lock(&srv->persist.lock); /* CONFIG SET save may change them */
+			points = srv->persist.npoints;
+			pthread_mutex_unlock(&srv->persist.lock);
+			if (points && printed && !atomic_load(&srv->persist.shutdown)) {
 				atomic_store(&srv->persist.shutdown, 2);
 				continue;
 			}
