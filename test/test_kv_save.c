@@ -881,3 +881,36 @@ Test(kv_save, flushall_during_a_bgsave_keeps_the_snapshot_whole, .timeout = 120)
 	cr_assert_eq(t.fresh + t.other, 0);
 	tmp_remove();
 }
+
+Test(kv_save, shutdown_save_writes_the_file_and_a_failed_save_keeps_the_server_up, .timeout = 60)
+{
+	char gone[512], path[512];
+	struct proc kv;
+	struct bc *c;
+	struct stat st;
+
+	tmp_make();
+	kv = kv_start("--save", "", NULL);
+	cr_assert(kv.port > 0);
+	c = bc_open(kv.port);
+	cr_assert_str_eq(BC(c, "SET", "k", "v"), "+OK\r\n");
+	/* a directory that goes away: the save fails, the server stays */
+	snprintf(gone, sizeof(gone), "%s/gone", tmpdir);
+	cr_assert_eq(mkdir(gone, 0755), 0);
+	cr_assert_str_eq(BC(c, "CONFIG", "SET", "dir", gone), "+OK\r\n");
+	cr_assert_eq(rmdir(gone), 0);
+	cr_assert_str_eq(BC(c, "SHUTDOWN", "SAVE"), "-ERR Errors trying to SHUTDOWN. Check logs.\r\n");
+	cr_assert_str_eq(BC(c, "SAVE"),
+			 "-ERR corio-kv could not save the snapshot: see its log (stderr)\r\n");
+	cr_assert(strstr(BC(c, "INFO", "persistence"), "rdb_last_bgsave_status:err"));
+	cr_assert_str_eq(BC(c, "PING"), "+PONG\r\n");
+	/* back to a directory that is there: SHUTDOWN SAVE saves, then exits */
+	cr_assert_str_eq(BC(c, "CONFIG", "SET", "dir", tmpdir), "+OK\r\n");
+	cr_assert_str_eq(BC(c, "SHUTDOWN", "SAVE"), "");
+	bc_close(c);
+	cr_assert_eq(proc_end(&kv, 0), 0);
+	snprintf(path, sizeof(path), "%s/dump.rdb", tmpdir);
+	cr_assert_eq(stat(path, &st), 0);
+	cr_assert_eq(check_rdb(), 0);
+	tmp_remove();
+}
