@@ -175,7 +175,7 @@ Test(kv_save, reader_takes_every_encoding)
 	kv_buf_free(&b);
 }
 
-Test(kv_save, every_truncation_and_corruption_is_an_error_naming_an_offset)
+Test(kv_save, damage_is_an_error_at_an_offset)
 {
 	struct kv_buf b = { 0 };
 	char err[300];
@@ -501,7 +501,7 @@ static int check_rdb(void)
 	return system(cmd);
 }
 
-Test(kv_save, corio_dump_passes_redis_check_rdb_and_loads_in_redis_server, .timeout = 120)
+Test(kv_save, redis_loads_corio_dumps, .timeout = 120)
 {
 	need_redis();
 	tmp_make();
@@ -527,7 +527,7 @@ Test(kv_save, corio_dump_passes_redis_check_rdb_and_loads_in_redis_server, .time
 	tmp_remove();
 }
 
-Test(kv_save, redis_server_dump_loads_into_corio_kv, .timeout = 120)
+Test(kv_save, corio_loads_redis_dumps, .timeout = 120)
 {
 	struct proc rs, kv;
 	struct bc *c;
@@ -552,7 +552,7 @@ Test(kv_save, redis_server_dump_loads_into_corio_kv, .timeout = 120)
 	tmp_remove();
 }
 
-Test(kv_save, sigterm_saves_and_a_restart_keeps_keys_and_ttls, .timeout = 60)
+Test(kv_save, restart_keeps_keys_and_ttls, .timeout = 60)
 {
 	struct proc kv;
 	struct bc *c;
@@ -622,7 +622,7 @@ Test(kv_save, save_points_fire_and_commands_answer, .timeout = 60)
 	tmp_remove();
 }
 
-Test(kv_save, corrupt_or_truncated_files_stop_the_start, .timeout = 60)
+Test(kv_save, bad_files_stop_the_start, .timeout = 60)
 {
 	struct proc kv;
 	struct bc *c;
@@ -731,7 +731,7 @@ static void load_keys(struct bc *c, long n, const char *val)
 	}
 }
 
-Test(kv_save, bgsave_under_writes_holds_the_keys_as_they_were, .timeout = 120)
+Test(kv_save, bgsave_under_writes_is_a_point_in_time, .timeout = 120)
 {
 	char old[101], fresh[101], path[300], err[300];
 	struct proc kv;
@@ -814,7 +814,7 @@ Test(kv_save, bgsave_under_writes_holds_the_keys_as_they_were, .timeout = 120)
 	tmp_remove();
 }
 
-Test(kv_save, a_kill_mid_bgsave_leaves_the_previous_file, .timeout = 120)
+Test(kv_save, kill_mid_bgsave_keeps_previous_file, .timeout = 120)
 {
 	char old[101], path[300], err[300];
 	struct proc kv;
@@ -850,7 +850,7 @@ Test(kv_save, a_kill_mid_bgsave_leaves_the_previous_file, .timeout = 120)
 	tmp_remove();
 }
 
-Test(kv_save, flushall_during_a_bgsave_keeps_the_snapshot_whole, .timeout = 120)
+Test(kv_save, flushall_mid_bgsave_keeps_it_whole, .timeout = 120)
 {
 	char old[101], path[512], err[300];
 	struct proc kv;
@@ -882,7 +882,7 @@ Test(kv_save, flushall_during_a_bgsave_keeps_the_snapshot_whole, .timeout = 120)
 	tmp_remove();
 }
 
-Test(kv_save, shutdown_save_writes_the_file_and_a_failed_save_keeps_the_server_up, .timeout = 60)
+Test(kv_save, shutdown_save_and_failed_saves, .timeout = 60)
 {
 	char gone[512], path[512];
 	struct proc kv;
