@@ -94,8 +94,9 @@ static void set_policy(struct cl *c, const char *p)
 	EXPECT(c, "+OK\r\n");
 }
 
-/* Wait (2.5 s at most) until the shards' clock has passed a second since
- * now, so keys touched after it are younger (LRU's clock is in seconds). */
+/* Wait (2.5 s at most) until key's shard's clock has passed a second since
+ * the key was written, so keys touched after it are younger (LRU's clock
+ * is in seconds, and each shard ticks its own). */
 static void next_second(struct cl *c, const char *key)
 {
 	for (int i = 0; i < 250; i++) {
@@ -128,7 +129,17 @@ static void evict_body(struct kv_test *t)
 		/* old keys, then (a second later) a working set read again, then
 		 * new writes: the working set stays */
 		CHECK_EQ(set_many(c, "old", 0, 3500, 0), 0);
-		next_second(c, "old:0");
+		/* each shard ticks its own clock: wait for both */
+		for (unsigned sh = 0; sh < t->srv.nshards; sh++) {
+			char k[32];
+
+			for (int i = 0;; i++) {
+				snprintf(k, sizeof(k), "old:%d", i);
+				if (kv_owner(&t->srv, kv_hash(t->srv.seed, k, strlen(k))) == sh)
+					break;
+			}
+			next_second(c, k);
+		}
 		CHECK_EQ(set_many(c, "hot", 0, 300, 0), 0);
 		read_many(c, "hot", 0, 300, 1);
 		CHECK_EQ(set_many(c, "new", 0, 2000, 0), 0);
