@@ -5,7 +5,7 @@
 #   make bench      install missing Debian packages, build, run the headline
 #                   comparisons (echo, httpd, kv against their baselines;
 #                   about 4 minutes); FULL=1: every benchmark (about 20)
-#   make bench-AREA one area in full: echo, httpd, kv, micro (every
+#   make bench-AREA one area in full: echo, httpd, kv, kvsave, micro (every
 #                   micro-benchmark), core, fs, msg, net, sendfile, timer, tls
 #   make install    PREFIX=/usr/local DESTDIR= (BINDIR, MANDIR, ... too):
 #                   the library, headers, corio.pc, corio-stat, corio-kv
@@ -235,10 +235,14 @@ $(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv_server := $(filter-out %/main.o,$(KV_OBJS))
 TEST_EXTRA_test_kv_commands := $(TEST_EXTRA_test_kv_server)
+TEST_EXTRA_test_kv_save := $(TEST_EXTRA_test_kv_server)
+TEST_EXTRA_test_kv_evict := $(TEST_EXTRA_test_kv_server)
 TEST_EXTRA_test_upper_echo := $(filter-out %/main.o,$(UE_OBJS))
 TEST_EXTRA_test_tools := $(TOOL_LOBJ)
 $(B)/test/test_kv_server: $(TEST_EXTRA_test_kv_server)
 $(B)/test/test_kv_commands: $(TEST_EXTRA_test_kv_commands)
+$(B)/test/test_kv_save: $(TEST_EXTRA_test_kv_save)
+$(B)/test/test_kv_evict: $(TEST_EXTRA_test_kv_evict)
 $(B)/test/test_upper_echo: $(TEST_EXTRA_test_upper_echo)
 $(B)/test/test_tools: $(TEST_EXTRA_test_tools)
 
@@ -313,7 +317,7 @@ else
 endif
 
 FULL ?=
-BENCH_AREAS := echo httpd kv micro burst core fs msg net sched sendfile timer tls
+BENCH_AREAS := echo httpd kv kvsave micro burst core fs msg net sched sendfile timer tls
 .PHONY: $(BENCH_AREAS:%=bench-%)
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools

@@ -89,7 +89,7 @@ start_server_once() {
 	PORT=$(free_port)
 	case $1 in
 	corio)
-		taskset -c "$SCPUS" "$T/corio-kv" -p "$PORT" -n "$SHARDS" --cpus "$SCPUS" \
+		taskset -c "$SCPUS" "$T/corio-kv" -p "$PORT" -n "$SHARDS" --cpus "$SCPUS" --save "" \
 			> "$OUT/server.out" 2> "$OUT/server.err" &
 		;;
 	redis)

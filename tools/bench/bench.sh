@@ -11,6 +11,7 @@
 #             fallback), then every case of the echo, kv and httpd drivers:
 #             about 20 minutes.
 #   AREA      make bench-AREA: echo, httpd, kv (every case of that driver),
+#             kvsave (corio-kv snapshots and eviction beside redis-server),
 #             instr (instructions per message under callgrind),
 #             micro (every micro-benchmark), or one micro-benchmark by name:
 #             core, fs, msg, net, sched, sendfile, timer, tls (bench-AREA on both
@@ -40,12 +41,12 @@ for a in "$@"; do
 		;;
 	instr) secs="$secs instr:full" ;;
 	micro) for m in $MICRO; do secs="$secs $m:full"; done ;;
-	echo | httpd | kv) secs="$secs $a:full" ;;
+	echo | httpd | kv | kvsave) secs="$secs $a:full" ;;
 	*)
 		if [ -x "$B/tools/bench-$a" ]; then
 			secs="$secs $a:full"
 		else
-			echo "bench: no such area: $a (headline, full, echo, httpd, kv, micro,$(echo "$MICRO" | sed 's/ /, /g; s/^,//'))" >&2
+			echo "bench: no such area: $a (headline, full, echo, httpd, kv, kvsave, micro,$(echo "$MICRO" | sed 's/ /, /g; s/^,//'))" >&2
 			exit 2
 		fi
 		;;
@@ -63,6 +64,7 @@ title() {
 	httpd:full) echo "httpd against nginx: every row, HTTPS, full handshakes (about 3 minutes)" ;;
 	kv:headline) echo "corio-kv against redis-server (about 60 s)" ;;
 	kv:full) echo "corio-kv against redis-server: every test, memory of 1M keys (about 2 minutes)" ;;
+	kvsave:full) echo "corio-kv snapshots and eviction beside redis-server's BGSAVE and allkeys-lru (about 6 minutes)" ;;
 	instr:full) echo "user-space instructions per message under callgrind: corio-echo, uring-echo, epoll-echo, httpd (about 6 minutes)" ;;
 	*)
 		# bench-micro of 2026-11-29, both backends, on a VM other jobs shared
@@ -100,6 +102,7 @@ out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 		echo) BENCH_ECHO_SET=$set sh tools/bench/bench-echo.sh "$B" ;;
 		httpd) BENCH_HTTPD_SET=$set sh tools/bench/bench-httpd.sh "$B" ;;
 		kv) BENCH_KV_SET=$set sh tools/bench/bench-kv.sh "$B" ;;
+		kvsave) sh tools/bench/bench-kvsave.sh "$B" ;;
 		instr) sh tools/bench/bench-instr.sh "$B" ;;
 		*)
 			for be in $BACKENDS; do

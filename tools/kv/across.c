@@ -211,8 +211,10 @@ static intptr_t kv_step_set(void *arg)
 {
 	struct kv_step *s = arg;
 	struct kv_shard *sh = kv_here(s->srv);
-	struct kv_entry **l, *e = kv_lookup(sh, s->h, s->k, &l);
+	struct kv_entry **l, *e;
 
+	kv_make_room(sh);
+	e = kv_lookup(sh, s->h, s->k, &l);
 	if (kv_oom(sh))
 		return -ENOSPC;
 	return kv_store(sh, l, e, s->h, s->k, s->v->p, s->v->n, false) ? 1 : -ENOMEM;

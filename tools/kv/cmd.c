@@ -11,9 +11,23 @@ const char kv_oom_msg[] = "OOM command not allowed when used memory > 'maxmemory
 
 /* ---- ops: run on the key's shard, writing the reply (if any) to o ---- */
 
+/* Over its share of maxmemory: evict by the policy (before the op looks
+ * its key up: an eviction may free any entry). */
+void kv_make_room(struct kv_shard *sh)
+{
+	uint64_t max = KV_GET(sh->maxmem);
+
+	sh->evict_failed = max && sh->mem > max && !kv_evict(sh, max);
+}
+
+/* A write must be refused: over the share, and noeviction or nothing left
+ * to evict. */
 bool kv_oom(struct kv_shard *sh)
 {
-	if (sh->maxmem && sh->mem > sh->maxmem) {
+	uint64_t max = KV_GET(sh->maxmem);
+
+	if (max && sh->mem > max &&
+	    (sh->evict_failed || atomic_load_explicit(&sh->srv->policy, memory_order_relaxed) == KV_NOEVICTION)) {
 		KV_INC(sh->st.oom_refused, 1);
 		return true;
 	}
@@ -27,11 +41,17 @@ void kv_run_op(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct 
 	struct kv_entry **l = NULL, *e = NULL;
 
 	if (op->kind != OP_DBSIZE && op->kind != OP_FLUSH) {
+		if (op->kind == OP_SET || op->kind == OP_MSET1 || op->kind == OP_INCR || op->kind == OP_KEY ||
+		    op->kind == OP_HASH)
+			kv_make_room(sh);
 		e = kv_lookup(sh, op->hash, k, &l);
 		if (op->kind == OP_GET || op->kind == OP_INCR)
 			KV_INC(*(e ? &sh->st.hits : &sh->st.misses), 1);
-		if (e && !c->no_touch && cmd->kind != C_OBJECT)
+		if (e && !c->no_touch && cmd->kind != C_OBJECT) {
+			if (kv_policy_lfu(atomic_load_explicit(&sh->srv->policy, memory_order_relaxed)))
+				kv_lfu_touch(sh, e);
 			e->atime = sh->clock;
+		}
 	}
 	switch (op->kind) {
 	case OP_GET:

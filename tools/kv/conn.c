@@ -294,6 +294,10 @@ void kv_shard_main(struct kv_server *srv)
 	char where[300];
 	int port = srv->port, ret;
 
+	if (kv_rdb_load(srv, kl.sh)) { /* the file said why; the server does not start */
+		atomic_store(&srv->failed, 1);
+		return;
+	}
 	if (!port && corio_shard_id() != 0) {
 		while (!(port = atomic_load(&srv->bound_port)) && !atomic_load(&srv->failed))
 			if (corio_sleep_ns(100000) < 0)
@@ -319,8 +323,10 @@ void kv_shard_main(struct kv_server *srv)
 	if (corio_shard_id() == 0)
 		atomic_store(&srv->bound_port, port);
 	kv_shard_start(kl.sh);
+	kv_saver_start(srv);
 	atomic_fetch_add(&srv->listening, 1);
 	ret = kv_accept_loop(&kl);
+	kv_saver_stop(srv);
 	if (ret != -ECANCELED) {
 		fprintf(stderr, "corio-kv: shard %u: accept: %s\n", corio_shard_id(), strerror(-ret));
 		atomic_store(&srv->failed, 1);
@@ -346,8 +352,13 @@ int kv_server_init(struct kv_server *srv, unsigned nshards)
 		return -ENOSPC;
 	if (srv->requirepass && strlen(srv->requirepass) > KV_PASS_MAX)
 		return -E2BIG;
+	if (kv_persist_init(&srv->persist))
+		return -ENOMEM;
 	srv->nshards = nshards;
 	srv->seed = seed;
+	atomic_store(&srv->maxmemory, srv->lim.maxmemory);
+	if (!atomic_load(&srv->samples))
+		atomic_store(&srv->samples, 5); /* Redis's maxmemory-samples */
 	srv->start_ns = corio_now_ns();
 	srv->start_unix = kv_unix_ms() / 1000;
 	srv->sh = calloc(nshards, sizeof(*srv->sh));

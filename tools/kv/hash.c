@@ -361,6 +361,7 @@ static int kv_htab_set(struct kv_hctx *x, const char *f, size_t fn, const char *
 
 	if (!n)
 		return -ENOMEM;
+	kv_snap_pre(x->sh, x->e);
 	kv_touched(x->sh, x->e->hash, x->e->data, x->e->klen);
 	for (pp = &t->b[h & t->mask]; *pp; pp = &(*pp)->next) {
 		struct kv_hnode *o = *pp;
@@ -391,6 +392,7 @@ static int kv_htab_del(struct kv_hctx *x, const struct kv_arg *f)
 		if (o->hash == h && o->flen == f->n && !memcmp(o->data, f->p, f->n)) {
 			size_t sz = malloc_usable_size(o);
 
+			kv_snap_pre(x->sh, x->e);
 			kv_touched(x->sh, x->e->hash, x->e->data, x->e->klen);
 			*pp = o->next;
 			free(o);
@@ -872,4 +874,41 @@ void kv_run_hash(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struc
 	default:
 		break;
 	}
+}
+
+/* ---- for the snapshot and the load (save.c, rdb.c) ------------------------------ */
+
+size_t kv_hash_nfields(const struct kv_entry *e)
+{
+	return kv_hash_len(e);
+}
+
+/* fn(arg, field, value) for every field of hash e, in its order. */
+void kv_hash_walk(const struct kv_entry *e, void (*fn)(void *arg, const char *f, size_t fn,
+						       const char *v, size_t vn), void *arg)
+{
+	struct kv_hiter it;
+	struct kv_hf hf;
+
+	kv_hiter_init(&it, e);
+	while (kv_hiter_next(&it, &hf))
+		fn(arg, hf.f, hf.fn, hf.v, hf.vn);
+}
+
+/* Make key k (hash h, absent) a hash of the pairs fv[0 .. 2n), as HSET
+ * would: small when it fits Redis's listpack limits. The entry, or NULL
+ * without memory. */
+struct kv_entry *kv_hash_restore(struct kv_shard *sh, uint64_t h, const struct kv_arg *k,
+				 const struct kv_arg *fv, size_t n)
+{
+	struct kv_entry **l;
+	struct kv_entry *e = kv_lookup(sh, h, k, &l);
+	struct kv_hctx x = { sh, l, NULL, h, k };
+	long long added;
+
+	if (e)
+		kv_unlink(sh, l), kv_lookup(sh, h, k, &x.l);
+	if (kv_hash_set(&x, fv, n, false, &added))
+		return NULL;
+	return x.e;
 }

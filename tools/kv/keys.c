@@ -266,7 +266,19 @@ void kv_run_key(struct kv_shard *sh, struct kv_conn *c, struct kv_op *op, struct
 			kv_bulkstr(o, e->type == KV_STR ? kv_str_encoding(e) :
 				   e->enc == KV_ENC_SMALL ? "listpack" : "hashtable");
 		} else if (cmd->n == 1) { /* IDLETIME */
-			kv_num(o, ':', (uint16_t)(sh->clock - e->atime));
+			if (kv_policy_lfu(atomic_load_explicit(&sh->srv->policy, memory_order_relaxed)))
+				kv_err(o, "ERR An LFU maxmemory policy is selected, idle time not tracked. "
+					  "Please note that when switching between policies at runtime LRU "
+					  "and LFU data will take some time to adjust.");
+			else
+				kv_num(o, ':', (uint16_t)(sh->clock - e->atime));
+		} else if (cmd->n == 3) { /* FREQ */
+			if (!kv_policy_lfu(atomic_load_explicit(&sh->srv->policy, memory_order_relaxed)))
+				kv_err(o, "ERR An LFU maxmemory policy is not selected, access frequency not "
+					  "tracked. Please note that when switching between policies at "
+					  "runtime LRU and LFU data will take some time to adjust.");
+			else
+				kv_num(o, ':', kv_lfu_get(sh, e));
 		} else { /* REFCOUNT: nothing is shared */
 			kv_num(o, ':', 1);
 		}

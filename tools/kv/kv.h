@@ -38,7 +38,8 @@
  *    it, mid-batch, the fiber waiting while the client does not read (see
  *    kv_remote_budget()); a client that reads is never closed. With
  *    --maxmemory, writes are refused with -OOM once a shard uses more than
- *    its share (maxmemory / shards) - no eviction.
+ *    its share (maxmemory / shards) and its policy is noeviction (or it
+ *    found nothing to evict); otherwise it evicts (evict.c).
  *  - MULTI copies the commands after it into a queue; EXEC makes them a
  *    batch of their own, replied to as one array.
  *
@@ -65,6 +66,10 @@
  *	server.c    CLIENT, TIME, ROLE, WAIT, SLOWLOG, LATENCY
  *	cluster.c   the emulated cluster: CLUSTER, slots, CROSSSLOT
  *	pubsub.c    SUBSCRIBE, PUBLISH across shards, PUBSUB
+ *	rdb.[ch]    the RDB format: CRC64, LZF, listpack, ziplist, records (no I/O)
+ *	save.c      snapshots without fork (copy-on-write of entries), loading,
+ *	            SAVE, BGSAVE, LASTSAVE, SHUTDOWN, save points
+ *	evict.c     eviction under maxmemory: the policies, sampling, the pool, LFU
  *	main.c      the program: options, signals, the runtime
  *
  * test/test_kv_*.c link every unit but main.c and drives kv_shard_main()
@@ -74,6 +79,8 @@
 #define CORIO_KV_KV_H
 
 #include <corio.h>
+
+#include <pthread.h>
 
 #include "out.h"
 #include "resp.h"
@@ -106,6 +113,7 @@ enum kv_kind {
 	C_HSET, C_HSETNX, C_HGET, C_HMGET, C_HGETALL, C_HKEYS, C_HVALS, C_HDEL, C_HEXISTS, C_HLEN,
 	C_HSTRLEN, C_HINCRBY, C_HINCRBYFLOAT, C_HRANDFIELD, C_HSCAN, /* hash.c */
 	C_CLUSTER, C_READONLY, /* cluster.c */
+	C_SAVE, C_BGSAVE, C_LASTSAVE, C_SHUTDOWN, /* save.c */
 	C_SUBSCRIBE, C_UNSUBSCRIBE, C_PUBLISH, C_PUBSUB, C_PSBLOCKED, /* pubsub.c */
 };
 
@@ -172,6 +180,31 @@ bool kv_subcommand_known(const char *name, const struct kv_arg *sub);
 
 /* ---- the server ------------------------------------------------------------------ */
 
+/* Persistence (save.c). The configuration (dir, dbfilename, save points)
+ * is written by CONFIG SET on any shard and read when a save starts: it is
+ * the one thing corio-kv guards with a lock, held only to copy it. */
+#define KV_SAVE_POINTS 16
+struct kv_persist {
+	pthread_mutex_t lock;     /* dir, dbfilename, points, npoints */
+	char dir[1024];
+	char dbfilename[256];
+	struct { int64_t secs, changes; } points[KV_SAVE_POINTS];
+	int npoints;
+	bool load_partial;        /* --load-partial yes: keep what a bad file held before the error */
+	_Atomic int64_t lastsave; /* Unix s: the last successful save (the start before any) */
+	_Atomic int64_t last_try; /* Unix s: the last save started */
+	_Atomic int in_progress;  /* a save runs (SAVE or BGSAVE) */
+	_Atomic int bg;           /* ... and it is a BGSAVE */
+	_Atomic int last_ok;      /* the last save succeeded */
+	_Atomic uint64_t dirty_saved; /* the changes the last save holds */
+	_Atomic int64_t last_ms;  /* how long the last save took */
+	_Atomic int shutdown;     /* 1: stop now; 2: save first (SIGTERM with save points) */
+	_Atomic int scheduled;    /* BGSAVE SCHEDULE came while a save ran: one after it */
+	_Atomic int stop;         /* the server should stop (SHUTDOWN, or the save above ended) */
+	uint64_t seq;             /* temp file names (shard 0) */
+	struct corio_fiber *saver; /* shard 0's fiber for the save points */
+};
+
 struct kv_server {
 	struct kv_limits lim;
 	unsigned nshards;
@@ -186,6 +219,10 @@ struct kv_server {
 	const char *requirepass;  /* the password at start (NULL: none) */
 	_Atomic int protected_mode; /* refuse non-loopback clients while no password */
 	bool cluster;             /* --cluster-mode emulated (cluster.c) */
+	struct kv_persist persist; /* save.c */
+	_Atomic int policy;       /* enum kv_policy (evict.c) */
+	_Atomic uint64_t maxmemory; /* bytes, all shards (CONFIG SET changes it) */
+	_Atomic int samples;      /* maxmemory-samples */
 	_Atomic int bound_port;
 	_Atomic unsigned listening;
 	_Atomic int failed;
@@ -339,6 +376,28 @@ void kv_reply_unknown(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf
 void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
 void kv_err_sanitized(struct kv_buf *o, const char *msg);
 bool kv_glob(const char *p, size_t pn, const char *s, size_t sn, bool nocase);
+
+/* save.c: SAVE, BGSAVE, LASTSAVE, SHUTDOWN; the snapshot; loading; save points. */
+void kv_reply_save(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o);
+int kv_persist_init(struct kv_persist *p);
+int kv_save_points_parse(struct kv_persist *p, const char *s, size_t n);
+size_t kv_save_points_format(struct kv_persist *p, char *out, size_t n);
+int kv_rdb_load(struct kv_server *srv, struct kv_shard *sh);
+void kv_saver_start(struct kv_server *srv);
+void kv_saver_stop(struct kv_server *srv);
+
+/* evict.c: maxmemory policies. */
+extern const char *const kv_policy_names[KV_NPOLICIES];
+int kv_policy_parse(const char *p, size_t n);
+bool kv_evict(struct kv_shard *sh, uint64_t max);
+void kv_make_room(struct kv_shard *sh);
+unsigned kv_lfu_get(const struct kv_shard *sh, const struct kv_entry *e);
+void kv_lfu_touch(struct kv_shard *sh, struct kv_entry *e);
+
+static inline bool kv_policy_lfu(int policy)
+{
+	return policy == KV_ALLKEYS_LFU || policy == KV_VOLATILE_LFU;
+}
 
 /* batch.c: run a planned batch and write its replies to c->out. */
 int kv_run_batch(struct kv_conn *c);

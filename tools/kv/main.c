@@ -43,7 +43,11 @@ static struct {
 	int idle;
 	int unprotected; /* --protected-mode: 0 yes, 1 no */
 	int cluster;     /* --cluster-mode: 0 off, 1 emulated */
+	int load_partial; /* --load-partial: 0 no, 1 yes */
+	int policy;       /* --maxmemory-policy: enum kv_policy */
+	uint64_t samples; /* --maxmemory-samples */
 	double timeout;
+	const char *dir, *dbfilename, *save;
 } m = { .cpus = { m.cpu, MAX_SHARDS, 0, NULL } };
 
 static int parse_options(struct kv_server *srv, int argc, char **argv)
@@ -51,6 +55,11 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 	static const char *const idles[] = { "block", "spin", "poll", NULL };
 	static const char *const yesno[] = { "yes", "no", NULL };
 	static const char *const clmodes[] = { "off", "emulated", NULL };
+	static const char *const noyes[] = { "no", "yes", NULL };
+	static const char *policies[KV_NPOLICIES + 1];
+
+	for (int i = 0; i < KV_NPOLICIES; i++)
+		policies[i] = kv_policy_names[i];
 	const struct tool_opt opts[] = {
 		{ TOOL_OPT_COUNT("port", 'p', srv->port, 0, 65535, "P",
 				 "TCP port (6379; 0: pick one and print it)") },
@@ -68,7 +77,13 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 		{ TOOL_OPT_CHOICE("cluster-mode", 0, m.cluster, clmodes, "off|emulated",
 				  "emulated: answer CLUSTER as one node owning\nevery slot (off)") },
 		{ TOOL_OPT_SIZE("maxmemory", 0, srv->lim.maxmemory, 0, 1ull << 62, "BYTES",
-				"refuse writes with -OOM above this (0: no limit)") },
+				"memory for data; above it, evict by --maxmemory-policy\n(0: no limit)") },
+		{ TOOL_OPT_CHOICE("maxmemory-policy", 0, m.policy, policies, "POLICY",
+				  "above maxmemory: noeviction (refuse writes), allkeys-lru,\n"
+				  "volatile-lru, allkeys-lfu, volatile-lfu, volatile-ttl,\n"
+				  "allkeys-random, volatile-random (noeviction)") },
+		{ TOOL_OPT_COUNT("maxmemory-samples", 0, m.samples, 1, 64, "N",
+				 "keys sampled per eviction (5)") },
 		{ TOOL_OPT_SIZE("proto-max-bulk-len", 0, srv->lim.proto_max_bulk_len, 1, 1ull << 32,
 				"BYTES", "longest bulk string (512MiB)") },
 		{ TOOL_OPT_SIZE("query-buffer-limit", 0, srv->lim.qbuf_limit, 1024, 1ull << 34,
@@ -78,6 +93,15 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 				"waiting for the client to read (256MiB)") },
 		{ TOOL_OPT_COUNT("max-multibulk", 0, srv->lim.max_multibulk, 1, INT32_MAX, "N",
 				 "most arguments per command (1048576)") },
+		{ TOOL_OPT_STRING("dir", 0, m.dir, "DIR", "where the RDB snapshot is written and read (.)") },
+		{ TOOL_OPT_STRING("dbfilename", 0, m.dbfilename, "NAME",
+				  "the snapshot's file name in DIR (dump.rdb)") },
+		{ TOOL_OPT_STRING("save", 0, m.save, "\"SECS CHANGES ...\"",
+				  "save points: BGSAVE after SECS seconds with at least\n"
+				  "CHANGES changes (\"3600 1 300 100 60 10000\"; \"\": none)") },
+		{ TOOL_OPT_CHOICE("load-partial", 0, m.load_partial, noyes, "no|yes",
+				  "start with the keys before the error when the snapshot\n"
+				  "is corrupt or truncated (no: refuse to start)") },
 		{ TOOL_OPT_SECONDS("timeout", 0, m.timeout, 0.001, 1e6, "SECS",
 				   "exit after SECS (default: until SIGINT/SIGTERM)") },
 		{ 0 },
@@ -105,9 +129,24 @@ static void serve_until_stop(struct kv_server *srv, sigset_t *set)
 		}
 		if (atomic_load(&srv->failed) || corio_now_ns() >= until)
 			break;
-		sig = sigtimedwait(set, NULL, &ts);
-		if (sig == SIGINT || sig == SIGTERM)
+		if (atomic_load(&srv->persist.stop))
 			break;
+		sig = sigtimedwait(set, NULL, &ts);
+		if (sig == SIGINT || sig == SIGTERM) {
+			/* with save points, save first (shard 0's saver does, then
+			 * sets stop); a second signal stops at once, as does a
+			 * signal before every shard listens */
+			int points;
+
+			pthread_mutex_lock(&srv->persist.lock); /* CONFIG SET save may change them */
+			points = srv->persist.npoints;
+			pthread_mutex_unlock(&srv->persist.lock);
+			if (points && printed && !atomic_load(&srv->persist.shutdown)) {
+				atomic_store(&srv->persist.shutdown, 2);
+				continue;
+			}
+			break;
+		}
 	}
 }
 
@@ -135,10 +174,26 @@ int main(int argc, char **argv)
 			m.cpu[i] = m.cpu[i % m.cpus.n];
 		m.cfg.cpus = m.cpu;
 	}
+	snprintf(srv->persist.dir, sizeof(srv->persist.dir), "%s", m.dir ? m.dir : ".");
+	snprintf(srv->persist.dbfilename, sizeof(srv->persist.dbfilename), "%s",
+		 m.dbfilename ? m.dbfilename : "dump.rdb");
+	srv->persist.load_partial = m.load_partial == 1;
+	atomic_store(&srv->policy, m.policy);
+	atomic_store(&srv->samples, m.samples ? (int)m.samples : 5);
+	if (strchr(srv->persist.dbfilename, '/') || !srv->persist.dbfilename[0]) {
+		fprintf(stderr, "corio-kv: --dbfilename: a file name, not a path\n");
+		return 2;
+	}
 	if ((ret = kv_server_init(srv, m.cfg.shards))) {
 		fprintf(stderr, "corio-kv: %s\n", ret == -E2BIG ? "--requirepass is longer than 512 bytes"
 								: "out of memory");
 		return 1;
+	}
+	m.save = m.save ? m.save : "3600 1 300 100 60 10000"; /* Redis's default */
+	if (kv_save_points_parse(&srv->persist, m.save, strlen(m.save))) {
+		fprintf(stderr, "corio-kv: --save: want pairs of seconds and changes, as \"60 10000\"\n");
+		kv_server_free(srv);
+		return 2;
 	}
 	/* shards inherit this mask: only the main thread takes the signals */
 	sigemptyset(&set);

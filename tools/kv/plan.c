@@ -223,9 +223,7 @@ static void kv_plan_object(struct kv_cmd *cmd, const struct kv_arg *a)
 		}
 	}
 	if (kv_is(&a[1], "freq") && cmd->argc == 3)
-		kv_cmd_err(cmd, "ERR An LFU maxmemory policy is not selected, access frequency not "
-				"tracked. Please note that when switching between policies at runtime "
-				"LRU and LFU data will take some time to adjust.");
+		cmd->n = 3; /* the policy is checked when the key is found (keys.c), as Redis */
 	else
 		cmd->kind = C_BADSUB;
 }

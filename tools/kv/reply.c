@@ -3,12 +3,16 @@
  * need no op (PING, INFO, CONFIG, CLIENT, HELLO, ...). */
 #include "kv.h"
 
+#include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdatomic.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -196,31 +200,41 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 
 		kv_line(&b, "# Memory\r\nused_memory:%llu\r\nused_memory_human:%.2fM\r\n"
 			    "used_memory_rss:%llu\r\nused_memory_peak:%llu\r\nused_memory_peak_human:%.2fM\r\n"
-			    "maxmemory:%llu\r\nmaxmemory_policy:noeviction\r\n"
+			    "maxmemory:%llu\r\nmaxmemory_policy:%s\r\n"
 			    "mem_fragmentation_ratio:%.2f\r\nclient_output_peak:%llu\r\n\r\n",
 			(unsigned long long)used, (double)used / 1048576.0, (unsigned long long)rss,
 			(unsigned long long)peak, (double)peak / 1048576.0,
-			(unsigned long long)srv->lim.maxmemory, used ? (double)rss / (double)used : 0.0,
+			(unsigned long long)atomic_load(&srv->maxmemory),
+			kv_policy_names[atomic_load(&srv->policy)], used ? (double)rss / (double)used : 0.0,
 			(unsigned long long)kv_max_peak(srv));
 	}
-	if (kv_want(sec, "persistence", true)) /* none: nothing is saved */
+	if (kv_want(sec, "persistence", true)) {
+		struct kv_persist *p = &srv->persist;
+		uint64_t dirty = KV_SUM(srv, dirty), saved = atomic_load(&p->dirty_saved);
+
 		kv_line(&b, "# Persistence\r\nloading:0\r\nasync_loading:0\r\n"
-			    "rdb_changes_since_last_save:%llu\r\nrdb_bgsave_in_progress:0\r\n"
-			    "rdb_last_save_time:%lld\r\nrdb_last_bgsave_status:ok\r\n"
+			    "rdb_changes_since_last_save:%llu\r\nrdb_bgsave_in_progress:%d\r\n"
+			    "rdb_last_save_time:%lld\r\nrdb_last_bgsave_status:%s\r\n"
+			    "rdb_last_bgsave_time_sec:%lld\r\nrdb_last_cow_size:0\r\n"
 			    "aof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_last_write_status:ok\r\n\r\n",
-			(unsigned long long)KV_SUM(srv, dirty), (long long)srv->start_unix);
+			(unsigned long long)(dirty > saved ? dirty - saved : 0),
+			atomic_load(&p->in_progress) && atomic_load(&p->bg),
+			(long long)atomic_load(&p->lastsave), atomic_load(&p->last_ok) ? "ok" : "err",
+			(long long)(atomic_load(&p->last_ms) + 500) / 1000);
+	}
 	if (kv_want(sec, "stats", true)) {
 		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"
 			    "instantaneous_ops_per_sec:%llu\r\ntotal_net_input_bytes:%llu\r\n"
 			    "total_net_output_bytes:%llu\r\nrejected_connections:%llu\r\n"
-			    "expired_keys:%llu\r\nevicted_keys:0\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
+			    "expired_keys:%llu\r\nevicted_keys:%llu\r\nkeyspace_hits:%llu\r\nkeyspace_misses:%llu\r\n"
 			    "pubsub_channels:%llu\r\npubsub_patterns:%llu\r\n"
 			    "total_error_replies_protocol:%llu\r\nclient_output_limit_disconnections:%llu\r\n"
 			    "client_output_flushes:%llu\r\noom_refused:%llu\r\n\r\n",
 			(unsigned long long)KV_SUM(srv, conns_total), (unsigned long long)KV_SUM(srv, cmds),
 			(unsigned long long)KV_SUM(srv, ops_sec), (unsigned long long)KV_SUM(srv, net_in),
 			(unsigned long long)KV_SUM(srv, net_out), (unsigned long long)KV_SUM(srv, rejected),
-			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, hits),
+			(unsigned long long)KV_SUM(srv, expired), (unsigned long long)KV_SUM(srv, evicted),
+			(unsigned long long)KV_SUM(srv, hits),
 			(unsigned long long)KV_SUM(srv, misses), (unsigned long long)kv_pubsub_count(srv, false),
 			(unsigned long long)kv_pubsub_count(srv, true),
 			(unsigned long long)KV_SUM(srv, proto_errors),
@@ -383,17 +397,23 @@ bool kv_glob(const char *p, size_t pn, const char *s, size_t sn, bool nocase)
 }
 
 /* The parameters CONFIG GET answers, with their values now. */
-#define KV_NCONF 16
+#define KV_NCONF 24
 static int kv_config_values(struct kv_conn *c, const char *names[KV_NCONF], char vals[KV_NCONF][48])
 {
 	struct kv_server *srv = c->srv;
 	int n = 0;
 
 #define CONF(nm, ...) (names[n] = (nm), snprintf(vals[n], sizeof(vals[0]), __VA_ARGS__), n++)
-	CONF("save", "%s", "");
+	names[n] = "save"; /* longer values: written by kv_config_long() */
+	vals[n++][0] = 0;
+	names[n] = "dir";
+	vals[n++][0] = 0;
+	names[n] = "dbfilename";
+	vals[n++][0] = 0;
 	CONF("appendonly", "no");
-	CONF("maxmemory", "%llu", (unsigned long long)srv->lim.maxmemory);
-	CONF("maxmemory-policy", "noeviction");
+	CONF("maxmemory", "%llu", (unsigned long long)atomic_load(&srv->maxmemory));
+	CONF("maxmemory-policy", "%s", kv_policy_names[atomic_load(&srv->policy)]);
+	CONF("maxmemory-samples", "%d", atomic_load(&srv->samples));
 	CONF("proto-max-bulk-len", "%llu", (unsigned long long)srv->lim.proto_max_bulk_len);
 	CONF("client-query-buffer-limit", "%llu", (unsigned long long)srv->lim.qbuf_limit);
 	CONF("databases", "1");
@@ -410,6 +430,71 @@ static int kv_config_values(struct kv_conn *c, const char *names[KV_NCONF], char
 	n++;
 #undef CONF
 	return n;
+}
+
+/* Redis's memory values: a number with an optional unit (b; k, m, g in
+ * thousands; kb, mb, gb in 1024s), in any case. */
+static bool kv_memtoull(const char *p, size_t n, unsigned long long *out)
+{
+	static const struct { const char *u; unsigned long long mul; } units[] = {
+		{ "b", 1 }, { "k", 1000 }, { "kb", 1024 }, { "m", 1000000 }, { "mb", 1 << 20 },
+		{ "g", 1000000000 }, { "gb", 1 << 30 },
+	};
+	size_t d = 0;
+	unsigned long long v = 0, mul = 1;
+
+	while (d < n && p[d] >= '0' && p[d] <= '9') {
+		if (v > (ULLONG_MAX - 9) / 10)
+			return false;
+		v = v * 10 + (unsigned long long)(p[d++] - '0');
+	}
+	if (!d)
+		return false;
+	if (d < n) {
+		struct kv_arg u = { p + d, n - d };
+		bool found = false;
+
+		for (size_t i = 0; i < sizeof(units) / sizeof(units[0]) && !found; i++)
+			if (kv_is(&u, units[i].u)) {
+				mul = units[i].mul;
+				found = true;
+			}
+		if (!found)
+			return false;
+	}
+	if (v && mul > ULLONG_MAX / v)
+		return false;
+	*out = v * mul;
+	return true;
+}
+
+/* The values of save, dir and dbfilename (longer than the table's 48
+ * bytes): true when name is one of them, its value written to o. */
+static bool kv_config_long(struct kv_server *srv, const char *name, struct kv_buf *o)
+{
+	struct kv_persist *p = &srv->persist;
+	char v[1100];
+
+	if (!strcmp(name, "save")) {
+		kv_save_points_format(p, v, sizeof(v));
+	} else if (!strcmp(name, "dir") || !strcmp(name, "dbfilename")) {
+		pthread_mutex_lock(&p->lock);
+		if (!strcmp(name, "dir"))
+			snprintf(v, sizeof(v), "%s", p->dir[0] ? p->dir : ".");
+		else
+			snprintf(v, sizeof(v), "%s", p->dbfilename);
+		pthread_mutex_unlock(&p->lock);
+		if (!strcmp(name, "dir") && v[0] != '/') { /* Redis answers the absolute path */
+			char abs[1100];
+
+			if (realpath(v, abs))
+				snprintf(v, sizeof(v), "%s", abs);
+		}
+	} else {
+		return false;
+	}
+	kv_bulkstr(o, v);
+	return true;
 }
 
 /* CONFIG GET pattern...: every parameter some pattern matches, once. */
@@ -441,6 +526,8 @@ static void kv_config_get(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 			kv_bulkstr(o, names[i]);
 		if (!strcmp(names[i], "requirepass"))
 			kv_bulk(o, c->sh->auth.pass, c->sh->auth.len);
+		else if (kv_config_long(c->srv, names[i], o))
+			;
 		else
 			kv_bulkstr(o, vals[i]);
 	}
@@ -451,8 +538,12 @@ static void kv_config_get(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 static void kv_config_set(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *o)
 {
 	const struct kv_arg *a = &c->av.v[cmd->arg0];
-	const struct kv_arg *pass = NULL;
-	int prot = -1;
+	const struct kv_arg *pass = NULL, *save = NULL, *dir = NULL, *dbf = NULL;
+	struct kv_persist *p = &c->srv->persist;
+	int prot = -1, policy = -1;
+	long long samples = -1;
+	unsigned long long maxmem = 0;
+	bool set_maxmem = false;
 	char msg[200];
 
 	if (cmd->argc < 4 || cmd->argc % 2) {
@@ -474,6 +565,69 @@ static void kv_config_set(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 				return;
 			}
 			prot = kv_is(&a[j + 1], "yes");
+		} else if (kv_is(&a[j], "maxmemory")) {
+			if (!kv_memtoull(a[j + 1].p, a[j + 1].n, &maxmem)) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument 'maxmemory') - "
+					  "argument must be a memory value");
+				return;
+			}
+			set_maxmem = true;
+		} else if (kv_is(&a[j], "maxmemory-policy")) {
+			if ((policy = kv_policy_parse(a[j + 1].p, a[j + 1].n)) < 0) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument "
+					  "'maxmemory-policy') - argument(s) must be one of the following: "
+					  "volatile-lru, allkeys-lru, volatile-lfu, allkeys-lfu, volatile-random, "
+					  "allkeys-random, volatile-ttl, noeviction");
+				return;
+			}
+		} else if (kv_is(&a[j], "maxmemory-samples")) {
+			if (!kv_str2ll(a[j + 1].p, a[j + 1].n, &samples) || samples < 1 || samples > 64) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument "
+					  "'maxmemory-samples') - argument must be between 1 and 64 inclusive "
+					  "(corio-kv samples at most 64)");
+				return;
+			}
+		} else if (kv_is(&a[j], "save")) {
+			struct kv_persist test;
+
+			memset(&test, 0, sizeof(test));
+			pthread_mutex_init(&test.lock, NULL);
+			if (kv_save_points_parse(&test, a[j + 1].p, a[j + 1].n)) {
+				pthread_mutex_destroy(&test.lock);
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument 'save') - "
+					  "Invalid save parameters");
+				return;
+			}
+			pthread_mutex_destroy(&test.lock);
+			save = &a[j + 1];
+		} else if (kv_is(&a[j], "dir")) {
+			char path[sizeof(p->dir)];
+			struct stat st;
+
+			if (a[j + 1].n >= sizeof(path) || memchr(a[j + 1].p, 0, a[j + 1].n)) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument 'dir') - "
+					  "the path is too long");
+				return;
+			}
+			memcpy(path, a[j + 1].p, a[j + 1].n);
+			path[a[j + 1].n] = 0;
+			int err = stat(path, &st) ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+
+			if (err) {
+				snprintf(msg, sizeof(msg), "ERR CONFIG SET failed (possibly related to "
+					 "argument 'dir') - %s", strerror(err));
+				kv_err(o, msg);
+				return;
+			}
+			dir = &a[j + 1];
+		} else if (kv_is(&a[j], "dbfilename")) {
+			if (!a[j + 1].n || a[j + 1].n >= sizeof(p->dbfilename) ||
+			    memchr(a[j + 1].p, '/', a[j + 1].n) || memchr(a[j + 1].p, 0, a[j + 1].n)) {
+				kv_err(o, "ERR CONFIG SET failed (possibly related to argument 'dbfilename') "
+					  "- dbfilename can't be a path, just a filename");
+				return;
+			}
+			dbf = &a[j + 1];
 		} else {
 			snprintf(msg, sizeof(msg), "ERR Unknown option or number of arguments for CONFIG "
 				 "SET - '%.*s'", (int)(a[j].n > 64 ? 64 : a[j].n), a[j].p);
@@ -487,6 +641,25 @@ static void kv_config_set(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 	}
 	if (prot >= 0)
 		atomic_store(&c->srv->protected_mode, prot);
+	if (save)
+		kv_save_points_parse(p, save->p, save->n);
+	if (policy >= 0)
+		atomic_store(&c->srv->policy, policy);
+	if (samples > 0)
+		atomic_store(&c->srv->samples, (int)samples);
+	if (set_maxmem) { /* each shard's share; they evict at their next write */
+		atomic_store(&c->srv->maxmemory, maxmem);
+		for (unsigned i = 0; i < c->srv->nshards; i++)
+			KV_SET(c->srv->sh[i].maxmem, maxmem / c->srv->nshards);
+	}
+	if (dir || dbf) {
+		pthread_mutex_lock(&p->lock);
+		if (dir)
+			snprintf(p->dir, sizeof(p->dir), "%.*s", (int)dir->n, dir->p);
+		if (dbf)
+			snprintf(p->dbfilename, sizeof(p->dbfilename), "%.*s", (int)dbf->n, dbf->p);
+		pthread_mutex_unlock(&p->lock);
+	}
 	KV_LIT(o, "+OK\r\n");
 }
 
@@ -676,6 +849,12 @@ void kv_reply_local(struct kv_conn *c, const struct kv_cmd *cmd, struct kv_buf *
 	case C_CLUSTER:
 	case C_READONLY:
 		kv_reply_cluster(c, cmd, o);
+		break;
+	case C_SAVE:
+	case C_BGSAVE:
+	case C_LASTSAVE:
+	case C_SHUTDOWN:
+		kv_reply_save(c, cmd, o);
 		break;
 	case C_TIME:
 	case C_ROLE:

@@ -123,6 +123,7 @@ static void kv_sweep_arm(struct kv_shard *sh)
 /* Give e the expiry when (ms; 0: none). false: no memory for the heap. */
 bool kv_set_expire(struct kv_shard *sh, struct kv_entry *e, int64_t when)
 {
+	kv_snap_pre(sh, e);
 	kv_touched(sh, e->hash, e->data, e->klen);
 	if (!when) {
 		if (e->hidx)
@@ -203,6 +204,10 @@ static void kv_rehash_step(struct kv_shard *sh, int n)
 {
 	int empty = n * 10;
 
+	/* not while a snapshot walks the tables: an entry moved from a bucket
+	 * the walk has not reached to one it has passed would be missed */
+	if (sh->snap.active)
+		return;
 	while (n-- && sh->t[1].b) {
 		struct kv_entry *e;
 
@@ -272,6 +277,7 @@ struct kv_entry *kv_detach(struct kv_shard *sh, struct kv_entry **l)
 {
 	struct kv_entry *e = *l;
 
+	kv_snap_pre(sh, e);
 	kv_touched(sh, e->hash, e->data, e->klen);
 	KV_INC(sh->st.dirty, 1);
 	*l = e->next;
@@ -323,6 +329,8 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	size_t need = sizeof(struct kv_entry) + k->n + vn;
 	struct kv_entry *e;
 
+	if (old)
+		kv_snap_pre(sh, old);
 	kv_touched(sh, h, k->p, k->n);
 	KV_INC(sh->st.dirty, 1);
 	if (old && old->type == KV_STR && kv_usable(old) >= need && kv_usable(old) <= 2 * need + 64) {
@@ -340,6 +348,8 @@ struct kv_entry *kv_store(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 	e->hidx = 0;
 	e->type = KV_STR;
 	e->enc = 0;
+	e->snap = sh->snap.cur; /* made after any running snapshot's point in time */
+	e->lfu = old ? old->lfu : KV_LFU_INIT;
 	e->atime = sh->clock;
 	e->klen = (uint32_t)k->n;
 	e->vlen = (uint32_t)vn;
@@ -397,6 +407,8 @@ struct kv_entry *kv_adopt(struct kv_shard *sh, struct kv_entry **l, struct kv_en
 
 void kv_flush(struct kv_shard *sh)
 {
+	if (sh->snap.active) /* the running snapshot keeps what was there */
+		kv_snap_flush_all(sh);
 	kv_watch_touch_all(sh);
 	for (int i = 0; i < 2; i++) {
 		for (size_t b = 0; sh->t[i].b && b <= sh->t[i].mask; b++) {
@@ -501,6 +513,7 @@ void kv_shard_free(struct kv_shard *sh)
 	}
 	free(sh->heap);
 	sh->heap = NULL;
+	kv_evpool_free(sh);
 	free(sh->calls);
 	sh->calls = NULL;
 	free(sh->subs); /* empty: every connection removed its own */

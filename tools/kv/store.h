@@ -14,9 +14,11 @@
 #include <stdbool.h>
 #include <stdint.h>
 
+#include "out.h"
 #include "resp.h"
 
 #define KV_SWEEP_BUDGET 200 /* expired keys deleted per loop turn */
+#define KV_LFU_INIT 5        /* a new key's LFU counter (Redis's LFU_INIT_VAL) */
 #define KV_TABLE_INIT 1024   /* buckets */
 
 /* A key and its value, in one allocation. */
@@ -27,8 +29,11 @@ struct kv_entry {
 	uint32_t hidx;         /* expiry heap slot + 1; 0: not in the heap */
 	uint32_t klen;
 	uint32_t vlen;
-	uint8_t type;          /* KV_STR, KV_HASH (in what was padding) */
-	uint8_t enc;           /* KV_HASH: KV_ENC_SMALL (value: packed) or KV_ENC_TABLE */
+	uint8_t type : 2;      /* KV_STR, KV_HASH */
+	uint8_t enc : 2;       /* KV_HASH: KV_ENC_SMALL (value: packed) or KV_ENC_TABLE */
+	uint8_t snap : 1;      /* == the shard's snap.cur once written to the running
+				  snapshot (or made after it began); see save.c */
+	uint8_t lfu;           /* LFU counter (Redis's logarithmic one) */
 	uint16_t atime;        /* last access, the shard's clock in s (wraps: 18 h) */
 	char data[];           /* key, then value */
 };
@@ -45,7 +50,7 @@ struct kv_table {
  * by INFO on any shard (each value untorn; the set is not a snapshot). */
 struct kv_counters {
 	_Atomic uint64_t keys, expires, used_memory;
-	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired;
+	_Atomic uint64_t conns, conns_total, cmds, hits, misses, expired, evicted;
 	_Atomic uint64_t remote_ops;   /* ops this shard ran for other shards' connections */
 	_Atomic uint64_t remote_calls; /* corio_call/gather this shard's connections made */
 	_Atomic uint64_t batches, proto_errors, oom_refused;
@@ -86,6 +91,34 @@ struct kv_auth {
 	bool set;               /* requirepass is set (len > 0) */
 };
 
+/* A shard's part of a running snapshot (save.c). */
+struct kv_snap {
+	bool active;          /* between kv_snap_begin() and the walk's end */
+	uint8_t cur;          /* entries whose snap bit differs are in the view, unwritten */
+	bool failed;          /* a write failed: the walk only marks what is left */
+	struct kv_buf buf;    /* records made, not yet handed to the file */
+	int64_t unix_off;     /* expiries: CLOCK_MONOTONIC ms + unix_off = Unix ms */
+	uint64_t keys, expires, dirty; /* at the snapshot's point in time */
+	uint64_t cow;         /* entries written ahead of the walk, by a change */
+};
+
+/* Eviction (evict.c): maxmemory-policy values. */
+enum kv_policy { KV_NOEVICTION, KV_ALLKEYS_LRU, KV_VOLATILE_LRU, KV_ALLKEYS_LFU, KV_VOLATILE_LFU,
+		 KV_VOLATILE_TTL, KV_ALLKEYS_RANDOM, KV_VOLATILE_RANDOM, KV_NPOLICIES };
+
+/* The eviction pool (evict.c): the best candidates seen, ascending by score. */
+#define KV_EVPOOL 16
+struct kv_evcand {
+	uint64_t score, hash;
+	char *key;      /* a copy: the entry may go meanwhile */
+	uint32_t klen, cap;
+};
+struct kv_evpool {
+	struct kv_evcand c[KV_EVPOOL];
+	int n;
+	int policy;     /* the policy its scores are for */
+};
+
 struct kv_shard {
 	struct kv_server *srv;
 	unsigned id;
@@ -97,7 +130,9 @@ struct kv_shard {
 	struct corio_timer sweep;
 	struct corio_timer tick; /* every second: clock, and the per-second rates */
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
-	uint64_t maxmem;      /* this shard's share of maxmemory; 0: none */
+	_Atomic uint64_t maxmem; /* this shard's share of maxmemory; 0: none (CONFIG SET: any shard) */
+	bool evict_failed;    /* kv_make_room() found nothing to evict */
+	struct kv_evpool evpool; /* evict.c */
 	uint64_t next_conn_id;
 	uint64_t rnd;         /* HRANDFIELD's generator */
 	uint64_t tick_cmds;   /* st.cmds at the last tick */
@@ -109,6 +144,7 @@ struct kv_shard {
 	struct kv_conn *conns; /* this shard's connections (CLIENT LIST / KILL) */
 	struct kv_sub *subs;  /* its connections' subscriptions (pubsub.c) */
 	size_t nsubs, subcap;
+	struct kv_snap snap;  /* save.c */
 	struct kv_counters st;
 };
 
@@ -137,6 +173,22 @@ struct kv_entry *kv_entry_clone(const struct kv_entry *e);
 struct kv_entry *kv_detach(struct kv_shard *sh, struct kv_entry **l);
 struct kv_entry *kv_adopt(struct kv_shard *sh, struct kv_entry **l, struct kv_entry *old, uint64_t h,
 			  const struct kv_arg *k, struct kv_entry *src);
+size_t kv_hash_nfields(const struct kv_entry *e);
+void kv_hash_walk(const struct kv_entry *e, void (*fn)(void *arg, const char *f, size_t fn,
+						       const char *v, size_t vn), void *arg);
+struct kv_entry *kv_hash_restore(struct kv_shard *sh, uint64_t h, const struct kv_arg *k,
+				 const struct kv_arg *fv, size_t n);
+/* save.c: write e to the running snapshot before it changes (copy-on-write
+ * of the entry's bytes into the snapshot's stream), when it is in the view
+ * and not written yet. Every change to an entry calls this first. */
+void kv_snap_cow(struct kv_shard *sh, struct kv_entry *e);
+static inline void kv_snap_pre(struct kv_shard *sh, struct kv_entry *e)
+{
+	if (__builtin_expect(e->snap != sh->snap.cur, 0)) /* the hot path pays this test only */
+		kv_snap_cow(sh, e);
+}
+void kv_snap_flush_all(struct kv_shard *sh);
+void kv_evpool_free(struct kv_shard *sh); /* evict.c */
 void kv_watch_touch(struct kv_shard *sh, uint64_t h, const char *k, size_t kn);
 void kv_watch_touch_all(struct kv_shard *sh);
 static inline void kv_touched(struct kv_shard *sh, uint64_t h, const char *k, size_t kn)
