@@ -851,6 +851,18 @@ static void expiry(struct kv_test *t)
 		corio_sleep_ns(10000000);
 	}
 	CHECK_EQ(n, 1);
+	/* the sweeps ran in the background class, on both shards */
+	{
+		int bg = corio_class_find("kv-background");
+		struct corio_class_stats st;
+
+		CHECK(bg > 0);
+		for (unsigned s = 0; bg > 0 && s < 2; s++) {
+			CHECK_EQ(corio_class_stats_get(NULL, s, (unsigned)bg, &st), 0);
+			CHECK(st.fibers_run >= 1 && st.cpu_ns > 0);
+			CHECK_EQ(st.shares, KV_BG_SHARES);
+		}
+	}
 	CHECK(info_num(c, "stats", "expired_keys:") >= 1001);
 	CHECK_EQ(info_num(c, "keyspace", "expires="), 1);
 	cl_cmd(c, "PERSIST", "stays", NULL);

@@ -24,10 +24,11 @@
  *    parts of half the output limit, when larger).
  *  - Expiry: an absolute CLOCK_MONOTONIC deadline in ms per key; checked
  *    lazily on every access, and an active sweep: a min-heap of expiring
- *    keys per shard and one corio_timer armed at its earliest deadline. The
- *    timer callback deletes at most KV_SWEEP_BUDGET keys per loop turn and
- *    re-arms in the past when more are due, so a mass expiry never stalls
- *    the loop.
+ *    keys per shard and one corio_timer armed at its earliest deadline,
+ *    which wakes the shard's sweeper fiber (class kv-background, store.c):
+ *    it deletes at most KV_SWEEP_BUDGET keys per loop turn while more are
+ *    due, so a mass expiry never stalls the loop and takes only the
+ *    class's share of a busy shard.
  *  - The table rehashes incrementally (Redis's scheme): a few buckets move
  *    per operation, never the whole table at once.
  *  - Limits: a bulk longer than proto-max-bulk-len, a multi-bulk count over

@@ -57,7 +57,6 @@
 
 #define KV_SNAP_STEP 64               /* buckets walked per step */
 #define KV_SNAP_CHUNK (256 * 1024)    /* bytes handed to the file at a time */
-#define KV_SNAP_YIELDS 4              /* loop turns per step (the batch class's stand-in) */
 #define KV_SAVE_RETRY_S 5             /* a failed save point tries again after this */
 
 /* ---- the configuration ---- */
@@ -220,6 +219,7 @@ static intptr_t kv_snap_walk_fn(void *arg)
 	int ti = 0, fd;
 	bool done = false, cancelled = false;
 
+	corio_class_switch(sh->bg_cls); /* a corio_call fiber: it ends with the walk */
 	if (me == 0) {
 		fd = job->fd;
 		off = job->hdr_len;
@@ -253,16 +253,14 @@ static intptr_t kv_snap_walk_fn(void *arg)
 			kv_snap_out(s, &out, fd, &off, &crc);
 		if (!done) {
 			/*
-			 * ISSUE 33 (scheduling classes): this walker goes into the
-			 * batch class here, so requests keep their latency. Until
-			 * then it stands in for the class's shares by hand: one
-			 * step every KV_SNAP_YIELDS loop turns. A busy shard serves
-			 * its connections' fibers in the turns between (the walker
-			 * takes about 1/KV_SNAP_YIELDS of the turns), an idle one
-			 * goes through the empty turns at once.
+			 * One step per loop turn, in the background class
+			 * (kv_shard_start; switched to at the top): when the
+			 * connections have work, the classes' shares give the
+			 * walker KV_BG_SHARES of every 100 + KV_BG_SHARES of the
+			 * CPU and the connections' fibers run first; on an idle
+			 * shard it goes from turn to turn at once.
 			 */
-			for (int y = 0; y < KV_SNAP_YIELDS && !corio_cancelled(); y++)
-				corio_yield();
+			corio_yield();
 			if (corio_cancelled()) /* shutdown: finish marking, write nothing */
 				s->failed = cancelled = true;
 		}

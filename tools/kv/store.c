@@ -434,16 +434,12 @@ void kv_flush(struct kv_shard *sh)
 	kv_table_alloc(sh, &sh->t[0], KV_TABLE_INIT); /* failing: t[0].b stays NULL */
 }
 
-/* The active half of expiry: runs on the loop at the earliest deadline. */
-static void kv_sweep_fn(struct corio_timer *t, void *arg, int res)
+/* Delete up to KV_SWEEP_BUDGET expired keys: true when more are due. */
+static bool kv_sweep_step(struct kv_shard *sh)
 {
-	struct kv_shard *sh = arg;
 	int64_t now = kv_now_ms();
 	int n = 0;
 
-	(void)t;
-	if (res < 0)
-		return; /* the shard stops */
 	while (sh->hn && sh->heap[0]->expire <= now && n++ < KV_SWEEP_BUDGET) {
 		struct kv_entry *e = sh->heap[0];
 		struct kv_arg k = { e->data, e->klen };
@@ -456,6 +452,42 @@ static void kv_sweep_fn(struct corio_timer *t, void *arg, int res)
 		kv_unlink(sh, l);
 		KV_INC(sh->st.expired, 1);
 	}
+	return sh->hn && sh->heap[0]->expire <= now;
+}
+
+/*
+ * The active half of expiry: a fiber per shard in the background class
+ * (kv_shard_start), woken by the sweep timer at the earliest deadline. One
+ * step of KV_SWEEP_BUDGET keys per turn while more are due, so a mass
+ * expiry takes the class's share of the CPU, not the connections' turns.
+ */
+static int kv_sweeper_fn(void *arg)
+{
+	struct kv_shard *sh = arg;
+
+	while (corio_event_wait(&sh->sweep_ev) == 0) {
+		corio_event_reset(&sh->sweep_ev);
+		while (kv_sweep_step(sh))
+			corio_yield();
+		kv_sweep_arm(sh);
+	}
+	sh->sweeper = false; /* the shard stops */
+	return 0;
+}
+
+/* The sweep timer: wake the sweeper, or sweep here if it could not start. */
+static void kv_sweep_fn(struct corio_timer *t, void *arg, int res)
+{
+	struct kv_shard *sh = arg;
+
+	(void)t;
+	if (res < 0)
+		return; /* the shard stops */
+	if (sh->sweeper) {
+		corio_event_set(&sh->sweep_ev);
+		return;
+	}
+	kv_sweep_step(sh);
 	/* more due: the deadline is in the past, so this runs again next turn */
 	kv_sweep_arm(sh);
 }
@@ -475,6 +507,16 @@ static void kv_tick_fn(struct corio_timer *t, void *arg, int res)
 /* Start the shard's tick (on its thread). */
 void kv_shard_start(struct kv_shard *sh)
 {
+	struct corio_class_opts bg = { .name = "kv-background", .shares = KV_BG_SHARES };
+	struct corio_spawn_opts o = { .name = "kv-sweeper" };
+	int cls = corio_class_create(&bg);
+
+	/* no class (cannot happen: one name, created once per shard): the
+	 * background work runs in the default class */
+	sh->bg_cls = cls > 0 ? (unsigned)cls : 0;
+	o.sched_class = sh->bg_cls;
+	corio_event_init(&sh->sweep_ev);
+	sh->sweeper = corio_spawn(kv_sweeper_fn, sh, &o, NULL) == 0;
 	sh->clock = (uint16_t)(corio_now_ns() / 1000000000ull);
 	corio_timer_arm_in(&sh->tick, 1000000000ull, 1000000000ull); /* -ENOMEM: clock stands */
 }

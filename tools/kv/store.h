@@ -17,7 +17,8 @@
 #include "out.h"
 #include "resp.h"
 
-#define KV_SWEEP_BUDGET 200 /* expired keys deleted per loop turn */
+#define KV_SWEEP_BUDGET 200 /* expired keys deleted per step (one step a turn) */
+#define KV_BG_SHARES 10     /* the background class's shares; connections: 100 */
 #define KV_LFU_INIT 5        /* a new key's LFU counter (Redis's LFU_INIT_VAL) */
 #define KV_TABLE_INIT 1024   /* buckets */
 
@@ -127,7 +128,10 @@ struct kv_shard {
 	size_t count;
 	struct kv_entry **heap; /* entries with an expiry, min-heap by expire */
 	size_t hn, hcap;
-	struct corio_timer sweep;
+	struct corio_timer sweep; /* at the earliest expiry: wakes the sweeper */
+	struct corio_event sweep_ev;
+	bool sweeper;         /* the sweeper fiber runs (else the timer sweeps) */
+	unsigned bg_cls;      /* "kv-background": sweeps and snapshot walks (corio/sched.h) */
 	struct corio_timer tick; /* every second: clock, and the per-second rates */
 	uint64_t mem;         /* bytes this shard holds (entries, tables, heap) */
 	_Atomic uint64_t maxmem; /* this shard's share of maxmemory; 0: none (CONFIG SET: any shard) */
