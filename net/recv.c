@@ -577,14 +577,22 @@ unsigned corio__net_recv_poll(struct corio__shard *sh)
 		unsigned *r = &room[s->rtag ? 1 : 0];
 		unsigned slack = b->nbufs / 8 ? b->nbufs / 8 : 1;
 
+		bool again;
+
 		next = l->next;
 		if (!*r || (!s->rwq.head && *r < slack) || !budget_ok(n, s, b))
 			continue;
 		corio__sock_unstarve(s);
+		/* an arm that starved before the socket's first receive is not
+		 * a re-arm to corio__sock_arm; armed from here, it counts as one
+		 * (starved_armed is part of rearms, net.h) */
+		again = s->buffered;
 		if (s->qcount >= s->cap.recv) {
 			s->capped = true; /* its reader re-arms it */
 		} else if (s->r.state == NET_IDLE && !s->has_term && corio__sock_arm(s) == 0 &&
 			   s->r.state == NET_ARMED) {
+			if (!again)
+				CORIO__STAT_ADD(n->stats.rearms, 1);
 			CORIO__STAT_ADD(n->stats.starved_armed, 1);
 			(*r)--;
 			work++;
