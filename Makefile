@@ -102,7 +102,7 @@ ifneq ($(WERROR),)
 override CFLAGS += -Werror
 endif
 override LDFLAGS += $(SANFLAGS)
-LIBS := -luring -lnuma -lpthread -lssl -lcrypto
+LIBS := -luring -lnuma -lpthread -lssl -lcrypto -lcares
 
 ifeq ($(V),1)
 Q :=

@@ -505,6 +505,13 @@ struct corio_net_stats {
 	                          order it stopped, as buffers return           */
 	uint64_t starved_armed; /* starved receives armed again as buffers
 	                          returned (part of rearms)                     */
+	uint64_t resolve_shared; /* lookups that joined a query another fiber
+	                          of the shard had in flight for the same name
+	                          (part of resolve_misses)                      */
+	uint64_t resolve_pool; /* lookups answered by getaddrinfo on the work
+	                          pool: c-ares cannot ask a source nsswitch.conf
+	                          lists, or CORIO_NET_DISABLE=dns (part of
+	                          resolve_misses)                               */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime
