@@ -148,7 +148,8 @@ struct corio_config {
 	int (*setup)(void *arg);
 	unsigned net_send_queue;   /* see net_recv_queue above                     */
 	/* How long a shard keeps a host name's addresses (corio/net.h,
-	 * corio_resolve), in ms: 0: 30 s; at most 86,400,000 (a day). A
+	 * corio_resolve), in ms: 0: 30 s; at most 86,400,000 (a day). A DNS
+	 * answer is kept its records' TTL when that is shorter. A
 	 * negative answer ("no such name") is kept min(this, 5 s). Taken
 	 * from reserved[0]: the struct keeps its size and layout.          */
 	unsigned resolve_ttl_ms;

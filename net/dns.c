@@ -152,6 +152,21 @@ static void nss_order(char *order, size_t size)
 
 /* ---- polling c-ares's sockets ------------------------------------------------- */
 
+/* A watcher's end (or its fiber's, when it never ran): unlink, free. */
+static void dns_watch_release(void *arg)
+{
+	struct dns_watch *w = arg;
+	struct corio__dns *d = w->d;
+
+	for (struct dns_watch **pp = &d->watches; *pp; pp = &(*pp)->next)
+		if (*pp == w) {
+			*pp = w->next;
+			break;
+		}
+	free(w);
+	corio__daemon_add(corio__shard(), -1);
+}
+
 static int dns_watch_fiber(void *arg)
 {
 	struct dns_watch *w = arg;
@@ -170,29 +185,8 @@ static int dns_watch_fiber(void *arg)
 				(r & (POLLOUT | POLLERR)) ? w->fd : ARES_SOCKET_BAD);
 		w->running = false;
 	}
-	/* unlink and free: the record is the fiber's own once stale */
-	for (struct dns_watch **pp = &d->watches; *pp; pp = &(*pp)->next)
-		if (*pp == w) {
-			*pp = w->next;
-			break;
-		}
-	free(w);
-	corio__daemon_add(corio__shard(), -1);
+	dns_watch_release(w); /* the record is the fiber's own */
 	return 0;
-}
-
-static void dns_watch_release(void *arg)
-{
-	struct dns_watch *w = arg;
-	struct corio__dns *d = w->d;
-
-	for (struct dns_watch **pp = &d->watches; *pp; pp = &(*pp)->next)
-		if (*pp == w) {
-			*pp = w->next;
-			break;
-		}
-	free(w);
-	corio__daemon_add(corio__shard(), -1);
 }
 
 /* c-ares: fd now wants reading / writing (both 0: it is about to close). */
@@ -299,13 +293,16 @@ static void dns_lib_init(void)
 static int dns_channel(struct corio__dns *d, ares_channel *ch, const char *lookups)
 {
 	struct ares_options o;
-	int mask = ARES_OPT_LOOKUPS | ARES_OPT_SOCK_STATE_CB;
+	int mask = ARES_OPT_LOOKUPS;
 	int st;
 
 	memset(&o, 0, sizeof(o));
 	o.lookups = (char *)lookups;
-	o.sock_state_cb = dns_sock_state;
-	o.sock_state_cb_data = d;
+	if (lookups[0] == 'b') { /* the files channel has no socket to poll */
+		mask |= ARES_OPT_SOCK_STATE_CB;
+		o.sock_state_cb = dns_sock_state;
+		o.sock_state_cb_data = d;
+	}
 	st = ares_init_options(ch, &o, mask);
 	if (st != ARES_SUCCESS) {
 		*ch = NULL;
@@ -471,6 +468,10 @@ static void file_answered(void *arg, int status, int timeouts, struct ares_addri
 	struct corio__res_ans *ans = arg;
 
 	(void)timeouts;
+	/* c-ares 1.18 ends a files-only miss with ARES_ECONNREFUSED (no
+	 * "next lookup" left): any failure but memory means "not in the file" */
+	if (status != ARES_SUCCESS && status != ARES_ENOMEM)
+		status = ARES_ENOTFOUND;
 	dns_fill(ans, status, ai);
 	ans->ttl_s = UINT32_MAX; /* the hosts file has none: the configured one */
 	if (ai)
