@@ -219,8 +219,8 @@ $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
-# httpd too, and the stop-signal mask (its test runs the built program).
-HTTPD_COMMON := $(B)/obj/tools/common/opt.o $(B)/obj/tools/common/proc.o
+# httpd too (its test runs the built program).
+HTTPD_COMMON := $(B)/obj/tools/common/opt.o
 $(B)/tools/examples/httpd: $(HTTPD_OBJS) $(HTTPD_COMMON) $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)

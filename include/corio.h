@@ -156,10 +156,12 @@ struct corio_config {
 	unsigned reserved[2];     /* must be zero                                   */
 	/* Signals a fiber may wait for with corio_signal_wait(), as a mask:
 	 * CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT). corio_start() blocks them in
-	 * every thread it creates and reads them through a signalfd on shard 0;
-	 * block them in your own threads first (pthread_sigmask before
-	 * corio_start, before creating other threads), or the kernel may run
-	 * their default action on one of those. SIGKILL, SIGSTOP and the
+	 * the thread that calls it (they stay blocked there after
+	 * corio_wait()) and in every thread it creates, and reads them
+	 * through a signalfd on shard 0; threads you started before
+	 * corio_start keep their mask: block them there yourself
+	 * (pthread_sigmask), or the kernel may run their default action on
+	 * one of those. SIGKILL, SIGSTOP and the
 	 * signals of faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS)
 	 * are refused with -EINVAL. 0: none.                               */
 	uint64_t signals;
@@ -549,5 +551,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/work.h"   /* the blocking-work pool                      */
 #include "corio/stream.h" /* buffered streams over a transport           */
 #include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
+#include "corio/serve.h"  /* serve an address on every shard, and drain  */
 
 #endif /* CORIO_H */

@@ -98,6 +98,7 @@ struct corio__qcaps {
 
 struct corio_sock {
 	struct corio__net *net;
+	uint64_t rx, tx;  /* stream bytes handed to the caller / sent (corio_sock_bytes) */
 	int fd;
 	int family, type;
 	bool live;        /* counted in conns_live */
@@ -412,6 +413,17 @@ int corio__dns_lookup(struct corio__net *n, const char *host, struct corio__res_
 		      unsigned *flags);
 /* At the part's fini, no fiber left: close c-ares's channels. */
 void corio__dns_fini(struct corio__net *n);
+
+/* ---- net/serve.c -------------------------------------------------------------- */
+
+struct corio_tls_ctx;
+struct corio_stream;
+struct corio_stream_opts;
+/* corio_stream_tls_accept, set by tls/ctx.c when it makes a context (net
+ * may not call tls by name; a program without TLS then links no OpenSSL). */
+typedef int (*corio__serve_tls_fn)(struct corio_tls_ctx *ctx, struct corio_sock *s,
+				   const struct corio_stream_opts *opts, struct corio_stream **out);
+extern _Atomic(corio__serve_tls_fn) corio__serve_tls_accept;
 
 /* ---- net/send.c ------------------------------------------------------------ */
 
