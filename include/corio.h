@@ -552,5 +552,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/stream.h" /* buffered streams over a transport           */
 #include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
 #include "corio/serve.h"  /* serve an address on every shard, and drain  */
+#include "corio/copy.h"   /* bytes both ways between two connections     */
 
 #endif /* CORIO_H */

@@ -659,6 +659,17 @@ ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len)
 	return write_leave(st, ret ? ret : (ssize_t)len);
 }
 
+int corio_stream_shutdown_write(struct corio_stream *st)
+{
+	int ret = write_enter(st, "corio_stream_shutdown_write"), r;
+
+	if (ret)
+		return ret;
+	ret = flush_locked(st);
+	r = st->ops->shutdown_write(st->t);
+	return (int)write_leave(st, ret ? ret : r);
+}
+
 int corio_stream_flush(struct corio_stream *st)
 {
 	int ret = write_enter(st, "corio_stream_flush");

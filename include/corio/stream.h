@@ -217,6 +217,10 @@ CORIO_API ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event 
 CORIO_API ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len);
 /* Send what is buffered. 0 or -errno (sticky). Blocking. */
 CORIO_API int corio_stream_flush(struct corio_stream *st);
+/* Flush, then shut down the write side (the transport's shutdown_write:
+ * TCP's FIN, TLS's close_notify): the peer reads end of stream, reading
+ * goes on. 0 or -errno. Writes after it fail. Blocking. */
+CORIO_API int corio_stream_shutdown_write(struct corio_stream *st);
 /* Send what is buffered and then iov[0..iovcnt) (the caller's buffers,
  * not copied), in one transport write when they fit 16 entries: the bytes
  * of iov, or -errno (sticky). iov is not modified. Blocking. */
