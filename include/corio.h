@@ -553,5 +553,6 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
 #include "corio/serve.h"  /* serve an address on every shard, and drain  */
 #include "corio/copy.h"   /* bytes both ways between two connections     */
+#include "corio/pool.h"   /* outgoing connection pools                   */
 
 #endif /* CORIO_H */

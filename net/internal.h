@@ -424,6 +424,11 @@ struct corio_stream_opts;
 typedef int (*corio__serve_tls_fn)(struct corio_tls_ctx *ctx, struct corio_sock *s,
 				   const struct corio_stream_opts *opts, struct corio_stream **out);
 extern _Atomic(corio__serve_tls_fn) corio__serve_tls_accept;
+/* corio_stream_tls_connect, for net/pool.c: the same arrangement. */
+typedef int (*corio__pool_tls_fn)(struct corio_tls_ctx *ctx, struct corio_sock *s,
+				  const char *host, const struct corio_stream_opts *opts,
+				  struct corio_stream **out);
+extern _Atomic(corio__pool_tls_fn) corio__pool_tls_connect;
 
 /* ---- net/send.c ------------------------------------------------------------ */
 

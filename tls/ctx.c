@@ -226,6 +226,7 @@ int corio_tls_ctx_new(const struct corio_tls_ctx_opts *o, struct corio_tls_ctx *
 
 	/* corio_serve's handshake (net/serve.c cannot name tls's calls) */
 	atomic_store(&corio__serve_tls_accept, corio_stream_tls_accept);
+	atomic_store(&corio__pool_tls_connect, corio_stream_tls_connect); /* corio_pool_get's */
 	if (ret)
 		return ret;
 	n = o->flags & CORIO_TLS_SERVER ? o->ncerts : 1;
