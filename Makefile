@@ -132,8 +132,9 @@ LOAD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/load/corio-load
 UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
 HTTPD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/httpd/*.c)))
 GET_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/https-get/*.c)))
+PROXY_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/tcp-proxy/*.c)))
 TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/corio-load $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
-	$(B)/tools/examples/https-get
+	$(B)/tools/examples/https-get $(B)/tools/examples/tcp-proxy
 # The examples make install puts in BINDIR as corio-NAME.
 EXAMPLES_INST := httpd https-get
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
@@ -231,6 +232,12 @@ $(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
+
+# tcp-proxy: one file and the option parser (its test runs the built program).
+$(B)/tools/examples/tcp-proxy: $(PROXY_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(PROXY_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv_server := $(filter-out %/main.o,$(KV_OBJS))
@@ -331,8 +338,9 @@ bench-instr: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B) instr
 
-check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
-	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS) $(PROXY_OBJS)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS) \
+		$(PROXY_OBJS)
 
 SECS ?= 10
 soak: deps
@@ -373,4 +381,5 @@ tools/%.c tools/%.h:
 	@:
 
 -include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(LOAD_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
+	$(PROXY_OBJS:.o=.d) \
 	$(TOOL_BINS:=.d)
