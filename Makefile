@@ -5,8 +5,9 @@
 #   make bench      install missing Debian packages, build, run the headline
 #                   comparisons (echo, httpd, kv against their baselines;
 #                   about 4 minutes); FULL=1: every benchmark (about 20)
-#   make bench-AREA one area in full: echo, httpd, kv, micro (every
-#                   micro-benchmark), core, fs, msg, net, sendfile, timer, tls
+#   make bench-AREA one area in full: echo, httpd, kv, proxy (tcp-proxy
+#                   against haproxy), micro (every micro-benchmark), core,
+#                   fs, msg, net, sendfile, timer, tls
 #   make install    PREFIX=/usr/local DESTDIR= (BINDIR, MANDIR, ... too):
 #                   the library, headers, corio.pc, corio-stat, corio-kv
 #                   and the man pages; make uninstall removes them
@@ -320,7 +321,7 @@ else
 endif
 
 FULL ?=
-BENCH_AREAS := echo httpd kv micro burst core fs msg net sendfile timer tls
+BENCH_AREAS := echo httpd kv proxy micro burst core fs msg net sendfile timer tls
 .PHONY: $(BENCH_AREAS:%=bench-%)
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
