@@ -76,9 +76,10 @@ struct corio_conn {
 
 struct corio_serve_opts {
 	unsigned backlog;   /* listen backlog; 0: SOMAXCONN                   */
-	/* Connections a shard serves at once; 0: no limit. One accepted over
-	 * it is closed at once (net stat conns_refused), as
-	 * corio_listen_opts.max_conns does. */
+	/* 0: no limit. Else corio_listen_opts.max_conns: a connection
+	 * accepted while the shard has this many live stream sockets is
+	 * closed at once (net stat conns_refused). Every live stream socket
+	 * of the shard counts, outgoing ones (a proxy's upstreams) too. */
 	unsigned max_conns;
 	/* 0: none. Else the deadline of the TLS handshake, and the time a
 	 * connection may move no byte either way (corio_sock_bytes) before
