@@ -32,7 +32,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#define COPY_PIPE_CHUNK (64u * 1024)
 #define COPY_BUF        (16u * 1024)
 
 struct copy_dir {
@@ -101,23 +100,29 @@ static int pipe_drain(struct copy_dir *d, int pr, size_t inpipe)
 
 static int dir_splice(struct copy_dir *d)
 {
+	struct corio__net *n = d->src->net;
+	bool clean = true;
 	int p[2], ret;
 
 	if ((ret = set_nonblock(d->src)) || (ret = set_nonblock(d->dst)))
 		return ret;
-	if (pipe2(p, O_CLOEXEC | O_NONBLOCK) < 0)
-		return -errno;
+	/* a pipe from the shard's pool (corio_sendfile's): no pipe2 and two
+	 * closes per connection; SPLICE_F_NONBLOCK makes its side non-blocking */
+	if ((ret = corio__net_pipe_get(n, p)))
+		return ret;
 	d->spliced = true;
 	for (;;) {
-		ssize_t r = splice(d->src->fd, NULL, p[1], NULL, COPY_PIPE_CHUNK,
+		ssize_t r = splice(d->src->fd, NULL, p[1], NULL, n->pipe_size,
 				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
 
 		if (r > 0) {
 			d->src->rx += (uint64_t)r;
 			CORIO__STAT_ADD(d->src->net->stats.bytes_in, (uint64_t)r);
 			CORIO__STAT_ADD(d->src->net->stats.ops_in, 1);
-			if ((ret = pipe_drain(d, p[0], (size_t)r)))
+			if ((ret = pipe_drain(d, p[0], (size_t)r))) {
+				clean = false; /* bytes may be left in it: not pooled */
 				break;
+			}
 			continue;
 		}
 		if (r == 0) { /* end of stream: carried as a half-close */
@@ -135,8 +140,7 @@ static int dir_splice(struct copy_dir *d)
 		if (ret < 0)
 			break;
 	}
-	close(p[0]);
-	close(p[1]);
+	corio__net_pipe_put(n, p, clean);
 	return ret < 0 ? ret : 0;
 }
 

@@ -4,7 +4,7 @@
 #
 # Both proxies: one thread (tcp-proxy -s 1; haproxy nbthread 1) pinned to
 # CPU 1, one upstream: epoll-echo on CPU 0, where the load runs too.
-# HAProxy splices both ways (option splice-auto) as tcp-proxy does
+# HAProxy splices both ways (option splice-request, splice-response) as tcp-proxy does
 # (corio_copy_bidi between two plain sockets); tcp-proxy runs without
 # health checks (-c 0), haproxy without checks too.
 # Rows:
@@ -75,7 +75,8 @@ global
 	maxconn 4000
 defaults
 	mode tcp
-	option splice-auto
+	option splice-request
+	option splice-response
 	timeout connect 5s
 	timeout client 60s
 	timeout server 60s
