@@ -42,6 +42,8 @@ static void cp_open(struct cp *c)
 	CHECK_EQ(corio_listener_close(l2), 0);
 }
 
+static struct corio_tls_ctx *cp_srv_tls, *cp_cli_tls; /* TLS on the client's side */
+
 static int cp_proxy(void *arg)
 {
 	struct cp *c = arg;
@@ -50,7 +52,10 @@ static int cp_proxy(void *arg)
 	if (c->streams) {
 		struct corio_stream *sa = NULL, *sb = NULL;
 
-		CHECK_EQ(corio_stream_sock(c->a, NULL, &sa), 0);
+		if (cp_srv_tls)
+			CHECK_EQ(corio_stream_tls_accept(cp_srv_tls, c->a, NULL, &sa), 0);
+		else
+			CHECK_EQ(corio_stream_sock(c->a, NULL, &sa), 0);
 		CHECK_EQ(corio_stream_sock(c->b, NULL, &sb), 0);
 		c->ret = corio_stream_copy_bidi(sa, sb, &c->o, &c->st);
 		c->took_ns = corio_now_ns() - t0;
@@ -109,6 +114,34 @@ static int cp_client(void *arg)
 	return 0;
 }
 
+/* cp_client over TLS: the half-close is a close_notify */
+static int cp_tls_client(void *arg)
+{
+	struct cp *c = arg;
+	static uint8_t buf[UP];
+	struct corio_stream *st = NULL;
+	size_t got = 0;
+	ssize_t n;
+
+	fill(buf, UP, 1);
+	CHECK_EQ(corio_stream_tls_connect(cp_cli_tls, c->client, "localhost", NULL, &st), 0);
+	if (!st)
+		return 0;
+	CHECK_EQ(corio_stream_write(st, buf, UP), UP);
+	CHECK_EQ(corio_stream_shutdown_write(st), 0);
+	while ((n = corio_stream_read(st, buf + got, UP - got)) > 0)
+		got += (size_t)n;
+	CHECK_EQ(n, 0); /* the server's close, carried as close_notify */
+	CHECK_EQ(got, DOWN);
+	for (size_t i = 0; i < got; i++)
+		if (buf[i] != pat(i, 2)) {
+			CHECK(!"a byte server -> client was lost or reordered");
+			break;
+		}
+	corio_stream_abort(st);
+	return 0;
+}
+
 static void cp_exchange_entry(void *arg)
 {
 	struct cp *c = arg;
@@ -117,7 +150,7 @@ static void cp_exchange_entry(void *arg)
 	cp_open(c);
 	CHECK_EQ(corio_spawn(cp_proxy, c, NULL, &f[0]), 0);
 	CHECK_EQ(corio_spawn(cp_server, c, NULL, &f[1]), 0);
-	CHECK_EQ(corio_spawn(cp_client, c, NULL, &f[2]), 0);
+	CHECK_EQ(corio_spawn(cp_srv_tls ? cp_tls_client : cp_client, c, NULL, &f[2]), 0);
 	for (int i = 0; i < 3; i++)
 		CHECK_EQ(corio_join(f[i], NULL), 0);
 	CHECK_EQ(c->ret, 0);
@@ -156,6 +189,34 @@ Test(net, copy_bidi_between_streams_moves_the_same_bytes, .timeout = 60)
 	memset(&c, 0, sizeof(c));
 	c.streams = true;
 	th_run(&cfg, cp_exchange_entry, &c);
+	cr_assert_eq(c.st.spliced, 0);
+}
+
+Test(net, copy_bidi_between_a_tls_stream_and_a_plain_one, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+	char dir[] = "/tmp/corio-copy-XXXXXX", pem[64], key[64], cmd[96];
+	struct corio_tls_cert_gen g = { .cert_file = pem, .key_file = key,
+					.names = "localhost,127.0.0.1" };
+	struct corio_tls_cert cert = { pem, key };
+	struct corio_tls_ctx_opts so = { .flags = CORIO_TLS_SERVER, .certs = &cert, .ncerts = 1 };
+	struct corio_tls_ctx_opts co = { .flags = CORIO_TLS_NO_VERIFY };
+	struct cp c;
+
+	cr_assert(mkdtemp(dir));
+	snprintf(pem, sizeof(pem), "%s/c.pem", dir);
+	snprintf(key, sizeof(key), "%s/c.key", dir);
+	cr_assert_eq(corio_tls_cert_generate(&g), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_tls_ctx_new(&so, &cp_srv_tls), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_tls_ctx_new(&co, &cp_cli_tls), 0, "%s", corio_last_error());
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+	memset(&c, 0, sizeof(c));
+	c.streams = true;
+	th_run(&cfg, cp_exchange_entry, &c);
+	corio_tls_ctx_free(cp_srv_tls);
+	corio_tls_ctx_free(cp_cli_tls);
+	cp_srv_tls = cp_cli_tls = NULL;
 	cr_assert_eq(c.st.spliced, 0);
 }
 

@@ -314,3 +314,84 @@ Test(net, pool_bad_input_is_einval_with_a_message, .timeout = 30)
 
 	th_run(&cfg, pbad_entry, NULL);
 }
+
+/* ---- TLS: a pooled session is reused (its tickets are no sign of trouble) ---------- */
+
+static struct corio_tls_ctx *pl_srv_tls;
+
+static int tls_server(void *arg)
+{
+	struct pl *s = arg;
+	struct corio_stream *st = NULL;
+	struct corio_sock *a = NULL;
+	const void *v;
+
+	CHECK_EQ(corio_accept(s->l, &a), 0);
+	CHECK_EQ(corio_stream_tls_accept(pl_srv_tls, a, NULL, &st), 0);
+	if (!st)
+		return 0;
+	/* two requests on the one connection, a byte each */
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(corio_stream_read_exact(st, 1, &v), 1);
+		CHECK_EQ(corio_stream_write(st, "R", 1), 1);
+		CHECK_EQ(corio_stream_flush(st), 0);
+	}
+	corio_stream_close(st);
+	return 0;
+}
+
+static void tls_entry(void *arg)
+{
+	struct corio_pool *p = NULL;
+	struct corio_pool_conn *c = NULL;
+	struct corio_sock *first = NULL;
+	struct corio_fiber *f;
+	const void *v;
+	struct pl s;
+
+	(void)arg;
+	pl_listen(&s);
+	CHECK_EQ(corio_spawn(tls_server, &s, NULL, &f), 0);
+	CHECK_EQ(corio_pool_new(NULL, &p), 0);
+	for (int i = 0; i < 2; i++) {
+		CHECK_EQ(corio_pool_get(p, s.addr, pl_tls, &c), 0);
+		if (!c || !c->stream)
+			break;
+		if (i == 0)
+			first = c->sock;
+		CHECK(c->sock == first);
+		CHECK_EQ(corio_stream_write(c->stream, "Q", 1), 1);
+		CHECK_EQ(corio_stream_flush(c->stream), 0);
+		CHECK_EQ(corio_stream_read_exact(c->stream, 1, &v), 1);
+		corio_pool_put(c, 0);
+	}
+	CHECK_EQ(pl_stats(p).hits, 1);
+	CHECK_EQ(pl_stats(p).connects, 1);
+	CHECK_EQ(pl_stats(p).dead, 0);
+	CHECK_EQ(corio_pool_free(p), 0); /* closes it: the server's close ends */
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(corio_listener_close(s.l), 0);
+}
+
+Test(net, pool_reuses_a_tls_connection, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	char dir[] = "/tmp/corio-pool-XXXXXX", pem[64], key[64], cmd[96];
+	struct corio_tls_cert_gen g = { .cert_file = pem, .key_file = key,
+					.names = "localhost,127.0.0.1" };
+	struct corio_tls_cert cert = { pem, key };
+	struct corio_tls_ctx_opts so = { .flags = CORIO_TLS_SERVER, .certs = &cert, .ncerts = 1 };
+	struct corio_tls_ctx_opts co = { .flags = CORIO_TLS_NO_VERIFY };
+
+	cr_assert(mkdtemp(dir));
+	snprintf(pem, sizeof(pem), "%s/c.pem", dir);
+	snprintf(key, sizeof(key), "%s/c.key", dir);
+	cr_assert_eq(corio_tls_cert_generate(&g), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_tls_ctx_new(&so, &pl_srv_tls), 0, "%s", corio_last_error());
+	cr_assert_eq(corio_tls_ctx_new(&co, &pl_tls), 0, "%s", corio_last_error());
+	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+	cr_assert_eq(system(cmd), 0);
+	th_run(&cfg, tls_entry, NULL);
+	corio_tls_ctx_free(pl_srv_tls);
+	corio_tls_ctx_free(pl_tls);
+}
