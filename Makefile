@@ -5,8 +5,10 @@
 #   make bench      install missing Debian packages, build, run the headline
 #                   comparisons (echo, httpd, kv against their baselines;
 #                   about 4 minutes); FULL=1: every benchmark (about 20)
-#   make bench-AREA one area in full: echo, httpd, kv, kvsave, micro (every
-#                   micro-benchmark), core, fs, msg, net, sendfile, timer, tls
+#   make bench-AREA one area in full: echo, httpd, kv, kvsave, proxy
+#                   (tcp-proxy against haproxy), micro (every
+#                   micro-benchmark), core, fs, msg, net, sched, sendfile,
+#                   timer, tls
 #   make install    PREFIX=/usr/local DESTDIR= (BINDIR, MANDIR, ... too):
 #                   the library, headers, corio.pc, corio-stat, corio-kv
 #                   and the man pages; make uninstall removes them
@@ -102,7 +104,7 @@ ifneq ($(WERROR),)
 override CFLAGS += -Werror
 endif
 override LDFLAGS += $(SANFLAGS)
-LIBS := -luring -lnuma -lpthread -lssl -lcrypto
+LIBS := -luring -lnuma -lpthread -lssl -lcrypto -lcares
 
 ifeq ($(V),1)
 Q :=
@@ -132,8 +134,9 @@ LOAD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/load/corio-load
 UE_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/upper-echo/*.c)))
 HTTPD_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/httpd/*.c)))
 GET_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/https-get/*.c)))
+PROXY_OBJS := $(patsubst %.c,$(B)/obj/%.o,$(sort $(wildcard tools/examples/tcp-proxy/*.c)))
 TOOL_BINS += $(B)/tools/corio-kv $(B)/tools/corio-load $(B)/tools/examples/upper-echo $(B)/tools/examples/httpd \
-	$(B)/tools/examples/https-get
+	$(B)/tools/examples/https-get $(B)/tools/examples/tcp-proxy
 # The examples make install puts in BINDIR as corio-NAME.
 EXAMPLES_INST := httpd https-get
 TEST_SRCS := $(sort $(wildcard test/test_*.c))
@@ -219,8 +222,8 @@ $(B)/tools/examples/upper-echo: $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(UE_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
-# httpd too, and the stop-signal mask (its test runs the built program).
-HTTPD_COMMON := $(B)/obj/tools/common/opt.o $(B)/obj/tools/common/proc.o
+# httpd too (its test runs the built program).
+HTTPD_COMMON := $(B)/obj/tools/common/opt.o
 $(B)/tools/examples/httpd: $(HTTPD_OBJS) $(HTTPD_COMMON) $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
@@ -231,6 +234,12 @@ $(B)/tools/examples/https-get: $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
 	$(quiet) LD $@
 	@mkdir -p $(dir $@)
 	$(Q)$(CC) $(LDFLAGS) -o $@ $(GET_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
+
+# tcp-proxy: one file and the option parser (its test runs the built program).
+$(B)/tools/examples/tcp-proxy: $(PROXY_OBJS) $(B)/obj/tools/common/opt.o $(STATIC)
+	$(quiet) LD $@
+	@mkdir -p $(dir $@)
+	$(Q)$(CC) $(LDFLAGS) -o $@ $(PROXY_OBJS) $(B)/obj/tools/common/opt.o $(STATIC) $(LIBS) -lm
 
 # Tests that link tool units (through their headers) besides the library.
 TEST_EXTRA_test_kv_server := $(filter-out %/main.o,$(KV_OBJS))
@@ -317,7 +326,7 @@ else
 endif
 
 FULL ?=
-BENCH_AREAS := echo httpd kv kvsave micro burst core fs msg net sched sendfile timer tls
+BENCH_AREAS := echo httpd kv kvsave proxy micro burst core fs msg net sched sendfile timer tls
 .PHONY: $(BENCH_AREAS:%=bench-%)
 bench: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
@@ -335,8 +344,9 @@ bench-instr: deps
 	$(Q)$(MAKE) --no-print-directory lib tools
 	$(Q)sh tools/bench/bench.sh $(B) instr
 
-check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
-	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS)
+check-layout: lib $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS) $(PROXY_OBJS)
+	$(Q)sh tools/scripts/check-layout.sh $(B)/obj $(TOOL_LOBJ) $(KV_OBJS) $(LOAD_OBJS) $(UE_OBJS) $(HTTPD_OBJS) \
+		$(PROXY_OBJS)
 
 SECS ?= 10
 soak: deps
@@ -377,4 +387,5 @@ tools/%.c tools/%.h:
 	@:
 
 -include $(LIB_OBJS:.o=.d) $(TOOL_LOBJ:.o=.d) $(KV_OBJS:.o=.d) $(LOAD_OBJS:.o=.d) $(UE_OBJS:.o=.d) $(HTTPD_OBJS:.o=.d) $(TEST_BINS:=.d) \
+	$(PROXY_OBJS:.o=.d) \
 	$(TOOL_BINS:=.d)

@@ -747,19 +747,16 @@ int corio_call_class(unsigned shard, unsigned cls, intptr_t (*fn)(void *), void 
 	return call_in("corio_call_class", shard, cls, fn, arg, result);
 }
 
-int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
+/* corio_gather's waves over n targets: shards[i], or i when shards is
+ * NULL; results[i] is target i's. */
+static int gather(struct corio__shard *s, const unsigned *shards, unsigned n,
+		  intptr_t (*fn)(void *), void *arg, intptr_t *results)
 {
-	int err, first = 0;
-	struct corio__shard *s = blocking_sender("corio_gather", 0, (const void *)fn, &err);
+	int first = 0;
 	struct call *c[GATHER_WAVE];
 	struct callwait cw;
-	struct msg *m;
-	unsigned n;
+	struct msg *m = part(s);
 
-	if (CORIO__UNLIKELY(!s))
-		return err;
-	m = part(s);
-	n = s->rt->nshards;
 	cw.fiber = s->current;
 	for (unsigned base = 0; base < n; base += GATHER_WAVE) {
 		unsigned k = n - base < GATHER_WAVE ? n - base : GATHER_WAVE;
@@ -781,7 +778,7 @@ int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 			c[i]->fn = fn;
 			c[i]->arg = arg;
 			c[i]->result = 0;
-			st[i] = call_send(s, base + i, c[i], &cw);
+			st[i] = call_send(s, shards ? shards[base + i] : base + i, c[i], &cw);
 			if (st[i]) {
 				call_put(m, c[i]);
 				c[i] = NULL;
@@ -815,6 +812,38 @@ int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
 		}
 	}
 	return first;
+}
+
+int corio_gather(intptr_t (*fn)(void *), void *arg, intptr_t *results)
+{
+	int err;
+	struct corio__shard *s = blocking_sender("corio_gather", 0, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	return gather(s, NULL, s->rt->nshards, fn, arg, results);
+}
+
+int corio_gather_some(const unsigned *shards, unsigned n, intptr_t (*fn)(void *), void *arg,
+		      intptr_t *results)
+{
+	int err;
+	struct corio__shard *s = blocking_sender("corio_gather_some", 0, (const void *)fn, &err);
+
+	if (CORIO__UNLIKELY(!s))
+		return err;
+	if (!shards && n)
+		return corio__error(-EINVAL, "corio_gather_some: shards is NULL");
+	for (unsigned i = 0; i < n; i++) {
+		if (shards[i] >= s->rt->nshards)
+			return corio__error(-EINVAL, "corio_gather_some: shards[%u] is %u, the "
+					    "runtime has %u", i, shards[i], s->rt->nshards);
+		for (unsigned j = 0; j < i; j++)
+			if (shards[j] == shards[i])
+				return corio__error(-EINVAL, "corio_gather_some: shard %u is "
+						    "named twice", shards[i]);
+	}
+	return gather(s, shards, n, fn, arg, results);
 }
 
 /* ---- consumer side (the owning shard's loop) --------------------------------- */

@@ -603,6 +603,11 @@ static int rt_new(const struct corio_config *cfg, const struct corio__part *cons
  * the first failure stops the loop, and is the result). */
 static int shards_spawn(struct corio_rt *rt, unsigned *started)
 {
+	/* cfg.signals: blocked in the calling thread too, and so in every
+	 * thread created from here (the shards, the pool), with no window
+	 * before a shard blocks them itself; left blocked after corio_wait
+	 * (unblocking them could run a pending signal's default action) */
+	corio__signal_block(rt);
 	for (unsigned i = 0; i < rt->nshards; i++) {
 		struct corio__shard *s = shard_alloc(rt->cpus[i]);
 		int ret;

@@ -148,7 +148,8 @@ struct corio_config {
 	int (*setup)(void *arg);
 	unsigned net_send_queue;   /* see net_recv_queue above                     */
 	/* How long a shard keeps a host name's addresses (corio/net.h,
-	 * corio_resolve), in ms: 0: 30 s; at most 86,400,000 (a day). A
+	 * corio_resolve), in ms: 0: 30 s; at most 86,400,000 (a day). A DNS
+	 * answer is kept its records' TTL when that is shorter. A
 	 * negative answer ("no such name") is kept min(this, 5 s). Taken
 	 * from reserved[0]: the struct keeps its size and layout.          */
 	unsigned resolve_ttl_ms;
@@ -160,10 +161,12 @@ struct corio_config {
 	unsigned reserved[1];     /* must be zero                                   */
 	/* Signals a fiber may wait for with corio_signal_wait(), as a mask:
 	 * CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT). corio_start() blocks them in
-	 * every thread it creates and reads them through a signalfd on shard 0;
-	 * block them in your own threads first (pthread_sigmask before
-	 * corio_start, before creating other threads), or the kernel may run
-	 * their default action on one of those. SIGKILL, SIGSTOP and the
+	 * the thread that calls it (they stay blocked there after
+	 * corio_wait()) and in every thread it creates, and reads them
+	 * through a signalfd on shard 0; threads you started before
+	 * corio_start keep their mask: block them there yourself
+	 * (pthread_sigmask), or the kernel may run their default action on
+	 * one of those. SIGKILL, SIGSTOP and the
 	 * signals of faults (SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP, SIGSYS)
 	 * are refused with -EINVAL. 0: none.                               */
 	uint64_t signals;
@@ -556,5 +559,8 @@ CORIO_API int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_
 #include "corio/stream.h" /* buffered streams over a transport           */
 #include "corio/tls.h"    /* TLS sessions (OpenSSL; no OpenSSL header)   */
 #include "corio/sched.h"  /* scheduling classes, should_yield          */
+#include "corio/serve.h"  /* serve an address on every shard, and drain  */
+#include "corio/copy.h"   /* bytes both ways between two connections     */
+#include "corio/pool.h"   /* outgoing connection pools                   */
 
 #endif /* CORIO_H */

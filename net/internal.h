@@ -98,6 +98,7 @@ struct corio__qcaps {
 
 struct corio_sock {
 	struct corio__net *net;
+	uint64_t rx, tx;  /* stream bytes handed to the caller / sent (corio_sock_bytes) */
 	int fd;
 	int family, type;
 	bool live;        /* counted in conns_live */
@@ -228,6 +229,7 @@ struct corio__net {
 	unsigned long streams_live;
 	unsigned long stream_bytes;
 	struct corio__resolve *resolve; /* the name cache (net/resolve.c), on first use */
+	struct corio__dns *dns;         /* c-ares's channels (net/dns.c), on first use */
 	/* corio_sendfile (net/send.c): IORING_OP_SPLICE through pipes from
 	 * this pool (net/shard.c), sized pipe_size (CORIO_NET_PIPE_SIZE) */
 	bool splice;              /* probed, and not CORIO_NET_DISABLE=splice */
@@ -287,7 +289,7 @@ static inline int corio__sock_not_mine(const char *who, const struct corio_sock 
 /* CORIO_NET_DISABLE's words as bits of net->disabled (net/shard.c parses
  * them): forced fallbacks for tests and A/B runs. */
 enum { NO_BUFRING, NO_PBUF_INC, NO_MULTISHOT, NO_SEND_ZC, NO_RECV_LIMIT, NO_SEND_GATHER,
-       NO_UDP_DIRECT, NO_TCP_DIRECT, NO_SPLICE, NO_CACHED };
+       NO_UDP_DIRECT, NO_TCP_DIRECT, NO_SPLICE, NO_CACHED, NO_DNS };
 
 static inline bool corio__net_disabled(const struct corio__net *n, unsigned what)
 {
@@ -374,6 +376,59 @@ void corio__sock_reader_leave(struct corio_sock *s);
  * or s's end-of-stream / error result when nothing is queued and the
  * stream has ended. Call only when data is queued or has_term is set. */
 ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len);
+
+/* ---- net/resolve.c, net/dns.c: names ----------------------------------------- */
+
+union corio__res_addr {
+	struct sockaddr sa;
+	struct sockaddr_in in;
+	struct sockaddr_in6 in6;
+};
+
+/* One name's answer, from c-ares or getaddrinfo: its addresses with port 0
+ * in the order connects try them, or why there are none. */
+struct corio__res_ans {
+	int err;         /* 0; -ENOENT no such name (a negative answer, cached);
+	                    else a failure that is not an answer (-EAGAIN: no
+	                    server answered; -ENOMEM, -EIO), not cached */
+	uint32_t ttl_s;  /* the records' lowest TTL; UINT32_MAX: none given
+	                    (the hosts file, getaddrinfo) */
+	unsigned naddrs;
+	union corio__res_addr addrs[CORIO_RESOLVE_MAX];
+	char msg[96];    /* the resolver's words for err */
+};
+
+/* corio__dns_lookup's *flags */
+#define CORIO__RES_DNS    0x1u /* DNS was asked (the answer has a TTL) */
+#define CORIO__RES_SHARED 0x2u /* it joined a query another fiber started */
+
+/* Look host (a name, not numeric) up on this shard with c-ares, in
+ * nsswitch.conf's order of files and dns: 0 and *ans (its err says
+ * whether there is an answer), -ETIMEDOUT / -ECANCELED (the fiber's
+ * deadline or cancel: the query goes on for the others), -ENOMEM, or
+ * -ENOSYS: c-ares cannot answer here (CORIO_NET_DISABLE=dns, c-ares did
+ * not start, or nsswitch.conf lists a source it cannot read and the ones
+ * before it had no answer): ask getaddrinfo. Blocking. */
+int corio__dns_lookup(struct corio__net *n, const char *host, struct corio__res_ans *ans,
+		      unsigned *flags);
+/* At the part's fini, no fiber left: close c-ares's channels. */
+void corio__dns_fini(struct corio__net *n);
+
+/* ---- net/serve.c -------------------------------------------------------------- */
+
+struct corio_tls_ctx;
+struct corio_stream;
+struct corio_stream_opts;
+/* corio_stream_tls_accept, set by tls/ctx.c when it makes a context (net
+ * may not call tls by name; a program without TLS then links no OpenSSL). */
+typedef int (*corio__serve_tls_fn)(struct corio_tls_ctx *ctx, struct corio_sock *s,
+				   const struct corio_stream_opts *opts, struct corio_stream **out);
+extern _Atomic(corio__serve_tls_fn) corio__serve_tls_accept;
+/* corio_stream_tls_connect, for net/pool.c: the same arrangement. */
+typedef int (*corio__pool_tls_fn)(struct corio_tls_ctx *ctx, struct corio_sock *s,
+				  const char *host, const struct corio_stream_opts *opts,
+				  struct corio_stream **out);
+extern _Atomic(corio__pool_tls_fn) corio__pool_tls_connect;
 
 /* ---- net/send.c ------------------------------------------------------------ */
 

@@ -710,6 +710,7 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	b->_id = q->id;
 	corio__sock_q_pop(s);
 	CORIO__STAT_ADD(n->stats.bytes_in, b->len);
+	s->rx += b->len;
 	uncap(s);
 	return (ssize_t)b->len;
 }
@@ -737,6 +738,7 @@ int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
 		x->_id = q->id;
 		corio__sock_q_pop(s);
 		CORIO__STAT_ADD(n->stats.bytes_in, x->len);
+		s->rx += x->len;
 	}
 	uncap(s);
 	return count;
@@ -782,6 +784,7 @@ ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len)
 		corio__sock_q_pop(s);
 	}
 	CORIO__STAT_ADD(n->stats.bytes_in, len);
+	s->rx += len;
 	uncap(s);
 	return (ssize_t)len;
 }
@@ -829,6 +832,7 @@ ssize_t corio_recv(struct corio_sock *s, void *buf, size_t len)
 	if (ret > 0) {
 		CORIO__STAT_ADD(n->stats.ops_in, 1);
 		CORIO__STAT_ADD(n->stats.bytes_in, (uint64_t)ret);
+		s->rx += (uint64_t)ret;
 	} else if (ret < 0) {
 		corio__net_err(n, ret);
 	}

@@ -39,12 +39,6 @@
 
 _Static_assert(CORIO_RESOLVE_MAX <= 64, "addresses per name");
 
-union res_addr {
-	struct sockaddr sa;
-	struct sockaddr_in in;
-	struct sockaddr_in6 in6;
-};
-
 /* One cached name: its addresses with port 0, or a negative answer. */
 struct res_entry {
 	uint64_t stored_ns, expires_ns;
@@ -52,7 +46,7 @@ struct res_entry {
 	int err;          /* 0, or the negative answer (-ENOENT) */
 	char msg[96];     /* gai_strerror's text of a negative answer */
 	unsigned naddrs;
-	union res_addr addrs[CORIO_RESOLVE_MAX];
+	union corio__res_addr addrs[CORIO_RESOLVE_MAX];
 	char host[];
 };
 
@@ -63,8 +57,7 @@ struct corio__resolve {
 /* A lookup on the pool: the name in, the answer out. */
 struct res_job {
 	int gai, sys; /* getaddrinfo's result; errno for EAI_SYSTEM */
-	unsigned naddrs;
-	union res_addr addrs[CORIO_RESOLVE_MAX];
+	struct corio__res_ans ans;
 	char host[RES_HOST_MAX + 1];
 };
 
@@ -74,6 +67,7 @@ struct res_job {
 static intptr_t res_job_fn(void *arg)
 {
 	struct res_job *j = arg;
+	struct corio__res_ans *a = &j->ans;
 	/* No AI_ADDRCONFIG: it drops ::1 on hosts whose only IPv6 address is
 	 * the loopback; an address the host cannot reach fails its connect at
 	 * once (ENETUNREACH) and the next one is tried. */
@@ -84,18 +78,18 @@ static intptr_t res_job_fn(void *arg)
 	j->sys = j->gai == EAI_SYSTEM ? errno : 0;
 	if (j->gai)
 		return 0;
-	for (p = res; p && j->naddrs < CORIO_RESOLVE_MAX; p = p->ai_next) {
+	for (p = res; p && a->naddrs < CORIO_RESOLVE_MAX; p = p->ai_next) {
 		bool v4 = p->ai_family == AF_INET && p->ai_addrlen >= sizeof(struct sockaddr_in);
 		bool v6 = p->ai_family == AF_INET6 && p->ai_addrlen >= sizeof(struct sockaddr_in6);
 
 		if (v4 || v6) {
-			memset(&j->addrs[j->naddrs], 0, sizeof(j->addrs[0]));
-			memcpy(&j->addrs[j->naddrs++], p->ai_addr,
+			memset(&a->addrs[a->naddrs], 0, sizeof(a->addrs[0]));
+			memcpy(&a->addrs[a->naddrs++], p->ai_addr,
 			       v4 ? sizeof(struct sockaddr_in) : sizeof(struct sockaddr_in6));
 		}
 	}
 	freeaddrinfo(res);
-	if (!j->naddrs)
+	if (!a->naddrs)
 		j->gai = EAI_NONAME; /* names of other families only */
 	return 0;
 }
@@ -177,29 +171,31 @@ static unsigned res_ttl_ms(const struct corio__net *n, bool negative)
 	return negative && ttl > RES_NEG_TTL_MS ? RES_NEG_TTL_MS : ttl;
 }
 
-/* Keep j's answer (or its negative answer, err). Best effort: without
- * memory the next call asks again. */
-static void res_store(struct corio__net *n, const struct res_job *j, int err, uint32_t h)
+/* Keep host's answer (or its negative answer) ttl_ms. Best effort:
+ * without memory the next call asks again. */
+static void res_store(struct corio__net *n, const char *host, const struct corio__res_ans *a,
+		      uint64_t ttl_ms, uint32_t h)
 {
-	size_t hlen = strlen(j->host);
+	size_t hlen = strlen(host);
 	struct res_entry *e;
 	int i;
 
+	if (!ttl_ms)
+		return; /* a TTL of 0: not to be kept */
 	if (!n->resolve && !(n->resolve = calloc(1, sizeof(*n->resolve))))
 		return;
 	e = malloc(sizeof(*e) + hlen + 1);
 	if (!e)
 		return;
 	e->stored_ns = corio_now_ns();
-	e->expires_ns = e->stored_ns +
-			corio__ns_mul_sat(res_ttl_ms(n, err != 0), CORIO__NS_PER_MS);
+	e->expires_ns = e->stored_ns + corio__ns_mul_sat(ttl_ms, CORIO__NS_PER_MS);
 	e->hash = h;
-	e->err = err;
-	snprintf(e->msg, sizeof(e->msg), "%s", err ? gai_strerror(j->gai) : "");
-	e->naddrs = j->naddrs;
-	memcpy(e->addrs, j->addrs, sizeof(e->addrs));
-	memcpy(e->host, j->host, hlen + 1);
-	i = res_victim(n->resolve, j->host, h);
+	e->err = a->err;
+	snprintf(e->msg, sizeof(e->msg), "%s", a->err ? a->msg : "");
+	e->naddrs = a->naddrs;
+	memcpy(e->addrs, a->addrs, sizeof(e->addrs));
+	memcpy(e->host, host, hlen + 1);
+	i = res_victim(n->resolve, host, h);
 	free(n->resolve->e[i]);
 	n->resolve->e[i] = e;
 }
@@ -216,7 +212,7 @@ void corio__resolve_fini(struct corio__net *n)
 
 /* ---- the call ------------------------------------------------------------------ */
 
-static unsigned res_copy(const union res_addr *a, unsigned na, uint16_t port,
+static unsigned res_copy(const union corio__res_addr *a, unsigned na, uint16_t port,
 			 struct sockaddr_storage *out, unsigned max)
 {
 	unsigned k = na < max ? na : max;
@@ -253,27 +249,45 @@ static int res_cached(struct corio__net *n, const char *who, const char *host, u
 	return (int)res_copy(e->addrs, e->naddrs, port, out, max);
 }
 
-/* Resolve a name (not numeric) through the cache, else the pool. */
-static int res_name(struct corio__net *n, const char *who, const char *host, uint16_t port,
-		    struct sockaddr_storage *out, unsigned max)
+/*
+ * A host name as resolvers take it: letters, digits, '-', '_' and dots
+ * between labels of 1..63 bytes (a trailing dot allowed). Anything else is
+ * answered "no such name" without asking anyone, as glibc's resolver
+ * refuses such a name before it sends a query (res_hnok).
+ */
+static bool res_valid_name(const char *host)
 {
-	uint32_t h = res_hash(host);
-	struct res_job *j;
-	int ret = corio__may_block(who); /* cancellation and the deadline first */
+	size_t label = 0;
 
-	if (!ret)
-		ret = res_cached(n, who, host, h, port, out, max);
-	if (ret)
-		return ret;
-	j = calloc(1, sizeof(*j));
+	for (const char *c = host; *c; c++) {
+		if (*c == '.') {
+			if (!label)
+				return false;
+			label = 0;
+			continue;
+		}
+		if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') ||
+		      (*c >= '0' && *c <= '9') || *c == '-' || *c == '_'))
+			return false;
+		if (++label > 63)
+			return false;
+	}
+	return true;
+}
+
+/* getaddrinfo on the work pool: 0 and *a, or -errno before it answered. */
+static int res_pool(struct corio__net *n, const char *who, const char *host,
+		    struct corio__res_ans *a)
+{
+	struct res_job *j = calloc(1, sizeof(*j));
+	int ret;
+
 	if (!j)
 		return corio__error(-ENOMEM, "%s: no memory for a name lookup", who);
 	memcpy(j->host, host, strlen(host) + 1);
-	CORIO__STAT_ADD(n->stats.resolve_misses, 1);
+	CORIO__STAT_ADD(n->stats.resolve_pool, 1);
 	ret = corio__work_run(res_job_fn, j, res_job_free, NULL, false);
 	if (ret) { /* j is the pool's now: its release frees it */
-		if (ret != -ECANCELED && ret != -ETIMEDOUT)
-			CORIO__STAT_ADD(n->stats.resolve_failed, 1);
 		if (ret == -EAGAIN || ret == -ENOMEM) {
 			char why[160]; /* the pool's reason; not formatted into itself */
 
@@ -282,18 +296,77 @@ static int res_name(struct corio__net *n, const char *who, const char *host, uin
 		}
 		return ret;
 	}
+	*a = j->ans;
+	a->ttl_s = UINT32_MAX;
 	if (j->gai) {
-		ret = gai_errno(j->gai, j->sys);
-		CORIO__STAT_ADD(n->stats.resolve_failed, 1);
-		if (ret == -ENOENT)
-			res_store(n, j, ret, h);
-		corio__error(ret, "%s: cannot resolve \"%s\": %s", who, host,
-			     j->gai == EAI_SYSTEM ? strerror(j->sys) : gai_strerror(j->gai));
-	} else {
-		res_store(n, j, 0, h);
-		ret = (int)res_copy(j->addrs, j->naddrs, port, out, max);
+		a->err = gai_errno(j->gai, j->sys);
+		snprintf(a->msg, sizeof(a->msg), "%s",
+			 j->gai == EAI_SYSTEM ? strerror(j->sys) : gai_strerror(j->gai));
 	}
 	free(j);
+	return 0;
+}
+
+/* Resolve a name (not numeric) through the cache, else c-ares on the
+ * shard, else (a source c-ares cannot read) getaddrinfo on the pool. */
+static int res_name(struct corio__net *n, const char *who, const char *host, uint16_t port,
+		    struct sockaddr_storage *out, unsigned max)
+{
+	uint32_t h = res_hash(host);
+	struct corio__res_ans *a;
+	struct in_addr a4;
+	unsigned flags = 0;
+	uint64_t ttl_ms;
+	int ret = corio__may_block(who); /* cancellation and the deadline first */
+
+	if (!ret)
+		ret = res_cached(n, who, host, h, port, out, max);
+	if (ret)
+		return ret;
+	a = malloc(sizeof(*a)); /* not on the fiber's stack: 1 KiB */
+	if (!a)
+		return corio__error(-ENOMEM, "%s: no memory for a name lookup", who);
+	memset(a, 0, sizeof(*a));
+	a->ttl_s = UINT32_MAX;
+	CORIO__STAT_ADD(n->stats.resolve_misses, 1);
+	if (inet_aton(host, &a4)) {
+		/* "127.1", "10.1.2" and other inet_aton forms getaddrinfo takes
+		 * as numbers (corio's numeric form is the dotted quad) */
+		a->naddrs = 1;
+		a->addrs[0].in.sin_family = AF_INET;
+		a->addrs[0].in.sin_addr = a4;
+		ret = 0;
+	} else if (!res_valid_name(host)) {
+		a->err = -ENOENT;
+		snprintf(a->msg, sizeof(a->msg), "not a valid host name");
+		ret = 0;
+	} else {
+		ret = corio__dns_lookup(n, host, a, &flags);
+		if (ret == -ENOSYS)
+			ret = res_pool(n, who, host, a);
+	}
+	if (flags & CORIO__RES_SHARED)
+		CORIO__STAT_ADD(n->stats.resolve_shared, 1);
+	if (ret) {
+		if (ret != -ECANCELED && ret != -ETIMEDOUT)
+			CORIO__STAT_ADD(n->stats.resolve_failed, 1);
+		free(a);
+		return ret;
+	}
+	ttl_ms = res_ttl_ms(n, a->err != 0);
+	if (!a->err && a->ttl_s != UINT32_MAX && (uint64_t)a->ttl_s * 1000u < ttl_ms)
+		ttl_ms = (uint64_t)a->ttl_s * 1000u; /* the records' TTL, capped by the setting */
+	if (a->err) {
+		ret = a->err;
+		CORIO__STAT_ADD(n->stats.resolve_failed, 1);
+		if (ret == -ENOENT)
+			res_store(n, host, a, ttl_ms, h);
+		corio__error(ret, "%s: cannot resolve \"%s\": %s", who, host, a->msg);
+	} else {
+		res_store(n, host, a, ttl_ms, h);
+		ret = (int)res_copy(a->addrs, a->naddrs, port, out, max);
+	}
+	free(a);
 	return ret;
 }
 

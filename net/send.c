@@ -71,6 +71,7 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
 		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
 		CORIO__STAT_ADD(n->stats.send_direct, 1);
+		s->tx += (uint64_t)r;
 		return r;
 	}
 	if (r == 0 || r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR)
@@ -250,6 +251,7 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 	if (res > 0) {
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
 		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
+		s->tx += (uint64_t)res;
 		srec_sent(s, (uint32_t)res, &fin); /* r may be off the queue */
 	} else if (!s->serr) {
 		s->serr = res ? res : -EPIPE;
@@ -610,6 +612,7 @@ ssize_t corio_send_ex(struct corio_sock *s, const void *buf, size_t len, unsigne
 			*sent = done;
 		CORIO__STAT_ADD(n->stats.ops_out, 1);
 		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+		s->tx += (uint64_t)ret;
 	}
 	return (ssize_t)len;
 }
@@ -687,6 +690,7 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 					if (ret >= 0) {
 						CORIO__STAT_ADD(n->stats.ops_out, 1);
 						CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)ret);
+						s->tx += (uint64_t)ret;
 					}
 				}
 			}
@@ -809,6 +813,7 @@ static ssize_t moved(struct corio_sock *s, ssize_t r)
 	if (r > 0) {
 		CORIO__STAT_ADD(s->net->stats.ops_out, 1);
 		CORIO__STAT_ADD(s->net->stats.bytes_out, (uint64_t)r);
+		s->tx += (uint64_t)r;
 		return r;
 	}
 	if (r == 0)

@@ -43,11 +43,11 @@
  * itself when that is not incremental, else one of their own, same size.
  */
 /* CORIO_NET_DISABLE=bufring,pbuf_inc,multishot,send_zc,recv_limit,send_gather,udp_direct,
- * tcp_direct,splice,cached forces fallbacks (tests, A/B): the words, in the order of
+ * tcp_direct,splice,cached,dns forces fallbacks (tests, A/B): the words, in the order of
  * net->disabled's bits (NO_* in net/internal.h). */
 static const char *const disable_words[] = {
 	"bufring", "pbuf_inc", "multishot", "send_zc", "recv_limit", "send_gather", "udp_direct",
-	"tcp_direct", "splice", "cached", NULL,
+	"tcp_direct", "splice", "cached", "dns", NULL,
 };
 
 /* CORIO_NET_BUFS=count:size: count a power of two (the ring's mask). */
@@ -225,6 +225,7 @@ static void net_fini(struct corio__shard *sh)
 	}
 	corio__net_bufs_fini(n);
 	corio__resolve_fini(n);
+	corio__dns_fini(n);
 }
 
 /* The stats (and the live count least-loaded dispatch reads) stay readable

@@ -659,6 +659,57 @@ ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len)
 	return write_leave(st, ret ? ret : (ssize_t)len);
 }
 
+static const struct corio_stream_transport sock_ops;
+
+int corio_stream_write_owned(struct corio_stream *st, const void *buf, size_t len,
+			     void (*done)(void *arg, int res), void *arg)
+{
+	struct iovec iov = { (void *)buf, len };
+	int ret = write_enter(st, "corio_stream_write_owned");
+
+	if (ret)
+		return ret;
+	if (!buf || !len || len > INT32_MAX)
+		return (int)write_leave(st, corio__error(-EINVAL, "corio_stream_write_owned: %s",
+							 !buf ? "buf is NULL" : !len ? "len is 0"
+							 : "len is over INT32_MAX"));
+	ret = flush_locked(st); /* what was buffered goes first */
+	if (ret)
+		return (int)write_leave(st, ret);
+	if (st->ops == &sock_ops) {
+		/* queued on the socket without waiting; done runs from the
+		 * loop once the kernel let go of buf, and later writes (a
+		 * corio_sendv) wait for the queue, so the order holds */
+		ret = corio_send_owned(st->t, buf, len, done, arg);
+		if (ret && ret != -EINVAL && ret != -ETIMEDOUT && ret != -ECANCELED &&
+		    ret != -EAGAIN && ret != -ENOMEM)
+			st->werr = ret; /* the socket's send error: sticky, as for writes */
+		if (!ret) {
+			st->stats.writes++;
+			st->stats.bytes_out += len;
+		}
+		return (int)write_leave(st, ret);
+	}
+	/* a transport that copies (TLS encrypts buf into its records): done
+	 * runs once the write returned, here */
+	ret = send_iov(st, &iov, 1, false);
+	write_leave(st, 0);
+	if (done)
+		done(arg, ret ? ret : (int)len);
+	return 0;
+}
+
+int corio_stream_shutdown_write(struct corio_stream *st)
+{
+	int ret = write_enter(st, "corio_stream_shutdown_write"), r;
+
+	if (ret)
+		return ret;
+	ret = flush_locked(st);
+	r = st->ops->shutdown_write(st->t);
+	return (int)write_leave(st, ret ? ret : r);
+}
+
 int corio_stream_flush(struct corio_stream *st)
 {
 	int ret = write_enter(st, "corio_stream_flush");

@@ -1250,3 +1250,121 @@ Test(stream, census_counts_a_stream_never_closed, .timeout = 30)
 }
 
 /* The same on every other test: th_run checks corio_run's census. */
+
+/* ---- corio_stream_write_owned ------------------------------------------------ */
+
+#define WO_LEN (256u << 10)
+
+struct wo {
+	int calls, res;
+	bool in_call; /* set while corio_stream_write_owned runs */
+	bool ran_inside;
+};
+
+static void wo_done(void *arg, int res)
+{
+	struct wo *w = arg;
+
+	w->calls++;
+	w->res = res;
+	w->ran_inside = w->in_call;
+}
+
+static void wo_done_free(void *arg, int res)
+{
+	struct wo *w = *(struct wo **)arg;
+
+	wo_done(w, res);
+	free(arg); /* the buffer is the stream's until here: done frees it */
+}
+
+/* A transport that is not the plain one (as TLS is not): copies through
+ * corio_recv / corio_sendv. */
+static ssize_t wo_read(void *t, void *buf, size_t len)
+{
+	return corio_recv(t, buf, len);
+}
+static ssize_t wo_writev(void *t, const struct iovec *iov, int n, unsigned flags)
+{
+	(void)flags;
+	return corio_sendv(t, iov, n, NULL);
+}
+static int wo_shut(void *t)
+{
+	return corio_shutdown_write(t);
+}
+static int wo_close(void *t)
+{
+	return corio_close(t);
+}
+static const struct corio_stream_transport wo_ops = {
+	.read = wo_read, .writev = wo_writev, .shutdown_write = wo_shut, .close = wo_close,
+};
+
+static void wo_entry(void *arg)
+{
+	static uint8_t got[WO_LEN + 16];
+	struct corio_sock *s, *c;
+	struct corio_stream *st = NULL;
+	struct wo w;
+	bool generic = *(bool *)arg;
+	uint8_t *buf = malloc(sizeof(struct wo *) + WO_LEN), *p = buf + sizeof(struct wo *);
+	size_t have = 0;
+	ssize_t n;
+
+	memset(&w, 0, sizeof(w));
+	*(struct wo **)buf = &w;
+	for (size_t i = 0; i < WO_LEN; i++)
+		p[i] = (uint8_t)(i * 7 + 3);
+	th_tcp_pair(&s, &c);
+	if (generic)
+		CHECK_EQ(corio_stream_new(&wo_ops, s, NULL, &st), 0);
+	else
+		CHECK_EQ(corio_stream_sock(s, NULL, &st), 0);
+	/* bad input: refused, done never runs */
+	CHECK_EQ(corio_stream_write_owned(st, NULL, 4, wo_done, &w), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_stream_write_owned: buf is NULL") != NULL);
+	CHECK_EQ(corio_stream_write_owned(st, p, 0, wo_done, &w), -EINVAL);
+	CHECK_EQ(w.calls, 0);
+	CHECK_EQ(corio_stream_write(st, "head", 4), 4); /* buffered: goes first */
+	w.in_call = true;
+	CHECK_EQ(corio_stream_write_owned(st, p, WO_LEN, wo_done_free, buf), 0);
+	w.in_call = false;
+	/* the plain transport queues it and returns: done comes from the loop */
+	if (!generic)
+		CHECK_EQ(w.calls, 0);
+	CHECK_EQ(corio_stream_write(st, "tail", 4), 4);
+	CHECK_EQ(corio_stream_flush(st), 0);
+	while (have < WO_LEN + 8 && (n = corio_recv(c, got + have, sizeof(got) - have)) > 0)
+		have += (size_t)n;
+	CHECK_EQ(have, WO_LEN + 8);
+	CHECK(!memcmp(got, "head", 4));
+	for (size_t i = 0; i < WO_LEN; i++)
+		if (got[4 + i] != (uint8_t)(i * 7 + 3)) {
+			CHECK(!"a byte of the owned buffer was lost or reordered");
+			break;
+		}
+	CHECK(!memcmp(got + 4 + WO_LEN, "tail", 4));
+	CHECK_EQ(corio_shutdown_write(c), 0); /* the close's drain ends at once */
+	CHECK_EQ(corio_stream_close(st), 0);
+	CHECK_EQ(w.calls, 1);
+	CHECK_EQ(w.res, (int)WO_LEN);
+	CHECK_EQ(w.ran_inside, generic); /* a copying transport: inside the call */
+	CHECK_EQ(corio_close(c), 0);
+}
+
+Test(stream, write_owned_plain_queues_without_a_copy_and_keeps_the_order, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	bool generic = false;
+
+	th_run(&cfg, wo_entry, &generic);
+}
+
+Test(stream, write_owned_on_a_copying_transport_calls_done_before_it_returns, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	bool generic = true;
+
+	th_run(&cfg, wo_entry, &generic);
+}

@@ -17,6 +17,7 @@
  * that owns the SSL.
  */
 #include "tls/internal.h"
+#include "net/internal.h" /* corio__serve_tls_accept */
 
 #include <errno.h>
 #include <stdatomic.h>
@@ -223,6 +224,9 @@ int corio_tls_ctx_new(const struct corio_tls_ctx_opts *o, struct corio_tls_ctx *
 	struct corio_tls_ctx *c;
 	unsigned n;
 
+	/* corio_serve's handshake (net/serve.c cannot name tls's calls) */
+	atomic_store(&corio__serve_tls_accept, corio_stream_tls_accept);
+	atomic_store(&corio__pool_tls_connect, corio_stream_tls_connect); /* corio_pool_get's */
 	if (ret)
 		return ret;
 	n = o->flags & CORIO_TLS_SERVER ? o->ncerts : 1;

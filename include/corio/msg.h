@@ -163,6 +163,27 @@ CORIO_API int corio_broadcast(void (*fn)(void *arg), void *arg);
 CORIO_API int corio_gather(intptr_t (*fn)(void *arg), void *arg, intptr_t *results);
 
 /*
+ * corio_gather over a subset: corio_call(shards[i], fn, arg, &results[i])
+ * for each of the n shards listed (each at most once, this one may be
+ * among them), running concurrently; results (may be NULL) holds n
+ * entries, in the order of shards. n 0 returns 0 at once. Returns as
+ * corio_gather, or -EINVAL (shards NULL with n > 0, a shard not in the
+ * runtime, one named twice; with a message). Blocking.
+ *
+ * Structured results: fn returns an intptr_t, so a result larger than a
+ * pointer travels in memory the caller owns. Give each target its own
+ * slot, e.g. arg pointing at an array of per-shard structs that fn
+ * indexes with corio_shard_id() (each shard writes only its own slot,
+ * so no lock), or have fn return a pointer to a struct it allocated,
+ * which the caller frees. The caller reads the slots after the call
+ * returned 0 (the replies order the writes before the return); after
+ * -ETIMEDOUT a call still out may write its slot later, so keep that
+ * memory alive (a heap array, not the stack) or wait without a deadline.
+ */
+CORIO_API int corio_gather_some(const unsigned *shards, unsigned n, intptr_t (*fn)(void *arg),
+				void *arg, intptr_t *results);
+
+/*
  * corio_post() from a thread that is not one of rt's shards (any thread).
  * A sleeping target is woken with an eventfd write. Returns 0, -EAGAIN
  * (full: retry later; there is no waiting variant for foreign threads),

@@ -161,7 +161,7 @@ CORIO_API int corio_accept_dispatch(struct corio_listener *l, unsigned policy,
  * 0 and the socket in *out, or -ECONNREFUSED, -ETIMEDOUT, -EINVAL, ...
  * Blocking. A numeric address ("10.0.0.1:80", "[::1]:80") is connected
  * to as is. A host name is resolved first (corio_resolve: the shard's
- * cache, else the system resolver on the work pool; its errors, -ENOENT
+ * cache, else c-ares on the shard; its errors, -ENOENT
  * for no such name, come back as they are), then every address it gave
  * is tried in the resolver's order until one connects. The deadline
  * scope bounds the whole call, lookup and every attempt: no attempt has
@@ -401,35 +401,47 @@ CORIO_API ssize_t corio_recvfrom_buf(struct corio_sock *s, struct corio_buf *b,
 
 /*
  * Resolve host_port ("host:port") into up to max addresses in addrs[],
- * in the resolver's order (RFC 6724, /etc/gai.conf), each an AF_INET or
+ * in the resolver's order (RFC 6724), each an AF_INET or
  * AF_INET6 address (length: sizeof(struct sockaddr_in) or sockaddr_in6)
  * with port set. Returns how many were stored (1..max; at most
  * CORIO_RESOLVE_MAX), or -errno.
  *
  * Numeric input ("10.0.0.1:80", "[::1]:80") gives its one address
- * without a lookup, on any thread. A host name is looked up with the
- * system resolver, getaddrinfo(3) (so /etc/hosts, nsswitch.conf and DNS
- * hold, "localhost" included; IPv4 and IPv6 both asked for), on the
- * blocking-work pool (corio/work.h) while the fiber parks: it needs a
- * fiber (-EPERM off one) and a pool slot (-EAGAIN when cfg.work_queue jobs
- * wait). Bounded by the deadline scope and cancellation (-ETIMEDOUT,
- * -ECANCELED at once, also while the lookup waits for a pool thread;
- * the lookup then finishes on its own and frees its memory).
+ * without a lookup, on any thread. A host name needs a fiber (-EPERM off
+ * one) and is looked up on the shard with c-ares, no thread per lookup,
+ * from the sources /etc/nsswitch.conf's "hosts:" line lists, in its order:
+ * files (/etc/hosts) and dns (resolv.conf's servers, search list, ndots,
+ * timeout, attempts) are c-ares's; at the first other source (mdns,
+ * myhostname, ...) that is reached without an answer, the name goes to
+ * getaddrinfo(3) as a job on the blocking-work pool (corio/work.h;
+ * -EAGAIN when cfg.work_queue jobs wait), the only lookups that take a
+ * pool thread (CORIO_NET_DISABLE=dns sends every lookup there).
+ * IPv4 and IPv6 are both asked for; the addresses come sorted by RFC 6724
+ * as getaddrinfo sorts them. Lookups of one name on one shard at once
+ * share one query. Bounded by the deadline scope and cancellation
+ * (-ETIMEDOUT, -ECANCELED at once, however long DNS takes, also while a
+ * pool job waits for a thread; the query or job goes on and frees its
+ * own memory). A name with a byte other than letters, digits, '-', '_'
+ * and dots between non-empty labels is -ENOENT without a lookup; an
+ * inet_aton form ("127.1") is its number.
  *
- * Each shard caches answers: 256 names, the oldest stored evicted first,
- * kept cfg.resolve_ttl_ms (30 s; DNS TTLs are not seen through
- * getaddrinfo); "no such name" is kept min(that, 5 s) and returned again
- * as -ENOENT. Counted in net stats resolve_hits / resolve_misses /
- * resolve_failed.
+ * Each shard caches answers: 256 names, the oldest stored evicted first.
+ * A DNS answer is kept for the lowest TTL of its records, at most
+ * cfg.resolve_ttl_ms (30 s), and not at all for a TTL of 0; an answer
+ * from /etc/hosts or getaddrinfo (no TTL) for cfg.resolve_ttl_ms; "no such
+ * name" min(that, 5 s), returned again as -ENOENT. Counted in net stats
+ * resolve_hits / resolve_misses / resolve_failed / resolve_shared /
+ * resolve_pool.
  *
  * Errors, each with corio_last_error() naming the host and the resolver's
- * text (gai_strerror): -ENOENT the name has no address (EAI_NONAME,
- * EAI_NODATA, EAI_ADDRFAMILY; a name the resolver refuses as malformed
- * too); -EAGAIN the resolver could not answer now (EAI_AGAIN: DNS
- * unreachable; not cached); -ENOMEM (EAI_MEMORY); EAI_SYSTEM's errno;
- * -EIO anything else (EAI_FAIL). -EINVAL for bad input: NULL arguments,
- * max 0, no ':port', an empty or "*" host, a port that is not 0..65535,
- * an unbracketed IPv6 address, a host over 255 bytes.
+ * text (c-ares's or gai_strerror): -ENOENT the name has no address
+ * (NXDOMAIN, no A or AAAA record; EAI_NONAME, EAI_NODATA, EAI_ADDRFAMILY;
+ * a malformed name); -EAGAIN DNS could not answer now (no server answered
+ * within resolv.conf's timeout and attempts, refused, SERVFAIL; EAI_AGAIN;
+ * not cached); -ENOMEM; EAI_SYSTEM's errno; -EIO anything else.
+ * -EINVAL for bad input: NULL arguments, max 0, no ':port', an empty or
+ * "*" host, a port that is not 0..65535, an unbracketed IPv6 address, a
+ * host over 255 bytes.
  */
 CORIO_API int corio_resolve(const char *host_port, struct sockaddr_storage *addrs,
 			    unsigned max);
@@ -494,8 +506,9 @@ struct corio_net_stats {
 	                          (CORIO_NET_RECV_RESERVE)                      */
 	uint64_t resolve_hits; /* host names answered from the shard's name
 	                          cache (negative answers too)                  */
-	uint64_t resolve_misses; /* host names looked up with the system
-	                          resolver (a work-pool job)                    */
+	uint64_t resolve_misses; /* host names looked up (not in the cache):
+	                          c-ares on the shard or getaddrinfo on the
+	                          work pool                                     */
 	uint64_t resolve_failed; /* resolutions that failed: no such name
 	                          (cached or not), resolver errors, pool full;
 	                          not a deadline or cancel                      */
@@ -505,6 +518,13 @@ struct corio_net_stats {
 	                          order it stopped, as buffers return           */
 	uint64_t starved_armed; /* starved receives armed again as buffers
 	                          returned (part of rearms)                     */
+	uint64_t resolve_shared; /* lookups that joined a query another fiber
+	                          of the shard had in flight for the same name
+	                          (part of resolve_misses)                      */
+	uint64_t resolve_pool; /* lookups answered by getaddrinfo on the work
+	                          pool: c-ares cannot ask a source nsswitch.conf
+	                          lists, or CORIO_NET_DISABLE=dns (part of
+	                          resolve_misses)                               */
 };
 
 /* Copy a snapshot of shard's net counters. Any thread while the runtime

@@ -211,12 +211,46 @@ CORIO_API ssize_t corio_stream_wait(struct corio_stream *st, struct corio_event 
 
 /* ---- writing --------------------------------------------------------------- */
 
-/* Buffer len bytes; when they do not fit, what is buffered and buf go out
+/*
+ * Buffer len bytes; when they do not fit, what is buffered and buf go out
  * together in one transport write. len, or -errno (the write side's error:
- * sticky). Blocking only when the buffer is full. */
+ * sticky). Blocking only when the buffer is full.
+ *
+ * Lifetime (every write call here, corio_stream_writev and
+ * corio_stream_flush included): buf is copied into the write buffer, or,
+ * when it does not fit, sent from where it is while the fiber parks
+ * until the transport took it. Other fibers of the shard run during that
+ * park, so buf must stay allocated and unchanged until the call returns:
+ * bytes that another fiber may free or change meanwhile (an entry of a
+ * shard-local cache that a delete or an update replaces) must be pinned
+ * (a reference count the writer holds across the call), copied first, or
+ * handed over with corio_stream_write_owned.
+ */
 CORIO_API ssize_t corio_stream_write(struct corio_stream *st, const void *buf, size_t len);
+/*
+ * Write len bytes of a buffer the caller hands over until done(arg, res)
+ * runs: the stream owns buf from the call on, and whoever frees it does
+ * so in done, so no other fiber's free can pull the bytes from under a
+ * parked write (the lifetime rule above). What was buffered goes out
+ * first (the call may park for that), then buf, in order with every later
+ * write. On the plain transport (corio_stream_sock) buf is queued on the
+ * socket with corio_send_owned, without a copy and without waiting: done
+ * runs from the loop (not in a fiber, never inside this call) once the
+ * kernel let go of buf, with len or the send error; it must not block.
+ * On a transport that copies the bytes (TLS encrypts them) the write is
+ * made here and done runs before this call returns. done runs exactly
+ * once for every call that returned 0 (it may be NULL), never for one
+ * that failed: -EINVAL (buf NULL, len 0 or over INT32_MAX), the write
+ * side's sticky error, the errors of corio_send_owned. Blocking.
+ */
+CORIO_API int corio_stream_write_owned(struct corio_stream *st, const void *buf, size_t len,
+				       void (*done)(void *arg, int res), void *arg);
 /* Send what is buffered. 0 or -errno (sticky). Blocking. */
 CORIO_API int corio_stream_flush(struct corio_stream *st);
+/* Flush, then shut down the write side (the transport's shutdown_write:
+ * TCP's FIN, TLS's close_notify): the peer reads end of stream, reading
+ * goes on. 0 or -errno. Writes after it fail. Blocking. */
+CORIO_API int corio_stream_shutdown_write(struct corio_stream *st);
 /* Send what is buffered and then iov[0..iovcnt) (the caller's buffers,
  * not copied), in one transport write when they fit 16 entries: the bytes
  * of iov, or -errno (sticky). iov is not modified. Blocking. */

@@ -41,12 +41,12 @@ for a in "$@"; do
 		;;
 	instr) secs="$secs instr:full" ;;
 	micro) for m in $MICRO; do secs="$secs $m:full"; done ;;
-	echo | httpd | kv | kvsave) secs="$secs $a:full" ;;
+	echo | httpd | kv | kvsave | proxy) secs="$secs $a:full" ;;
 	*)
 		if [ -x "$B/tools/bench-$a" ]; then
 			secs="$secs $a:full"
 		else
-			echo "bench: no such area: $a (headline, full, echo, httpd, kv, kvsave, micro,$(echo "$MICRO" | sed 's/ /, /g; s/^,//'))" >&2
+			echo "bench: no such area: $a (headline, full, echo, httpd, kv, kvsave, proxy, micro,$(echo "$MICRO" | sed 's/ /, /g; s/^,//'))" >&2
 			exit 2
 		fi
 		;;
@@ -60,6 +60,7 @@ title() {
 	case $1:$2 in
 	echo:headline) echo "echo: corio-echo against uring-echo and epoll-echo (about 100 s)" ;;
 	echo:full) echo "echo: every case, UDP, TLS, the epoll fallback (about 7 minutes)" ;;
+	proxy:full) echo "proxy: tools/examples/tcp-proxy against haproxy in mode tcp (about 1 minute)" ;;
 	httpd:headline) echo "httpd against nginx (about 60 s)" ;;
 	httpd:full) echo "httpd against nginx: every row, HTTPS, full handshakes (about 3 minutes)" ;;
 	kv:headline) echo "corio-kv against redis-server (about 60 s)" ;;
@@ -104,6 +105,7 @@ out=bench-results/bench-$(date +%Y%m%d-%H%M%S).txt
 		kv) BENCH_KV_SET=$set sh tools/bench/bench-kv.sh "$B" ;;
 		kvsave) sh tools/bench/bench-kvsave.sh "$B" ;;
 		instr) sh tools/bench/bench-instr.sh "$B" ;;
+		proxy) sh tools/bench/bench-proxy.sh "$B" ;;
 		*)
 			for be in $BACKENDS; do
 				echo "## bench-$name (CORIO_BACKEND=$be)"

@@ -9,6 +9,7 @@ have_header liburing.h || missing="$missing liburing-dev"
 have_header numa.h || missing="$missing libnuma-dev"
 have_header criterion/criterion.h || missing="$missing libcriterion-dev"
 have_header openssl/ssl.h || missing="$missing libssl-dev"
+have_header ares.h || missing="$missing libc-ares-dev"
 [ -z "$missing" ] && exit 0
 
 echo "corio: missing packages:$missing"

@@ -44,7 +44,7 @@ for t in $TARGETS; do
 	*) extra="" ;;
 	esac
 	# shellcheck disable=SC2086
-	if ! clang $FFLAGS -o $B/fuzz_$t $src $extra $B/libcorio.a -luring -lnuma -lpthread -lssl -lcrypto; then
+	if ! clang $FFLAGS -o $B/fuzz_$t $src $extra $B/libcorio.a -luring -lnuma -lpthread -lcares -lssl -lcrypto; then
 		echo "fuzz: $t: build failed" >&2
 		status=1
 		continue

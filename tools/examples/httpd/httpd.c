@@ -258,23 +258,15 @@ static int answer_file(struct corio_stream *st, struct req *r)
 	return ret;
 }
 
-static int conn_main(void *arg)
+/* One connection: corio_serve made its stream (TLS or plain) and closes
+ * it after; requests until one asks to close, fails, or times out. */
+static int conn_main(struct corio_conn *c)
 {
-	struct corio_stream_opts so = { .max_frame = HTTPD_HEAD_MAX, .linger_ns = 2000000000ull,
-					.flags = CORIO_STREAM_AUTOFLUSH, .wbuf = srv->tls ? 72 << 10 : 0 };
-	struct corio_stream *st;
-	struct corio_deadline d;
+	struct corio_stream *st = c->stream;
 	struct req r;
 	int code;
 
-	corio_timeout_push(&d, srv->idle_ns ? srv->idle_ns : UINT64_MAX / 2); /* the handshake */
-	code = srv->tls ? corio_stream_tls_accept(srv->tls, arg, &so, &st)
-			: corio_stream_sock(arg, &so, &st);
-	corio_deadline_pop(&d);
-	if (code < 0) { /* a failed handshake ends this connection only */
-		corio_close(arg);
-		return 0;
-	}
+	srv = c->arg;
 	do {
 		r.method = M_OTHER;
 		r.close = false;
@@ -284,23 +276,23 @@ static int conn_main(void *arg)
 		else if (code == 0)
 			code = r.method == M_OTHER ? answer_error(st, 405, &r) : answer_file(st, &r);
 	} while (code == 0 && !r.close);
-	corio_stream_close(st); /* flush, half-close (TLS: close_notify), drain, close */
 	return 0;
 }
 
-int httpd_serve(const struct httpd_conf *conf, struct corio_listener *l)
+int httpd_serve(const struct httpd_conf *conf, const char *addr,
+		void (*ready)(const struct sockaddr *a, socklen_t len, void *arg))
 {
-	struct corio_group conns;
-	struct corio_sock *sock;
-	int ret = corio_group_init(&conns, 0);
+	static const struct corio_stream_opts plain = {
+		.max_frame = HTTPD_HEAD_MAX, .linger_ns = 2000000000ull,
+		.flags = CORIO_STREAM_AUTOFLUSH };
+	static const struct corio_stream_opts tls = {
+		.max_frame = HTTPD_HEAD_MAX, .linger_ns = 2000000000ull,
+		.flags = CORIO_STREAM_AUTOFLUSH, .wbuf = 72 << 10 };
+	struct corio_serve_opts o = { .idle_ns = conf->idle_ns, .tls = conf->tls,
+				      .stream = conf->tls ? &tls : &plain,
+				      .flags = CORIO_SERVE_STREAM, .ready = ready };
 
-	srv = conf;
-	while (ret == 0 && (ret = corio_accept(l, &sock)) == 0)
-		if (corio_group_spawn(&conns, conn_main, sock, NULL, NULL) < 0)
-			corio_close(sock);
-	if (ret == -ESHUTDOWN)
-		corio_group_wait(&conns); /* the drain: let them finish */
-	corio_group_close(&conns);
-	corio_listener_close(l);
-	return ret;
+	/* the handshake is bounded by idle_ns, and so is a connection that
+	 * moves no byte; each request head has idle_ns too (read_head) */
+	return corio_serve(addr, conn_main, (void *)conf, &o);
 }

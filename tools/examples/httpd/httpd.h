@@ -13,9 +13,9 @@ struct httpd_conf {
 	uint64_t idle_ns;          /* deadline for a handshake or a request head (0: none) */
 };
 
-/* Serve l's connections, each in a fiber of a group, until the drain
- * (accept: -ESHUTDOWN; then let them finish) or cancellation (cancel them);
- * close l. Returns the accept error that ended it. Blocking. */
-int httpd_serve(const struct httpd_conf *conf, struct corio_listener *l);
-
+/* Serve addr on this shard with corio_serve (every shard that calls it
+ * shares the port) until the drain is over; ready(addr, len, conf) once
+ * it listens. Returns corio_serve's result. Blocking. */
+int httpd_serve(const struct httpd_conf *conf, const char *addr,
+		void (*ready)(const struct sockaddr *a, socklen_t len, void *arg));
 #endif

@@ -3,43 +3,39 @@
  * httpd - a static-file HTTP/1.1 server on corio's toolkit; docs/HTTPD.md
  * states what it serves and answers. httpd -d DIR [-p port] [-s shards]
  * [-i idle_s] [--tls-cert FILE --tls-key FILE] (HTTPS, ALPN http/1.1).
- * Each shard listens on the one port in cfg.setup (corio_tcp_listen_shared:
- * port 0 picks one for all) and serves in httpd.c; SIGTERM / SIGINT (in
- * cfg.signals) start corio_drain(2 s) (corio_drain_on_signal).
+ * Each shard serves the one port with corio_serve (port 0 picks one for
+ * all) and httpd.c answers each connection; SIGTERM / SIGINT (in
+ * cfg.signals, which corio_start blocks in this thread too) start
+ * corio_drain(2 s) (corio_drain_on_signal).
  */
 #include "httpd.h"
 #include "../../common/opt.h"
-#include "../../common/proc.h"
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
 static struct httpd_conf conf;
 static char addr[64];
-static __thread struct corio_listener *listener; /* this shard's */
 
-static int setup(void *arg)
+static void ready(const struct sockaddr *a, socklen_t len, void *arg)
 {
+	char name[128];
+
 	(void)arg;
-	return corio_tcp_listen_shared(addr, NULL, &listener);
+	if (corio_shard_id() == 0 && corio_addr_format(a, len, name, sizeof(name)) >= 0) {
+		printf("httpd: listening on %s\n", name);
+		fflush(stdout);
+	}
 }
 
 static void entry(void *arg)
 {
-	struct sockaddr_storage ss;
-	socklen_t len;
-	char name[128];
-
-	if (corio_shard_id() == 0) {
-		if (corio_listener_addr(listener, &ss, &len) == 0 &&
-		    corio_addr_format((struct sockaddr *)&ss, len, name, sizeof(name)) >= 0)
-			printf("httpd: listening on %s\n", name);
-		fflush(stdout);
-	}
+	(void)arg;
 	if (corio_drain_on_signal(CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT), 2000000000ull) == 0)
-		httpd_serve(&conf, listener);
+		httpd_serve(&conf, addr, ready);
 }
 
 int main(int argc, char **argv)
@@ -82,11 +78,9 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	snprintf(addr, sizeof(addr), "127.0.0.1:%u", port);
-	tool_block_stop_signals(); /* cfg.signals: blocked before any thread exists */
 	corio_config_init(&cfg);
 	cfg.shards = shards;
 	cfg.flags |= CORIO_F_NO_PIN;
-	cfg.setup = setup;
 	cfg.signals = CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT);
 	if ((ret = corio_run(&cfg, entry, NULL)) < 0)
 		fprintf(stderr, "httpd: %s\n", corio_last_error());

@@ -33,13 +33,13 @@
  *    and is closed.
  *
  * How it is built (each piece is the usual way to do it with corio):
- *  - one listener per shard on the same port (CORIO_LISTEN_REUSEPORT: the
- *    kernel spreads connections); shard 0 binds first so that port 0 picks
- *    one port for all, then starts the others with corio_spawn_on();
- *  - each shard's connections run in a fiber group: when the runtime stops
- *    (SIGINT/SIGTERM -> corio_stop()) every fiber is cancelled, the accept
- *    loop leaves, and corio_group_close() waits until every connection
- *    fiber has closed its socket;
+ *  - every shard serves the one port with corio_serve() (corio/serve.h:
+ *    a listener per shard on the same port, port 0 picking one for all, a
+ *    fiber per connection); SIGINT / SIGTERM start a drain
+ *    (corio_drain_on_signal: cfg.signals, which corio_start blocks in the
+ *    calling thread too): accepting stops, lines under way are answered,
+ *    connections still open a second later are cancelled and closed, and
+ *    corio_serve returns on each shard;
  *  - a connection reads lines through a buffered stream (corio/stream.h:
  *    corio_stream_read_until with the line limit, -EMSGSIZE for a line
  *    over it), answers into the stream's write buffer, which goes out when
@@ -79,76 +79,37 @@ struct ue_opts {
 static struct ue_opts opts;
 static volatile sig_atomic_t failed;
 
-/* Block until the runtime is stopped: the process exits through main. */
-static void park_forever(void)
+static void ready(struct ue_server *srv)
 {
-	while (corio_sleep_ns(UINT64_MAX / 2) == 0)
-		;
-}
-
-static void fatal(const char *what, int err)
-{
-	fprintf(stderr, "upper-echo: %s: %s (%s)\n", what, strerror(-err), corio_last_error());
-	failed = 1;
-	kill(getpid(), SIGTERM); /* main's sigwait() stops the runtime */
-	park_forever();
-}
-
-static int shard_main(void *arg)
-{
-	struct ue_server srv = { .max_line = opts.max_line, .idle_ns = opts.idle_ns };
-	int ret;
-
-	(void)arg;
-	ret = ue_listen(&srv, opts.addr);
-	if (ret < 0) {
-		fatal("listen", ret);
-		return ret;
+	if (corio_shard_id() == 0) {
+		printf("upper-echo: listening on %s (%u shards)\n", srv->bound, corio_shard_count());
+		fflush(stdout);
 	}
-	ue_serve(&srv);
-	return 0;
 }
 
 static void entry(void *arg)
 {
-	struct ue_server srv = { .max_line = opts.max_line, .idle_ns = opts.idle_ns };
-	struct sockaddr_storage ss;
-	socklen_t len;
-	char name[128];
+	struct ue_server srv = { .addr = opts.addr, .max_line = opts.max_line,
+				 .idle_ns = opts.idle_ns, .drain_ns = 1000000000ull,
+				 .ready = ready };
 	int ret;
 
 	(void)arg;
-	if (corio_shard_id() != 0)
-		return; /* shard 0 starts the others once the port is known */
-	snprintf(opts.addr, sizeof(opts.addr), "%s:%u", opts.host, opts.port);
-	ret = ue_listen(&srv, opts.addr);
-	if (ret < 0) {
-		fatal("listen", ret);
-		return;
+	ret = corio_drain_on_signal(CORIO_SIG(SIGINT) | CORIO_SIG(SIGTERM), 2000000000ull);
+	if (ret == 0)
+		ret = ue_serve(&srv);
+	if (ret < 0 && ret != -ECANCELED) {
+		fprintf(stderr, "upper-echo: %s (%s)\n", strerror(-ret), corio_last_error());
+		failed = 1;
+		corio_shutdown();
 	}
-	ret = corio_listener_addr(srv.l, &ss, &len);
-	if (ret < 0 || corio_addr_format((struct sockaddr *)&ss, len, name, sizeof(name)) < 0) {
-		fatal("listener address", ret < 0 ? ret : -EINVAL);
-		return;
-	}
-	snprintf(opts.addr, sizeof(opts.addr), "%s", name);
-	for (unsigned i = 1; i < corio_shard_count(); i++) {
-		ret = corio_spawn_on(i, shard_main, NULL);
-		if (ret < 0)
-			fatal("corio_spawn_on", ret);
-	}
-	printf("upper-echo: listening on %s (%u shards)\n", name, corio_shard_count());
-	fflush(stdout);
-	ue_serve(&srv);
 }
 
 int main(int argc, char **argv)
 {
 	struct corio_config cfg;
-	struct corio_rt *rt;
 	unsigned idle_s = 0;
-	sigset_t set;
-	int sig, ret;
+	int ret;
 	const struct tool_opt table[] = {
 		{ TOOL_OPT_STRING(NULL, 'b', opts.host, "host",
 				  "address to listen on (127.0.0.1; * for all)") },
@@ -164,7 +125,7 @@ int main(int argc, char **argv)
 	};
 	const struct tool_cli cli = {
 		"upper-echo", "[-b host] [-p port] [-s shards] [-m max_line] [-i idle_s]",
-		"Stops on SIGINT or SIGTERM.\n", table,
+		"Drains and exits on SIGINT or SIGTERM.\n", table,
 	};
 
 	opts.host = "127.0.0.1";
@@ -176,23 +137,13 @@ int main(int argc, char **argv)
 		return ret > 0 ? 0 : 2;
 	opts.idle_ns = idle_s * 1000000000ull;
 
-	/* Signals: blocked in every thread (shards inherit the mask), taken
-	 * here with sigwait(), then the runtime is stopped. */
-	sigemptyset(&set);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGTERM);
-	pthread_sigmask(SIG_BLOCK, &set, NULL);
-
+	snprintf(opts.addr, sizeof(opts.addr), "%s:%u", opts.host, opts.port);
 	corio_config_init(&cfg);
 	cfg.shards = opts.shards;
 	cfg.flags |= CORIO_F_NO_PIN;
-	ret = corio_start(&cfg, entry, NULL, &rt);
-	if (ret < 0) {
+	cfg.signals = CORIO_SIG(SIGINT) | CORIO_SIG(SIGTERM);
+	ret = corio_run(&cfg, entry, NULL);
+	if (ret < 0)
 		fprintf(stderr, "upper-echo: %s\n", corio_last_error());
-		return 1;
-	}
-	sigwait(&set, &sig);
-	corio_stop(rt);
-	ret = corio_wait(rt);
 	return ret < 0 || failed ? 1 : 0;
 }

@@ -150,11 +150,6 @@ int ue_finish(struct ue_line *l, struct ue_buf *out)
  * against the same expectations over TCP (test/test_upper_echo.c).
  */
 
-struct ue_conn {
-	struct ue_server *srv;
-	struct corio_sock *s;
-};
-
 static int ue_send_too_long(struct corio_stream *st, size_t max)
 {
 	char msg[80];
@@ -212,22 +207,18 @@ static ssize_t ue_next_line(struct corio_stream *st, const struct ue_server *srv
 	}
 }
 
-static int ue_conn_main(void *arg)
+/* One connection, in its own fiber (corio_serve made the stream and
+ * closes it after: flush, half-close, let the client read the last
+ * answers, close). */
+static int ue_conn_main(struct corio_conn *c)
 {
-	struct ue_conn *c = arg;
-	struct ue_server *srv = c->srv;
+	struct ue_server *srv = c->arg;
 	size_t max = srv->max_line ? srv->max_line : UE_MAX_LINE_DEFAULT;
-	struct corio_stream_opts so = { .max_frame = max + 2, .flags = CORIO_STREAM_AUTOFLUSH };
-	struct corio_stream *st;
+	struct corio_stream *st = c->stream;
 	const void *line;
 	ssize_t n;
 
-	if (corio_stream_sock(c->s, &so, &st) < 0) {
-		corio_close(c->s);
-		free(c);
-		return 0;
-	}
-	free(c);
+	srv->live++;
 	while ((n = ue_next_line(st, srv, max, &line)) != 0) {
 		if (n == -EMSGSIZE) { /* the line is too long: say so, skip the rest */
 			if (ue_send_too_long(st, max) < 0 || corio_stream_skip_until(st, '\n') <= 0)
@@ -241,51 +232,35 @@ static int ue_conn_main(void *arg)
 			break; /* -ECANCELED (the server stops), reset by the peer, ... */
 		}
 	}
-	/* flush, half-close, let the client read the last answers, close */
-	corio_stream_close(st);
+	srv->live--;
 	return 0; /* a connection's trouble is not the server's error */
 }
 
-/* Listen on host_port (port 0: any; REUSEPORT so that every shard can
- * listen on the same port). 0 or -errno. */
-int ue_listen(struct ue_server *srv, const char *host_port)
+/* corio_serve's: remember where we listen (the caller prints it). */
+static void ue_ready(const struct sockaddr *a, socklen_t len, void *arg)
 {
-	struct corio_listen_opts lo = { .flags = CORIO_LISTEN_REUSEPORT };
+	struct ue_server *srv = arg;
 
-	return corio_tcp_listen(host_port, &lo, &srv->l);
+	if (corio_addr_format(a, len, srv->bound, sizeof(srv->bound)) < 0)
+		srv->bound[0] = '?';
+	if (srv->ready)
+		srv->ready(srv);
 }
 
 /*
- * Accept connections on srv->l and serve each in a fiber of srv->conns,
- * until the calling fiber is cancelled (or the listener breaks). Then
- * cancel the connections, wait for them, close the listener. Returns the
- * accept error that ended it (-ECANCELED normally). Blocking.
+ * Serve srv->addr on this shard with corio_serve (every shard that calls
+ * it shares the port; port 0 picks one for all): a fiber and a buffered
+ * stream per connection, until the drain is over (then 0: lines being
+ * answered are answered, idle connections are cancelled after drain_ns)
+ * or the calling fiber is cancelled (-ECANCELED: every connection is
+ * cancelled and closed first). -errno when it cannot listen. Blocking.
  */
 int ue_serve(struct ue_server *srv)
 {
-	int ret = corio_group_init(&srv->conns, 0);
+	size_t max = srv->max_line ? srv->max_line : UE_MAX_LINE_DEFAULT;
+	struct corio_stream_opts so = { .max_frame = max + 2, .flags = CORIO_STREAM_AUTOFLUSH };
+	struct corio_serve_opts o = { .flags = CORIO_SERVE_STREAM, .stream = &so,
+				      .drain_ns = srv->drain_ns, .ready = ue_ready };
 
-	while (ret == 0) {
-		struct corio_sock *s;
-		struct ue_conn *c;
-
-		ret = corio_accept(srv->l, &s);
-		if (ret < 0)
-			break;
-		c = malloc(sizeof(*c));
-		if (!c) {
-			corio_close(s);
-			continue;
-		}
-		c->srv = srv;
-		c->s = s;
-		if (corio_group_spawn(&srv->conns, ue_conn_main, c, NULL, NULL) < 0) {
-			free(c);
-			corio_close(s);
-		}
-	}
-	corio_group_close(&srv->conns); /* no connection fiber outlives us */
-	corio_listener_close(srv->l);
-	srv->l = NULL;
-	return ret;
+	return corio_serve(srv->addr, ue_conn_main, srv, &o);
 }

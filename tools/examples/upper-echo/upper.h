@@ -43,15 +43,17 @@ int ue_finish(struct ue_line *l, struct ue_buf *out);
 /* ---- a server on one shard ------------------------------------------------------ */
 
 struct ue_server {
-	struct corio_listener *l;
+	const char *addr;   /* where to listen: "127.0.0.1:0" (port 0: any) */
 	size_t max_line;    /* 0: UE_MAX_LINE_DEFAULT */
 	uint64_t idle_ns;   /* 0: no idle timeout */
-	struct corio_group conns;
+	uint64_t drain_ns;  /* after the drain: this long for lines under way
+	                       (0: the runtime's drain deadline) */
+	void (*ready)(struct ue_server *srv); /* optional: bound is filled */
+	char bound[64];     /* out: the address it listens on */
+	unsigned live;      /* connections served now */
 };
 
-/* Listen on host_port (REUSEPORT: every shard on the same port). */
-int ue_listen(struct ue_server *srv, const char *host_port);
-/* Accept and serve until cancelled; then close every connection. */
+/* Serve srv->addr on this shard until the drain or a cancel (corio_serve). */
 int ue_serve(struct ue_server *srv);
 
 #endif
