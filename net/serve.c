@@ -121,11 +121,15 @@ static int conn_main(void *arg)
 	if (sv->o.tls) {
 		corio__serve_tls_fn tls = atomic_load(&corio__serve_tls_accept);
 
+		if (sv->o.handshake_class != sv->o.sched_class)
+			corio_class_switch(sv->o.handshake_class); /* checked by corio_serve */
 		if (sv->o.idle_ns)
 			corio_timeout_push(&d, sv->o.idle_ns); /* the handshake */
 		ret = tls ? tls(sv->o.tls, s, sv->o.stream, &cc.stream) : -EINVAL;
 		if (sv->o.idle_ns)
 			corio_deadline_pop(&d);
+		if (sv->o.handshake_class != sv->o.sched_class)
+			corio_class_switch(sv->o.sched_class);
 	} else if (sv->o.flags & CORIO_SERVE_STREAM) {
 		ret = corio_stream_sock(s, sv->o.stream, &cc.stream);
 	}
@@ -146,7 +150,8 @@ static int conn_main(void *arg)
 /* Give s to a new member of sv's group; on failure s is closed. */
 static void conn_spawn(struct serve *sv, struct corio_sock *s)
 {
-	struct corio_spawn_opts o = { .name = "corio-serve-conn", .release = conn_release };
+	struct corio_spawn_opts o = { .name = "corio-serve-conn", .release = conn_release,
+				      .sched_class = sv->o.sched_class };
 	struct conn_start *cs;
 
 	if (sv->closing || !(cs = malloc(sizeof(*cs)))) {
@@ -192,6 +197,13 @@ static int serve_check(const char *host_port, int (*handler)(struct corio_conn *
 	for (unsigned i = 0; i < sizeof(o->reserved) / sizeof(o->reserved[0]); i++)
 		if (o->reserved[i])
 			return corio__error(-EINVAL, "corio_serve: reserved[%u] is not zero", i);
+	/* a class this shard can run (any the runtime has: corio/sched.h) */
+	for (unsigned i = 0; corio__shard() && i < 2; i++) { /* off a shard: -EPERM later */
+		unsigned c = i ? o->handshake_class : o->sched_class;
+
+		if (c && corio__class_use(corio__shard(), c, "corio_serve") < 0)
+			return -EINVAL;
+	}
 	return 0;
 }
 

@@ -387,9 +387,9 @@ Test(net, serve_stream_flag_gives_plain_connections_a_stream, .timeout = 30)
 	cr_assert_eq(atomic_load(&W.ended), 1);
 }
 
-Test(net, serve_tls_hands_the_handler_a_tls_stream, .timeout = 30)
+/* A server context on a fresh self-signed certificate, and tls_cli. */
+static struct corio_tls_ctx *tls_pair(void)
 {
-	struct corio_config cfg = th_cfg(1);
 	char dir[] = "/tmp/corio-serve-XXXXXX", pem[64], key[64], cmd[96];
 	struct corio_tls_cert_gen g = { .cert_file = pem, .key_file = key,
 					.names = "localhost,127.0.0.1" };
@@ -406,6 +406,14 @@ Test(net, serve_tls_hands_the_handler_a_tls_stream, .timeout = 30)
 	cr_assert_eq(corio_tls_ctx_new(&co, &tls_cli), 0, "%s", corio_last_error());
 	snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
 	cr_assert_eq(system(cmd), 0);
+	return srv;
+}
+
+Test(net, serve_tls_hands_the_handler_a_tls_stream, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_tls_ctx *srv = tls_pair();
+
 	sv_reset();
 	W.client = line_client;
 	W.o.tls = srv;
@@ -416,6 +424,50 @@ Test(net, serve_tls_hands_the_handler_a_tls_stream, .timeout = 30)
 	tls_cli = NULL;
 	cr_assert_eq(atomic_load(&W.serve_ret[0]), 1);
 	cr_assert_eq(atomic_load(&W.ended), 1);
+}
+
+/* The handshake runs in handshake_class, the handler in sched_class
+ * (corio/sched.h): a handshake storm takes its class's share. */
+static _Atomic int handler_cls = -1;
+static int hs_cls_id;
+
+static int sv_line_cls(struct corio_conn *c)
+{
+	atomic_store(&handler_cls, (int)corio_class_current());
+	return sv_line(c);
+}
+
+static void cls_entry(void *arg)
+{
+	struct corio_class_opts req = { .name = "requests", .shares = 100 };
+	struct corio_class_opts hs = { .name = "handshakes", .shares = 20 };
+	struct corio_class_stats st;
+
+	(void)arg;
+	W.o.sched_class = (unsigned)corio_class_create(&req);
+	W.o.handshake_class = (unsigned)(hs_cls_id = corio_class_create(&hs));
+	CHECK_EQ(corio_spawn(W.client, NULL, NULL, NULL), 0);
+	atomic_store(&W.serve_ret[0], corio_serve("127.0.0.1:0", sv_line_cls, &W, &W.o) ?: 1);
+	CHECK_EQ(corio_class_stats_get(NULL, 0, (unsigned)hs_cls_id, &st), 0);
+	CHECK(st.fibers_run >= 1 && st.cpu_ns > 0); /* the handshake's steps ran there */
+}
+
+Test(net, serve_runs_the_tls_handshake_and_the_handler_in_their_classes, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	struct corio_tls_ctx *srv = tls_pair();
+
+	sv_reset();
+	W.client = line_client;
+	W.o.tls = srv;
+	th_run(&cfg, cls_entry, NULL);
+	corio_tls_ctx_free(srv);
+	corio_tls_ctx_free(tls_cli);
+	tls_cli = NULL;
+	cr_assert_eq(atomic_load(&W.serve_ret[0]), 1);
+	cr_assert_eq(atomic_load(&W.ended), 1);
+	cr_assert_eq(atomic_load(&handler_cls), 1, "the handler ran in class %d, not 'requests' (1)",
+		     atomic_load(&handler_cls));
 }
 
 /* ---- bad input ------------------------------------------------------------------------ */
@@ -438,9 +490,14 @@ static void bad_entry(void *arg)
 	CHECK_EQ(corio_serve("127.0.0.1:0", sv_echo, NULL, &o), -EINVAL);
 	CHECK(strstr(corio_last_error(), "unknown dispatch 7") != NULL);
 	o.dispatch = 0;
-	o.reserved[2] = 1;
+	o.reserved[1] = 1;
 	CHECK_EQ(corio_serve("127.0.0.1:0", sv_echo, NULL, &o), -EINVAL);
-	CHECK(strstr(corio_last_error(), "reserved[2] is not zero") != NULL);
+	CHECK(strstr(corio_last_error(), "reserved[1] is not zero") != NULL);
+	o.reserved[1] = 0;
+	o.handshake_class = 9;
+	CHECK_EQ(corio_serve("127.0.0.1:0", sv_echo, NULL, &o), -EINVAL);
+	CHECK(strstr(corio_last_error(), "corio_serve: no scheduling class 9") != NULL);
+	o.handshake_class = 0;
 	CHECK_EQ(corio_serve("db.example:0", sv_echo, NULL, NULL), -EINVAL); /* numeric only */
 	CHECK_EQ(corio_sock_bytes(NULL, NULL, NULL), -EINVAL);
 }

@@ -99,7 +99,14 @@ struct corio_serve_opts {
 	 * resolved) and corio_serve's arg. In the calling fiber; must not
 	 * block. */
 	void (*ready)(const struct sockaddr *addr, socklen_t len, void *arg);
-	unsigned reserved[4]; /* must be zero */
+	/* Scheduling classes (corio/sched.h): the class each connection's
+	 * fiber runs its handler in, and the class it runs the TLS handshake
+	 * in (a handshake storm then takes that class's share of the CPU,
+	 * not the requests'). 0: the default class. Taken from reserved[0],
+	 * [1]. -EINVAL for a class that does not exist. */
+	unsigned sched_class;
+	unsigned handshake_class;
+	unsigned reserved[2]; /* must be zero */
 };
 
 /*

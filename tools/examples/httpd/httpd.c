@@ -290,7 +290,8 @@ int httpd_serve(const struct httpd_conf *conf, const char *addr,
 		.flags = CORIO_STREAM_AUTOFLUSH, .wbuf = 72 << 10 };
 	struct corio_serve_opts o = { .idle_ns = conf->idle_ns, .tls = conf->tls,
 				      .stream = conf->tls ? &tls : &plain,
-				      .flags = CORIO_SERVE_STREAM, .ready = ready };
+				      .flags = CORIO_SERVE_STREAM, .ready = ready,
+				      .handshake_class = conf->tls ? conf->hs_class : 0 };
 
 	/* the handshake is bounded by idle_ns, and so is a connection that
 	 * moves no byte; each request head has idle_ns too (read_head) */

@@ -11,6 +11,8 @@ struct httpd_conf {
 	int dir;                   /* the served directory (O_DIRECTORY fd) */
 	struct corio_tls_ctx *tls; /* HTTPS (shared by every shard), or NULL */
 	uint64_t idle_ns;          /* deadline for a handshake or a request head (0: none) */
+	unsigned hs_shares;        /* the TLS handshakes' class's shares (0: no class) */
+	unsigned hs_class;         /* its id, per runtime (set by each shard's entry) */
 };
 
 /* Serve addr on this shard with corio_serve (every shard that calls it

@@ -33,9 +33,20 @@ static void ready(const struct sockaddr *a, socklen_t len, void *arg)
 
 static void entry(void *arg)
 {
+	struct httpd_conf c = conf; /* this shard's: hs_class set here */
+
 	(void)arg;
+	if (c.hs_shares) {
+		/* TLS handshakes in a class of their own (docs/SCHED.md): a
+		 * storm of them takes hs_shares of every 100 + hs_shares of the
+		 * CPU while requests have work, not all of it */
+		struct corio_class_opts hs = { .name = "tls-handshake", .shares = c.hs_shares };
+		int id = corio_class_create(&hs);
+
+		c.hs_class = id > 0 ? (unsigned)id : 0;
+	}
 	if (corio_drain_on_signal(CORIO_SIG(SIGTERM) | CORIO_SIG(SIGINT), 2000000000ull) == 0)
-		httpd_serve(&conf, addr, ready);
+		httpd_serve(&c, addr, ready); /* returns once the drain is over */
 }
 
 int main(int argc, char **argv)
@@ -58,12 +69,16 @@ int main(int argc, char **argv)
 		{ TOOL_OPT_STRING("tls-cert", 0, pem.cert_file, "FILE",
 				  "serve HTTPS: the certificate chain (PEM)") },
 		{ TOOL_OPT_STRING("tls-key", 0, pem.key_file, "FILE", "its private key (PEM)") },
+		{ TOOL_OPT_COUNT("hs-shares", 0, conf.hs_shares, 0, 10000, "N",
+				 "TLS handshakes run in the class tls-handshake with N shares "
+				 "against the requests' 100 (25; 0: in the requests' class)") },
 		{ 0 },
 	};
 	const struct tool_cli cli = { "httpd", "-d DIR [-p port] [-s shards] [-i idle_s] "
-				      "[--tls-cert FILE --tls-key FILE]",
+				      "[--tls-cert FILE --tls-key FILE] [--hs-shares N]",
 				      "Drains and exits on SIGINT or SIGTERM.\n", table };
 
+	conf.hs_shares = 25;
 	if ((ret = tool_opt_parse(&cli, argc, argv)))
 		return ret > 0 ? 0 : 2;
 	if (!pem.cert_file != !pem.key_file ||
