@@ -34,6 +34,7 @@
  * runs work of the class (corio__class_use).
  */
 #include "core/internal.h"
+#include "uring/internal.h"
 
 #include <errno.h>
 #include <string.h>
@@ -263,11 +264,47 @@ unsigned corio_class_current(void)
 	return f ? f->cls : 0;
 }
 
+/*
+ * Completions wait for the loop: the kernel has CQEs in the ring, or task
+ * work that the next enter turns into CQEs (IORING_SQ_TASKRUN, on rings
+ * that have the flag). Two loads of the ring's shared memory, as
+ * Seastar's need_preempt looks at its completion queues. The fallback's
+ * readiness is only known by asking epoll: not here.
+ */
+static inline bool io_waiting(const struct corio__ring *r)
+{
+	if (CORIO__UNLIKELY(r->emu))
+		return false;
+	if ((r->caps & CORIO__CAP_TASKRUN_FLAG) &&
+	    (IO_URING_READ_ONCE(*r->ring.sq.kflags) & IORING_SQ_TASKRUN))
+		return true;
+	return io_uring_cq_ready(&r->ring) != 0;
+}
+
+/*
+ * The slice is used; or a tenth of it is and completions wait for the
+ * loop: then the run ends early (run.end moves to now), so the loop reaps
+ * them and a latency class they wake runs next, instead of waiting for
+ * the rest of a batch class's slice.
+ */
+static bool yield_due(struct corio__shard *s)
+{
+	uint64_t now = corio__tick();
+
+	if (now >= s->run.end)
+		return true;
+	if (now - s->run.t0 >= s->slice_ticks / 10 && io_waiting(&s->ring)) {
+		s->run.end = now;
+		return true;
+	}
+	return false;
+}
+
 bool corio_should_yield(void)
 {
 	struct corio__shard *s = corio__tl_shard;
 
-	return s && s->current && corio__tick() >= s->run.end;
+	return s && s->current && yield_due(s);
 }
 
 void corio_maybe_yield(void)
@@ -275,7 +312,7 @@ void corio_maybe_yield(void)
 	struct corio__shard *s = corio__tl_shard;
 	struct corio_fiber *f;
 
-	if (!s || !(f = s->current) || corio__tick() < s->run.end)
+	if (!s || !(f = s->current) || !yield_due(s))
 		return;
 	CORIO__STAT_ADD(s->cls[f->cls].st.yields, 1);
 	corio_yield();

@@ -373,6 +373,80 @@ Test(sched, should_yield_turns_true_after_the_slice, .timeout = 30)
 	cr_expect(!corio_should_yield(), "true off a shard");
 }
 
+/* Completions waiting for the loop end a slice early: a tenth of it in,
+ * corio_should_yield() turns true once a receive's data has arrived (a
+ * thread writes it while the fiber spins), so a latency class does not
+ * wait for the rest of a batch fiber's slice. io_uring only (the
+ * fallback learns of readiness from epoll, which it does not ask here). */
+static _Atomic int spinning;
+
+static void *late_writer(void *arg)
+{
+	int fd = *(int *)arg;
+
+	while (!atomic_load(&spinning))
+		usleep(1000);
+	usleep(20000); /* well past a tenth of the 1 s slice... */
+	CHECK_EQ(write(fd, "x", 1), 1);
+	return NULL;
+}
+
+static int reader(void *arg)
+{
+	char b[8];
+
+	CHECK_EQ(corio_recv(arg, b, sizeof(b)), 1);
+	return 0;
+}
+
+static int early_spinner(void *arg)
+{
+	uint64_t *took = arg, t0;
+
+	corio_yield(); /* the reader's receive is armed, and submitted */
+	corio_yield();
+	t0 = corio_now_ns();
+	atomic_store(&spinning, 1);
+	while (!corio_should_yield())
+		;
+	*took = corio_now_ns() - t0;
+	return 0;
+}
+
+static void early_entry(void *arg)
+{
+	struct corio_sock *a, *b;
+	struct corio_fiber *r, *sp;
+	pthread_t t;
+	int fd;
+
+	th_tcp_pair(&a, &b);
+	fd = corio_sock_fd(b);
+	CHECK_EQ(corio_spawn(reader, a, NULL, &r), 0);
+	CHECK_EQ(corio_spawn(early_spinner, arg, NULL, &sp), 0);
+	CHECK_EQ(pthread_create(&t, NULL, late_writer, &fd), 0);
+	CHECK_EQ(corio_join(sp, NULL), 0);
+	CHECK_EQ(corio_join(r, NULL), 0);
+	pthread_join(t, NULL);
+	corio_close(a);
+	corio_close(b);
+}
+
+Test(sched, waiting_completions_end_the_slice_early, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+	uint64_t took = 0;
+
+	if (th_on_epoll())
+		cr_skip_test("the fallback: completions are known only by asking epoll");
+	cfg.slice_us = 1000000;
+	th_run(&cfg, early_entry, &took);
+	/* ... and far from the slice's end */
+	cr_expect(took > 0 && took < 500000000ull,
+		  "should_yield turned true after %.1f ms of a 1 s slice, with a completion "
+		  "waiting from 20 ms on", took / 1e6);
+}
+
 /* ---- accounting ---------------------------------------------------------------------- */
 
 struct acct {

@@ -22,7 +22,8 @@
  *    cannot starve the others, because past its share it waits its turn
  *    like any class.
  *  - Fibers are cooperative: a class's slice ends at the next switch after
- *    it is used up. Long-running code calls corio_maybe_yield() (or tests
+ *    it is used up, or after a tenth of it when completions are waiting.
+ *    Long-running code calls corio_maybe_yield() (or tests
  *    corio_should_yield()) in its loops; the runtime's own long loops do.
  *    A fiber that never yields holds the shard for as long as it runs (the
  *    stall detector, cfg.stall_ns, reports it).
@@ -97,9 +98,12 @@ CORIO_API unsigned corio_class_current(void);
 
 /*
  * True once the calling fiber's class has used its slice (cfg.slice_us)
- * in this run: a long computation should then yield, so that completions,
- * timers and the other classes are served. One clock read and a compare.
- * False outside a fiber. Shard-local.
+ * in this run, or a tenth of it while completions wait for the loop (on
+ * io_uring: CQEs in the ring, or the kernel's deferred task work; the
+ * run then ends at once, so the loop reaps them and a latency class they
+ * wake runs next): a long computation should then yield, so that
+ * completions, timers and the other classes are served. A clock read, a
+ * compare and two loads of the ring. False outside a fiber. Shard-local.
  */
 CORIO_API bool corio_should_yield(void);
 
