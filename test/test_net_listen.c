@@ -927,6 +927,7 @@ static struct {
 	_Atomic int done;    /* the client has finished (echoed or gave up) */
 	_Atomic int echoed;  /* connections whose bytes all came back, intact */
 	_Atomic int waiting; /* connections still short when the client gave up */
+	bool small; /* the 64-buffer ring: it must run dry */
 } bu;
 
 static int bu_echo(void *arg)
@@ -1050,8 +1051,12 @@ static void bu_entry(void *arg)
 			BU_CONNS, getenv("CORIO_NET_BUFS"), atomic_load(&bu.echoed),
 			atomic_load(&bu.waiting), (unsigned long long)st.starved,
 			(unsigned long long)st.enobufs, (unsigned long long)st.rearms);
-	/* the ring ran dry and starved receives were armed again ... */
-	CHECK(st.starved_armed > 0);
+	/* the ring ran dry and starved receives were armed again (on the
+	 * small ring always; the default ring runs dry only when receives
+	 * outrun the echoes, which depends on timing: under TSan, where each
+	 * new fiber costs milliseconds, the loop's slices reap between them
+	 * and it may not) ... */
+	CHECK(st.starved_armed > 0 || !bu.small);
 	CHECK(st.starved_armed <= st.rearms);
 	/* ... and none is left waiting once the buffers are back: a reader
 	 * that re-armed after its echo while the ring was dry (nothing more
@@ -1090,6 +1095,7 @@ static void run_burst(const char *bufs)
 		cr_skip_test("RLIMIT_NOFILE %lu is below %d", (unsigned long)rl.rlim_cur,
 			     2 * BU_CONNS + 100);
 	memset(&bu, 0, sizeof(bu));
+	bu.small = !strncmp(bufs, "64:", 3);
 	setenv("CORIO_NET_BUFS", bufs, 1);
 	th_run(&cfg, bu_entry, NULL);
 	unsetenv("CORIO_NET_BUFS");
