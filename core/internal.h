@@ -141,12 +141,13 @@ struct corio__part {
 	 * nothing for it while it has no work. */
 	unsigned (*poll)(struct corio__shard *s);
 	bool on_demand;
-	/* Parts that another thread can feed (messages, pool completions):
-	 * whether work waits, running nothing. The loop asks it again after
-	 * raising `sleeping` (seq_cst loads: core/msg.c's handshake), and only
-	 * these parts: the rest get work only from this shard's own fibers
-	 * and completions, all of which come before the turn's poll. */
-	bool (*pending)(struct corio__shard *s);
+	/* Fed by other threads (messages, pool completions): polled only in a
+	 * turn after a producer hinted it with corio__shard_hint(), which it
+	 * does after publishing; a poll that leaves work (a batch limit, a
+	 * claim not yet published) hints itself again. The rest get work only
+	 * from this shard's own fibers and completions, all of which come
+	 * before the turn's poll. */
+	bool fed;
 	/* Once before the shard blocks in the kernel (optional): the timers
 	 * arm their kernel timeout here when the loop spun first. */
 	void (*sleep)(struct corio__shard *s);
@@ -409,6 +410,7 @@ struct corio__shard {
 	bool efd_poll;        /* wait with POLL_ADD + read(2), not an io_uring read */
 	bool efd_nowait_test; /* CORIO_RING_DISABLE=efd_wait: act like an old kernel */
 	_Atomic int sleeping; /* 1 while blocked (or about to) in io_uring_enter */
+	_Atomic unsigned xpend; /* fed parts hinted by producers, 1 << slot */
 
 	/* sanitizer bookkeeping for the scheduler's own stack */
 	const void *sched_stack_bottom;
@@ -431,6 +433,24 @@ struct corio__shard {
 static inline void corio__part_want(struct corio__shard *s, unsigned slot)
 {
 	s->part_want |= 1u << slot;
+}
+
+/*
+ * After publishing work for t's fed part `slot` with a seq_cst RMW (a CAS
+ * or fetch_or on the part's own queue word), from any thread: t's loop
+ * polls the part in its next turn. Then the caller checks t->sleeping
+ * (core/msg.c, wake()). seq_cst throughout, so that with the sleeper's
+ * store of `sleeping` and its load of `xpend` this is the store-buffering
+ * handshake of core/loop.c. The RMW is skipped when the bit is set: the
+ * loop's exchange that clears it comes after our load in the total order,
+ * so the poll that follows the exchange sees what we published.
+ */
+static inline void corio__shard_hint(struct corio__shard *t, unsigned slot)
+{
+	unsigned bit = 1u << slot;
+
+	if (!(atomic_load(&t->xpend) & bit))
+		atomic_fetch_or(&t->xpend, bit);
 }
 
 /* ---- signals (core/signal.c) ---------------------------------------------- */
@@ -457,12 +477,10 @@ int corio__rt_memo(const char *key, int (*make)(void *ctx, void *val), void *ctx
 struct corio_rt {
 	struct corio_config cfg;
 	const struct corio__part *const *parts; /* CORIO__PART_MAX slots, from ctl/ */
-	/* the parts' poll hooks in slot order, packed: the loop calls them up
-	 * to three times a turn, and empty slots cost each pass their tests */
+	/* the poll hooks of the parts polled every turn, in slot order,
+	 * packed (empty slots would cost each turn their tests) */
 	unsigned (*polls[CORIO__PART_MAX])(struct corio__shard *s);
 	unsigned npolls;
-	bool (*pendings[CORIO__PART_MAX])(struct corio__shard *s);
-	unsigned npendings;
 	void (*sleeps[CORIO__PART_MAX])(struct corio__shard *s);
 	unsigned nsleeps;
 	unsigned nshards;

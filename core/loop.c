@@ -7,9 +7,11 @@
  *   1. run the fibers that were ready when the turn began (at most
  *      run_budget of them), so a fiber that yields in a loop cannot starve
  *      I/O; each hands the CPU straight to the next (core/fiber.c);
- *   2. let each part do its per-turn work, once (message ring drain,
- *      pool completions, due timers; net's starved receives only in turns
- *      after one starved: on-demand parts ask with corio__part_want);
+ *   2. let each part do its per-turn work, once: due timers every turn;
+ *      the message ring and pool completions only in a turn after another
+ *      thread hinted them (corio__shard_hint: one load a turn otherwise);
+ *      net's starved receives only in turns after one starved (on-demand
+ *      parts ask with corio__part_want);
  *   3. talk to the kernel at most once: if fibers are ready, only submit
  *      queued SQEs (no syscall at all when the SQ is empty and the kernel
  *      has no deferred completions); if nothing is ready, submit and wait
@@ -24,18 +26,17 @@
  *
  * What a turn costs is measured in user-space instructions per message
  * (make bench-instr; docs/BENCHMARKS.md has the history): nothing is
- * polled twice, only the parts other threads feed (messages, pool
- * completions: their `pending` hooks) are asked again before sleeping,
- * the ring's counters are read where the ring keeps them, not copied per
+ * polled twice, the parts other threads feed cost one load of the hint
+ * word a turn and one more before sleeping, the ring's counters are read where the ring keeps them, not copied per
  * turn, and the hot wake path (a completion making its fiber ready) is
  * inline.
  *
  * Wake-ups from other threads: each shard keeps a read armed on an eventfd;
  * a writer kicks it only while the shard says it is sleeping. The shard
- * raises `sleeping` (seq_cst) before its last check for work and the
- * blocking enter, and a kicker publishes its work before reading
- * `sleeping` (seq_cst), so at least one of them sees the other: no lost
- * wake-up. The first kicker to exchange `sleeping` back to 0 sends the one
+ * raises `sleeping` (seq_cst) before its last check for work (a seq_cst
+ * load of the hint word `xpend`) and the blocking enter, and a kicker
+ * publishes its work and its hint before reading `sleeping` (seq_cst), so
+ * at least one of them sees the other: no lost wake-up. The first kicker to exchange `sleeping` back to 0 sends the one
  * doorbell; shards wake each other with IORING_OP_MSG_RING instead of the
  * eventfd when they can (core/msg.c has the full argument).
  */
@@ -157,13 +158,15 @@ static void begin_stop(struct corio__shard *s)
 static unsigned parts_poll(struct corio__shard *s)
 {
 	const struct corio_rt *rt = s->rt;
-	unsigned work = 0;
+	unsigned work = 0, want = s->part_want;
 
+	/* Relaxed: a hint missed here is seen by the seq_cst look before
+	 * sleeping (idle_wait); the exchange orders the polls after it. */
+	if (CORIO__UNLIKELY(atomic_load_explicit(&s->xpend, memory_order_relaxed)))
+		want |= atomic_exchange(&s->xpend, 0);
 	for (unsigned i = 0; i < rt->npolls; i++)
 		work += rt->polls[i](s);
-	if (CORIO__UNLIKELY(s->part_want)) {
-		unsigned want = s->part_want;
-
+	if (CORIO__UNLIKELY(want)) {
 		s->part_want = 0;
 		while (want) {
 			unsigned i = (unsigned)__builtin_ctz(want);
@@ -173,17 +176,6 @@ static unsigned parts_poll(struct corio__shard *s)
 		}
 	}
 	return work;
-}
-
-/* Cross-thread parts only: does work wait? (seq_cst loads in the parts) */
-static bool parts_pending(struct corio__shard *s)
-{
-	const struct corio_rt *rt = s->rt;
-
-	for (unsigned i = 0; i < rt->npendings; i++)
-		if (rt->pendings[i](s))
-			return true;
-	return false;
 }
 
 static bool parts_busy(struct corio__shard *s)
@@ -271,12 +263,12 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 	 * after every fiber and completion that could give them work. */
 	for (unsigned i = 0; i < s->rt->nsleeps; i++)
 		s->rt->sleeps[i](s);
-	if (s->runq_active || parts_pending(s))
+	if (s->runq_active || atomic_load_explicit(&s->xpend, memory_order_relaxed))
 		goto submit;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
-	 * awake (seq_cst loads in the parts; see core/msg.c). */
-	if (!parts_pending(s) && !atomic_load(&s->rt->stopping)) {
+	 * awake: its hint (seq_cst; corio__shard_hint). */
+	if (!atomic_load(&s->xpend) && !atomic_load(&s->rt->stopping)) {
 		enter_t = corio__tick();
 		corio__ring_enter(&s->ring, 1);
 		blocked = true;

@@ -29,17 +29,25 @@
  * `batch` messages per loop turn, so a flood cannot starve I/O.
  *
  * ---- No lost wake-up ----------------------------------------------------------
+ * The consumer's loop polls this part only in a turn after a hint
+ * (corio__shard_hint: bit CORIO__PART_MSG of the shard's `xpend`). Every
+ * producer, after publishing - a claim is a seq_cst CAS on tail, a reply a
+ * CAS on `done`, a room notice a fetch_or on `room_from` - hints in wake():
+ * a seq_cst load of xpend and, if the bit is clear, a seq_cst fetch_or.
+ * The loop exchanges xpend to 0 (seq_cst) and then polls, and the poll
+ * ends with a seq_cst look at all three words (msg_pending), which treats
+ * any position claimed but not consumed as work, published or not: if
+ * work is left (the batch limit, a claim still being published) the part
+ * hints itself again. A producer that skips the fetch_or because the bit
+ * is set loaded it before the loop's exchange in the total order, so its
+ * claim comes before that exchange and the closing look sees it.
  * A shard about to block in io_uring_enter (core/loop.c, idle_wait) stores
- * sleeping = 1 (seq_cst), then takes a last look (this part's poll), which
- * loads tail (seq_cst) and treats any position claimed but not consumed as
- * work, published or not. A producer's claim is a seq_cst CAS on tail, and
- * after publishing it loads sleeping (seq_cst). These four accesses are in
- * one total order (the store-buffering pattern, forbidden for seq_cst):
- * either the consumer's load of tail follows the claim (it sees the message
- * or a claim in progress, and does not block; a claim in progress is
- * published within a few instructions), or the producer's load of sleeping
- * follows the consumer's store and sees 1, and the producer rings. No fence
- * is needed on the producer's fast path: the CAS is the full barrier.
+ * sleeping = 1 (seq_cst), then loads xpend (seq_cst); a producer hints,
+ * then loads sleeping (seq_cst). These four accesses are in one total
+ * order (the store-buffering pattern, forbidden for seq_cst): either the
+ * consumer sees the hint and does not block, or the producer sees
+ * sleeping == 1 and rings. No fence is needed on the producer's fast path:
+ * the RMWs are full barriers.
  * The producer that sees sleeping == 1 takes the wake-up with an exchange
  * to 0; only the winner rings, so a sleeping shard gets one doorbell however
  * many shards post to it, and the others know a doorbell is on its way. The
@@ -258,6 +266,7 @@ static int wake(struct corio__shard *s, struct corio__shard *t)
 	struct msg *tm;
 	int rang = 0;
 
+	corio__shard_hint(t, CORIO__PART_MSG); /* our own shard's too: it polls on hints */
 	if (s == t || !atomic_load(&t->sleeping))
 		return 0;
 	if (!s || !part(s)->use_msg_ring) {
@@ -1015,11 +1024,10 @@ static unsigned room_wakeups(struct msg *m)
 	return n;
 }
 
-/* The last look before the shard blocks (it has raised `sleeping`): say
- * whether anything waits, run nothing, so the window in which senders see
- * the shard asleep (and ring) stays a few loads wide. seq_cst loads: the
- * sleeping handshake at the top of the file. A claimed position that is
- * not yet published counts: its producer is about to publish it. */
+/* Whether anything waits, running nothing: seq_cst loads, the closing
+ * look of a poll (the handshake at the top of the file). A claimed
+ * position that is not yet published counts: its producer is about to
+ * publish it. */
 static unsigned msg_pending(struct msg *m)
 {
 	if (atomic_load(&m->done))
@@ -1031,27 +1039,19 @@ static unsigned msg_pending(struct msg *m)
 	return (atomic_load(&m->tail) & ~CLOSED) != m->head;
 }
 
-static bool msg_pending_part(struct corio__shard *s)
-{
-	return msg_pending(part(s)) != 0;
-}
-
+/* In a turn after a hint (or our own re-hint: work was left). */
 static unsigned msg_poll(struct corio__shard *s)
 {
 	struct msg *m = part(s);
 	unsigned work;
 
-	/* The common turn: no reply, nobody waiting for room, no message.
-	 * Relaxed loads are enough here; the last look before sleeping
-	 * (msg_pending, seq_cst) is what the handshake relies on. */
-	if (!atomic_load_explicit(&m->done, memory_order_relaxed) && !m->room_waiting &&
-	    atomic_load_explicit(&m->slots[m->head & m->mask].seq, memory_order_relaxed) !=
-		    m->head + 1)
-		return 0;
 	work = replies(m);
 	if (m->room_waiting)
 		work += room_wakeups(m);
-	return work + drain(m);
+	work += drain(m);
+	if (msg_pending(m))
+		corio__shard_hint(s, CORIO__PART_MSG);
+	return work;
 }
 
 static void msg_stop(struct corio__shard *s)
@@ -1170,7 +1170,7 @@ const struct corio__part corio__msg_part = {
 	.census = msg_census,
 	.init = msg_init,
 	.poll = msg_poll,
-	.pending = msg_pending_part,
+	.fed = true,
 	.stop = msg_stop,
 	.busy = msg_busy,
 	.release = msg_release,

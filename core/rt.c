@@ -568,10 +568,8 @@ static int rt_new(const struct corio_config *cfg, const struct corio__part *cons
 	rt->parts = parts;
 	for (unsigned i = 0; i < CORIO__PART_MAX; i++)
 		if (parts[i]) {
-			if (parts[i]->poll && !parts[i]->on_demand)
+			if (parts[i]->poll && !parts[i]->on_demand && !parts[i]->fed)
 				rt->polls[rt->npolls++] = parts[i]->poll;
-			if (parts[i]->pending)
-				rt->pendings[rt->npendings++] = parts[i]->pending;
 			if (parts[i]->sleep)
 				rt->sleeps[rt->nsleeps++] = parts[i]->sleep;
 		}

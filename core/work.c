@@ -11,11 +11,12 @@
  *     runs fn, stores the result and the times, and pushes the record on its
  *     home shard's `done` stack: a Treiber stack (CAS push by any thread,
  *     exchange-all pop by the owner, so no ABA), the same shape as a
- *     cross-shard call's reply (core/msg.c). The thread then reads the
- *     home shard's `sleeping` and, if it won the exchange, writes the
- *     shard's eventfd. It touches nothing else of the shard;
- *  3. the home shard pops it in its part's poll (once per loop turn, and as
- *     the last look before it sleeps) and either wakes the waiting fiber or,
+ *     cross-shard call's reply (core/msg.c). The thread then hints the
+ *     part (corio__shard_hint), reads the home shard's `sleeping` and, if
+ *     it won the exchange, writes the shard's eventfd. It touches nothing
+ *     else of the shard;
+ *  3. the home shard pops it in its part's poll (in the turn after a hint)
+ *     and either wakes the waiting fiber or,
  *     if that fiber left (cancel, deadline), calls release(arg) and frees
  *     the record.
  * `waiter` is read and written only on the home shard, so the decision
@@ -24,10 +25,13 @@
  * back out of the queue (fn never runs), and leaves a RUNNING one to finish.
  *
  * ---- No lost wake-up -----------------------------------------------------------
- * The pusher's CAS on `done` and its load of `sleeping` are seq_cst; the
- * shard stores sleeping = 1 (seq_cst) before its last poll, which loads
- * `done` (seq_cst). The store-buffering argument of core/msg.c applies: the
- * shard sees the record, or the pusher sees the shard asleep and rings.
+ * The pusher's CAS on `done`, its hint and its load of `sleeping` are
+ * seq_cst; the shard stores sleeping = 1 (seq_cst) before its last look,
+ * a load of the hint word (seq_cst). The store-buffering argument of
+ * core/msg.c applies: the shard sees the hint, or the pusher sees the shard
+ * asleep and rings. A pusher that finds the bit set skips its fetch_or;
+ * the loop's exchange of the hint comes after that load, and the poll's
+ * exchange of `done` after it, so the record is taken.
  *
  * ---- Shutdown ------------------------------------------------------------------
  * A stopping shard cancels its fibers; a fiber waiting for a job leaves at
@@ -136,6 +140,7 @@ static void job_home(struct job *j)
 	do
 		j->next = top;
 	while (!atomic_compare_exchange_weak(&w->done, &top, j));
+	corio__shard_hint(h, CORIO__PART_WORK);
 	if (atomic_load(&h->sleeping) && atomic_exchange(&h->sleeping, 0))
 		corio__shard_wake(h);
 }
@@ -495,7 +500,9 @@ static int work_init(struct corio__shard *s)
 	return 0;
 }
 
-/* Once per turn and as the last look before sleeping (seq_cst load). */
+/* In a turn after a pool thread's hint: drain_done takes every job pushed
+ * before its exchange (seq_cst), which follows the loop's exchange of the
+ * hint; a later push hints again. */
 static unsigned work_poll(struct corio__shard *s)
 {
 	struct work *w = part(s);
@@ -504,11 +511,6 @@ static unsigned work_poll(struct corio__shard *s)
 		return 0;
 	drain_done(s);
 	return 1;
-}
-
-static bool work_pending(struct corio__shard *s)
-{
-	return atomic_load(&part(s)->done) != NULL; /* seq_cst: the sleep handshake */
 }
 
 static unsigned work_census(struct corio__shard *s, char *buf, size_t len)
@@ -539,7 +541,7 @@ const struct corio__part corio__work_part = {
 	.name = "work",
 	.init = work_init,
 	.poll = work_poll,
-	.pending = work_pending,
+	.fed = true,
 	.census = work_census,
 	.release = work_release,
 };
