@@ -148,8 +148,8 @@ struct corio__part {
 	 * from this shard's own fibers and completions, all of which come
 	 * before the turn's poll. */
 	bool fed;
-	/* Once before the shard blocks in the kernel (optional): the timers
-	 * arm their kernel timeout here when the loop spun first. */
+	/* Once before the shard blocks in the kernel after spinning (idle
+	 * spin; optional): the timers arm their kernel timeout here. */
 	void (*sleep)(struct corio__shard *s);
 	/* when shutdown begins on this shard */
 	void (*stop)(struct corio__shard *s);

@@ -247,6 +247,10 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 			if (corio__tick() >= spin_end)
 				break;
 		}
+		/* The parts' last word before blocking after a spin (the timers
+		 * arm their kernel timeout, which the spin did without). */
+		for (unsigned i = 0; i < s->rt->nsleeps; i++)
+			s->rt->sleeps[i](s);
 	}
 	/* A stopping shard never blocks: it turns until its fibers, ops and
 	 * parts have drained, and never advertises itself as sleeping (a
@@ -255,14 +259,11 @@ static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool f
 		corio__ring_poll(&s->ring); /* submit, and flush deferred completions */
 		goto out;
 	}
-	/* Before blocking: the parts' last word (the timers arm their kernel
-	 * timeout if the loop spun; that may fire one). Then one look at what
-	 * other threads feed before advertising sleep: under a steady stream
-	 * of messages this usually finds work, and senders never see us
-	 * asleep. The parts this shard feeds itself were polled this turn,
-	 * after every fiber and completion that could give them work. */
-	for (unsigned i = 0; i < s->rt->nsleeps; i++)
-		s->rt->sleeps[i](s);
+	/* One look at what other threads feed before advertising sleep:
+	 * under a steady stream of messages this usually finds work, and
+	 * senders never see us asleep. The parts this shard feeds itself were
+	 * polled this turn, after every fiber and completion that could give
+	 * them work. */
 	if (s->runq_active || atomic_load_explicit(&s->xpend, memory_order_relaxed))
 		goto submit;
 	atomic_store(&s->sleeping, 1);

@@ -64,7 +64,11 @@ static int timers_init(struct corio__shard *s)
  * about to sleep (timers_sleep); POLL never blocks. */
 static unsigned timers_poll(struct corio__shard *s)
 {
-	return corio__timers_poll(corio__timers(s), s->rt->cfg.idle == CORIO_IDLE_BLOCK);
+	struct corio__timers *T = corio__timers(s);
+
+	if (!T->n) /* every turn: nothing armed costs a load */
+		return 0;
+	return corio__timers_poll(T, s->rt->cfg.idle == CORIO_IDLE_BLOCK);
 }
 
 static void timers_sleep(struct corio__shard *s)
