@@ -19,8 +19,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
 
-/* ---- CRC64: Jones polynomial 0xad93d23594c935a9, reflected, slice-by-8 ---- */
+/* ---- CRC64: Jones polynomial 0xad93d23594c935a9, reflected; slice-by-8 tables,
+ * and carry-less multiplication for long buffers where the CPU has it ---- */
 
 #define CRC64_POLY_REFLECTED 0x95ac9329ac4bc9b5ull /* 0xad93d23594c935a9 bit-reversed */
 
@@ -51,11 +55,8 @@ static uint64_t le64(const uint8_t *p)
 	return le64toh(v);
 }
 
-uint64_t kv_crc64(uint64_t crc, const void *buf, size_t n)
+static uint64_t crc_table(uint64_t crc, const uint8_t *p, size_t n)
 {
-	const uint8_t *p = buf;
-
-	pthread_once(&crc_once, crc_init);
 	while (n >= 8) {
 		crc ^= le64(p);
 		crc = crc_tab[7][crc & 0xff] ^ crc_tab[6][(crc >> 8) & 0xff] ^
@@ -68,6 +69,89 @@ uint64_t kv_crc64(uint64_t crc, const void *buf, size_t n)
 	while (n--)
 		crc = crc_tab[0][(crc ^ *p++) & 0xff] ^ (crc >> 8);
 	return crc;
+}
+
+#if defined(__x86_64__)
+/*
+ * Carry-less multiplication (PCLMULQDQ), 16 bytes a step, about ten times
+ * fewer instructions than the tables. In the reflected bit order (bit i of
+ * a 64-bit word is the coefficient of x^(63-i)) the state R is 128 bits
+ * congruent, mod P, to the message so far (the first 16 bytes with the
+ * incoming crc xored into the first 8). Appending 16 bytes D:
+ *   R' = R * x^128 + D = H * x^192 + L * x^128 + D  (mod P),
+ * H being R's first 8 bytes and L its last 8. A carry-less product of two
+ * reflected words is x * A * B, one degree up, so the constants are
+ * x^191 mod P for H and x^127 mod P for L. The end needs no Barrett
+ * reduction: the CRC of the 16 bytes of R from crc 0, by the tables, is
+ * R * x^64 mod P, which is the message's CRC.
+ */
+static uint64_t clmul_k191, clmul_k127; /* reflected x^191, x^127 mod P */
+static bool clmul_ok;
+
+static uint64_t xpow_mod(unsigned e) /* reflected x^e mod P */
+{
+	uint64_t v = 1ull << 63; /* x^0 */
+
+	while (e--)
+		v = (v >> 1) ^ (v & 1 ? CRC64_POLY_REFLECTED : 0);
+	return v;
+}
+
+__attribute__((target("pclmul,sse4.1"))) static uint64_t crc_clmul(uint64_t crc, const uint8_t *p,
+								 size_t n)
+{
+	const __m128i k = _mm_set_epi64x((long long)clmul_k127, (long long)clmul_k191);
+	__m128i r = _mm_xor_si128(_mm_loadu_si128((const __m128i *)(const void *)p),
+				  _mm_cvtsi64_si128((long long)crc));
+	uint8_t out[16];
+
+	p += 16;
+	n -= 16;
+	while (n >= 16) {
+		__m128i h = _mm_clmulepi64_si128(r, k, 0x00); /* H * x^191 */
+		__m128i l = _mm_clmulepi64_si128(r, k, 0x11); /* L * x^127 */
+
+		r = _mm_xor_si128(_mm_xor_si128(h, l),
+				  _mm_loadu_si128((const __m128i *)(const void *)p));
+		p += 16;
+		n -= 16;
+	}
+	_mm_storeu_si128((__m128i *)(void *)out, r);
+	return crc_table(crc_table(0, out, sizeof(out)), p, n);
+}
+#endif
+
+static void crc_init_all(void)
+{
+	crc_init();
+#if defined(__x86_64__)
+	__builtin_cpu_init();
+	if (__builtin_cpu_supports("pclmul") && __builtin_cpu_supports("sse4.1")) {
+		/* Check against the tables before trusting it: lengths around
+		 * the block size, and a chained call. */
+		uint8_t buf[300];
+		bool same = true;
+
+		clmul_k191 = xpow_mod(191);
+		clmul_k127 = xpow_mod(127);
+		for (unsigned i = 0; i < sizeof(buf); i++)
+			buf[i] = (uint8_t)(i * 131u + 7u);
+		for (size_t len = 16; len <= sizeof(buf) && same; len += 7)
+			same = crc_clmul(0x0123456789abcdefull, buf, len) ==
+			       crc_table(0x0123456789abcdefull, buf, len);
+		clmul_ok = same;
+	}
+#endif
+}
+
+uint64_t kv_crc64(uint64_t crc, const void *buf, size_t n)
+{
+	pthread_once(&crc_once, crc_init_all);
+#if defined(__x86_64__)
+	if (n >= 64 && clmul_ok)
+		return crc_clmul(crc, buf, n);
+#endif
+	return crc_table(crc, buf, n);
 }
 
 /* ---- LZF ----
