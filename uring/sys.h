@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: MIT */
 /*
  * uring/sys.h - system calls without glibc's wrappers, for the calls made
- * on a hot path outside the ring: a direct send(2) / sendmsg(2) (net/send.c)
- * and the epoll fallback's socket calls and wait (uring/emu.c).
+ * on a hot path outside the ring: a direct send(2) / sendmsg(2) (net/send.c),
+ * the epoll fallback's socket calls and wait (uring/emu.c) and the idle
+ * turn's blocking io_uring_enter (uring/ring.c).
  *
  * Why: in a multi-threaded process glibc's send, recv, sendmsg, recvmsg,
  * read and epoll_wait are cancellation points; each call enters and leaves
@@ -120,6 +121,18 @@ static inline long corio__sys_sendmsg(int fd, const struct msghdr *mh, int flags
 	return corio__sys6(SYS_sendmsg, fd, (long)mh, flags, 0, 0, 0);
 #else
 	long r = sendmsg(fd, mh, flags);
+
+	return r < 0 ? -errno : r;
+#endif
+}
+
+/* io_uring_enter(2) without a signal mask or argument: -errno on failure */
+static inline long corio__sys_uring_enter(int fd, unsigned submit, unsigned wait_nr, unsigned flags)
+{
+#ifdef CORIO__SYS_RAW
+	return corio__sys6(SYS_io_uring_enter, fd, submit, wait_nr, flags, 0, 0);
+#else
+	long r = syscall(SYS_io_uring_enter, fd, submit, wait_nr, flags, NULL, 0);
 
 	return r < 0 ? -errno : r;
 #endif
