@@ -481,8 +481,8 @@ static void recv_next(struct corio_sock *s, const struct corio__bufring *ring, b
 		recv_stop(s);
 		s->slow = true;
 		CORIO__STAT_ADD(n->stats.recv_capped, 1);
-	} else if (s->r.state == NET_ARMED && s->type == SOCK_STREAM && holds(s) &&
-		   ring->in_ring <= ring_reserve(n, ring)) {
+	} else if (ring->in_ring <= ring_reserve(n, ring) && s->r.state == NET_ARMED &&
+		   s->type == SOCK_STREAM && holds(s)) { /* the rare test first */
 		/* The ring is down to its reserve and s holds buffers (a
 		 * kernel without the byte limit, or whole buffers filled by
 		 * small receives): stop it; its reader re-arms it and
