@@ -367,28 +367,11 @@ int corio_class_stats_get(struct corio_rt *rt, unsigned shard, unsigned cls,
 
 uint64_t corio_class_wait_quantile(const struct corio_class_stats *st, double q)
 {
-	uint64_t total = 0, seen = 0, want;
+	int b = st ? corio__hist_rank(st->wait_hist, CORIO_STATS_HIST_BUCKETS, q) : -1;
+	uint64_t hi;
 
-	if (!st)
+	if (b < 0)
 		return 0;
-	for (unsigned b = 0; b < CORIO_STATS_HIST_BUCKETS; b++)
-		total += st->wait_hist[b];
-	if (!total)
-		return 0;
-	if (q < 0)
-		q = 0;
-	if (q > 1)
-		q = 1;
-	want = (uint64_t)(q * (double)total);
-	if (want < 1)
-		want = 1;
-	for (unsigned b = 0; b < CORIO_STATS_HIST_BUCKETS; b++) {
-		seen += st->wait_hist[b];
-		if (seen >= want) {
-			uint64_t hi = 1ull << (b + 8); /* the bucket's upper bound */
-
-			return hi < st->wait_max_ns ? hi : st->wait_max_ns;
-		}
-	}
-	return st->wait_max_ns;
+	hi = 1ull << (b + 8); /* the bucket's upper bound */
+	return hi < st->wait_max_ns ? hi : st->wait_max_ns;
 }

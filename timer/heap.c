@@ -90,27 +90,9 @@ uint64_t corio_timer_hist_bucket_ns(unsigned b)
 
 uint64_t corio_timer_lateness_quantile(const struct corio_timer_stats *st, double q)
 {
-	uint64_t total = 0, want, seen = 0;
+	int b = st ? corio__hist_rank(st->lateness_hist, CORIO_TIMER_HIST_BUCKETS, q) : -1;
 
-	if (!st)
-		return 0;
-	for (unsigned b = 0; b < CORIO_TIMER_HIST_BUCKETS; b++)
-		total += st->lateness_hist[b];
-	if (!total)
-		return 0;
-	if (q < 0)
-		q = 0;
-	if (q > 1)
-		q = 1;
-	want = (uint64_t)((double)total * q);
-	if (want == 0)
-		want = 1;
-	for (unsigned b = 0; b < CORIO_TIMER_HIST_BUCKETS; b++) {
-		seen += st->lateness_hist[b];
-		if (seen >= want)
-			return corio_timer_hist_bucket_ns(b);
-	}
-	return st->lateness_max_ns;
+	return b < 0 ? 0 : corio_timer_hist_bucket_ns((unsigned)b);
 }
 
 /* ---- the heap ----------------------------------------------------------------- */

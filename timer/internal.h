@@ -85,6 +85,32 @@ struct corio__timers {
 int corio__timers_init(struct corio__timers *T, struct corio__ring *r, void *owner,
 		       void (*deliver)(struct corio_timer *t, int res), char *err, size_t errlen);
 /*
+ * The bucket that holds the q-quantile (0 <= q <= 1, clamped) of a
+ * histogram of n buckets: the first whose running count reaches q of the
+ * total (at least one sample). -1 when it is empty. The public quantile
+ * calls of timers and scheduling classes map it to their buckets' bounds.
+ */
+static inline int corio__hist_rank(const uint64_t *hist, unsigned n, double q)
+{
+	uint64_t total = 0, seen = 0, want;
+
+	for (unsigned b = 0; b < n; b++)
+		total += hist[b];
+	if (!total)
+		return -1;
+	q = q < 0 ? 0 : q > 1 ? 1 : q;
+	want = (uint64_t)(q * (double)total);
+	if (want < 1)
+		want = 1;
+	for (unsigned b = 0; b < n; b++) {
+		seen += hist[b];
+		if (seen >= want)
+			return (int)b;
+	}
+	return (int)n - 1; /* not reached: seen ends at total >= want */
+}
+
+/*
  * Once per loop turn, before the loop submits: fire what is due (at most a
  * budget of timers; the rest next turn) and, when may_block, make the
  * kernel's timeout cover heap[0]. Returns the timers fired.
