@@ -449,6 +449,58 @@ Test(sched, waiting_completions_end_the_slice_early, .timeout = 30)
 
 /* ---- accounting ---------------------------------------------------------------------- */
 
+/* B waits in the run queue behind A, which runs 20 ms without yielding:
+ * B's queue delay is at least that, A's is what spawning B took, and the
+ * quantiles read the two back. */
+static int spin_20ms(void *arg)
+{
+	uint64_t t0 = corio_now_ns();
+
+	(void)arg;
+	while (corio_now_ns() - t0 < 20000000)
+		;
+	return 0;
+}
+
+static int q_nop(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static void quant_entry(void *arg)
+{
+	struct corio_class_stats st, none;
+	struct corio_fiber *a, *b;
+	int cls = mk("quant", 100, 0), idle = mk("idle", 100, 0);
+
+	(void)arg;
+	CHECK(cls > 0 && idle > 0);
+	CHECK_EQ(spawn_in((unsigned)cls, spin_20ms, NULL, &a), 0);
+	CHECK_EQ(spawn_in((unsigned)cls, q_nop, NULL, &b), 0);
+	CHECK_EQ(corio_join(a, NULL), 0);
+	CHECK_EQ(corio_join(b, NULL), 0);
+	CHECK_EQ(corio_class_stats_get(NULL, 0, (unsigned)cls, &st), 0);
+	CHECK_EQ(st.fibers_run, 2);
+	CHECK(st.wait_max_ns >= 20000000);
+	/* the top bucket's bound is capped at the max: q = 1 is B's delay */
+	CHECK_EQ(corio_class_wait_quantile(&st, 1.0), st.wait_max_ns);
+	/* half of the two: A's bucket, far below B's */
+	CHECK(corio_class_wait_quantile(&st, 0.5) < 10000000);
+	CHECK_EQ(corio_class_wait_quantile(&st, 0.0), corio_class_wait_quantile(&st, 0.5));
+	CHECK_EQ(corio_class_wait_quantile(&st, 7.0), st.wait_max_ns); /* q clamped */
+	CHECK_EQ(corio_class_stats_get(NULL, 0, (unsigned)idle, &none), 0);
+	CHECK_EQ(corio_class_wait_quantile(&none, 0.99), 0); /* nothing ran */
+	CHECK_EQ(corio_class_wait_quantile(NULL, 0.99), 0);
+}
+
+Test(sched, wait_quantiles_read_the_queue_delay, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	th_run(&cfg, quant_entry, NULL);
+}
+
 struct acct {
 	uint64_t busy, classes;
 };
