@@ -537,11 +537,15 @@ Test(sched, class_cpu_adds_up_to_the_shards_busy_time, .timeout = 60)
 	struct acct a = { 0 };
 	/* The loop's own work between slices (reaping, timers) is in busy
 	 * time and in no class: ~1% of a 500 us slice here, more under the
-	 * sanitizers, which slow the loop more than the burners. */
+	 * sanitizers, which slow the loop more than the burners, and on the
+	 * fallback, whose turn is an epoll_wait system call: a thread
+	 * preempted inside it on a loaded machine charges the wait to the
+	 * loop (1.6% in one CI run beside another job). An accounting bug -
+	 * a run not charged, or charged twice - is far outside these. */
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__) || defined(CORIO_TEST_SHIM)
 	const double tol = 0.10;
 #else
-	const double tol = 0.01;
+	const double tol = th_on_epoll() ? 0.05 : 0.02;
 #endif
 
 	th_run(&cfg, acct_entry, &a);
