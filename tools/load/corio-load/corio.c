@@ -292,7 +292,11 @@ static int cu_receive(struct cconn *k, int closed)
 			data = b.data;
 		}
 		corio_deadline_pop(&dl);
-		if (n == -ETIMEDOUT && tool_now_ns() < drain_end)
+		/* A loss time, or the drain's end: the top of the loop tells
+		 * which (at the drain's end what is in flight is lost, not an
+		 * error; a run stalled by a loaded machine reached it here, CI
+		 * 2026-11-29: "errors":4 against a mute server). */
+		if (n == -ETIMEDOUT)
 			continue;
 		if (n < 0)
 			return (int)n;
