@@ -444,7 +444,11 @@ void corio__sock_free(struct corio_sock *s);
 /* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
 int corio__accept_fd(struct corio_listener *l);
 
-/* ---- net/resolve.c ---------------------------------------------------------- */
+/* ---- net/addr.c and net/resolve.c ------------------------------------------- */
+
+/* The dotted quad of len bytes at s (no NUL needed), read exactly as
+ * inet_pton(AF_INET) reads it: 1 and *out, or 0. */
+int corio__ipv4_parse(const char *s, size_t len, struct in_addr *out);
 
 /* corio_resolve() with who naming the public call in messages: "host:port"
  * to up to max addresses (numeric: one, no lookup), or -errno. */
