@@ -30,6 +30,7 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #define COPY_BUF        (16u * 1024)
@@ -59,14 +60,29 @@ static bool splice_ok(const struct corio_sock *s)
 	       !s->has_term && !s->sq_head && !s->readers;
 }
 
+/*
+ * splice(2) and fcntl(2) without glibc's wrappers: in a process with more
+ * than one thread every wrapper that is a cancellation point switches
+ * asynchronous cancellation on and off around the call (about 30
+ * instructions; fcntl's wrapper adds its own argument handling), and a
+ * short connection through corio_copy_bidi makes about 8 splices and 4
+ * fcntls. corio never uses pthread cancellation. -1 and errno, as the
+ * wrappers.
+ */
+static ssize_t splice_fd(int in, int out, size_t len)
+{
+	return syscall(SYS_splice, in, NULL, out, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+}
+
 static int set_nonblock(struct corio_sock *s)
 {
-	int fl;
+	long fl;
 
 	if (s->nonblock)
 		return 0;
-	fl = fcntl(s->fd, F_GETFL);
-	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
+	fl = syscall(SYS_fcntl, s->fd, F_GETFL);
+	if (fl < 0 ||
+	    (!(fl & O_NONBLOCK) && syscall(SYS_fcntl, s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
 		return -errno;
 	s->nonblock = true;
 	return 0;
@@ -76,7 +92,7 @@ static int set_nonblock(struct corio_sock *s)
 static int pipe_drain(struct copy_dir *d, int pr, size_t inpipe)
 {
 	while (inpipe) {
-		ssize_t w = splice(pr, NULL, d->dst->fd, NULL, inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		ssize_t w = splice_fd(pr, d->dst->fd, inpipe);
 		int ret;
 
 		if (w > 0) {
@@ -112,8 +128,7 @@ static int dir_splice(struct copy_dir *d)
 		return ret;
 	d->spliced = true;
 	for (;;) {
-		ssize_t r = splice(d->src->fd, NULL, p[1], NULL, n->pipe_size,
-				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		ssize_t r = splice_fd(d->src->fd, p[1], n->pipe_size);
 
 		if (r > 0) {
 			d->src->rx += (uint64_t)r;
