@@ -61,31 +61,15 @@ static bool splice_ok(const struct corio_sock *s)
 }
 
 /*
- * splice(2) and fcntl(2) without glibc's wrappers: in a process with more
- * than one thread every wrapper that is a cancellation point switches
- * asynchronous cancellation on and off around the call (about 30
- * instructions; fcntl's wrapper adds its own argument handling), and a
- * short connection through corio_copy_bidi makes about 8 splices and 4
- * fcntls. corio never uses pthread cancellation. -1 and errno, as the
- * wrappers.
+ * splice(2) without glibc's wrapper: in a process with more than one
+ * thread it switches asynchronous cancellation on and off around the call
+ * (about 30 instructions), and a short connection through corio_copy_bidi
+ * makes about 8 splices. corio never uses pthread cancellation. -1 and
+ * errno, as the wrapper.
  */
 static ssize_t splice_fd(int in, int out, size_t len)
 {
 	return syscall(SYS_splice, in, NULL, out, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
-}
-
-static int set_nonblock(struct corio_sock *s)
-{
-	long fl;
-
-	if (s->nonblock)
-		return 0;
-	fl = syscall(SYS_fcntl, s->fd, F_GETFL);
-	if (fl < 0 ||
-	    (!(fl & O_NONBLOCK) && syscall(SYS_fcntl, s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
-		return -errno;
-	s->nonblock = true;
-	return 0;
 }
 
 /* Empty the pipe (inpipe bytes) into dst: 0 or -errno. */
@@ -120,7 +104,7 @@ static int dir_splice(struct copy_dir *d)
 	bool clean = true;
 	int p[2], ret;
 
-	if ((ret = set_nonblock(d->src)) || (ret = set_nonblock(d->dst)))
+	if ((ret = corio__sock_nonblock(d->src)) || (ret = corio__sock_nonblock(d->dst)))
 		return ret;
 	/* a pipe from the shard's pool (corio_sendfile's): no pipe2 and two
 	 * closes per connection; SPLICE_F_NONBLOCK makes its side non-blocking */

@@ -795,19 +795,6 @@ static ssize_t splice_op(int in, int64_t off_in, int out, size_t len)
 	return corio__op_wait(&op);
 }
 
-static int sock_nonblock(struct corio_sock *s)
-{
-	int fl;
-
-	if (s->nonblock)
-		return 0;
-	fl = fcntl(s->fd, F_GETFL);
-	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
-		return -errno;
-	s->nonblock = true;
-	return 0;
-}
-
 /* What a non-blocking splice(2) or sendfile(2) to s returned: r bytes
  * counted and returned; 0 at end of input; -EAGAIN after a wait for room
  * (try again), or -errno. */
@@ -986,7 +973,7 @@ static ssize_t sendfile_run(struct corio_sock *s, int fd, off_t off, size_t len,
 	if (!len)
 		return 0;
 	if (n->splice || n->sendfile_now) {
-		ret = sock_nonblock(s);
+		ret = corio__sock_nonblock(s);
 		if (!ret)
 			ret = n->splice && !(n->sendfile_cached && len <= n->pipe_size &&
 					     all_cached(fd, off, len))
