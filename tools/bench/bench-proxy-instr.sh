@@ -13,8 +13,9 @@
 # start-up, the first connection's warm-up and the exit cancel out.
 # short-load checks every echoed byte and fails on any error, which fails
 # the measurement. Runs alternate (odd rounds tcp-proxy first); the table
-# shows medians and min..max over REPS rounds. Counts repeat to about 1%
-# (the turns of the loop per connection depend on how completions batch).
+# shows medians and min..max over REPS rounds. Counts repeat to 0.5% on a
+# quiet machine and 4-8% on a loaded one (the loop turns per connection
+# depend on how completions batch, which depends on timing).
 #
 # corio sleeps in 1 ms slices when it sees valgrind (uring/ring.c), a path
 # that never runs natively: tcp-proxy is measured from a -DNVALGRIND build
