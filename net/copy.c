@@ -30,7 +30,6 @@
 #include <poll.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define COPY_BUF        (16u * 1024)
@@ -61,15 +60,20 @@ static bool splice_ok(const struct corio_sock *s)
 }
 
 /*
- * splice(2) without glibc's wrapper: in a process with more than one
- * thread it switches asynchronous cancellation on and off around the call
- * (about 30 instructions), and a short connection through corio_copy_bidi
- * makes about 8 splices. corio never uses pthread cancellation. -1 and
- * errno, as the wrapper.
+ * splice(2) without glibc's wrapper (uring/sys.h says why: in a process
+ * with more than one thread it switches asynchronous cancellation on and
+ * off around the call, about 30 instructions), since a short connection
+ * through corio_copy_bidi makes about 8 splices. Sanitizer builds and
+ * other architectures call libc. -1 and errno, as the wrapper.
  */
 static ssize_t splice_fd(int in, int out, size_t len)
 {
-	return syscall(SYS_splice, in, NULL, out, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+#ifdef CORIO__SYS_RAW
+	return corio__nc(corio__sys6(SYS_splice, in, 0, out, 0, (long)len,
+				     SPLICE_F_MOVE | SPLICE_F_NONBLOCK));
+#else
+	return splice(in, NULL, out, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+#endif
 }
 
 /* Empty the pipe (inpipe bytes) into dst: 0 or -errno. */

@@ -12,7 +12,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #define SOCK_POOL_MAX 4096
@@ -51,8 +50,7 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 /*
  * O_NONBLOCK on s's fd, for good (corio_sendfile and corio_copy_bidi's
  * splice path; corio's other calls do not depend on it). One ioctl(FIONBIO)
- * sets the flag alone, where fcntl needed F_GETFL and F_SETFL; a raw
- * syscall, as glibc's wrapper adds nothing here.
+ * sets the flag alone, where fcntl needed F_GETFL and F_SETFL.
  */
 int corio__sock_nonblock(struct corio_sock *s)
 {
@@ -60,7 +58,7 @@ int corio__sock_nonblock(struct corio_sock *s)
 
 	if (s->nonblock)
 		return 0;
-	if (syscall(SYS_ioctl, s->fd, FIONBIO, &one) < 0)
+	if (ioctl(s->fd, FIONBIO, &one) < 0)
 		return -errno;
 	s->nonblock = true;
 	return 0;
