@@ -59,24 +59,28 @@ static bool splice_ok(const struct corio_sock *s)
 	       !s->has_term && !s->sq_head && !s->readers;
 }
 
-static int set_nonblock(struct corio_sock *s)
+/*
+ * splice(2) without glibc's wrapper (uring/sys.h says why: in a process
+ * with more than one thread it switches asynchronous cancellation on and
+ * off around the call, about 30 instructions), since a short connection
+ * through corio_copy_bidi makes about 8 splices. Sanitizer builds and
+ * other architectures call libc. -1 and errno, as the wrapper.
+ */
+static ssize_t splice_fd(int in, int out, size_t len)
 {
-	int fl;
-
-	if (s->nonblock)
-		return 0;
-	fl = fcntl(s->fd, F_GETFL);
-	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
-		return -errno;
-	s->nonblock = true;
-	return 0;
+#ifdef CORIO__SYS_RAW
+	return corio__nc(corio__sys6(SYS_splice, in, 0, out, 0, (long)len,
+				     SPLICE_F_MOVE | SPLICE_F_NONBLOCK));
+#else
+	return splice(in, NULL, out, NULL, len, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+#endif
 }
 
 /* Empty the pipe (inpipe bytes) into dst: 0 or -errno. */
 static int pipe_drain(struct copy_dir *d, int pr, size_t inpipe)
 {
 	while (inpipe) {
-		ssize_t w = splice(pr, NULL, d->dst->fd, NULL, inpipe, SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		ssize_t w = splice_fd(pr, d->dst->fd, inpipe);
 		int ret;
 
 		if (w > 0) {
@@ -104,7 +108,7 @@ static int dir_splice(struct copy_dir *d)
 	bool clean = true;
 	int p[2], ret;
 
-	if ((ret = set_nonblock(d->src)) || (ret = set_nonblock(d->dst)))
+	if ((ret = corio__sock_nonblock(d->src)) || (ret = corio__sock_nonblock(d->dst)))
 		return ret;
 	/* a pipe from the shard's pool (corio_sendfile's): no pipe2 and two
 	 * closes per connection; SPLICE_F_NONBLOCK makes its side non-blocking */
@@ -112,8 +116,7 @@ static int dir_splice(struct copy_dir *d)
 		return ret;
 	d->spliced = true;
 	for (;;) {
-		ssize_t r = splice(d->src->fd, NULL, p[1], NULL, n->pipe_size,
-				   SPLICE_F_MOVE | SPLICE_F_NONBLOCK);
+		ssize_t r = splice_fd(d->src->fd, p[1], n->pipe_size);
 
 		if (r > 0) {
 			d->src->rx += (uint64_t)r;

@@ -143,7 +143,7 @@ struct corio_sock {
 	struct msghdr smsg;
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */
 	bool wr_shut;          /* corio_shutdown_write done */
-	bool nonblock;         /* O_NONBLOCK set for corio_sendfile (one fcntl per socket) */
+	bool nonblock;         /* O_NONBLOCK set (corio__sock_nonblock: splice, sendfile) */
 	int32_t serr;          /* the first send error, sticky */
 	uint16_t sq_count;     /* records queued (at most cap.send) */
 	uint16_t sq_owned;     /* of those, corio_send_owned ones: no ring buffer */
@@ -440,11 +440,17 @@ void corio__sock_send_cancel(struct corio_sock *s);
 /* A socket record from the shard's pool. */
 struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int type);
 void corio__sock_free(struct corio_sock *s);
+/* Make s's fd O_NONBLOCK for good (once; s->nonblock): 0 or -errno. */
+int corio__sock_nonblock(struct corio_sock *s);
 
 /* The next accepted fd of l (owned by the caller), or -errno. Blocking. */
 int corio__accept_fd(struct corio_listener *l);
 
-/* ---- net/resolve.c ---------------------------------------------------------- */
+/* ---- net/addr.c and net/resolve.c ------------------------------------------- */
+
+/* The dotted quad of len bytes at s (no NUL needed), read exactly as
+ * inet_pton(AF_INET) reads it: 1 and *out, or 0. */
+int corio__ipv4_parse(const char *s, size_t len, struct in_addr *out);
 
 /* corio_resolve() with who naming the public call in messages: "host:port"
  * to up to max addresses (numeric: one, no lookup), or -errno. */

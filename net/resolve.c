@@ -420,13 +420,22 @@ int corio__resolve_hp(const char *who, const char *hp, struct sockaddr_storage *
 	if (hlen > RES_HOST_MAX)
 		return corio__error(-EINVAL, "%s: the host name is %zu bytes, at most %d", who,
 				    hlen, RES_HOST_MAX);
-	memcpy(host, hp, hlen);
-	host[hlen] = 0;
 	ret = res_port(who, hp, colon + 1, &port);
 	if (ret)
 		return ret;
-	if (inet_pton(AF_INET, host, &a4) == 1) /* numeric: no lookup, any thread */
-		return corio_addr_parse(hp, out, &len) ?: 1;
+	if (corio__ipv4_parse(hp, hlen, &a4)) { /* numeric: no lookup, any thread */
+		struct sockaddr_in *sin = (struct sockaddr_in *)out;
+
+		/* as corio_addr_parse fills it, without reading hp again: this
+		 * runs on every corio_tcp_connect to a numeric address */
+		memset(out, 0, sizeof(*out));
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		sin->sin_addr = a4;
+		return 1;
+	}
+	memcpy(host, hp, hlen);
+	host[hlen] = 0;
 	n = corio__net();
 	if (!n)
 		return corio__misuse(-EPERM, who, "a host name is resolved on a shard, in a fiber");

@@ -716,11 +716,18 @@ ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int iovcnt, s
 
 /* ---- shutdown ------------------------------------------------------------------ */
 
+/*
+ * shutdown(2) on the spot, not IORING_OP_SHUTDOWN: the call never waits
+ * (a FIN is queued behind the bytes already in the socket), while the ring
+ * op is always handed to an io-wq worker (the kernel forces it async) and
+ * parks the fiber for a loop turn - two context switches and a worker
+ * wake-up per half-close, two per connection through corio_copy_bidi.
+ * The queued sends are waited for first, as before, and a cancelled fiber
+ * or a passed deadline still gets -ECANCELED / -ETIMEDOUT.
+ */
 int corio_shutdown_write(struct corio_sock *s)
 {
 	struct corio__net *n = corio__sock_owner(s);
-	struct io_uring_sqe *sqe;
-	struct corio__op op;
 	int ret;
 
 	if (!n)
@@ -730,13 +737,11 @@ int corio_shutdown_write(struct corio_sock *s)
 		if (ret)
 			return ret;
 	}
-	ret = corio__op_begin(&op, &sqe);
+	ret = corio__may_block("corio_shutdown_write");
 	if (ret)
 		return ret;
-	io_uring_prep_shutdown(sqe, s->fd, SHUT_WR);
-	ret = corio__op_wait(&op);
-	if (ret < 0)
-		return corio__net_err(n, ret);
+	if (shutdown(s->fd, SHUT_WR) < 0)
+		return corio__net_err(n, -errno);
 	s->wr_shut = true;
 	return 0;
 }
@@ -788,19 +793,6 @@ static ssize_t splice_op(int in, int64_t off_in, int out, size_t len)
 		return ret;
 	io_uring_prep_splice(sqe, in, off_in, out, -1, (unsigned)len, 0);
 	return corio__op_wait(&op);
-}
-
-static int sock_nonblock(struct corio_sock *s)
-{
-	int fl;
-
-	if (s->nonblock)
-		return 0;
-	fl = fcntl(s->fd, F_GETFL);
-	if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(s->fd, F_SETFL, fl | O_NONBLOCK) < 0))
-		return -errno;
-	s->nonblock = true;
-	return 0;
 }
 
 /* What a non-blocking splice(2) or sendfile(2) to s returned: r bytes
@@ -981,7 +973,7 @@ static ssize_t sendfile_run(struct corio_sock *s, int fd, off_t off, size_t len,
 	if (!len)
 		return 0;
 	if (n->splice || n->sendfile_now) {
-		ret = sock_nonblock(s);
+		ret = corio__sock_nonblock(s);
 		if (!ret)
 			ret = n->splice && !(n->sendfile_cached && len <= n->pipe_size &&
 					     all_cached(fd, off, len))

@@ -48,6 +48,7 @@ struct serve {
 	void *arg;
 	struct corio_serve_opts o;
 	struct corio_group conns;
+	struct conn_start *cs_free;  /* start records the members handed back */
 	bool closing;                /* no new member: the drain is over */
 };
 
@@ -84,20 +85,32 @@ static void idle_tick(struct corio_timer *t, void *arg, int res)
 	}
 }
 
-/* What a member starts with: its record and socket (from the shard's
- * heap: the accept path cannot hand a stack slot to a fiber that runs
- * later). */
+/* What a member starts with: its record and socket (not a stack slot: the
+ * accept path cannot hand one to a fiber that runs later). They come from
+ * the record's free list, where each member puts its own back once it has
+ * read it: no malloc and free per connection (DESIGN.md, invariant 4).
+ * The list holds at most as many as were ever started at once, and
+ * corio_serve frees it when its group is empty. */
 struct conn_start {
 	struct serve *sv;
 	struct corio_sock *sock;
+	struct conn_start *next;     /* on sv->cs_free */
 };
+
+static void conn_start_put(struct conn_start *cs)
+{
+	struct serve *sv = cs->sv;
+
+	cs->next = sv->cs_free;
+	sv->cs_free = cs;
+}
 
 static void conn_release(void *arg)
 {
 	struct conn_start *cs = arg;
 
 	corio_close(cs->sock); /* the member never ran: the runtime stops */
-	free(cs);
+	conn_start_put(cs);
 }
 
 static int conn_main(void *arg)
@@ -112,7 +125,7 @@ static int conn_main(void *arg)
 	bool idle = false;
 	int ret = 0;
 
-	free(cs);
+	conn_start_put(cs);
 	if (sv->o.idle_ns) {
 		c.last_move_ns = corio_now_ns();
 		corio_timer_init(&c.idle, idle_tick, &c);
@@ -154,14 +167,16 @@ static void conn_spawn(struct serve *sv, struct corio_sock *s)
 				      .sched_class = sv->o.sched_class };
 	struct conn_start *cs;
 
-	if (sv->closing || !(cs = malloc(sizeof(*cs)))) {
+	if (sv->closing || (!(cs = sv->cs_free) && !(cs = malloc(sizeof(*cs))))) {
 		corio_close(s);
 		return;
 	}
+	if (cs == sv->cs_free)
+		sv->cs_free = cs->next;
 	cs->sv = sv;
 	cs->sock = s;
 	if (corio_group_spawn(&sv->conns, conn_main, cs, &o, NULL) < 0) {
-		free(cs);
+		conn_start_put(cs);
 		corio_close(s);
 	}
 }
@@ -266,6 +281,12 @@ int corio_serve(const char *host_port, int (*handler)(struct corio_conn *c), voi
 	}
 	sv.closing = true;
 	corio_group_close(&sv.conns); /* whatever is left, cancelled; uninterruptible */
+	while (sv.cs_free) { /* no member is left to hand one back */
+		struct conn_start *cs = sv.cs_free;
+
+		sv.cs_free = cs->next;
+		free(cs);
+	}
 	for (struct serve **pp = &serve_list; *pp; pp = &(*pp)->next)
 		if (*pp == &sv) {
 			*pp = sv.next;

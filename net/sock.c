@@ -11,6 +11,7 @@
 #include <netinet/tcp.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
 #define SOCK_POOL_MAX 4096
@@ -44,6 +45,23 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 	s->h.op.data = s;
 	corio__list_init(&s->uops);
 	return s;
+}
+
+/*
+ * O_NONBLOCK on s's fd, for good (corio_sendfile and corio_copy_bidi's
+ * splice path; corio's other calls do not depend on it). One ioctl(FIONBIO)
+ * sets the flag alone, where fcntl needed F_GETFL and F_SETFL.
+ */
+int corio__sock_nonblock(struct corio_sock *s)
+{
+	int one = 1;
+
+	if (s->nonblock)
+		return 0;
+	if (ioctl(s->fd, FIONBIO, &one) < 0)
+		return -errno;
+	s->nonblock = true;
+	return 0;
 }
 
 void corio__sock_free(struct corio_sock *s)

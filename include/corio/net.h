@@ -325,7 +325,9 @@ CORIO_API ssize_t corio_sendv(struct corio_sock *s, const struct iovec *iov, int
  */
 CORIO_API int corio_send_buf(struct corio_sock *s, struct corio_buf *b);
 
-/* shutdown(SHUT_WR): the peer reads end of stream; receiving still works. */
+/* shutdown(SHUT_WR): the peer reads end of stream; receiving still works.
+ * Waits only for queued sends (corio_send_buf); the shutdown itself is a
+ * direct system call, which never waits. Shard-local, in a fiber. */
 CORIO_API int corio_shutdown_write(struct corio_sock *s);
 
 /* Close s and free it. Buffers borrowed from it stay valid until released.

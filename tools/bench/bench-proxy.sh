@@ -18,11 +18,13 @@
 # table shows medians and the min..max. Then one strace -c -f of N short
 # connections per proxy: system calls per connection (io_uring_enter is
 # one call however many operations it submits; the ring's operations are
-# not system calls). User-space instructions per connection need
-# callgrind (docs/BENCHMARKS.md says how); not run here.
+# not system calls). Last, when valgrind is installed, user-space
+# instructions per short connection under callgrind (bench-proxy-instr.sh,
+# about 70 s more; one line says so when it is skipped).
 #
 # Environment: BENCH_PROXY_REPS (3), BENCH_PROXY_SECS (2, per run),
-# BENCH_PROXY_STRACE_CONNS (2000).
+# BENCH_PROXY_STRACE_CONNS (2000), BENCH_PROXY_INSTR=0 (skip the
+# instruction row), and bench-proxy-instr.sh's own.
 B=${1:-build}
 . "$(dirname "$0")/lib.sh"
 REPS=${BENCH_PROXY_REPS:-3}
@@ -156,3 +158,14 @@ echo "|---|---|---|---|"
 echo "| bulk: proxy CPU ns per MiB (64 KiB echo, 4 conns x 4 in flight) | $c_bulk | $h_bulk | $(echo "$cm_bulk $hm_bulk" | awk '{ printf "%.2fx", $1 / $2 }') |"
 echo "| short: proxy CPU ns per connection (64 B request) | $c_short | $h_short | $(echo "$cm_short $hm_short" | awk '{ printf "%.2fx", $1 / $2 }') |"
 echo "| short: system calls per connection (strace -c, $NSTRACE conns) | $sc | $sh_ | $(echo "$sc $sh_" | awk '$2 > 0 { printf "%.2fx", $1 / $2 }') |"
+
+# the instruction row, with the proxies above stopped: callgrind runs its own
+if [ "${BENCH_PROXY_INSTR:-1}" != 0 ]; then
+	echo
+	cleanup
+	trap - EXIT INT TERM
+	sh "$(dirname "$0")/bench-proxy-instr.sh" "$B" ||
+		echo "bench-proxy: the instruction row failed (bench-proxy-instr.sh exited $?)"
+else
+	echo "bench-proxy: BENCH_PROXY_INSTR=0: instructions per connection skipped"
+fi

@@ -60,7 +60,7 @@ title() {
 	case $1:$2 in
 	echo:headline) echo "echo: corio-echo against uring-echo and epoll-echo (about 100 s)" ;;
 	echo:full) echo "echo: every case, UDP, TLS, the epoll fallback (about 7 minutes)" ;;
-	proxy:full) echo "proxy: tools/examples/tcp-proxy against haproxy in mode tcp (about 1 minute)" ;;
+	proxy:full) echo "proxy: tools/examples/tcp-proxy against haproxy in mode tcp (about 1 minute; 70 s more for instructions under callgrind)" ;;
 	httpd:headline) echo "httpd against nginx (about 60 s)" ;;
 	httpd:full) echo "httpd against nginx: every row, HTTPS, full handshakes (about 3 minutes)" ;;
 	kv:headline) echo "corio-kv against redis-server (about 60 s)" ;;
