@@ -113,23 +113,7 @@ measure() {
 	case $1 in
 	tcp-proxy) set -- "$IB/tools/examples/tcp-proxy" -s 1 -c 0 -l "127.0.0.1:$port" -u "127.0.0.1:$UP" ;;
 	haproxy)
-		cat >"$tmp/haproxy.cfg" <<EOF
-global
-	nbthread 1
-	maxconn 4000
-defaults
-	mode tcp
-	option splice-request
-	option splice-response
-	timeout connect 5s
-	timeout client 60s
-	timeout server 60s
-frontend f
-	bind 127.0.0.1:$port
-	default_backend b
-backend b
-	server s1 127.0.0.1:$UP
-EOF
+		haproxy_cfg "$tmp/haproxy.cfg" "$port" "$UP"
 		set -- haproxy -db -f "$tmp/haproxy.cfg" ;;
 	esac
 	rm -f "$tmp"/cg.out.*

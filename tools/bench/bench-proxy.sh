@@ -71,23 +71,7 @@ CPID=$!
 pids="$pids $CPID"
 HP=$CP
 while [ "$HP" = "$CP" ] || port_used "$HP"; do HP=$(free_port); done
-cat >"$tmp/haproxy.cfg" <<EOF
-global
-	nbthread 1
-	maxconn 4000
-defaults
-	mode tcp
-	option splice-request
-	option splice-response
-	timeout connect 5s
-	timeout client 60s
-	timeout server 60s
-frontend f
-	bind 127.0.0.1:$HP
-	default_backend b
-backend b
-	server s1 127.0.0.1:$UP
-EOF
+haproxy_cfg "$tmp/haproxy.cfg" "$HP" "$UP"
 taskset -c 1 haproxy -db -f "$tmp/haproxy.cfg" >"$tmp/haproxy.log" 2>&1 &
 HPID=$!
 pids="$pids $HPID"

@@ -55,3 +55,26 @@ cpu_ns() {
 	for pid in "$@"; do cat /proc/"$pid"/task/*/schedstat 2>/dev/null; done |
 		awk '{ s += $1 } END { printf "%.0f", s }'
 }
+
+# haproxy_cfg FILE PORT UPSTREAM_PORT: the HAProxy 2.6 configuration both
+# proxy benchmarks use (bench-proxy.sh, bench-proxy-instr.sh): one thread,
+# mode tcp, splicing both ways as tcp-proxy's corio_copy_bidi does.
+haproxy_cfg() {
+	cat >"$1" <<EOF
+global
+	nbthread 1
+	maxconn 4000
+defaults
+	mode tcp
+	option splice-request
+	option splice-response
+	timeout connect 5s
+	timeout client 60s
+	timeout server 60s
+frontend f
+	bind 127.0.0.1:$2
+	default_backend b
+backend b
+	server s1 127.0.0.1:$3
+EOF
+}
