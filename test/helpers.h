@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -353,6 +354,48 @@ static inline void th_not_files_close(struct th_not_file nf[TH_NOT_FILES])
 {
 	for (int i = 0; i < TH_NOT_FILES - 1; i++)
 		close(nf[i].fd);
+}
+
+/*
+ * An example server as a child process (the tools' own tests): argv[0] is
+ * its path; the child dies with the test (PR_SET_PDEATHSIG), runs
+ * child_setup (may be NULL) and execs with stdout on a pipe. Its first
+ * line must be "NAME: listening on 127.0.0.1:PORT": the port goes to
+ * *port. Returns the child's pid.
+ */
+static inline pid_t th_start_server(char *const argv[], const char *name,
+				    void (*child_setup)(void), int *port)
+{
+	char line[256] = { 0 }, fmt[96];
+	size_t got = 0;
+	int pfd[2];
+	pid_t pid;
+
+	cr_assert_eq(pipe(pfd), 0);
+	pid = fork();
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves no server behind */
+		dup2(pfd[1], 1);
+		close(pfd[0]);
+		close(pfd[1]);
+		if (child_setup)
+			child_setup();
+		execv(argv[0], argv);
+		_exit(127);
+	}
+	close(pfd[1]);
+	while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
+		ssize_t r = read(pfd[0], line + got, sizeof(line) - 1 - got);
+
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(pfd[0]);
+	snprintf(fmt, sizeof(fmt), "%s: listening on 127.0.0.1:%%d", name);
+	cr_assert(sscanf(line, fmt, port) == 1, "%s: no port in '%s'", name, line);
+	return pid;
 }
 
 #endif

@@ -108,45 +108,17 @@ static void prog_stderr(void)
 
 static pid_t start_prog_tls(int *port, const char *idle, const char *shards, bool tls)
 {
-	int pfd[2];
-	pid_t pid;
-	char line[256] = { 0 };
-	size_t got = 0;
-
 	if (access(PROG, X_OK) != 0)
 		cr_skip_test("%s is not built (make tools)", PROG);
 	make_tree();
 	if (tls)
 		make_certs();
-	cr_assert_eq(pipe(pfd), 0);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves no server behind */
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		prog_stderr();
-		if (tls)
-			execl(PROG, PROG, "-d", www, "-p", "0", "-i", idle, "-s", shards,
-			      "--tls-cert", srv_pem, "--tls-key", srv_key, (char *)NULL);
-		else
-			execl(PROG, PROG, "-d", www, "-p", "0", "-i", idle, "-s", shards,
-			      (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
-		ssize_t r = read(pfd[0], line + got, sizeof(line) - 1 - got);
-
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(pfd[0]);
-	cr_assert(sscanf(line, "httpd: listening on 127.0.0.1:%d", port) == 1, "no port in '%s'",
-		  line);
-	return pid;
+	return th_start_server(tls ? (char *[]){ PROG, "-d", www, "-p", "0", "-i", (char *)idle, "-s",
+						 (char *)shards, "--tls-cert", srv_pem, "--tls-key",
+						 srv_key, NULL }
+				   : (char *[]){ PROG, "-d", www, "-p", "0", "-i", (char *)idle, "-s",
+						 (char *)shards, NULL },
+			       "httpd", prog_stderr, port);
 }
 
 static pid_t start_prog(int *port, const char *idle, const char *shards)

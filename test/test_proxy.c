@@ -81,37 +81,13 @@ static void px_up_stop(struct up *u)
 static pid_t px_start(int *port, const char *balance, const char *check_ms, struct up *a,
 		      struct up *b)
 {
-	char ua[32], ub[32], line[256] = { 0 };
-	size_t got = 0;
-	int pfd[2];
-	pid_t pid;
+	char ua[32], ub[32];
 
 	snprintf(ua, sizeof(ua), "127.0.0.1:%d", a->port);
 	snprintf(ub, sizeof(ub), "localhost:%d", b->port); /* by name too */
-	cr_assert_eq(pipe(pfd), 0);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL);
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		execl(PROG, PROG, "-l", "127.0.0.1:0", "-u", ua, "-u", ub, "-b", balance, "-c",
-		      check_ms, (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
-		ssize_t r = read(pfd[0], line + got, sizeof(line) - 1 - got);
-
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(pfd[0]);
-	cr_assert(sscanf(line, "tcp-proxy: listening on 127.0.0.1:%d", port) == 1,
-		  "no port in '%s'", line);
-	return pid;
+	return th_start_server((char *[]){ PROG, "-l", "127.0.0.1:0", "-u", ua, "-u", ub, "-b",
+					   (char *)balance, "-c", (char *)check_ms, NULL },
+			       "tcp-proxy", NULL, port);
 }
 
 static int px_connect(int port)

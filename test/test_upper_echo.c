@@ -324,34 +324,8 @@ Test(upper_echo, stop_closes_connections, .timeout = 30)
 
 static pid_t start_prog(int *port, const char *shards)
 {
-	int pfd[2];
-	pid_t pid;
-	char line[256] = { 0 };
-	size_t got = 0;
-
-	cr_assert_eq(pipe(pfd), 0);
-	pid = fork();
-	cr_assert(pid >= 0);
-	if (pid == 0) {
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* a failed test leaves no server behind */
-		dup2(pfd[1], 1);
-		close(pfd[0]);
-		close(pfd[1]);
-		execl(PROG, PROG, "-p", "0", "-s", shards, (char *)NULL);
-		_exit(127);
-	}
-	close(pfd[1]);
-	while (got < sizeof(line) - 1 && !strchr(line, '\n')) {
-		ssize_t r = read(pfd[0], line + got, sizeof(line) - 1 - got);
-
-		if (r <= 0)
-			break;
-		got += (size_t)r;
-	}
-	close(pfd[0]);
-	cr_assert(sscanf(line, "upper-echo: listening on 127.0.0.1:%d", port) == 1,
-		  "no port in '%s'", line);
-	return pid;
+	return th_start_server((char *[]){ PROG, "-p", "0", "-s", (char *)shards, NULL },
+			       "upper-echo", NULL, port);
 }
 
 static void talk(int port, const char *send, const char *want)
