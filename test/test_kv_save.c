@@ -630,12 +630,14 @@ Test(kv_save, save_points_fire_and_commands_answer, .timeout = 60)
 	cr_assert_str_eq(BC(c, "SET", "a", "1"), "+OK\r\n");
 	cr_assert_str_eq(BC(c, "SET", "b", "2"), "+OK\r\n");
 	cr_assert_eq(bc_info(c, "rdb_changes_since_last_save:"), 2);
+	cr_assert_eq(bc_info(c, "rdb_saves:"), 0);
 	snprintf(path, sizeof(path), "%s/points.rdb", tmpdir);
 	for (int i = 0; i < 500 && (stat(path, &st) || bc_info(c, "rdb_changes_since_last_save:")); i++)
 		usleep(10000); /* the point is due after 1 s; the saver looks every 100 ms */
 	cr_assert_eq(stat(path, &st), 0, "no save within 5 s");
 	cr_assert_eq(bc_info(c, "rdb_changes_since_last_save:"), 0);
 	cr_assert(atoll(BC(c, "LASTSAVE") + 1) >= last);
+	cr_assert_eq(bc_info(c, "rdb_saves:"), 1); /* one point, one save */
 	cr_assert_eq(bc_info(c, "rdb_bgsave_in_progress:"), 0);
 	cr_assert(strstr(BC(c, "INFO", "persistence"), "rdb_last_bgsave_status:ok"));
 	cr_assert_str_eq(BC(c, "BGSAVE", "x"), "-ERR syntax error\r\n");
@@ -930,6 +932,7 @@ Test(kv_save, shutdown_save_and_failed_saves, .timeout = 60)
 	cr_assert_str_eq(BC(c, "SAVE"),
 			 "-ERR corio-kv could not save the snapshot: see its log (stderr)\r\n");
 	cr_assert(strstr(BC(c, "INFO", "persistence"), "rdb_last_bgsave_status:err"));
+	cr_assert_eq(bc_info(c, "rdb_saves:"), 0); /* failed saves are not saves */
 	cr_assert_str_eq(BC(c, "PING"), "+PONG\r\n");
 	/* back to a directory that is there: SHUTDOWN SAVE saves, then exits */
 	cr_assert_str_eq(BC(c, "CONFIG", "SET", "dir", tmpdir), "+OK\r\n");

@@ -8,14 +8,19 @@
 # 100 -r KEYS -t set,get (SET overwrites keys the snapshot has not written
 # yet: corio-kv's copy-on-write, redis's fork pages) runs alternately
 # without and with a snapshot: "with" keeps a BGSAVE running the whole run
-# (a new one as soon as the last ends; both modes sample memory meanwhile,
-# so that cost is in both). Per run: ops/s and p99 from
-# redis-benchmark's --csv; for "with", the peak memory of the server's
-# processes sampled every 50 ms (RSS summed over redis's parent and child,
-# which counts the pages they share twice, and PSS, which does not) over
-# the RSS before, and the snapshot's duration (BGSAVE to
-# rdb_bgsave_in_progress:0, polled every 20 ms; the median of those that
-# ran). Then one BGSAVE alone, with no load, timed the same way.
+# (one redis-cli on one connection asks every 20 ms). The harness itself
+# runs on the load's CPU and starts no process during a timed run: a
+# redis-cli started every 100 ms to poll, as this script once did, raised
+# corio-kv's GET p99 from 0.66 to 4.3 ms with no snapshot at all, and
+# reading smaps_rollup (PSS) every 200 ms to 4.7 ms. So memory is sampled
+# in one more run with a snapshot, after the timed rounds (bash builtins:
+# RSS every 50 ms, PSS every 200 ms): the peak over the RSS before (RSS
+# summed over redis's parent and child, which counts the pages they share
+# twice, and PSS, which does not). Per timed run: ops/s and p99 from
+# redis-benchmark's --csv; with a snapshot, the snapshots made (INFO
+# rdb_saves) and their mean time (the first BGSAVE to the end of the last,
+# over that count). Then one BGSAVE alone, with no load, timed by polling
+# rdb_bgsave_in_progress every 20 ms.
 #
 # Eviction: ZKEYS keys of 100 bytes loaded into a fresh server give the data
 # set's used_memory; a fresh server with maxmemory at its empty used_memory
@@ -28,6 +33,8 @@
 # per server, 2), BENCH_KVSAVE_ZKEYS (200000), BENCH_KVSAVE_ZGETS (1000000),
 # BENCH_KVSAVE_QUICK=1 (100000 keys, 50000 requests, 1 round, 50000 / 200000
 # for eviction: a smoke test). Raw results under bench-results/kvsave-<time>/.
+# bash: its read -t sleeps without starting a process (dash's sleep is one)
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@"
 B=${1:-build}
 . "$(dirname "$0")/lib.sh"
 T=$B/tools
@@ -59,10 +66,16 @@ if [ -n "$need" ]; then
 fi
 
 if [ "$(nproc)" -ge 2 ]; then SCPU=1; LCPU=0; else SCPU=0; LCPU=0; fi
+# the harness (sampler, BGSAVE driver, loaders) on the load's CPU, off the
+# server's; the servers and redis-benchmark are pinned explicitly
+taskset -p -c "$LCPU" $$ > /dev/null 2>&1 || true
 OUT=bench-results/kvsave-$(date +%Y%m%d-%H%M%S)
 mkdir -p "$OUT/corio" "$OUT/redis" || exit 1
 OUT=$(cd "$OUT" && pwd)
 ROWS=$OUT/rows.tsv
+# nap SECONDS: a read that times out on a FIFO nobody writes
+mkfifo "$OUT/nap" && exec 9<> "$OUT/nap" || exit 1
+nap() { read -r -t "$1" -u 9 _ || :; }
 : > "$ROWS"
 SRV_PID=
 PORT=
@@ -116,71 +129,87 @@ load() { # load N: N keys key:%010d of 100 bytes
 		redis-cli -p "$PORT" --pipe > "$OUT/pipe.txt" 2>&1
 }
 
-# mem_kb FIELD: VmRSS or Pss (kB) of the server and its children, summed;
-# shell builtins only (no process per sample: the sampler runs beside the
-# measured run).
+# mem_kb FIELD: sets MEM to VmRSS or Pss (kB) of the server and its
+# children, summed; shell builtins only, no subshell (the sampler runs
+# beside the measured run: a process started per sample cost the runs
+# milliseconds at a time, more than the snapshot did).
 mem_kb() {
-	tot=0 kids=
+	MEM=0 kids=
 	read -r kids < /proc/"$SRV_PID"/task/"$SRV_PID"/children 2>/dev/null
 	for p in $SRV_PID $kids; do
 		if [ "$1" = Pss ]; then f=/proc/$p/smaps_rollup; else f=/proc/$p/status; fi
 		[ -r "$f" ] || continue
 		{ while read -r k v rest; do
-			[ "$k" = "$1:" ] && tot=$((tot + v))
+			[ "$k" = "$1:" ] && MEM=$((MEM + v))
 		done < "$f"; } 2>/dev/null # a fork's child may end meanwhile
 	done
-	echo $tot
 }
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
 
-# snapper MODE: while $OUT/snapping exists, sample memory every 50 ms and
-# (MODE snap) keep a BGSAVE running, looking every 100 ms; writes peak RSS,
-# peak PSS and each snapshot's ms to $OUT/snap.txt. The quiet runs sample
-# too, so the sampling's own cost is in both.
+# snapper: while $OUT/snapping exists, sample the server's RSS every 50 ms
+# and its PSS every 200 ms (walking the page tables costs more); writes the
+# peaks to $OUT/snap.txt. Both modes sample, so its cost is in both.
 snapper() {
-	prss=0 ppss=0 started=0 durs="" tick=0
+	prss=0 ppss=0 tick=0
 	while [ -e "$OUT/snapping" ]; do
-		r=$(mem_kb VmRSS) s=$(mem_kb Pss)
-		[ "$r" -gt "$prss" ] && prss=$r
-		[ "$s" -gt "$ppss" ] && ppss=$s
-		tick=$((tick + 1))
-		if [ "$1" = snap ] && [ $((tick % 2)) = 1 ]; then
-			case "$(redis-cli -p "$PORT" info persistence)" in
-			*rdb_bgsave_in_progress:0*)
-				[ "$started" != 0 ] && durs="$durs $(($(now_ms) - started))"
-				redis-cli -p "$PORT" bgsave >/dev/null 2>&1
-				started=$(now_ms)
-				;;
-			esac
+		mem_kb VmRSS
+		[ "$MEM" -gt "$prss" ] && prss=$MEM
+		if [ $((tick % 4)) = 0 ]; then
+			mem_kb Pss
+			[ "$MEM" -gt "$ppss" ] && ppss=$MEM
 		fi
-		sleep 0.05
+		tick=$((tick + 1))
+		nap 0.05
 	done
-	echo "$prss $ppss$durs" > "$OUT/snap.txt"
+	echo "$prss $ppss" > "$OUT/snap.txt"
 }
 
-# bench SIDE MODE REP: one redis-benchmark run (MODE quiet or snap);
-# rows: side mode rep test ops/s p99 [rss-ratio pss-ratio snapshot-ms]
+# bench SIDE MODE REP: one redis-benchmark run; MODE quiet (nothing
+# else), snap (a snapshot running throughout) or mem (snap, sampling
+# memory: a run of its own, so no sampling touches the timed runs);
+# rows: side mode rep test ops/s p99 [snap: snapshot-ms saves | mem:
+# rss-ratio pss-ratio]. A snapshot runs throughout by one redis-cli on one
+# connection (-r -1 -i 0.02: a BGSAVE every 20 ms; while one runs the
+# server answers "already in progress"), so no process starts during the
+# run. A snapshot's time under load is the time from the first BGSAVE to
+# the end of the last, over the saves made (INFO rdb_saves): gaps of up to
+# 20 ms between saves included.
 bench() {
 	side=$1 mode=$2 rep=$3
-	rss0=$(mem_kb VmRSS)
-	touch "$OUT/snapping"
-	snapper "$mode" &
-	sp=$!
-	sleep 0.2
+	mem_kb VmRSS
+	rss0=$MEM
+	sp= dp=
+	if [ "$mode" = mem ]; then
+		touch "$OUT/snapping"
+		snapper &
+		sp=$!
+	fi
+	if [ "$mode" != quiet ]; then
+		saves0=$(info rdb_saves)
+		t0=$(now_ms)
+		redis-cli -p "$PORT" -r -1 -i 0.02 bgsave > /dev/null 2>&1 &
+		dp=$!
+	fi
+	nap 0.2
 	csv=$(taskset -c $LCPU redis-benchmark -p "$PORT" -c 50 -n "$N" -P 1 -r "$KEYS" -d 100 \
 		-t set,get --csv 2> "$OUT/bench.err")
 	extra=""
-	rm -f "$OUT/snapping"
-	wait $sp
-	if [ "$mode" = snap ]; then
-		read -r prss ppss durs < "$OUT/snap.txt"
-		med=$(echo "$durs" | tr ' ' '\n' | sed '/^$/d' | sort -n | awk '{ a[NR] = $1 } END { print NR ? a[int((NR + 1) / 2)] : "-" }')
-		extra=$(awk -v a="$prss" -v b="$ppss" -v r="$rss0" -v m="$med" \
-			'BEGIN { printf "\t%.2f\t%.2f\t%s", a / r, b / r, m }')
+	[ -n "$dp" ] && kill $dp 2>/dev/null && wait $dp 2>/dev/null
+	if [ -n "$sp" ]; then
+		rm -f "$OUT/snapping"
+		wait $sp
+		read -r prss ppss < "$OUT/snap.txt"
+		extra=$(awk -v a="$prss" -v b="$ppss" -v r="$rss0" 'BEGIN { printf "\t%.2f\t%.2f", a / r, b / r }')
+	fi
+	if [ -n "$dp" ]; then
 		# let the last BGSAVE end before the next run
 		i=0
-		while [ "$(info rdb_bgsave_in_progress)" = 1 ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i + 1)); done
+		while [ "$(info rdb_bgsave_in_progress)" = 1 ] && [ $i -lt 600 ]; do nap 0.02; i=$((i + 1)); done
+		t1=$(now_ms)
+		saves=$(($(info rdb_saves) - saves0))
+		[ "$mode" = snap ] && extra=$(awk -v ms=$((t1 - t0)) -v n="$saves" \
+			'BEGIN { printf "\t%s\t%d", n ? sprintf("%.0f", ms / n) : "-", n }')
 	fi
 	printf '%s\n' "$csv" >> "$OUT/raw-$side.csv"
 	printf '%s\n' "$csv" | sed -n '2,3p' | tr -d '"' | awk -F, -v s="$side" -v m="$mode" -v r="$rep" \
@@ -209,22 +238,24 @@ for side in corio redis; do
 		bench $side quiet "$rep"
 		bench $side snap "$rep"
 	done
+	bench $side mem 1
 	echo "$side $(alone)" >> "$OUT/alone.txt"
 	stop_server
 done
-echo "| server | test | ops/s without | ops/s with | p99 ms without | p99 ms with | p99 with/without | peak RSS / before | peak PSS / before | snapshot ms under load | snapshot ms alone |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| server | test | ops/s without | ops/s with | p99 ms without | p99 ms with | p99 with/without | peak RSS / before | peak PSS / before | snapshot ms under load (mean) | snapshots under load | snapshot ms alone |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|"
 for side in corio redis; do
 	for t in SET GET; do
 		awk -F'\t' -v s="$side" -v t="$t" -v alone="$(sed -n "s/^$side //p" "$OUT/alone.txt")" '
 		function med(a, n,   i, j, x) { for (i = 2; i <= n; i++) { x = a[i]; for (j = i - 1; j >= 1 && a[j] > x; j--) a[j + 1] = a[j]; a[j + 1] = x } return n ? a[int((n + 1) / 2)] : 0 }
 		$1 == s && $4 == t && $2 == "quiet" { q[++nq] = $5; qp[nq] = $6 }
-		$1 == s && $4 == t && $2 == "snap" { w[++nw] = $5; wp[nw] = $6; r[nw] = $7; p[nw] = $8; d[nw] = $9 }
+		$1 == s && $4 == t && $2 == "snap" { w[++nw] = $5; wp[nw] = $6; d[nw] = $7; k[nw] = $8 }
+		$1 == s && $4 == t && $2 == "mem" { r[++nm] = $7; p[nm] = $8 }
 		END {
 			a = med(q, nq); b = med(w, nw); c = med(qp, nq); e = med(wp, nw)
-			printf "| %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f | %.2f | %.2f | %s | %s |\n", \
+			printf "| %s | %s | %.0f | %.0f | %.3f | %.3f | %.2f | %.2f | %.2f | %s | %s | %s |\n", \
 				s == "corio" ? "corio-kv" : "redis-server", t, a, b, c, e, c ? e / c : 0, \
-				med(r, nw), med(p, nw), med(d, nw), alone
+				med(r, nm), med(p, nm), med(d, nw), med(k, nw), alone
 		}' "$ROWS"
 	done
 done

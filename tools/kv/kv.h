@@ -199,6 +199,7 @@ struct kv_persist {
 	_Atomic int last_ok;      /* the last save succeeded */
 	_Atomic uint64_t dirty_saved; /* the changes the last save holds */
 	_Atomic int64_t last_ms;  /* how long the last save took */
+	_Atomic uint64_t saves;   /* successful saves since start (INFO rdb_saves) */
 	_Atomic int shutdown;     /* 1: stop now; 2: save first (SIGTERM with save points) */
 	_Atomic int scheduled;    /* BGSAVE SCHEDULE came while a save ran: one after it */
 	_Atomic int stop;         /* the server should stop (SHUTDOWN, or the save above ended) */

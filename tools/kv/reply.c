@@ -215,12 +215,13 @@ static void kv_reply_info(struct kv_conn *c, const struct kv_cmd *cmd, struct kv
 		kv_line(&b, "# Persistence\r\nloading:0\r\nasync_loading:0\r\n"
 			    "rdb_changes_since_last_save:%llu\r\nrdb_bgsave_in_progress:%d\r\n"
 			    "rdb_last_save_time:%lld\r\nrdb_last_bgsave_status:%s\r\n"
-			    "rdb_last_bgsave_time_sec:%lld\r\nrdb_last_cow_size:0\r\n"
+			    "rdb_last_bgsave_time_sec:%lld\r\nrdb_saves:%llu\r\nrdb_last_cow_size:0\r\n"
 			    "aof_enabled:0\r\naof_rewrite_in_progress:0\r\naof_last_write_status:ok\r\n\r\n",
 			(unsigned long long)(dirty > saved ? dirty - saved : 0),
 			atomic_load(&p->in_progress) && atomic_load(&p->bg),
 			(long long)atomic_load(&p->lastsave), atomic_load(&p->last_ok) ? "ok" : "err",
-			(long long)(atomic_load(&p->last_ms) + 500) / 1000);
+			(long long)(atomic_load(&p->last_ms) + 500) / 1000,
+			(unsigned long long)atomic_load(&p->saves));
 	}
 	if (kv_want(sec, "stats", true)) {
 		kv_line(&b, "# Stats\r\ntotal_connections_received:%llu\r\ntotal_commands_processed:%llu\r\n"

@@ -55,8 +55,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#ifndef KV_SNAP_STEP
 #define KV_SNAP_STEP 64               /* buckets walked per step */
+#endif
+#ifndef KV_SNAP_CHUNK
 #define KV_SNAP_CHUNK (256 * 1024)    /* bytes handed to the file at a time */
+#endif
 #define KV_SAVE_RETRY_S 5             /* a failed save point tries again after this */
 
 /* ---- the configuration ---- */
@@ -327,6 +331,7 @@ static void kv_save_done(struct kv_save_job *job, int ret)
 	if (!ret) {
 		atomic_store(&p->lastsave, kv_unix_ms() / 1000);
 		atomic_store(&p->dirty_saved, job->dirty);
+		atomic_fetch_add(&p->saves, 1);
 	}
 	atomic_store(&p->last_ms, (int64_t)((corio_now_ns() - job->t0) / 1000000));
 }

@@ -18,7 +18,9 @@
 #include "resp.h"
 
 #define KV_SWEEP_BUDGET 200 /* expired keys deleted per step (one step a turn) */
+#ifndef KV_BG_SHARES
 #define KV_BG_SHARES 10     /* the background class's shares; connections: 100 */
+#endif
 #define KV_LFU_INIT 5        /* a new key's LFU counter (Redis's LFU_INIT_VAL) */
 #define KV_TABLE_INIT 1024   /* buckets */
 
