@@ -40,6 +40,22 @@ static bool direct_ok(struct corio__net *n)
 	       !corio__ring_pending(&n->shard->ring);
 }
 
+/* A direct send's result r: counted when bytes went; 0 when the socket
+ * took none (use the ring), else r. */
+static inline ssize_t sent_now(struct corio__net *n, struct corio_sock *s, ssize_t r)
+{
+	if (r > 0) {
+		CORIO__STAT_ADD(n->stats.ops_out, 1);
+		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
+		CORIO__STAT_ADD(n->stats.send_direct, 1);
+		s->tx += (uint64_t)r;
+		return r;
+	}
+	if (r == 0 || r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR)
+		return 0;
+	return r;
+}
+
 /* The bytes the socket took (0: none, use the ring) or -errno.
  * CORIO_NET_TCP_SHORT=N (tests) takes at most N bytes of the first iovec,
  * as a nearly full send buffer would: the callers' short-write paths. */
@@ -67,16 +83,7 @@ static ssize_t send_now(struct corio__net *n, struct corio_sock *s, struct msghd
 	else
 		r = corio__sys_sendmsg(s->fd, mh, MSG_DONTWAIT | MSG_NOSIGNAL | more);
 
-	if (r > 0) {
-		CORIO__STAT_ADD(n->stats.ops_out, 1);
-		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)r);
-		CORIO__STAT_ADD(n->stats.send_direct, 1);
-		s->tx += (uint64_t)r;
-		return r;
-	}
-	if (r == 0 || r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR)
-		return 0;
-	return r;
+	return sent_now(n, s, r);
 }
 
 /* For the blocking sends: deadline and cancellation are checked first, as
@@ -344,8 +351,35 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 
 	if (!b || !b->_owner)
 		return corio__error(-EINVAL, "corio_send_buf: not a borrowed buffer");
-	if (b->_owner != corio__net())
+	/* n is this shard's net or NULL: only a buffer that is not n's needs
+	 * the second look (and a socket that is not ours is reported below) */
+	if (CORIO__UNLIKELY(b->_owner != n) && b->_owner != corio__net())
 		return corio__misuse(-EPERM, "corio_send_buf", "the buffer belongs to another shard");
+	if (CORIO__LIKELY(n && b->len && s->type == SOCK_STREAM && !s->serr && !s->wr_shut &&
+			  !n->stopping && s->sq_count < s->cap.send)) {
+		/* The common cases, each check once: an open stream of ours
+		 * with room in its queue. With nothing queued and a send the
+		 * socket takes whole, the buffer is back in its ring at once;
+		 * else (sent 0) it is queued, as below. CORIO_NET_TCP_SHORT
+		 * (tests) cuts the send, as in send_now, so the short write
+		 * is tested on this path too. */
+		if (!s->sq_tail && direct_ok(n)) {
+			size_t len = b->len;
+
+			if (CORIO__UNLIKELY(n->tcp_short_test) && len > n->tcp_short_test)
+				len = n->tcp_short_test;
+			sent = sent_now(n, s, corio__sys_send(s->fd, b->data, len,
+							      MSG_DONTWAIT | MSG_NOSIGNAL));
+			if (CORIO__LIKELY((size_t)sent == b->len)) {
+				corio__net_buf_put(n, b->_id);
+				b->_owner = NULL;
+				b->data = NULL;
+				b->len = 0;
+				return 0;
+			}
+		}
+		goto sent; /* a short write, none, or an error: as below */
+	}
 	ret = queue_refuses(n, s, "corio_send_buf");
 	if (!ret && b->len && s->sq_count >= s->cap.send)
 		ret = wait_room(s);
@@ -356,6 +390,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		struct msghdr mh = { .msg_iov = &v, .msg_iovlen = 1 };
 
 		sent = send_now(n, s, &mh, 0);
+sent:
 		if (sent < 0) {
 			s->serr = (int)sent;
 			ret = corio__net_err(n, (int)sent);
