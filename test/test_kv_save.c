@@ -554,6 +554,98 @@ Test(kv_save, redis_loads_corio_dumps, .timeout = 120)
 	tmp_remove();
 }
 
+/* Pages of tmpdir's dump.rdb in the page cache, and the file's pages. */
+static void dump_resident(size_t *res, size_t *pages)
+{
+	char path[512];
+	size_t ps = (size_t)sysconf(_SC_PAGESIZE);
+	struct stat st;
+	unsigned char *vec;
+	void *m;
+	int fd;
+
+	snprintf(path, sizeof(path), "%s/dump.rdb", tmpdir);
+	fd = open(path, O_RDONLY);
+	cr_assert(fd >= 0 && fstat(fd, &st) == 0 && st.st_size > 0);
+	*pages = ((size_t)st.st_size + ps - 1) / ps;
+	m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
+	cr_assert(m != MAP_FAILED);
+	vec = malloc(*pages);
+	cr_assert_eq(mincore(m, (size_t)st.st_size, vec), 0);
+	*res = 0;
+	for (size_t i = 0; i < *pages; i++)
+		*res += vec[i] & 1;
+	free(vec);
+	munmap(m, (size_t)st.st_size);
+	close(fd);
+}
+
+/*
+ * --rdb-direct yes (the default) writes the snapshot with O_DIRECT: the
+ * file is whole and loads, and its pages are not in the page cache (the
+ * kernel had no copy to make and nothing to write back), but for the last
+ * block, written through it. --rdb-direct no, a file system that refuses
+ * the O_DIRECT open, or one that takes the open and refuses the first
+ * write (both forced by KV_TEST_DIO) write through the page cache: whole
+ * files all the same.
+ */
+Test(kv_save, direct_snapshots_skip_the_page_cache, .timeout = 120)
+{
+	static const struct { const char *opt, *env; bool direct; } how[] = {
+		{ "yes", NULL, true }, { "no", NULL, false },
+		{ "yes", "open", false }, { "yes", "write", false },
+	};
+	char val[1000];
+
+	tmp_make();
+	memset(val, 'v', sizeof(val));
+	val[sizeof(val) - 1] = 0;
+	for (size_t h = 0; h < sizeof(how) / sizeof(how[0]); h++) {
+		struct proc kv;
+		struct bc *c;
+		size_t res, pages;
+
+		if (how[h].env)
+			setenv("KV_TEST_DIO", how[h].env, 1);
+		kv = kv_start("--save", "", "-n", "1", "--rdb-direct", how[h].opt, NULL);
+		unsetenv("KV_TEST_DIO");
+		cr_assert(kv.port > 0);
+		c = bc_open(kv.port);
+		cr_assert_str_eq(BC(c, "FLUSHALL"), "+OK\r\n");
+		for (int i = 0; i < 3000; i++) { /* 3 MB: hundreds of pages */
+			char k[16];
+
+			snprintf(k, sizeof(k), "k%d", i);
+			val[0] = (char)('a' + i % 26);
+			cr_assert_str_eq(BC(c, "SET", k, val), "+OK\r\n");
+		}
+		cr_assert_str_eq(BC(c, "SAVE"), "+OK\r\n");
+		dump_resident(&res, &pages);
+		if (how[h].direct)
+			cr_assert(res <= 2, "O_DIRECT: %zu of %zu pages cached", res, pages);
+		else
+			cr_assert(res >= pages * 9 / 10, "%s/%s: %zu of %zu pages cached", how[h].opt,
+				  how[h].env ? how[h].env : "-", res, pages);
+		bc_close(c);
+		cr_assert_eq(proc_end(&kv, SIGTERM), 0);
+		/* the file loads whole */
+		kv = kv_start("--save", "", "-n", "2", NULL);
+		cr_assert(kv.port > 0);
+		c = bc_open(kv.port);
+		cr_assert_str_eq(BC(c, "DBSIZE"), ":3000\r\n");
+		val[0] = (char)('a' + 2999 % 26);
+		{
+			char want[1100];
+
+			snprintf(want, sizeof(want), "$%zu\r\n%s\r\n", strlen(val), val);
+			cr_assert_str_eq(BC(c, "GET", "k2999"), want);
+		}
+		bc_close(c);
+		proc_end(&kv, SIGKILL);
+	}
+	tmp_remove();
+}
+
 Test(kv_save, corio_loads_redis_dumps, .timeout = 120)
 {
 	struct proc rs, kv;
