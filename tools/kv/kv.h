@@ -192,7 +192,6 @@ struct kv_persist {
 	struct { int64_t secs, changes; } points[KV_SAVE_POINTS];
 	int npoints;
 	bool load_partial;        /* --load-partial yes: keep what a bad file held before the error */
-	bool buffered;            /* --rdb-direct no: snapshots through the page cache (save.c) */
 	_Atomic int64_t lastsave; /* Unix s: the last successful save (the start before any) */
 	_Atomic int64_t last_try; /* Unix s: the last save started */
 	_Atomic int in_progress;  /* a save runs (SAVE or BGSAVE) */

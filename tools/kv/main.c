@@ -44,7 +44,6 @@ static struct {
 	int unprotected; /* --protected-mode: 0 yes, 1 no */
 	int cluster;     /* --cluster-mode: 0 off, 1 emulated */
 	int load_partial; /* --load-partial: 0 no, 1 yes */
-	int rdb_buffered; /* --rdb-direct: 0 yes, 1 no */
 	int policy;       /* --maxmemory-policy: enum kv_policy */
 	uint64_t samples; /* --maxmemory-samples */
 	double timeout;
@@ -103,10 +102,6 @@ static int parse_options(struct kv_server *srv, int argc, char **argv)
 		{ TOOL_OPT_CHOICE("load-partial", 0, m.load_partial, noyes, "no|yes",
 				  "start with the keys before the error when the snapshot\n"
 				  "is corrupt or truncated (no: refuse to start)") },
-		{ TOOL_OPT_CHOICE("rdb-direct", 0, m.rdb_buffered, yesno, "yes|no",
-				  "write snapshots with O_DIRECT where the file system\n"
-				  "takes it, so their write-back does not load the shard's\n"
-				  "CPU (no: through the page cache)") },
 		{ TOOL_OPT_SECONDS("timeout", 0, m.timeout, 0.001, 1e6, "SECS",
 				   "exit after SECS (default: until SIGINT/SIGTERM)") },
 		{ 0 },
@@ -183,7 +178,6 @@ int main(int argc, char **argv)
 	snprintf(srv->persist.dbfilename, sizeof(srv->persist.dbfilename), "%s",
 		 m.dbfilename ? m.dbfilename : "dump.rdb");
 	srv->persist.load_partial = m.load_partial == 1;
-	srv->persist.buffered = m.rdb_buffered == 1;
 	atomic_store(&srv->policy, m.policy);
 	atomic_store(&srv->samples, m.samples ? (int)m.samples : 5);
 	if (strchr(srv->persist.dbfilename, '/') || !srv->persist.dbfilename[0]) {

@@ -156,8 +156,6 @@ struct kv_part {
 struct kv_save_job {
 	struct kv_server *srv;
 	int fd;             /* the temp file */
-	bool direct;        /* --rdb-direct: O_DIRECT writes where the file system takes them */
-	const char *hdr;    /* the header's bytes (shard 0's writer stages them) */
 	uint64_t hdr_len, hdr_crc;
 	struct kv_part *part; /* [nshards] */
 	char dir[1024], tmp[1200], final[1300];
@@ -186,139 +184,9 @@ static intptr_t kv_snap_begin_fn(void *arg)
 	return 0;
 }
 
-/*
- * The snapshot's writer: a stream of bytes at increasing offsets, with
- * O_DIRECT where the file system takes it (--rdb-direct yes, the default).
- * Why: ext4 cannot write through the page cache without blocking, so
- * io_uring gives every buffered write, and the fsync's write-back of the
- * whole file, to an io-wq worker, which runs on the shard's CPU and, unlike
- * the walker, outside its class's shares (docs/BENCHMARKS.md measured 250
- * ms of it in 6 s of back-to-back snapshots). O_DIRECT leaves the kernel
- * no copy and no write-back to do; the copy into the aligned staging
- * buffer below is the walker's, so its class pays for it. Whole aligned
- * blocks go out with O_DIRECT; the last partial block (and everything, when
- * the file system refuses O_DIRECT) through the buffered fd.
- */
-#define KV_DIO_ALIGN 4096u /* offsets, lengths and memory: 512- and 4096-byte devices */
-#define KV_DW_CAP (KV_SNAP_CHUNK + 2 * KV_DIO_ALIGN)
-
-struct kv_dw {
-	int fd;       /* buffered: the tail, or everything */
-	int dfd;      /* O_DIRECT, or -1 */
-	char *a;      /* staging, KV_DW_CAP bytes, aligned (O_DIRECT only) */
-	size_t len;   /* bytes staged */
-	uint64_t off; /* the file offset of a[0], aligned; without O_DIRECT the next byte's */
-	bool wrote;   /* an O_DIRECT write went through */
-	bool einval;  /* KV_TEST_DIO=write: the first O_DIRECT write fails with EINVAL */
-};
-
-/* Begin at file offset start; pre holds the file's bytes before start (at
- * least from start's block on), as shard 0's header. */
-static void kv_dw_open(struct kv_dw *w, bool direct, const char *path, int fd, uint64_t start,
-		       const char *pre, size_t prelen)
-{
-	uint64_t from = start & ~(uint64_t)(KV_DIO_ALIGN - 1);
-	/* tests: "open" fails the O_DIRECT open, "write" the first write */
-	const char *t = getenv("KV_TEST_DIO");
-
-	*w = (struct kv_dw){ .fd = fd, .dfd = -1, .off = start };
-	if (!direct || fd < 0 || (start && (!pre || prelen != start)))
-		return;
-	w->a = aligned_alloc(KV_DIO_ALIGN, KV_DW_CAP);
-	if (w->a)
-		w->dfd = t && !strcmp(t, "open") ? -EINVAL : corio_open(path, O_WRONLY | O_DIRECT, 0);
-	if (w->dfd < 0) { /* no memory, or a file system without O_DIRECT */
-		free(w->a);
-		w->a = NULL;
-		w->dfd = -1;
-		return;
-	}
-	memcpy(w->a, pre + from, start - from);
-	w->len = start - from;
-	w->off = from;
-	w->einval = t && !strcmp(t, "write");
-}
-
-/* Write the staged whole blocks; keep the rest. 0 or -errno. */
-static int kv_dw_flush(struct kv_dw *w)
-{
-	size_t whole = w->len & ~(size_t)(KV_DIO_ALIGN - 1);
-	ssize_t r;
-
-	if (!whole)
-		return 0;
-	r = w->einval && !w->wrote ? -EINVAL : corio_write_all(w->dfd, w->a, whole, w->off, NULL);
-	if (r == -EINVAL && !w->wrote) {
-		/* It took the O_DIRECT open but not this write (an alignment
-		 * it wants larger): through the page cache from here on. */
-		corio_close_fd(w->dfd);
-		w->dfd = -1;
-		r = corio_write_all(w->fd, w->a, w->len, w->off, NULL);
-		if (r < 0)
-			return (int)r;
-		w->off += w->len;
-		w->len = 0;
-		free(w->a);
-		w->a = NULL;
-		return 0;
-	}
-	if (r < 0)
-		return (int)r;
-	w->wrote = true;
-	memmove(w->a, w->a + whole, w->len - whole);
-	w->len -= whole;
-	w->off += whole;
-	return 0;
-}
-
-static int kv_dw_put(struct kv_dw *w, const char *p, size_t n)
-{
-	int ret;
-
-	if (w->dfd < 0) {
-		ssize_t r = corio_write_all(w->fd, p, n, w->off, NULL);
-
-		if (r < 0)
-			return (int)r;
-		w->off += n;
-		return 0;
-	}
-	while (n) {
-		size_t k = KV_DW_CAP - w->len < n ? KV_DW_CAP - w->len : n;
-
-		memcpy(w->a + w->len, p, k);
-		w->len += k;
-		p += k;
-		n -= k;
-		if (w->len == KV_DW_CAP && (ret = kv_dw_flush(w)))
-			return ret;
-	}
-	return kv_dw_flush(w); /* whole blocks now; the rest waits for the next put */
-}
-
-/* The partial last block through the buffered fd; *end: the stream's end
- * offset. 0 or -errno (the writer is closed either way; fd is the caller's). */
-static int kv_dw_close(struct kv_dw *w, bool write_tail, uint64_t *end)
-{
-	ssize_t r = 0;
-
-	if (w->dfd >= 0) {
-		if (write_tail && w->len)
-			r = corio_write_all(w->fd, w->a, w->len, w->off, NULL);
-		w->off += w->len;
-		w->len = 0;
-		corio_close_fd(w->dfd);
-		w->dfd = -1;
-	}
-	free(w->a);
-	w->a = NULL;
-	*end = w->off;
-	return r < 0 ? (int)r : 0;
-}
-
 /* Hand the records made so far to the file (swapping buffers, so changes
  * made while the write is in flight go to the other one). */
-static void kv_snap_out(struct kv_snap *s, struct kv_buf *out, struct kv_dw *w, uint64_t *crc)
+static void kv_snap_out(struct kv_snap *s, struct kv_buf *out, int fd, uint64_t *off, uint64_t *crc)
 {
 	struct kv_buf t = *out;
 
@@ -326,9 +194,14 @@ static void kv_snap_out(struct kv_snap *s, struct kv_buf *out, struct kv_dw *w, 
 	s->buf = t;
 	s->buf.len = 0;
 	if (!s->failed && out->len) {
+		ssize_t n;
+
 		*crc = kv_crc64(*crc, out->p, out->len);
-		if (kv_dw_put(w, out->p, out->len))
+		n = corio_write_all(fd, out->p, out->len, *off, NULL);
+		if (n < 0)
 			s->failed = true;
+		else
+			*off += out->len;
 	}
 	out->len = 0;
 }
@@ -345,7 +218,6 @@ static intptr_t kv_snap_walk_fn(void *arg)
 	struct kv_snap *s = &sh->snap;
 	struct kv_part *pt = &job->part[me];
 	struct kv_buf out = { 0 };
-	struct kv_dw w;
 	uint64_t off = 0, crc = 0;
 	size_t b = 0;
 	int ti = 0, fd;
@@ -354,13 +226,12 @@ static intptr_t kv_snap_walk_fn(void *arg)
 	corio_class_switch(sh->bg_cls); /* a corio_call fiber: it ends with the walk */
 	if (me == 0) {
 		fd = job->fd;
+		off = job->hdr_len;
 		crc = job->hdr_crc;
-		kv_dw_open(&w, job->direct, job->tmp, fd, job->hdr_len, job->hdr, job->hdr_len);
 	} else {
 		fd = corio_open(pt->path, O_WRONLY | O_CREAT | O_TRUNC, 0600);
 		if (fd < 0)
 			s->failed = true;
-		kv_dw_open(&w, job->direct, pt->path, fd, 0, NULL, 0);
 	}
 	while (!done) {
 		for (int nb = 0; nb < KV_SNAP_STEP && s->buf.len < KV_SNAP_CHUNK;) {
@@ -383,7 +254,7 @@ static intptr_t kv_snap_walk_fn(void *arg)
 		if (done)
 			s->active = false; /* every entry carries the current bit now */
 		if (done || s->buf.len >= KV_SNAP_CHUNK)
-			kv_snap_out(s, &out, &w, &crc);
+			kv_snap_out(s, &out, fd, &off, &crc);
 		if (!done) {
 			/*
 			 * One step per loop turn, in the background class
@@ -398,8 +269,6 @@ static intptr_t kv_snap_walk_fn(void *arg)
 				s->failed = cancelled = true;
 		}
 	}
-	if (kv_dw_close(&w, !s->failed, &off))
-		s->failed = true;
 	pt->err = !s->failed ? 0 : cancelled ? -ECANCELED : s->buf.nomem || out.nomem ? -ENOMEM : -EIO;
 	pt->len = off;
 	pt->crc = crc;
@@ -501,7 +370,6 @@ static struct kv_save_job *kv_save_begin(struct kv_server *srv, char *why, size_
 	job->t0 = corio_now_ns();
 	pthread_mutex_lock(&p->lock);
 	snprintf(job->dir, sizeof(job->dir), "%s", p->dir[0] ? p->dir : ".");
-	job->direct = !p->buffered;
 	snprintf(job->final, sizeof(job->final), "%s/%s", job->dir,
 		 p->dbfilename[0] ? p->dbfilename : "dump.rdb");
 	pthread_mutex_unlock(&p->lock);
@@ -559,7 +427,6 @@ static int kv_save_finish(struct kv_save_job *job)
 	} else {
 		job->hdr_crc = kv_crc64(0, hdr.p, hdr.len);
 		job->hdr_len = hdr.len;
-		job->hdr = hdr.p;
 		if ((ret = (int)corio_write_all(job->fd, hdr.p, hdr.len, 0, NULL)) < 0)
 			snprintf(why, whylen, "cannot write %.400s: %.100s", job->tmp, strerror(-ret));
 		else
