@@ -82,6 +82,61 @@ Test(kv_save, lzf_decompresses_and_refuses_bad_input)
 	cr_assert_eq(kv_lzf_decompress(cut, sizeof(cut), out, 6), -EINVAL);
 }
 
+/* Our compressor's output decompresses to its input, for inputs that
+ * compress (runs, repeats near and 8 KiB back, matches of 264 bytes and
+ * more) and ones that do not (random bytes: 0 when the output would not
+ * fit, as the writer asks); and a string written by kv_rdb_put_str is read
+ * back through the LZF encoding when it is long and compressible. */
+Test(kv_save, lzf_compresses_and_round_trips)
+{
+	static uint8_t in[20000], z[20000], back[20000];
+	uint32_t x = 12345;
+	size_t n, c;
+
+	for (int kind = 0; kind < 5; kind++) {
+		n = kind == 4 ? 30 : sizeof(in);
+		for (size_t i = 0; i < n; i++) {
+			x = x * 1103515245u + 12345u;
+			in[i] = kind == 0   ? 0 /* one long run */
+				: kind == 1 || kind == 4 ? (uint8_t)"the quick brown fox "[i % 20]
+				: kind == 2 ? (uint8_t)(i < 9000 ? x >> 24 : in[i - 8192]) /* far back */
+				: (uint8_t)(x >> 24);               /* random: no gain */
+		}
+		c = kv_lzf_compress(in, n, z, kind == 3 ? n - 4 : sizeof(z));
+		if (kind == 3) {
+			cr_assert_eq(c, 0, "random bytes did not compress by 4");
+			continue;
+		}
+		cr_assert(c > 0 && c < n, "kind %d: %zu of %zu", kind, c, n);
+		memset(back, 0xee, n);
+		cr_assert_eq(kv_lzf_decompress(z, c, back, n), 0, "kind %d", kind);
+		cr_assert(!memcmp(in, back, n), "kind %d differs", kind);
+		if (kind == 0)
+			cr_assert(c < n / 50, "a run of zeros: %zu of %zu", c, n);
+	}
+	/* every short prefix of a repetitive input, the edges of runs and literals */
+	for (n = 0; n < 300; n++) {
+		for (size_t i = 0; i < n; i++)
+			in[i] = (uint8_t)(i % 7 < 3 ? 'a' : 'a' + i % 5);
+		c = kv_lzf_compress(in, n, z, sizeof(z));
+		cr_assert(n == 0 ? c == 0 : c > 0);
+		cr_assert_eq(kv_lzf_decompress(z, c, back, n), 0, "length %zu", n);
+		cr_assert(!memcmp(in, back, n), "length %zu", n);
+	}
+	{
+		struct kv_buf b = { 0 };
+		const char *v = "0000000000000000000000000000000000000000000000000000000000000000";
+
+		kv_rdb_put_str(&b, v, strlen(v));
+		cr_assert_eq((uint8_t)b.p[0], 0xc3, "a compressible string is written LZF-encoded");
+		cr_assert(b.len < 20);
+		kv_buf_free(&b);
+		kv_rdb_put_str(&b, "short, 20 bytes long", 20);
+		cr_assert_eq(b.len, 21, "20 bytes or fewer: as they are");
+		kv_buf_free(&b);
+	}
+}
+
 /* What a parse saw: "key=value" lines (hashes: key={f=v,...}), expiries as
  * "@ms" suffixes. */
 struct seen {

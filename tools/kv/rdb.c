@@ -194,6 +194,70 @@ int kv_lzf_decompress(const uint8_t *in, size_t n, uint8_t *out, size_t outn)
 	return o == outn ? 0 : -EINVAL;
 }
 
+/*
+ * Compression, our own (the format above; Redis writes it with liblzf). A
+ * table of the last position of each 3-byte hash finds a candidate; its
+ * bytes decide (a stale entry from an earlier call points inside this
+ * input or past ip, so the table is never cleared). References reach 8 KiB
+ * back and run up to 264 bytes; literals go in runs of up to 32. The
+ * output's length, or 0 when it would not fit outn (the caller then writes
+ * the bytes as they are).
+ */
+#define LZF_HBITS 12
+#define LZF_MAXBACK 8192
+#define LZF_MAXLEN (2 + 7 + 255)
+
+static bool lzf_lits(const uint8_t *in, size_t from, size_t to, uint8_t *out, size_t *o, size_t outn)
+{
+	while (from < to) {
+		size_t run = to - from < 32 ? to - from : 32;
+
+		if (*o + 1 + run > outn)
+			return false;
+		out[(*o)++] = (uint8_t)(run - 1);
+		memcpy(out + *o, in + from, run);
+		*o += run;
+		from += run;
+	}
+	return true;
+}
+
+size_t kv_lzf_compress(const uint8_t *in, size_t n, uint8_t *out, size_t outn)
+{
+	static __thread uint32_t tab[1u << LZF_HBITS];
+	size_t ip = 0, lit = 0, o = 0;
+
+	if (n > UINT32_MAX)
+		return 0;
+	while (ip + 2 < n) {
+		uint32_t v = (uint32_t)in[ip] << 16 | (uint32_t)in[ip + 1] << 8 | in[ip + 2];
+		uint32_t h = (v * 2654435761u) >> (32 - LZF_HBITS);
+		size_t ref = tab[h], back, len, max;
+
+		tab[h] = (uint32_t)ip;
+		if (ref >= ip || ip - ref > LZF_MAXBACK || memcmp(in + ref, in + ip, 3)) {
+			ip++;
+			continue;
+		}
+		max = n - ip < LZF_MAXLEN ? n - ip : LZF_MAXLEN;
+		for (len = 3; len < max && in[ref + len] == in[ip + len]; len++)
+			;
+		if (!lzf_lits(in, lit, ip, out, &o, outn) || o + 3 > outn)
+			return 0;
+		back = ip - ref - 1;
+		if (len - 2 < 7) {
+			out[o++] = (uint8_t)((len - 2) << 5 | back >> 8);
+		} else {
+			out[o++] = (uint8_t)(7 << 5 | back >> 8);
+			out[o++] = (uint8_t)(len - 2 - 7);
+		}
+		out[o++] = (uint8_t)back;
+		ip += len;
+		lit = ip;
+	}
+	return lzf_lits(in, lit, n, out, &o, outn) ? o : 0;
+}
+
 /* ---- writing ---- */
 
 void kv_rdb_put_len(struct kv_buf *b, uint64_t len)
@@ -243,6 +307,30 @@ void kv_rdb_put_str(struct kv_buf *b, const char *p, size_t n)
 		kv_put(b, &t, 1);
 		put_le(b, (uint64_t)v, t == 0xc0 ? 1 : t == 0xc1 ? 2 : 4);
 		return;
+	}
+	/* Redis's rdbSaveLzfStringObject: strings over 20 bytes that LZF
+	 * makes at least 4 bytes shorter; 0xc3, the lengths, the bytes. */
+	if (n > 20 && kv_reserve(b, n + 24)) {
+		uint8_t *at = (uint8_t *)b->p + b->len, *z = at + 24;
+		size_t c = kv_lzf_compress((const uint8_t *)p, n, z, n - 4), hl;
+		struct kv_buf h = { 0 };
+
+		if (c) {
+			uint8_t hb[24];
+
+			/* the header into hb (lengths take at most 9 bytes each) */
+			h.p = (char *)hb;
+			h.cap = sizeof(hb);
+			hb[0] = 0xc3;
+			h.len = 1;
+			kv_rdb_put_len(&h, c);
+			kv_rdb_put_len(&h, n);
+			hl = h.len;
+			memmove(at + hl, z, c);
+			memcpy(at, hb, hl);
+			b->len += hl + c;
+			return;
+		}
 	}
 	kv_rdb_put_len(b, n);
 	kv_put(b, p, n);

@@ -49,6 +49,9 @@ uint64_t kv_crc64(uint64_t crc, const void *p, size_t n);
 /* LZF: decompress in[0..n) into exactly outn bytes of out: 0, or -EINVAL
  * when the input is malformed or does not make exactly outn bytes. */
 int kv_lzf_decompress(const uint8_t *in, size_t n, uint8_t *out, size_t outn);
+/* LZF-compress n bytes into out: the length written, or 0 when it would
+ * not fit outn bytes. */
+size_t kv_lzf_compress(const uint8_t *in, size_t n, uint8_t *out, size_t outn);
 
 /* ---- writing (into a growable buffer) ---- */
 
