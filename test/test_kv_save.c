@@ -257,6 +257,25 @@ Test(kv_save, reader_takes_every_encoding)
 	kv_buf_free(&b);
 }
 
+/* An LZF string that claims 0 bytes (fuzz_rdb found it: the read did
+ * pointer arithmetic on a scratch area never allocated) reads as empty;
+ * one that claims 0 but carries data is refused at its offset. */
+Test(kv_save, empty_lzf_string_reads_as_empty)
+{
+	static const uint8_t ok[] = { 'R', 'E', 'D', 'I', 'S', '0', '0', '1', '0', 0x00, 1, 'k',
+				      0xc3, 0, 0, 0xff, 0, 0, 0, 0, 0, 0, 0, 0 };
+	static const uint8_t bad[] = { 'R', 'E', 'D', 'I', 'S', '0', '0', '1', '0', 0x00, 1, 'k',
+				       0xc3, 2, 0, 0, 'a', 0xff, 0, 0, 0, 0, 0, 0, 0, 0 };
+	struct seen s = { 0 };
+	char err[300];
+
+	cr_assert_eq(kv_rdb_parse(ok, sizeof(ok), seen_key, &s, err, sizeof(err)), 0, "%s", err);
+	cr_assert_str_eq(s.text, "k=;");
+	memset(&s, 0, sizeof(s));
+	cr_assert_eq(kv_rdb_parse(bad, sizeof(bad), seen_key, &s, err, sizeof(err)), -EINVAL);
+	cr_assert(strstr(err, "offset 12"), "%s", err);
+}
+
 Test(kv_save, damage_is_an_error_at_an_offset)
 {
 	struct kv_buf b = { 0 };

@@ -664,7 +664,8 @@ static int rd_str(struct rd *r, struct rstr *s, const char *what)
 		    (ret = rd_need(r, clen, what)))
 			return ret;
 		/* a token of 2-3 bytes makes at most 264: a longer claim is corrupt */
-		if (ulen > clen * 132 + 64 || !kv_reserve(&r->scratch, ulen))
+		/* (at least a byte: an empty string's scratch must not be NULL) */
+		if (ulen > clen * 132 + 64 || !kv_reserve(&r->scratch, ulen ? ulen : 1))
 			return ulen > clen * 132 + 64 ? rd_fail(r, at, "LZF string of %llu bytes claims "
 								"%llu uncompressed", (unsigned long long)clen,
 								(unsigned long long)ulen)

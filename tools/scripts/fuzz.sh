@@ -40,6 +40,7 @@ for t in $TARGETS; do
 	case $t in # the tool units a target links (through their headers)
 	sockperf) extra=tools/common/sockperf.c ;;
 	resp) extra="tools/kv/resp.c tools/kv/out.c" ;;
+	rdb) extra="tools/kv/rdb.c tools/kv/resp.c tools/kv/out.c" ;;
 	upper) extra=tools/examples/upper-echo/upper.c ;;
 	*) extra="" ;;
 	esac
