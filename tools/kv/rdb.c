@@ -240,8 +240,20 @@ size_t kv_lzf_compress(const uint8_t *in, size_t n, uint8_t *out, size_t outn)
 			continue;
 		}
 		max = n - ip < LZF_MAXLEN ? n - ip : LZF_MAXLEN;
-		for (len = 3; len < max && in[ref + len] == in[ip + len]; len++)
-			;
+		/* 8 bytes a step (ref < ip, so ref + len + 8 <= ip + max <= n),
+		 * then byte by byte; the same length either way */
+		for (len = 3; len + 8 <= max;) {
+			uint64_t x = le64(in + ref + len) ^ le64(in + ip + len);
+
+			if (x) {
+				len += (size_t)__builtin_ctzll(x) / 8;
+				goto matched;
+			}
+			len += 8;
+		}
+		while (len < max && in[ref + len] == in[ip + len])
+			len++;
+matched:
 		if (!lzf_lits(in, lit, ip, out, &o, outn) || o + 3 > outn)
 			return 0;
 		back = ip - ref - 1;
