@@ -229,73 +229,79 @@ static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t
 }
 
 /* Nothing is runnable: hand SQEs to the kernel and wait per the idle
- * strategy. Returns true when the shard blocked in the kernel. */
-static bool idle_wait(struct corio__shard *s, struct corio__loopstat *sp, bool fiber_stalled)
+ * strategy. Returns true when the shard blocked in the kernel.
+ *
+ * Three ticks at most (the start, the end of a spin, the end) and no
+ * conversion: the idle and blocked times are kept in ticks, and the
+ * readers convert (corio_stats_get, the stall reports). */
+static inline __attribute__((always_inline)) bool idle_wait(struct corio__shard *s,
+							    struct corio__loopstat *sp,
+							    bool fiber_stalled)
 {
-	const struct corio_config *cfg = &s->rt->cfg;
-	uint64_t t0 = corio__tick(), spin_end, enter_t = 0;
+	const struct corio_rt *rt = s->rt;
+	uint64_t t0 = corio__tick(), enter_t = t0, t1;
 	bool blocked = false;
 
 	account(s, sp, t0 - sp->last_poll, t0 - sp->last_poll, fiber_stalled);
 	__atomic_store_n(&sp->idle_from, t0 ? t0 : 1, __ATOMIC_RELEASE);
-	if (cfg->idle != CORIO_IDLE_BLOCK) {
-		spin_end = cfg->idle == CORIO_IDLE_POLL
-				   ? UINT64_MAX
-				   : t0 + corio__ns_ticks(corio__ns_mul_sat(cfg->spin_us, CORIO__NS_PER_US));
+	if (CORIO__UNLIKELY(rt->cfg.idle != CORIO_IDLE_BLOCK)) {
+		uint64_t spin_end = rt->cfg.idle == CORIO_IDLE_POLL
+					    ? UINT64_MAX
+					    : t0 + corio__ns_ticks(corio__ns_mul_sat(rt->cfg.spin_us,
+										   CORIO__NS_PER_US));
+
 		for (;;) {
 			if (corio__ring_poll(&s->ring) || parts_poll(s) || s->runq_active ||
-			    atomic_load_explicit(&s->rt->stopping, memory_order_relaxed))
+			    atomic_load_explicit(&rt->stopping, memory_order_relaxed))
 				goto out;
-			if (corio__tick() >= spin_end)
+			if ((enter_t = corio__tick()) >= spin_end)
 				break;
 		}
 		/* The parts' last word before blocking after a spin (the timers
 		 * arm their kernel timeout, which the spin did without). */
-		for (unsigned i = 0; i < s->rt->nsleeps; i++)
-			s->rt->sleeps[i](s);
+		for (unsigned i = 0; i < rt->nsleeps; i++)
+			rt->sleeps[i](s);
 	}
 	/* A stopping shard never blocks: it turns until its fibers, ops and
 	 * parts have drained, and never advertises itself as sleeping (a
-	 * MSG_RING doorbell must not target a ring that is about to close). */
-	if (atomic_load_explicit(&s->rt->stopping, memory_order_relaxed)) {
-		corio__ring_poll(&s->ring); /* submit, and flush deferred completions */
-		goto out;
-	}
-	/* One look at what other threads feed before advertising sleep:
+	 * MSG_RING doorbell must not target a ring that is about to close).
+	 *
+	 * Else one look at what other threads feed before advertising sleep:
 	 * under a steady stream of messages this usually finds work, and
 	 * senders never see us asleep. The parts this shard feeds itself were
 	 * polled this turn, after every fiber and completion that could give
 	 * them work. */
-	if (s->runq_active || atomic_load_explicit(&s->xpend, memory_order_relaxed))
+	if (CORIO__UNLIKELY(atomic_load_explicit(&rt->stopping, memory_order_relaxed)) ||
+	    s->runq_active || atomic_load_explicit(&s->xpend, memory_order_relaxed))
 		goto submit;
 	atomic_store(&s->sleeping, 1);
 	/* Last look for work that another thread published before it saw us
 	 * awake: its hint (seq_cst; corio__shard_hint). */
-	if (!atomic_load(&s->xpend) && !atomic_load(&s->rt->stopping)) {
-		enter_t = corio__tick();
+	if (!atomic_load(&s->xpend) && !atomic_load(&rt->stopping)) {
 		corio__ring_enter(&s->ring, 1);
 		blocked = true;
 	}
 	/* seq_cst: a waker whose exchange won saw us before this store, and
 	 * our next check of the waker's in-flight count sees its increment. */
 	atomic_store(&s->sleeping, 0);
+	if (!blocked) {
 submit:
-	/* Work turned up instead of sleep: still hand the kernel the queued
-	 * SQEs and run its deferred completions (no syscall when there are
-	 * none). A part that has work on every turn - a timer callback that
-	 * re-arms in the past - would otherwise keep every socket of the
-	 * shard from being served (timer::rearm_in_the_past_*). */
-	if (!blocked)
+		/* Work turned up instead of sleep (or the shard stops): still
+		 * hand the kernel the queued SQEs and run its deferred
+		 * completions (no syscall when there are none). A part that has
+		 * work on every turn - a timer callback that re-arms in the past
+		 * - would otherwise keep every socket of the shard from being
+		 * served (timer::rearm_in_the_past_*). */
 		corio__ring_poll(&s->ring);
+	}
 out:
-	s->now = sp->last_poll = corio__tick();
-	/* Clear the mark before adding: a reader that sees the new idle_ns
+	s->now = sp->last_poll = t1 = corio__tick();
+	/* Clear the mark before adding: a reader that sees the new idle_t
 	 * (acquire) then sees no mark, so it never counts this period twice. */
 	__atomic_store_n(&sp->idle_from, 0, __ATOMIC_RELEASE);
-	__atomic_store_n(&s->stats.idle_ns,
-			 s->stats.idle_ns + corio__ticks_ns(sp->last_poll - t0), __ATOMIC_RELEASE);
+	__atomic_store_n(&sp->idle_t, sp->idle_t + (t1 - t0), __ATOMIC_RELEASE);
 	if (blocked) /* off CPU: the stall reports' on-CPU bound subtracts it */
-		sp->blocked_ns += corio__ticks_ns(sp->last_poll - enter_t);
+		sp->blocked_t += t1 - enter_t;
 	return blocked;
 }
 

@@ -220,7 +220,7 @@ void corio__cpu_base(struct corio__shard *s)
 	sp->cpu_base = thread_cpu_ns(CLOCK_THREAD_CPUTIME_ID);
 	sp->base_ns = corio_now_ns();
 	sp->base_tick = corio__tick();
-	sp->base_blocked = sp->blocked_ns;
+	sp->base_blocked = sp->blocked_t;
 }
 
 void corio__daemon_add(struct corio__shard *s, int delta)
@@ -249,7 +249,7 @@ static uint64_t on_cpu_ns(struct corio__shard *s, uint64_t wall_ns, uint64_t sla
 	if (!cpu || !sp->cpu_base)
 		return wall_ns; /* no CPU clock: wall time is all there is */
 	used = cpu - sp->cpu_base;
-	blocked = sp->blocked_ns - sp->base_blocked;
+	blocked = corio__ticks_ns(sp->blocked_t - sp->base_blocked);
 	if (start > sp->base_ns)
 		before = start - sp->base_ns;
 	before = before > blocked ? before - blocked : 0;
@@ -257,7 +257,7 @@ static uint64_t on_cpu_ns(struct corio__shard *s, uint64_t wall_ns, uint64_t sla
 	sp->cpu_base = cpu;
 	sp->base_ns = now;
 	sp->base_tick = corio__tick();
-	sp->base_blocked = sp->blocked_ns;
+	sp->base_blocked = sp->blocked_t;
 	return on < wall_ns + slack_ns ? on : wall_ns + slack_ns;
 }
 
@@ -397,17 +397,17 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 	}
 	out->turn_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.turn_max_t, __ATOMIC_RELAXED));
 	out->gap_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.gap_max_t, __ATOMIC_RELAXED));
+	/* Kept in ticks by the loop (core/loop.c). */
+	out->idle_ns = corio__ticks_ns(__atomic_load_n(&s->ls.idle_t, __ATOMIC_ACQUIRE));
 	if (s != corio__tl_shard) {
 		/* An idle period in progress (the shard may be blocked for
-		 * hours): count it up to now. Read after idle_ns, see loop.c. */
-		uint64_t idle = __atomic_load_n(&s->stats.idle_ns, __ATOMIC_ACQUIRE);
+		 * hours): count it up to now. Read after idle_t, see loop.c. */
 		uint64_t from, now;
 
 		if (s->ls.read_gap)
 			usleep(50);
 		from = __atomic_load_n(&s->ls.idle_from, __ATOMIC_ACQUIRE);
 		now = corio__tick();
-		out->idle_ns = idle;
 		if (from && now > from)
 			out->idle_ns += corio__ticks_ns(now - from);
 	}

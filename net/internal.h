@@ -328,9 +328,12 @@ static inline void *corio__net_slice_data(struct corio__net *n, const struct cor
 	return (char *)corio__bufring_addr(corio__net_ring(n, q->id), q->id & 0xffffu) + q->off;
 }
 
-/* Put one reference to buffer id (a slice's, a corio_buf's); refresh the
- * bufs_out stat. */
-void corio__net_buf_put(struct corio__net *n, uint32_t id);
+/* Put one reference to buffer id (a slice's, a corio_buf's); the ring
+ * keeps the bufs_out stat. */
+static inline void corio__net_buf_put(struct corio__net *n, uint32_t id)
+{
+	corio__bufring_put(corio__net_ring(n, id), id & 0xffffu);
+}
 
 /* The part's poll: re-arm receives an empty ring (or the budget) stopped.
  * The number armed. */

@@ -73,6 +73,7 @@ static int ring_init(struct corio__net *n, struct corio__bufring *b, uint16_t bg
 	if (ret)
 		return corio__error(ret, "net: cannot set up %u receive buffers of %u bytes: %s",
 				    nbufs, size, strerror(-ret));
+	b->out = &n->stats.bufs_out; /* both rings count there, as they go */
 	return 0;
 }
 
@@ -125,20 +126,6 @@ void corio__net_bufs_fini(struct corio__net *n)
 		free(c);
 	}
 	n->slice_free = NULL;
-}
-
-/* Refresh stats.bufs_out: buffers out of both rings now. */
-static void bufs_stat(struct corio__net *n)
-{
-	uint64_t out = n->bufs.nbufs - n->bufs.in_ring + n->dbufs.nbufs - n->dbufs.in_ring;
-
-	CORIO__STAT_SET(n->stats.bufs_out, out);
-}
-
-void corio__net_buf_put(struct corio__net *n, uint32_t id)
-{
-	corio__bufring_put(corio__net_ring(n, id), id & 0xffffu);
-	bufs_stat(n);
 }
 
 /* The slice records: a free list refilled a chunk at a time, never freed
@@ -329,7 +316,6 @@ int corio__sock_arm(struct corio_sock *s)
 	} else {
 		s->ubid = (unsigned)corio__bufring_take(ring);
 		io_uring_prep_recv(sqe, s->fd, corio__bufring_addr(ring, s->ubid), ring->size, 0);
-		bufs_stat(n);
 	}
 	corio__sqe_set_op(sqe, &s->r.op);
 	if (s->buffered)
@@ -414,7 +400,6 @@ static int32_t recv_take(struct corio_sock *s, struct corio__bufring *ring, int3
 	} else {
 		corio__net_buf_put(n, s->ubid | s->rtag);
 	}
-	bufs_stat(n);
 	return res;
 }
 

@@ -58,8 +58,7 @@
 #include <string.h>
 #include <sys/mman.h>
 
-/* refs[] bit: the kernel keeps the buffer at its ring's head for more. */
-#define KERNEL_REF (1u << 31)
+#define KERNEL_REF CORIO__BUFRING_KREF
 
 static void *map(size_t bytes)
 {
@@ -88,6 +87,7 @@ int corio__bufring_init(struct corio__bufring *b, struct corio__ring *r, uint16_
 	int ret = -EINVAL;
 
 	memset(b, 0, sizeof(*b));
+	b->out = &b->out0;
 	if (!nbufs || (nbufs & (nbufs - 1)) || nbufs > 32768 || !size || size > INT32_MAX)
 		return -EINVAL;
 	b->nbufs = nbufs;
@@ -163,39 +163,6 @@ void corio__bufring_fini(struct corio__bufring *b, struct corio__ring *r)
 	memset(b, 0, sizeof(*b));
 }
 
-int corio__bufring_cqe(struct corio__bufring *b, int32_t res, uint32_t cqe_flags, uint32_t *off)
-{
-	unsigned bid;
-
-	if (!(cqe_flags & IORING_CQE_F_BUFFER))
-		return -1;
-	bid = cqe_flags >> IORING_CQE_BUFFER_SHIFT;
-	if (bid >= b->nbufs)
-		return -1; /* not one of ours: cannot happen with a sane kernel */
-	if (!b->inc) {
-		b->in_ring--;
-		b->refs[bid] = 1;
-		if (res <= 0) {
-			corio__bufring_put(b, bid);
-			return -1;
-		}
-		*off = 0;
-		return (int)bid;
-	}
-	if (res <= 0)
-		return -1; /* nothing committed: still the kernel's (see above) */
-	*off = b->fill[bid];
-	b->fill[bid] += (uint32_t)res;
-	b->refs[bid]++;
-	if (cqe_flags & IORING_CQE_F_BUF_MORE) {
-		b->refs[bid] |= KERNEL_REF;
-	} else {
-		b->refs[bid] &= ~KERNEL_REF;
-		b->in_ring--; /* the kernel is done with it */
-	}
-	return (int)bid;
-}
-
 unsigned long corio__bufring_lent(const struct corio__bufring *b)
 {
 	unsigned long n = 0;
@@ -208,28 +175,13 @@ unsigned long corio__bufring_lent(const struct corio__bufring *b)
 	return n;
 }
 
-void corio__bufring_put(struct corio__bufring *b, unsigned bid)
-{
-	if (--b->refs[bid])
-		return; /* more slices out, or the kernel still fills it */
-	b->fill[bid] = 0;
-	if (b->br) {
-		io_uring_buf_ring_add(b->br, corio__bufring_addr(b, bid), b->size, (uint16_t)bid,
-				      (int)b->mask, 0);
-		io_uring_buf_ring_advance(b->br, 1);
-	} else {
-		b->free[b->nfree++] = (uint16_t)bid;
-	}
-	b->in_ring++;
-}
-
 int corio__bufring_take(struct corio__bufring *b)
 {
 	unsigned bid;
 
 	if (!b->nfree)
 		return -ENOBUFS;
-	b->in_ring--;
+	corio__bufring_out(b, 1);
 	bid = b->free[--b->nfree];
 	b->refs[bid] = 1;
 	return (int)bid;

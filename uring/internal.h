@@ -323,6 +323,10 @@ struct corio__bufring {
 	uint32_t *fill;               /* per buffer, incremental mode: bytes filled */
 	unsigned nbufs, size, mask;
 	unsigned in_ring;             /* buffers the kernel (or the free stack) holds */
+	uint64_t *out;                /* a counter of buffers out of the ring, kept up
+				       * to date with relaxed stores (a stat another
+				       * thread reads); points at out0 unless set */
+	uint64_t out0;
 	bool inc;                     /* incremental consumption is on */
 	uint16_t bgid;
 };
@@ -350,18 +354,75 @@ static inline void *corio__bufring_addr(const struct corio__bufring *b, unsigned
 	return b->mem + (size_t)bid * b->size;
 }
 
+/* refs[] bit: the kernel keeps the buffer at its ring's head for more. */
+#define CORIO__BUFRING_KREF (1u << 31)
+
+/* One buffer fewer (or more) in the ring: in_ring and the out counter. */
+static inline void corio__bufring_out(struct corio__bufring *b, int d)
+{
+	b->in_ring -= (unsigned)d;
+	__atomic_store_n(b->out, *b->out + (uint64_t)(int64_t)d, __ATOMIC_RELAXED);
+}
+
+/* Put one reference to a buffer; the last one (once the kernel is done
+ * with it) gives it back to the kernel's ring or to the free stack.
+ * Inline: every received buffer comes back through here. */
+static inline void corio__bufring_put(struct corio__bufring *b, unsigned bid)
+{
+	if (--b->refs[bid])
+		return; /* more slices out, or the kernel still fills it */
+	b->fill[bid] = 0;
+	if (b->br) {
+		io_uring_buf_ring_add(b->br, corio__bufring_addr(b, bid), b->size, (uint16_t)bid,
+				      (int)b->mask, 0);
+		io_uring_buf_ring_advance(b->br, 1);
+	} else {
+		b->free[b->nfree++] = (uint16_t)bid;
+	}
+	corio__bufring_out(b, -1);
+}
+
 /*
  * A CQE of a receive that let the kernel select from b (kernel modes).
  * Returns the id of the buffer its res bytes went to and sets *off to
  * where they start in it, with one reference taken for the caller (put it
  * with corio__bufring_put()); or -1 when the CQE hands over no bytes
  * (res <= 0, no IORING_CQE_F_BUFFER): any buffer it names is dealt with.
+ * Inline: one call per received buffer.
  */
-int corio__bufring_cqe(struct corio__bufring *b, int32_t res, uint32_t cqe_flags, uint32_t *off);
+static inline int corio__bufring_cqe(struct corio__bufring *b, int32_t res, uint32_t cqe_flags,
+				     uint32_t *off)
+{
+	unsigned bid;
 
-/* Put one reference to a buffer; the last one (once the kernel is done
- * with it) gives it back to the kernel's ring or to the free stack. */
-void corio__bufring_put(struct corio__bufring *b, unsigned bid);
+	if (!(cqe_flags & IORING_CQE_F_BUFFER))
+		return -1;
+	bid = cqe_flags >> IORING_CQE_BUFFER_SHIFT;
+	if (bid >= b->nbufs)
+		return -1; /* not one of ours: cannot happen with a sane kernel */
+	if (!b->inc) {
+		corio__bufring_out(b, 1);
+		b->refs[bid] = 1;
+		if (res <= 0) {
+			corio__bufring_put(b, bid);
+			return -1;
+		}
+		*off = 0;
+		return (int)bid;
+	}
+	if (res <= 0)
+		return -1; /* nothing committed: still the kernel's (see bufring.c) */
+	*off = b->fill[bid];
+	b->fill[bid] += (uint32_t)res;
+	b->refs[bid]++;
+	if (cqe_flags & IORING_CQE_F_BUF_MORE) {
+		b->refs[bid] |= CORIO__BUFRING_KREF;
+	} else {
+		b->refs[bid] &= ~CORIO__BUFRING_KREF;
+		corio__bufring_out(b, 1); /* the kernel is done with it */
+	}
+	return (int)bid;
+}
 
 /* User mode: take a free buffer id (one reference), or -ENOBUFS. */
 int corio__bufring_take(struct corio__bufring *b);
