@@ -278,7 +278,7 @@ bool corio__run_fibers(struct corio__shard *s)
 
 /* Fiber side: f parks or yields. Hand the CPU to the next fiber of the run
  * if it has run before; else give it back to the scheduler. */
-static void leave(struct corio__shard *s, struct corio_fiber *f)
+void corio__leave(struct corio__shard *s, struct corio_fiber *f)
 {
 	struct corio_fiber *g;
 
@@ -378,7 +378,7 @@ int corio__park(void)
 	struct corio_fiber *f = s->current;
 
 	f->state = CORIO__F_PARKED;
-	leave(s, f);
+	corio__leave(s, f);
 	return f->wake_res;
 }
 
@@ -405,7 +405,7 @@ void corio_yield(void)
 	if (!f)
 		return;
 	corio__ready(f, 0);
-	leave(f->shard, f);
+	corio__leave(f->shard, f);
 }
 
 /* ---- wait queues -------------------------------------------------------------- */
@@ -428,7 +428,7 @@ void corio__wq_del(struct corio_fiber *f)
 		wq_remove(f->wq, f);
 }
 
-int corio__wq_wait(struct corio_waitq *wq)
+int corio__wq_wait_slow(struct corio_waitq *wq)
 {
 	struct corio_fiber *f = corio__self();
 	struct corio_timer dt; /* the deadline scope's timer (core/deadline.c) */

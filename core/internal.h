@@ -612,8 +612,33 @@ void corio__fiber_end_unrun(struct corio__shard *s, struct corio_fiber *f, int s
 int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_opts *opts,
 		       struct corio_fiber **out, void (*unrun)(struct corio_fiber *f),
 		       uintptr_t ctx0, uintptr_t ctx1);
-/* Park on a wait queue; -ECANCELED if cancelled (then off the queue). */
-int corio__wq_wait(struct corio_waitq *wq);
+/* Fiber side of a park or a yield: hand the CPU to the next fiber of the
+ * run, or back to the loop (core/fiber.c). */
+void corio__leave(struct corio__shard *s, struct corio_fiber *f);
+/* corio__wq_wait with a deadline scope, off a fiber, or cancelled. */
+int corio__wq_wait_slow(struct corio_waitq *wq);
+/* Park on a wait queue; -ECANCELED if cancelled (then off the queue).
+ * Inline: a reader waiting for its socket's next bytes parks here once a
+ * message; the common case (a fiber, not cancelled, no deadline scope)
+ * pays no call but the switch. */
+static inline int corio__wq_wait(struct corio_waitq *wq)
+{
+	struct corio__shard *s = corio__tl_shard;
+	struct corio_fiber *f = s ? s->current : NULL;
+
+	if (CORIO__UNLIKELY(!f || (f->flags & CORIO__FF_CANCELLED) || f->deadline_ns))
+		return corio__wq_wait_slow(wq);
+	f->wq = wq;
+	CORIO__DLIST_APPEND(wq->head, wq->tail, f, wq_next, wq_prev);
+	f->state = CORIO__F_PARKED;
+	corio__leave(s, f);
+	/* as in corio__wq_wait_slow: a stray wake leaves f queued */
+	if (CORIO__UNLIKELY(f->wq != NULL)) {
+		CORIO__DLIST_DEL2(f->wq->head, f->wq->tail, f, wq_next, wq_prev);
+		f->wq = NULL;
+	}
+	return f->wake_res;
+}
 /* Pop the first waiter (NULL if none) and make it ready with res. */
 struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res);
 /* Wake every waiter (inline: a completion waking its socket's one reader
