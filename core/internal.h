@@ -292,8 +292,11 @@ struct corio__loopstat {
 	uint64_t cpu_base;      /* the thread's CPU ns at the baseline          */
 	uint64_t base_ns;       /* CLOCK_MONOTONIC ns of the baseline           */
 	uint64_t base_tick;     /* its tick, to tell when it is stale           */
-	uint64_t base_blocked;  /* blocked_ns at the baseline                   */
-	uint64_t blocked_ns;    /* time spent blocked in the loop's enters      */
+	uint64_t base_blocked;  /* blocked_t at the baseline                    */
+	uint64_t blocked_t;     /* ticks spent blocked in the loop's enters     */
+	/* ticks idle (blocked or spinning), the idle_ns stat in ticks: the
+	 * readers convert (corio_stats_get), the turn does not */
+	uint64_t idle_t;
 	uint64_t refresh_ticks; /* stall_ns / 4 in ticks; UINT64_MAX: off       */
 	uint64_t offcpu_after;  /* rate limit of off-CPU reports (ns)           */
 	uint64_t offcpu_suppressed;
