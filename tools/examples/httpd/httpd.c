@@ -114,31 +114,45 @@ static int parse_header(const char *p, size_t n, struct req *r)
 
 /* Read a request head into r within the idle deadline: 0, a status to
  * answer before closing (400, 408, 413, 431), or -1: close quietly (end of
- * stream, an idle timeout or the drain before a byte of it came, an error). */
+ * stream, an idle timeout or the drain before a byte of it came, an error).
+ * The head is parsed in place in the stream's buffer, a line at a time as
+ * its lines come (a bad request line is answered before the rest arrives),
+ * and consumed whole: one peek per head that came in one piece, where a
+ * read per line cost about 200 instructions each. */
 static int read_head(struct corio_stream *st, struct req *r)
 {
 	struct corio_deadline d;
-	size_t used = 0;
+	size_t used = 0, seen = 0; /* bytes in complete lines; bytes looked at */
 	int ret;
 
 	corio_timeout_push(&d, srv->conf->idle_ns ? srv->conf->idle_ns : UINT64_MAX / 2);
 	ret = corio_stream_wait(st, corio_drain_event()) > 0 ? 0 : -1;
 	while (ret == 0) {
-		const char *v;
-		ssize_t n = used >= HTTPD_HEAD_MAX ? -EMSGSIZE
-			    : corio_stream_read_until(st, '\n', HTTPD_HEAD_MAX - used, (const void **)&v);
-		size_t k = n > 0 ? (size_t)n - 1 - (n > 1 && v[n - 2] == '\r') : 0; /* without CRLF */
+		const char *v, *nl;
+		ssize_t n = seen >= HTTPD_HEAD_MAX
+				    ? -EMSGSIZE
+				    : corio_stream_peek_upto(st, seen + 1, HTTPD_HEAD_MAX,
+							     (const void **)&v);
 
-		if (n == -EMSGSIZE)
+		if (n == -EMSGSIZE) {
 			ret = 431;
-		else if (n == -ETIMEDOUT)
+			break;
+		}
+		if (n == -ETIMEDOUT)
 			ret = used || corio_stream_buffered(st) ? 408 : -1;
-		else if (n <= 0 || v[n - 1] != '\n')
+		else if (n <= (ssize_t)seen)
 			ret = -1; /* end of stream (inside a head too), the drain, an error */
 		else
-			ret = !used ? parse_request_line(v, k, r) : k ? parse_header(v, k, r) : 1;
-		used += n > 0 ? (size_t)n : 0;
+			seen = n > HTTPD_HEAD_MAX ? HTTPD_HEAD_MAX : (size_t)n;
+		while (ret == 0 && (nl = memchr(v + used, '\n', seen - used))) {
+			const char *line = v + used;
+			size_t k = (size_t)(nl - line) - (nl > line && nl[-1] == '\r'); /* no CRLF */
+
+			ret = !used ? parse_request_line(line, k, r) : k ? parse_header(line, k, r) : 1;
+			used = (size_t)(nl + 1 - v);
+		}
 	}
+	corio_stream_consume(st, used);
 	corio_deadline_pop(&d);
 	return ret == 1 ? 0 : ret;
 }
