@@ -339,6 +339,9 @@ Test(httpd, bad_heads_400_413_431_408, .timeout = 60)
 	stop_prog(pid);
 }
 
+/* The last keep-alive GET's Date value (get_on). */
+static char last_date[64];
+
 /* One keep-alive GET on fd: the status, the body into body (NUL-ended). */
 static int get_on(int fd, const char *path, char *body, size_t cap)
 {
@@ -363,6 +366,8 @@ static int get_on(int fd, const char *path, char *body, size_t cap)
 	}
 	cr_assert_eq(n, h + len, "%s", buf);
 	cr_assert(len < cap);
+	cr_assert((cl = strstr(buf, "\r\nDate: ")) && cl < buf + h, "%s", buf);
+	snprintf(last_date, sizeof(last_date), "%.*s", (int)strcspn(cl + 8, "\r"), cl + 8);
 	memcpy(body, buf + h, len);
 	body[len] = '\0';
 	return atoi(buf + 9);
@@ -391,6 +396,10 @@ Test(httpd, served_fresh_after_changes_on_disk, .timeout = 60)
 	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
 	cr_assert_str_eq(body, "hello, world\n");
 	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	snprintf(q, sizeof(q), "%s", last_date);
+	usleep(1100000); /* the Date moves on (heads are kept per file and second) */
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	cr_assert_str_neq(last_date, q);
 	put_file("small.txt", "rewritten in place, longer\n");
 	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
 	cr_assert_str_eq(body, "rewritten in place, longer\n");
