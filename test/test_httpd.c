@@ -339,6 +339,90 @@ Test(httpd, bad_heads_400_413_431_408, .timeout = 60)
 	stop_prog(pid);
 }
 
+/* The last keep-alive GET's Date value (get_on). */
+static char last_date[64];
+
+/* One keep-alive GET on fd: the status, the body into body (NUL-ended). */
+static int get_on(int fd, const char *path, char *body, size_t cap)
+{
+	char req[256], buf[4096];
+	size_t n = 0, h = 0, len = 0;
+	const char *cl;
+
+	snprintf(req, sizeof(req), "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	send_all(fd, req);
+	buf[0] = '\0';
+	while (!h || n < h + len) {
+		ssize_t r = read(fd, buf + n, sizeof(buf) - 1 - n);
+
+		cr_assert(r > 0, "read %zd after %zu", r, n);
+		n += (size_t)r;
+		buf[n] = '\0';
+		if (!h && strstr(buf, "\r\n\r\n")) {
+			h = head_len(buf);
+			cr_assert((cl = strstr(buf, "Content-Length: ")), "%s", buf);
+			len = strtoul(cl + 16, NULL, 10);
+		}
+	}
+	cr_assert_eq(n, h + len, "%s", buf);
+	cr_assert(len < cap);
+	cr_assert((cl = strstr(buf, "\r\nDate: ")) && cl < buf + h, "%s", buf);
+	snprintf(last_date, sizeof(last_date), "%.*s", (int)strcspn(cl + 8, "\r"), cl + 8);
+	memcpy(body, buf + h, len);
+	body[len] = '\0';
+	return atoi(buf + 9);
+}
+
+static void put_file(const char *name, const char *text)
+{
+	char p[256];
+	FILE *f;
+
+	snprintf(p, sizeof(p), "%s/%s", www, name);
+	cr_assert((f = fopen(p, "w")) && fputs(text, f) >= 0 && fclose(f) == 0);
+}
+
+/* httpd keeps the files it served open (an open-file cache), but every
+ * answer is what a fresh open would give: a file rewritten in place,
+ * replaced by a rename, removed, or replaced by a link, one request after
+ * the other on one keep-alive connection (and so within the cache's life). */
+Test(httpd, served_fresh_after_changes_on_disk, .timeout = 60)
+{
+	char body[1024], p[256], q[256];
+	int port, fd;
+	pid_t pid = start_prog(&port, "5", "1");
+
+	fd = dial(port);
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	cr_assert_str_eq(body, "hello, world\n");
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	snprintf(q, sizeof(q), "%s", last_date);
+	usleep(1100000); /* the Date moves on (heads are kept per file and second) */
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	cr_assert_str_neq(last_date, q);
+	put_file("small.txt", "rewritten in place, longer\n");
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	cr_assert_str_eq(body, "rewritten in place, longer\n");
+	put_file("new.txt", "replaced\n");
+	snprintf(p, sizeof(p), "%s/new.txt", www);
+	snprintf(q, sizeof(q), "%s/small.txt", www);
+	cr_assert_eq(rename(p, q), 0);
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	cr_assert_str_eq(body, "replaced\n");
+	cr_assert_eq(unlink(q), 0);
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 404);
+	put_file("small.txt", "back\n");
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 200);
+	cr_assert_str_eq(body, "back\n");
+	cr_assert_eq(unlink(q), 0);
+	cr_assert_eq(symlink("index.html", q), 0);
+	cr_assert_eq(get_on(fd, "/small.txt", body, sizeof(body)), 403);
+	cr_assert_eq(get_on(fd, "/index.html", body, sizeof(body)), 200);
+	cr_assert_str_eq(body, "<p>hi</p>\n");
+	close(fd);
+	stop_prog(pid);
+}
+
 /* ---- the drain ------------------------------------------------------------------- */
 
 #define N_IDLE 430
