@@ -202,8 +202,10 @@ static bool parts_busy(struct corio__shard *s)
  * A turn longer than stall_ns that no fiber answers for (run_fibers times
  * fibers only while stall detection is on) is reported as the loop's own.
  */
-static void account(struct corio__shard *s, struct corio__loopstat *sp, uint64_t turn_t,
-		    uint64_t gap_t, bool fiber_stalled)
+static inline __attribute__((always_inline)) void account(struct corio__shard *s,
+							   struct corio__loopstat *sp,
+							   uint64_t turn_t, uint64_t gap_t,
+							   bool fiber_stalled)
 {
 	unsigned tb = corio__tick_bucket(turn_t);
 

@@ -138,7 +138,7 @@ static void slice_put(struct corio__net *n, struct corio__slice *q)
 	n->slice_free = q;
 }
 
-static int slices_grow(struct corio__net *n)
+static __attribute__((noinline, cold)) int slices_grow(struct corio__net *n)
 {
 	/* one chunk: a link word, then SLICE_CHUNK records */
 	struct corio__slice *c = malloc(sizeof(*c) * (SLICE_CHUNK + 1));
@@ -153,7 +153,7 @@ static int slices_grow(struct corio__net *n)
 }
 
 /* A slice record, or NULL when out of memory. */
-static struct corio__slice *slice_get(struct corio__net *n)
+static inline struct corio__slice *slice_get(struct corio__net *n)
 {
 	struct corio__slice *q = n->slice_free;
 
@@ -335,7 +335,8 @@ int corio__sock_arm(struct corio_sock *s)
 
 /* Queue the slice [off, off + len) of buffer id; it brings the reference
  * the caller took. False when out of slice records. */
-static bool q_push(struct corio_sock *s, uint32_t id, uint32_t off, uint32_t len)
+static inline __attribute__((always_inline)) bool q_push(struct corio_sock *s, uint32_t id,
+							  uint32_t off, uint32_t len)
 {
 	struct corio__slice *q = slice_get(s->net);
 
@@ -616,7 +617,9 @@ void corio__sock_reader_leave(struct corio_sock *s)
 		corio__ready(s->closer, 0);
 }
 
-int corio__sock_wait_data(struct corio_sock *s)
+/* corio__sock_wait_data, inline for corio_recv_buf(s): the reader's park
+ * once a message. */
+static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s)
 {
 	struct corio__net *n = s->net;
 	int ret;
@@ -644,6 +647,11 @@ int corio__sock_wait_data(struct corio_sock *s)
 	return 0;
 }
 
+int corio__sock_wait_data(struct corio_sock *s)
+{
+	return wait_data(s);
+}
+
 int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
 {
 	struct corio__sock_uop u = { .op = op };
@@ -660,7 +668,10 @@ int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
 	return closed && ret < 0 ? -EBADF : ret;
 }
 
-ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
+/* corio_recv_buf, inline in it and in corio_recv_bufs (no second call a
+ * message). */
+static inline __attribute__((always_inline)) ssize_t recv_buf(struct corio_sock *s,
+							      struct corio_buf *b)
 {
 	struct corio__net *n = corio__sock_owner(s);
 	struct corio__slice *q;
@@ -682,7 +693,7 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	/* A send error ends the stream, but what already arrived comes first. */
 	if (s->serr && !s->qhead)
 		return s->serr;
-	ret = corio__sock_wait_data(s);
+	ret = wait_data(s);
 	if (ret)
 		return ret;
 	q = s->qhead;
@@ -700,6 +711,11 @@ ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 	return (ssize_t)b->len;
 }
 
+ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
+{
+	return recv_buf(s, b);
+}
+
 int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
 {
 	struct corio__net *n;
@@ -708,7 +724,7 @@ int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
 
 	if (!b || max < 1)
 		return corio__error(-EINVAL, "corio_recv_bufs: no room for a buffer");
-	r = corio_recv_buf(s, &b[0]);
+	r = recv_buf(s, &b[0]);
 	if (r <= 0)
 		return (int)r;
 	n = s->net;
