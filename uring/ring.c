@@ -656,6 +656,33 @@ unsigned corio__ring_reap(struct corio__ring *r)
 	/* Fast path for turns with nothing to reap (fibers only yielding). */
 	if (!r->nstash && !io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
 		return 0;
+	/* The common turn: nothing stashed, a batch in the CQ and nothing the
+	 * kernel holds back after it. Dispatched as below, without the
+	 * stash's bookkeeping; anything else goes on to the general loop. */
+	if (__builtin_expect(!r->nstash, 1)) {
+		struct io_uring_cq *cq = &r->ring.cq;
+		unsigned head = *cq->khead;
+
+		while (head != io_uring_smp_load_acquire(cq->ktail)) {
+			struct io_uring_cqe *cqe = &cq->cqes[head & cq->ring_mask];
+			struct corio__op *op = io_uring_cqe_get_data(cqe);
+			int32_t res = cqe->res;
+			uint32_t flags = cqe->flags;
+
+			io_uring_smp_store_release(cq->khead, ++head);
+			total++;
+			dispatch(op, res, flags);
+			if (CORIO__RING_UNLIKELY(r->nstash))
+				break; /* that callback stashed the CQEs behind it */
+			head = *cq->khead; /* a callback may have reaped (corio__ring_sqe) */
+		}
+		if (__builtin_expect(!r->nstash, 1) &&
+		    !(IO_URING_READ_ONCE(*r->ring.sq.kflags) &
+		      (IORING_SQ_CQ_OVERFLOW | (r->no_reap_flush ? 0 : IORING_SQ_TASKRUN)))) {
+			CORIO__RCNT_ADD(r->cnt.cqes, total);
+			return total;
+		}
+	}
 	for (;;) {
 		struct io_uring_cqe *cqe;
 		unsigned kflags;
