@@ -166,10 +166,18 @@ static inline bool corio__ring_has_op(const struct corio__ring *r, unsigned op)
 	return op <= IORING_OP_LAST && r->ops[op];
 }
 
+/* corio__ring_sqe with a full SQ (uring/ring.c). */
+struct io_uring_sqe *corio__ring_sqe_full(struct corio__ring *r);
 /* A free SQE, never NULL: when the SQ is full, submits what is queued first;
  * if the kernel refuses that submit (-EBUSY/-EAGAIN: drain the CQ first) it
- * reaps, running callbacks inline, before it tries again. */
-struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r);
+ * reaps, running callbacks inline, before it tries again. Inline: every op
+ * takes one, and an SQ with room is the rule. */
+static inline struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
+{
+	struct io_uring_sqe *sqe = corio__fault_sqfull(r) ? NULL : io_uring_get_sqe(&r->ring);
+
+	return __builtin_expect(sqe != NULL, 1) ? sqe : corio__ring_sqe_full(r);
+}
 
 /* Make room for n SQEs that must go to the kernel in one submit (a link:
  * corio__ring_sqe() would otherwise submit between them when the SQ fills). */

@@ -423,11 +423,11 @@ static void submit_refused(struct corio__ring *r)
 	sched_yield();
 }
 
-struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
+struct io_uring_sqe *corio__ring_sqe_full(struct corio__ring *r)
 {
-	struct io_uring_sqe *sqe;
+	struct io_uring_sqe *sqe = NULL;
 
-	while (!(sqe = corio__fault_sqfull(r) ? NULL : io_uring_get_sqe(&r->ring))) {
+	while (!sqe) {
 		int ret;
 
 		/* SQ full: hand what is queued to the kernel and try again. With
@@ -438,21 +438,23 @@ struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 		if (r->caps & CORIO__CAP_SQPOLL) {
 			io_uring_submit(&r->ring);
 			io_uring_sqring_wait(&r->ring);
-			continue;
+		} else {
+			CORIO__RCNT_ADD(r->cnt.enters, 1);
+			ret = corio__fault_enter(r, true);
+			if (!ret)
+				ret = sys_submit(r);
+			ret = corio__ring_check(r, ret, "io_uring_submit");
+			if (ret > 0)
+				CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
+			else if (ret == -EAGAIN || ret == -EBUSY)
+				submit_refused(r);
+			else if (ret < 0 && ret != -EINTR && ret != -EBADR) {
+				corio__log("corio: io_uring_submit failed with a full SQ: %s",
+					   strerror(-ret));
+				abort(); /* the ring itself is broken: nothing sane to do */
+			}
 		}
-		CORIO__RCNT_ADD(r->cnt.enters, 1);
-		ret = corio__fault_enter(r, true);
-		if (!ret)
-			ret = sys_submit(r);
-		ret = corio__ring_check(r, ret, "io_uring_submit");
-		if (ret > 0)
-			CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
-		else if (ret == -EAGAIN || ret == -EBUSY)
-			submit_refused(r);
-		else if (ret < 0 && ret != -EINTR && ret != -EBADR) {
-			corio__log("corio: io_uring_submit failed with a full SQ: %s", strerror(-ret));
-			abort(); /* the ring itself is broken: nothing sane to do */
-		}
+		sqe = corio__fault_sqfull(r) ? NULL : io_uring_get_sqe(&r->ring);
 	}
 	return sqe;
 }
