@@ -254,43 +254,34 @@ struct emu_op *corio__emu_ud_find(struct corio__emu *e, uint64_t ud)
 
 /* ---- completions ------------------------------------------------------------------- */
 
-void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on)
-{
-	unsigned f = e->sq_flags;
-
-	IO_URING_WRITE_ONCE(e->sq_flags, on ? f | bit : f & ~bit);
-}
-
-void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags)
+void corio__emu_post_ovf(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags)
 {
 	struct corio__emu *e = r->em;
 	unsigned head = io_uring_smp_load_acquire(&e->cq_head);
 
-	if (UNLIKELY(e->novf) || e->cq_tail - head >= e->cq_entries) {
-		if (e->novf == e->ovf_cap) {
-			unsigned cap = e->ovf_cap ? 2 * e->ovf_cap : 64;
-			struct io_uring_cqe *p = malloc(cap * sizeof(*p));
-
-			if (!p) {
-				/* Nothing sane is left: a lost CQE hangs a fiber. */
-				CORIO__RCNT_ADD(r->cnt.cqe_dropped, 1);
-				return;
-			}
-			for (unsigned i = 0; i < e->novf; i++)
-				p[i] = e->ovf[(e->ovf_head + i) % e->ovf_cap];
-			free(e->ovf);
-			e->ovf = p;
-			e->ovf_cap = cap;
-			e->ovf_head = 0;
-		}
-		e->ovf[(e->ovf_head + e->novf++) % e->ovf_cap] =
-			(struct io_uring_cqe){ .user_data = ud, .res = res, .flags = flags };
-		corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, true);
+	if (!e->novf && e->cq_tail - head < e->cq_entries) {
+		corio__emu_post(r, ud, res, flags); /* room after all */
 		return;
 	}
-	e->cqes[e->cq_tail & e->cq_mask] =
+	if (e->novf == e->ovf_cap) {
+		unsigned cap = e->ovf_cap ? 2 * e->ovf_cap : 64;
+		struct io_uring_cqe *p = malloc(cap * sizeof(*p));
+
+		if (!p) {
+			/* Nothing sane is left: a lost CQE hangs a fiber. */
+			CORIO__RCNT_ADD(r->cnt.cqe_dropped, 1);
+			return;
+		}
+		for (unsigned i = 0; i < e->novf; i++)
+			p[i] = e->ovf[(e->ovf_head + i) % e->ovf_cap];
+		free(e->ovf);
+		e->ovf = p;
+		e->ovf_cap = cap;
+		e->ovf_head = 0;
+	}
+	e->ovf[(e->ovf_head + e->novf++) % e->ovf_cap] =
 		(struct io_uring_cqe){ .user_data = ud, .res = res, .flags = flags };
-	io_uring_smp_store_release(&e->cq_tail, e->cq_tail + 1);
+	corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, true);
 }
 
 static void flush_overflow(struct corio__emu *e)
@@ -315,21 +306,12 @@ void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uin
 
 /* ---- provided buffers ---------------------------------------------------------------- */
 
-struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid)
+struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid)
 {
 	for (unsigned i = 0; i < MAX_BUFRINGS; i++)
 		if (e->bufs[i].used && e->bufs[i].bgid == bgid)
 			return &e->bufs[i];
 	return NULL;
-}
-
-struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
-{
-	uint16_t tail = io_uring_smp_load_acquire(&b->br->tail);
-
-	if (tail == b->head)
-		return NULL;
-	return &b->br->bufs[b->head & b->mask];
 }
 
 int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_buf_reg *reg)
@@ -339,7 +321,7 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 	/* Incremental consumption (reg->pad: IOU_PBUF_RING_INC) is refused as a
 	 * kernel before 6.12 would: bufring.c registers whole buffers instead. */
 	if (reg->pad || !reg->ring_entries || (reg->ring_entries & (reg->ring_entries - 1)) ||
-	    reg->ring_entries > 32768 || corio__emu_bufring(e, reg->bgid))
+	    reg->ring_entries > 32768 || corio__emu_bufring_find(e, reg->bgid))
 		return -EINVAL;
 	for (unsigned i = 0; i < MAX_BUFRINGS; i++) {
 		struct emu_bufring *b = &e->bufs[i];
@@ -359,7 +341,7 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 
 int corio__emu_unregister_buf_ring(struct corio__ring *r, unsigned bgid)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, (uint16_t)bgid);
+	struct emu_bufring *b = corio__emu_bufring_find(r->em, (uint16_t)bgid);
 
 	if (!b)
 		return -EINVAL;

@@ -38,6 +38,9 @@ enum {
 	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
+_Static_assert((MAX_BUFRINGS & (MAX_BUFRINGS - 1)) == 0 && MAX_BUFRINGS <= 256,
+	       "emu_op.bslot indexes bufs[] with a mask");
+
 /* Interest bits of a parked op (which edges retry it). */
 #define EV_IN (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)
 #define EV_OUT (EPOLLOUT | EPOLLERR | EPOLLHUP)
@@ -61,6 +64,7 @@ struct emu_op {
 	bool parked;              /* on its record (park() .. unpark())             */
 	bool stale;               /* its file was closed under it: never retried    */
 	uint16_t bgid;
+	uint8_t bslot;            /* corio__emu_bufring's hint: bufs[] slot of bgid  */
 	int fd;
 	uint32_t accept_flags;
 };
@@ -180,13 +184,62 @@ void corio__emu_ud_del(struct corio__emu *e, struct emu_op *o);
 struct emu_op *corio__emu_ud_find(struct corio__emu *e, uint64_t ud);
 
 /* emu.c: completions and provided buffers */
-void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on);
-void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags);
+static inline void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on)
+{
+	unsigned f = e->sq_flags;
+
+	IO_URING_WRITE_ONCE(e->sq_flags, on ? f | bit : f & ~bit);
+}
+
+/* A CQE that finds the CQ full, or others waiting before it: the overflow
+ * list (out of line: the post below is on every message's path). */
+void corio__emu_post_ovf(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags);
+
+static inline void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags)
+{
+	struct corio__emu *e = r->em;
+	unsigned tail = e->cq_tail;
+	struct io_uring_cqe *cqe;
+
+	if (UNLIKELY(e->novf || tail - io_uring_smp_load_acquire(&e->cq_head) >= e->cq_entries)) {
+		corio__emu_post_ovf(r, ud, res, flags);
+		return;
+	}
+	cqe = &e->cqes[tail & e->cq_mask];
+	cqe->user_data = ud;
+	cqe->res = res;
+	cqe->flags = flags;
+	io_uring_smp_store_release(&e->cq_tail, tail + 1);
+}
+
 /* Post o's CQE and return o to the pool. */
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags);
-struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid);
+struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid);
+
+/* The ring of group bgid, or NULL: the slot last found for it is checked
+ * first (*hint, per op), a registration being moved or dropped since. */
+static inline struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid,
+						     uint8_t *hint)
+{
+	struct emu_bufring *b = &e->bufs[*hint & (MAX_BUFRINGS - 1)];
+
+	if (UNLIKELY(!b->used || b->bgid != bgid)) {
+		b = corio__emu_bufring_find(e, bgid);
+		if (b)
+			*hint = (uint8_t)(b - e->bufs);
+	}
+	return b;
+}
+
 /* The head buffer, not yet taken: the caller commits only when data landed. */
-struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b);
+static inline struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
+{
+	uint16_t tail = io_uring_smp_load_acquire(&b->br->tail);
+
+	if (tail == b->head)
+		return NULL;
+	return &b->br->bufs[b->head & b->mask];
+}
 
 /* emu_fd.c: fd records */
 void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
@@ -206,7 +259,14 @@ int corio__emu_timeout_add(struct corio__ring *r, struct emu_op *o, const struct
 /* TIMEOUT_REMOVE (and its UPDATE), ASYNC_CANCEL: the CQE res. */
 int corio__emu_timeout_remove(struct corio__ring *r, const struct io_uring_sqe *sqe);
 int corio__emu_cancel(struct corio__ring *r, const struct io_uring_sqe *sqe);
-/* Complete the timeouts due (and due connect retries). */
-void corio__emu_fire_timeouts(struct corio__ring *r);
+/* Complete the timeouts due (and due connect retries); the test for none
+ * pending inline, since every wait makes it. */
+void corio__emu_fire_due(struct corio__ring *r);
+
+static inline void corio__emu_fire_timeouts(struct corio__ring *r)
+{
+	if (UNLIKELY(r->em->timeouts || r->em->retry))
+		corio__emu_fire_due(r);
+}
 
 #endif

@@ -68,7 +68,7 @@ static int set_nonblock(struct emu_op *o)
 /* A multishot receive into provided buffers. */
 static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	unsigned posted = 0;
 
 	if (!b)
@@ -119,7 +119,7 @@ static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
 /* One-shot buffer-select receive: post with the buffer flags. */
 static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	struct io_uring_buf *buf = b ? corio__emu_buf_peek(b) : NULL;
 	size_t len;
 	ssize_t n;
@@ -163,7 +163,7 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
  */
 static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	size_t hdr = sizeof(struct io_uring_recvmsg_out) + o->mh.msg_namelen + o->mh.msg_controllen;
 	unsigned posted = 0;
 
