@@ -390,6 +390,8 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	o->bgid = sqe->buf_group;
 	o->events = def->events;
 	o->mshot = sqe->ioprio & def->mshot_ioprio;
+	o->try = def->try;
+	o->readiness = def->readiness;
 	res = o->mshot && def->mshot_bsel && !o->bsel ? -EINVAL : 0;
 	if (!res && def->prep)
 		res = def->prep(r, o, sqe);
@@ -405,7 +407,7 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	if ((def->readiness && !o->f->head) || tried == 0)
 		res = T_AGAIN;
 	else
-		res = def->try(r, o, &flags);
+		res = o->try(r, o, &flags);
 	if (res == T_AGAIN || res == T_MORE) {
 		struct emu_fd *f = o->f;
 
@@ -421,41 +423,65 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	}
 }
 
-static unsigned submit(struct corio__ring *r)
+static __attribute__((noinline)) unsigned submit(struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
 	struct io_uring_sq *sq = &r->ring.sq;
 	unsigned n = 0;
 
+	/* Read in place: nothing an issue does takes an SQE (no callback
+	 * runs in here), so the slot is not handed out again before the
+	 * issue is done with it; the consumed head is published once. */
 	while (sq->sqe_head != sq->sqe_tail) {
-		struct io_uring_sqe sqe = sq->sqes[sq->sqe_head & sq->ring_mask];
-
-		/* consumed before it runs: liburing may hand the slot out again */
+		issue(r, &sq->sqes[sq->sqe_head & sq->ring_mask]);
 		sq->sqe_head++;
+		n++;
+	}
+	if (n) {
 		IO_URING_WRITE_ONCE(e->sq_head, sq->sqe_head);
 		IO_URING_WRITE_ONCE(e->sq_tail, sq->sqe_head);
-		issue(r, &sqe);
-		n++;
 	}
 	return n;
 }
 
 /* ---- enter ------------------------------------------------------------------------------------ */
 
+static int epoll_wait_ms(struct corio__emu *e, int64_t ns)
+{
+	int n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS,
+					  ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
+
+	return n < 0 ? -errno : n;
+}
+
+/* The wait: ns < 0 none (the common case takes no timespec). */
 static int epoll_wait_ns(struct corio__emu *e, int64_t ns)
 {
+	struct __kernel_timespec ts;
 	int n;
 
-	if (!e->no_pwait2) {
-		struct __kernel_timespec ts = { ns / 1000000000, ns % 1000000000 };
+	if (UNLIKELY(e->no_pwait2))
+		return epoll_wait_ms(e, ns);
+	if (ns >= 0)
+		ts = (struct __kernel_timespec){ ns / 1000000000, ns % 1000000000 };
+	n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
+	if (LIKELY(n >= 0))
+		return n;
+	if (errno != ENOSYS)
+		return -errno;
+	e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
+	return epoll_wait_ms(e, ns);
+}
 
-		n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
-		if (n >= 0 || errno != ENOSYS)
-			return n < 0 ? -errno : n;
-		e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
-	}
-	n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS, ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
-	return n < 0 ? -errno : n;
+/* IORING_SQ_TASKRUN says the ready list has records (the loop's reap
+ * comes back for them). The list changes only in here, so the flag is
+ * set once, on the way out. */
+static void sync_taskrun(struct corio__emu *e)
+{
+	unsigned f = e->sq_flags;
+
+	if (UNLIKELY(!!(f & IORING_SQ_TASKRUN) != !!e->ready_head))
+		IO_URING_WRITE_ONCE(e->sq_flags, f ^ IORING_SQ_TASKRUN);
 }
 
 bool corio__emu_poll_due(const struct corio__ring *r)
@@ -473,18 +499,20 @@ bool corio__emu_poll_due(const struct corio__ring *r)
 	       (e->retry && e->retry_at <= now);
 }
 
-int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
-		     const struct __kernel_timespec *limit)
+/* Everything an enter may do, after its submit. */
+static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned wait_nr, bool poll,
+						 const struct __kernel_timespec *limit,
+						 unsigned submitted)
 {
 	struct corio__emu *e = r->em;
-	unsigned submitted = submit(r);
 	uint64_t until = 0;
 	int n;
 
 	if (e->ready_head)
 		corio__emu_process_ready(r);
 	corio__emu_fire_timeouts(r);
-	flush_overflow(e);
+	if (UNLIKELY(e->novf))
+		flush_overflow(e);
 	/* Look at epoll when asked, or when a busy turn is due for a look. A
 	 * wait that the submit satisfied at once (an op that completes on
 	 * the spot) is a busy turn too: it used to skip the look, so a fiber
@@ -520,14 +548,54 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 				ns = left;
 		}
 		n = epoll_wait_ns(e, ns);
-		if (n < 0)
+		if (n < 0) {
+			sync_taskrun(e);
 			return submitted ? (int)submitted : n; /* -EINTR */
+		}
 		corio__emu_harvest(r, n);
 		corio__emu_fire_timeouts(r);
 		if (until && mono_ns(CLOCK_MONOTONIC) >= until)
 			break;
 	}
+	sync_taskrun(e);
 	return (int)submitted;
+}
+
+static inline bool cq_ready(const struct corio__emu *e)
+{
+	return io_uring_smp_load_acquire(&e->cq_tail) != e->cq_head;
+}
+
+int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
+		     const struct __kernel_timespec *limit)
+{
+	struct corio__emu *e = r->em;
+	unsigned submitted = 0;
+
+	if (r->ring.sq.sqe_head != r->ring.sq.sqe_tail)
+		submitted = submit(r);
+	/*
+	 * The plain wait, every message's at low load: nothing queued, timed
+	 * or overflowed, no look asked for, the CQ empty. enter_full's steps
+	 * before its wait loop do nothing then, and this is its loop with no
+	 * timeout; anything else (a retry armed by a connect tried in the
+	 * harvest) goes on there.
+	 */
+	if (LIKELY(wait_nr && !poll && !limit) &&
+	    LIKELY(!e->ready_head && !e->novf && !e->timeouts && !e->retry) && !cq_ready(e)) {
+		do {
+			int n = epoll_wait_ns(e, -1);
+
+			if (UNLIKELY(n < 0))
+				return submitted ? (int)submitted : n; /* -EINTR; nothing queued */
+			corio__emu_harvest(r, n);
+		} while (!cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
+		if (LIKELY(cq_ready(e) || e->ready_head)) {
+			sync_taskrun(e);
+			return (int)submitted;
+		}
+	}
+	return enter_full(r, wait_nr, poll, limit, submitted);
 }
 
 /* ---- set-up and exit ------------------------------------------------------------------------- */

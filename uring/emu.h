@@ -23,6 +23,7 @@
 #include <time.h>
 
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
 
 /* include/uapi/linux/io_uring.h, Linux 6.10+; liburing 2.3 lacks it */
 #ifndef IORING_NOP_INJECT_RESULT
@@ -46,11 +47,16 @@ _Static_assert((MAX_BUFRINGS & (MAX_BUFRINGS - 1)) == 0 && MAX_BUFRINGS <= 256,
 #define EV_OUT (EPOLLOUT | EPOLLERR | EPOLLHUP)
 
 struct emu_fd;
+struct emu_op;
+
+/* One attempt of an op (struct emu_opdef's try says what it returns). */
+typedef int (*emu_try_fn)(struct corio__ring *r, struct emu_op *o, uint32_t *flags);
 
 struct emu_op {
 	struct emu_op *next;      /* on its record (FIFO), the timeout list or free */
 	struct emu_op *hnext;     /* user_data hash chain                           */
 	struct emu_fd *f;         /* NULL for timeouts                              */
+	emu_try_fn try;           /* its row's try, or the variant its prep picked  */
 	uint64_t user_data;
 	uint64_t deadline;        /* timeouts: CLOCK_MONOTONIC ns                   */
 	struct msghdr mh;         /* multishot recvmsg: the header template         */
@@ -61,6 +67,7 @@ struct emu_op {
 	uint32_t events;          /* poll mask, or EV_IN / EV_OUT                   */
 	uint8_t opcode;
 	bool mshot, bsel, connecting;
+	bool readiness;           /* its row's readiness                            */
 	bool parked;              /* on its record (park() .. unpark())             */
 	bool stale;               /* its file was closed under it: never retried    */
 	uint16_t bgid;
@@ -143,13 +150,15 @@ struct emu_opdef {
 	 * not answered here (the full path). */
 	int (*now)(struct corio__ring *r, const struct io_uring_sqe *sqe);
 	/* The op's own SQE fields, after the common ones (fd, addr, off, len,
-	 * msg_flags, buffer group, events, multishot): 0 or -errno. An op with
-	 * no try (TIMEOUT) is started here: its record is the caller's no more. */
+	 * msg_flags, buffer group, events, multishot, try): 0 or -errno. It may
+	 * set o->try to the variant of try the op's form takes (the records'
+	 * retries call o->try). An op with no try (TIMEOUT) is started here:
+	 * its record is the caller's no more. */
 	int (*prep)(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe);
 	/* One attempt: a CQE res, T_AGAIN, T_MORE or T_DONE; *flags (zeroed by
 	 * the caller) gets the CQE flags of a result the caller posts. Set: the op waits on an fd
 	 * record (epoll readiness). */
-	int (*try)(struct corio__ring *r, struct emu_op *o, uint32_t *flags);
+	emu_try_fn try;
 	uint32_t events;       /* the edges that retry it: EV_IN, EV_OUT (0: the SQE's poll mask) */
 	uint16_t mshot_ioprio; /* the SQE ioprio bit that makes it multishot (0: none)   */
 	bool mshot_bsel;       /* multishot needs provided buffers (-EINVAL without)     */
@@ -246,6 +255,7 @@ void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
 /* False when o could not wait and was completed instead. */
 bool corio__emu_park(struct corio__ring *r, struct emu_op *o);
 void corio__emu_unpark(struct corio__emu *e, struct emu_op *o);
+/* One pass over the ready list. */
 void corio__emu_process_ready(struct corio__ring *r);
 /* n epoll events in e->evs: mark their records ready, retry their ops. */
 void corio__emu_harvest(struct corio__ring *r, int n);

@@ -36,7 +36,7 @@ static int fault_at(struct corio__ring *r, struct emu_op *o, size_t *len, int wh
 
 	if (UNLIKELY(e)) {
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-					  .data.fd = o->fd };
+					  .data.ptr = o->f };
 
 		if (e == EAGAIN && o->f->registered)
 			epoll_ctl(r->em->epfd, EPOLL_CTL_MOD, o->fd, &ev);
@@ -66,7 +66,7 @@ static int set_nonblock(struct emu_op *o)
 }
 
 /* A multishot receive into provided buffers. */
-static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
+static int try_recv_bsel(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
 	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	unsigned posted = 0;
@@ -321,7 +321,7 @@ static int try_recv(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	ssize_t n;
 
 	if (o->bsel)
-		return o->mshot ? try_recv_bsel(r, o) : recv_bsel_once(r, o, flags);
+		return o->mshot ? try_recv_bsel(r, o, flags) : recv_bsel_once(r, o, flags);
 	n = fault_at(r, o, &len, corio__emu_ops[o->opcode].fault)
 		    ? -1
 		    : corio__nc_recv(o->fd, (void *)(uintptr_t)o->addr, len, o->msg_flags | MSG_DONTWAIT);
@@ -370,6 +370,8 @@ static int try_read(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 static int prep_recv(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe)
 {
 	memcpy(&o->limit, &sqe->addr_len, sizeof(o->limit)); /* 6.16's byte limit */
+	if (o->bsel && o->mshot)
+		o->try = try_recv_bsel; /* its retries skip try_recv's dispatch */
 	return 0;
 }
 
