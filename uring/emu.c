@@ -366,8 +366,12 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 		corio__emu_post(r, sqe->user_data, -EINVAL, 0);
 		return;
 	}
-	if (def->now && (tried = def->now(r, sqe)) == 1)
+	if (sqe->opcode == IORING_OP_SEND) {
+		if ((tried = corio__emu_send_now(r, sqe)) == 1)
+			return;
+	} else if (def->now && (tried = def->now(r, sqe)) == 1) {
 		return;
+	}
 	o = corio__emu_op_get(e);
 	if (!o) {
 		corio__emu_post(r, sqe->user_data, -ENOMEM, 0);
@@ -446,33 +450,6 @@ static __attribute__((noinline)) unsigned submit(struct corio__ring *r)
 
 /* ---- enter ------------------------------------------------------------------------------------ */
 
-static int epoll_wait_ms(struct corio__emu *e, int64_t ns)
-{
-	int n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS,
-					  ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
-
-	return n < 0 ? -errno : n;
-}
-
-/* The wait: ns < 0 none (the common case takes no timespec). */
-static int epoll_wait_ns(struct corio__emu *e, int64_t ns)
-{
-	struct __kernel_timespec ts;
-	int n;
-
-	if (UNLIKELY(e->no_pwait2))
-		return epoll_wait_ms(e, ns);
-	if (ns >= 0)
-		ts = (struct __kernel_timespec){ ns / 1000000000, ns % 1000000000 };
-	n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
-	if (LIKELY(n >= 0))
-		return n;
-	if (errno != ENOSYS)
-		return -errno;
-	e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
-	return epoll_wait_ms(e, ns);
-}
-
 /* IORING_SQ_TASKRUN says the ready list has records (the loop's reap
  * comes back for them). The list changes only in here, so the flag is
  * set once, on the way out. */
@@ -520,7 +497,7 @@ static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned 
 	 * from being served (backend::ops_that_complete_at_once_...). */
 	if (poll || ((!wait_nr || io_uring_cq_ready(&r->ring) || e->ready_head) &&
 		     corio__emu_poll_due(r))) {
-		n = epoll_wait_ns(e, 0);
+		n = corio__emu_epoll_wait(e, 0);
 		if (n >= 0) /* 0 events is a look too (else every busy turn polls) */
 			corio__emu_harvest(r, n);
 		corio__emu_fire_timeouts(r);
@@ -547,7 +524,7 @@ static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned 
 			if (ns < 0 || left < ns)
 				ns = left;
 		}
-		n = epoll_wait_ns(e, ns);
+		n = corio__emu_epoll_wait(e, ns);
 		if (n < 0) {
 			sync_taskrun(e);
 			return submitted ? (int)submitted : n; /* -EINTR */
@@ -559,11 +536,6 @@ static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned 
 	}
 	sync_taskrun(e);
 	return (int)submitted;
-}
-
-static inline bool cq_ready(const struct corio__emu *e)
-{
-	return io_uring_smp_load_acquire(&e->cq_tail) != e->cq_head;
 }
 
 int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
@@ -582,15 +554,13 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 	 * harvest) goes on there.
 	 */
 	if (LIKELY(wait_nr && !poll && !limit) &&
-	    LIKELY(!e->ready_head && !e->novf && !e->timeouts && !e->retry) && !cq_ready(e)) {
-		do {
-			int n = epoll_wait_ns(e, -1);
+	    LIKELY(!e->ready_head && !e->novf && !e->timeouts && !e->retry) &&
+	    !corio__emu_cq_ready(e)) {
+		int n = corio__emu_wait_plain(r);
 
-			if (UNLIKELY(n < 0))
-				return submitted ? (int)submitted : n; /* -EINTR; nothing queued */
-			corio__emu_harvest(r, n);
-		} while (!cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
-		if (LIKELY(cq_ready(e) || e->ready_head)) {
+		if (UNLIKELY(n < 0))
+			return submitted ? (int)submitted : n; /* -EINTR; nothing queued */
+		if (LIKELY(corio__emu_cq_ready(e) || e->ready_head)) {
 			sync_taskrun(e);
 			return (int)submitted;
 		}

@@ -221,6 +221,11 @@ static inline void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t r
 	io_uring_smp_store_release(&e->cq_tail, tail + 1);
 }
 
+static inline bool corio__emu_cq_ready(const struct corio__emu *e)
+{
+	return io_uring_smp_load_acquire(&e->cq_tail) != e->cq_head;
+}
+
 /* Post o's CQE and return o to the pool. */
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags);
 struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid);
@@ -250,6 +255,33 @@ static inline struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
 	return &b->br->bufs[b->head & b->mask];
 }
 
+/*
+ * A SEND the socket takes at once (or fails at once) is answered from the
+ * SQE: no op record, no fd-record look-up, which every ring-issued send
+ * (corio_send_buf while other fibers are ready) paid per message. 1: its
+ * CQE is posted; 0: tried, it would block (the full path parks it without
+ * a second try); -1: not tried. Fault builds never try here: their
+ * injection sits on the full path's syscall sites. Inline: at load, with
+ * sends queued on the ring, one a message (emu.c's issue calls it
+ * directly; SEND's row names it too).
+ */
+static inline int corio__emu_send_now(struct corio__ring *r, const struct io_uring_sqe *sqe)
+{
+#ifdef CORIO_FAULTS
+	(void)r;
+	(void)sqe;
+	return -1;
+#else
+	ssize_t n = corio__nc_send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
+			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	corio__emu_post(r, sqe->user_data, n < 0 ? -errno : (int32_t)n, 0);
+	return 1;
+#endif
+}
+
 /* emu_fd.c: fd records */
 void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
 /* False when o could not wait and was completed instead. */
@@ -257,8 +289,14 @@ bool corio__emu_park(struct corio__ring *r, struct emu_op *o);
 void corio__emu_unpark(struct corio__emu *e, struct emu_op *o);
 /* One pass over the ready list. */
 void corio__emu_process_ready(struct corio__ring *r);
+/* One epoll wait into e->evs (ns < 0: no timeout): events, or -errno. */
+int corio__emu_epoll_wait(struct corio__emu *e, int64_t ns);
 /* n epoll events in e->evs: mark their records ready, retry their ops. */
 void corio__emu_harvest(struct corio__ring *r, int n);
+/* The plain wait (corio__emu_enter): wait with no timeout and harvest
+ * until a CQE is posted, a record is queued, or a timeout or retry is
+ * armed. 0, or -errno (-EINTR). */
+int corio__emu_wait_plain(struct corio__ring *r);
 /* A connect with no edge to wait for: retried after RETRY_NS. */
 void corio__emu_retry_later(struct corio__emu *e, struct emu_fd *f);
 void corio__emu_fire_retries(struct corio__emu *e, uint64_t now);

@@ -205,7 +205,41 @@ void corio__emu_process_ready(struct corio__ring *r)
 	}
 }
 
-void corio__emu_harvest(struct corio__ring *r, int n)
+/* ---- the wait ----------------------------------------------------------------------- */
+
+static inline int epoll_wait_ms(struct corio__emu *e, int64_t ns)
+{
+	int n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS,
+					  ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
+
+	return n < 0 ? -errno : n;
+}
+
+/* The wait: ns < 0 none (the common case takes no timespec). */
+static inline int epoll_wait_ns(struct corio__emu *e, int64_t ns)
+{
+	struct __kernel_timespec ts;
+	int n;
+
+	if (UNLIKELY(e->no_pwait2))
+		return epoll_wait_ms(e, ns);
+	if (ns >= 0)
+		ts = (struct __kernel_timespec){ ns / 1000000000, ns % 1000000000 };
+	n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
+	if (LIKELY(n >= 0))
+		return n;
+	if (errno != ENOSYS)
+		return -errno;
+	e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
+	return epoll_wait_ms(e, ns);
+}
+
+int corio__emu_epoll_wait(struct corio__emu *e, int64_t ns)
+{
+	return epoll_wait_ns(e, ns);
+}
+
+static inline __attribute__((always_inline)) void harvest(struct corio__ring *r, int n)
 {
 	struct corio__emu *e = r->em;
 
@@ -232,6 +266,25 @@ void corio__emu_harvest(struct corio__ring *r, int n)
 	/* Looked just now; when exactly is asked only if a busy turn wants
 	 * it (corio__emu_poll_due), not paid here on every wake-up. */
 	e->last_harvest = 0;
+}
+
+void corio__emu_harvest(struct corio__ring *r, int n)
+{
+	harvest(r, n);
+}
+
+int corio__emu_wait_plain(struct corio__ring *r)
+{
+	struct corio__emu *e = r->em;
+
+	do {
+		int n = epoll_wait_ns(e, -1);
+
+		if (UNLIKELY(n < 0))
+			return n;
+		harvest(r, n);
+	} while (!corio__emu_cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
+	return 0;
 }
 
 /* ---- connects with no edge to wait for ------------------------------------------------- */

@@ -429,29 +429,9 @@ static int now_shutdown(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	return 1;
 }
 
-/*
- * A SEND the socket takes at once (or fails at once) is answered from the
- * SQE: no op record, no fd-record look-up, which every ring-issued send
- * (corio_send_buf while other fibers are ready) paid per message. 1: its
- * CQE is posted; 0: tried, it would block (the full path parks it without
- * a second try); -1: not tried. Fault builds never try here: their
- * injection sits on the full path's syscall sites.
- */
 static int send_at_once(struct corio__ring *r, const struct io_uring_sqe *sqe)
 {
-#ifdef CORIO_FAULTS
-	(void)r;
-	(void)sqe;
-	return -1;
-#else
-	ssize_t n = corio__nc_send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
-			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
-
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return 0;
-	corio__emu_post(r, sqe->user_data, n < 0 ? -errno : (int32_t)n, 0);
-	return 1;
-#endif
+	return corio__emu_send_now(r, sqe);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */
