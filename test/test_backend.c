@@ -1283,3 +1283,174 @@ Test(backend, unix_accept_queue_overflow_loses_no_connection, .timeout = 60)
 {
 	run_ovf(true, OVF_CLIENTS);
 }
+
+/* ---- the emulated ring, driven directly (uring/internal.h) -------------------------------- */
+
+#include "uring/internal.h"
+
+#include <sys/socket.h>
+
+/* A provided-buffer ring for the emulator: n buffers of 64 bytes, ids
+ * from bid0, registered as group bgid. */
+struct th_pbuf {
+	struct io_uring_buf_ring *br;
+	char mem[8][64];
+};
+
+static void th_pbuf_reg(struct corio__ring *r, struct th_pbuf *p, uint16_t bgid, unsigned bid0)
+{
+	struct io_uring_buf_reg reg = { .ring_entries = 8, .bgid = bgid };
+
+	p->br = aligned_alloc(4096, 4096);
+	cr_assert(p->br);
+	memset(p->br, 0, 4096);
+	io_uring_buf_ring_init(p->br);
+	for (unsigned i = 0; i < 8; i++)
+		io_uring_buf_ring_add(p->br, p->mem[i], 64, (unsigned short)(bid0 + i), 7, (int)i);
+	io_uring_buf_ring_advance(p->br, 8);
+	reg.ring_addr = (uint64_t)(uintptr_t)p->br;
+	cr_assert_eq(corio__emu_register_buf_ring(r, &reg), 0);
+}
+
+/* The one CQE the next wait brings: its res and flags. */
+static void th_one_cqe(struct corio__ring *r, uint64_t ud, int32_t *res, uint32_t *flags)
+{
+	struct io_uring_cqe *cqe;
+
+	cr_assert_geq(corio__ring_enter(r, 1), 0);
+	cr_assert_eq(io_uring_peek_cqe(&r->ring, &cqe), 0);
+	cr_assert_eq(cqe->user_data, ud);
+	*res = cqe->res;
+	*flags = cqe->flags;
+	io_uring_cqe_seen(&r->ring, cqe);
+}
+
+/*
+ * A parked multishot receive remembers which slot its buffer group was
+ * found in; when the group is unregistered and registered again in
+ * another slot, or its old slot goes to another group, the receive must
+ * take its buffers from the group's ring now, not the slot's.
+ */
+Test(backend, parked_receive_follows_its_buffer_group_to_another_slot, .timeout = 30)
+{
+	struct corio__ring_params rp = { .sq_entries = 8, .emu = true };
+	struct corio__ring r;
+	struct th_pbuf a, b, c, d;
+	struct io_uring_sqe *sqe;
+	char err[256];
+	int sv[2];
+	int32_t res;
+	uint32_t fl;
+
+	memset(&r, 0, sizeof(r));
+	cr_assert_eq(corio__ring_init(&r, &rp, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	th_pbuf_reg(&r, &a, 1, 0);   /* slot 0 */
+	th_pbuf_reg(&r, &b, 2, 100); /* slot 1: the receive's group */
+	sqe = io_uring_get_sqe(&r.ring);
+	io_uring_prep_recv_multishot(sqe, sv[0], NULL, 0, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = 2;
+	sqe->user_data = 42;
+	cr_assert_geq(corio__ring_enter(&r, 0), 0); /* tried: parks, slot 1 remembered */
+	cr_assert_eq(write(sv[1], "x", 1), 1);
+	th_one_cqe(&r, 42, &res, &fl);
+	cr_assert_eq(res, 1);
+	cr_assert(fl & IORING_CQE_F_MORE);
+	cr_assert_eq(fl >> IORING_CQE_BUFFER_SHIFT, 100, "bid %u", fl >> IORING_CQE_BUFFER_SHIFT);
+
+	/* group 2 moves to slot 0; slot 1 goes to group 3 */
+	cr_assert_eq(corio__emu_unregister_buf_ring(&r, 1), 0);
+	cr_assert_eq(corio__emu_unregister_buf_ring(&r, 2), 0);
+	th_pbuf_reg(&r, &c, 2, 200); /* slot 0 */
+	th_pbuf_reg(&r, &d, 3, 300); /* slot 1 */
+	cr_assert_eq(write(sv[1], "y", 1), 1);
+	th_one_cqe(&r, 42, &res, &fl);
+	cr_assert_eq(res, 1);
+	cr_assert_eq(fl >> IORING_CQE_BUFFER_SHIFT, 200, "bid %u: not group 2's ring",
+		     fl >> IORING_CQE_BUFFER_SHIFT);
+	cr_assert_eq(c.mem[0][0], 'y');
+
+	/* group 2 gone: the receive ends with -ENOBUFS, as the kernel's */
+	cr_assert_eq(corio__emu_unregister_buf_ring(&r, 2), 0);
+	cr_assert_eq(write(sv[1], "z", 1), 1);
+	th_one_cqe(&r, 42, &res, &fl);
+	cr_assert_eq(res, -ENOBUFS);
+	cr_assert(!(fl & IORING_CQE_F_MORE));
+	corio__ring_exit(&r);
+	close(sv[0]);
+	close(sv[1]);
+	free(a.br);
+	free(b.br);
+	free(c.br);
+	free(d.br);
+}
+
+/*
+ * A multishot receive with more waiting than one pass may post
+ * (MSHOT_BUDGET, 16 CQEs) stays on the ready list, and the enter that
+ * returns says so with IORING_SQ_TASKRUN, as the kernel flags deferred
+ * work: the loop's reap comes back for the rest with no new edge. The
+ * flag drops once the list is empty.
+ */
+Test(backend, multishot_budget_left_raises_taskrun_until_served, .timeout = 30)
+{
+	struct corio__ring_params rp = { .sq_entries = 8, .emu = true };
+	struct io_uring_buf_reg reg = { .ring_entries = 64, .bgid = 5 };
+	struct corio__ring r;
+	struct io_uring_buf_ring *br = aligned_alloc(4096, 4096);
+	struct io_uring_sqe *sqe;
+	struct io_uring_cqe *cqe;
+	char mem[64], err[256], data[40];
+	unsigned got = 0, passes = 0;
+	int sv[2];
+
+	memset(&r, 0, sizeof(r));
+	cr_assert_eq(corio__ring_init(&r, &rp, err, sizeof(err)), 0, "%s", err);
+	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+	cr_assert(br);
+	memset(br, 0, 4096);
+	io_uring_buf_ring_init(br);
+	for (unsigned i = 0; i < 64; i++) /* one byte each: one CQE a byte */
+		io_uring_buf_ring_add(br, &mem[i], 1, (unsigned short)i, 63, (int)i);
+	io_uring_buf_ring_advance(br, 64);
+	reg.ring_addr = (uint64_t)(uintptr_t)br;
+	cr_assert_eq(corio__emu_register_buf_ring(&r, &reg), 0);
+	sqe = io_uring_get_sqe(&r.ring);
+	io_uring_prep_recv_multishot(sqe, sv[0], NULL, 0, 0);
+	sqe->flags |= IOSQE_BUFFER_SELECT;
+	sqe->buf_group = 5;
+	sqe->user_data = 7;
+	cr_assert_geq(corio__ring_enter(&r, 0), 0); /* parks */
+	cr_assert(!(*r.ring.sq.kflags & IORING_SQ_TASKRUN));
+	for (unsigned i = 0; i < sizeof(data); i++)
+		data[i] = (char)('a' + i % 26);
+	cr_assert_eq(write(sv[1], data, sizeof(data)), (ssize_t)sizeof(data));
+	cr_assert_geq(corio__ring_enter(&r, 1), 0); /* the edge: one pass */
+	while (got < sizeof(data)) {
+		unsigned n = 0;
+		bool more_left;
+
+		while (io_uring_peek_cqe(&r.ring, &cqe) == 0) {
+			cr_assert_eq(cqe->user_data, 7);
+			cr_assert_eq(cqe->res, 1);
+			cr_assert_eq(mem[cqe->flags >> IORING_CQE_BUFFER_SHIFT], data[got]);
+			io_uring_cqe_seen(&r.ring, cqe);
+			got++;
+			n++;
+		}
+		cr_assert_leq(n, 16, "a pass posted %u CQEs", n);
+		more_left = got < sizeof(data);
+		cr_assert_eq(!!(*r.ring.sq.kflags & IORING_SQ_TASKRUN), more_left,
+			     "after %u bytes: TASKRUN %s", got, more_left ? "not raised" : "left up");
+		cr_assert_eq(corio__ring_needs_enter(&r), more_left);
+		if (more_left)
+			cr_assert_geq(corio__ring_enter(&r, 0), 0); /* the reap's enter */
+		cr_assert_lt(++passes, 10);
+	}
+	cr_assert_eq(passes, 3, "40 bytes in passes of 16: %u passes", passes);
+	corio__ring_exit(&r);
+	close(sv[0]);
+	close(sv[1]);
+	free(br);
+}

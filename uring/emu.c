@@ -254,43 +254,34 @@ struct emu_op *corio__emu_ud_find(struct corio__emu *e, uint64_t ud)
 
 /* ---- completions ------------------------------------------------------------------- */
 
-void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on)
-{
-	unsigned f = e->sq_flags;
-
-	IO_URING_WRITE_ONCE(e->sq_flags, on ? f | bit : f & ~bit);
-}
-
-void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags)
+void corio__emu_post_ovf(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags)
 {
 	struct corio__emu *e = r->em;
 	unsigned head = io_uring_smp_load_acquire(&e->cq_head);
 
-	if (UNLIKELY(e->novf) || e->cq_tail - head >= e->cq_entries) {
-		if (e->novf == e->ovf_cap) {
-			unsigned cap = e->ovf_cap ? 2 * e->ovf_cap : 64;
-			struct io_uring_cqe *p = malloc(cap * sizeof(*p));
-
-			if (!p) {
-				/* Nothing sane is left: a lost CQE hangs a fiber. */
-				CORIO__RCNT_ADD(r->cnt.cqe_dropped, 1);
-				return;
-			}
-			for (unsigned i = 0; i < e->novf; i++)
-				p[i] = e->ovf[(e->ovf_head + i) % e->ovf_cap];
-			free(e->ovf);
-			e->ovf = p;
-			e->ovf_cap = cap;
-			e->ovf_head = 0;
-		}
-		e->ovf[(e->ovf_head + e->novf++) % e->ovf_cap] =
-			(struct io_uring_cqe){ .user_data = ud, .res = res, .flags = flags };
-		corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, true);
+	if (!e->novf && e->cq_tail - head < e->cq_entries) {
+		corio__emu_post(r, ud, res, flags); /* room after all */
 		return;
 	}
-	e->cqes[e->cq_tail & e->cq_mask] =
+	if (e->novf == e->ovf_cap) {
+		unsigned cap = e->ovf_cap ? 2 * e->ovf_cap : 64;
+		struct io_uring_cqe *p = malloc(cap * sizeof(*p));
+
+		if (!p) {
+			/* Nothing sane is left: a lost CQE hangs a fiber. */
+			CORIO__RCNT_ADD(r->cnt.cqe_dropped, 1);
+			return;
+		}
+		for (unsigned i = 0; i < e->novf; i++)
+			p[i] = e->ovf[(e->ovf_head + i) % e->ovf_cap];
+		free(e->ovf);
+		e->ovf = p;
+		e->ovf_cap = cap;
+		e->ovf_head = 0;
+	}
+	e->ovf[(e->ovf_head + e->novf++) % e->ovf_cap] =
 		(struct io_uring_cqe){ .user_data = ud, .res = res, .flags = flags };
-	io_uring_smp_store_release(&e->cq_tail, e->cq_tail + 1);
+	corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, true);
 }
 
 static void flush_overflow(struct corio__emu *e)
@@ -315,21 +306,12 @@ void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uin
 
 /* ---- provided buffers ---------------------------------------------------------------- */
 
-struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid)
+struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid)
 {
 	for (unsigned i = 0; i < MAX_BUFRINGS; i++)
 		if (e->bufs[i].used && e->bufs[i].bgid == bgid)
 			return &e->bufs[i];
 	return NULL;
-}
-
-struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
-{
-	uint16_t tail = io_uring_smp_load_acquire(&b->br->tail);
-
-	if (tail == b->head)
-		return NULL;
-	return &b->br->bufs[b->head & b->mask];
 }
 
 int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_buf_reg *reg)
@@ -339,7 +321,7 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 	/* Incremental consumption (reg->pad: IOU_PBUF_RING_INC) is refused as a
 	 * kernel before 6.12 would: bufring.c registers whole buffers instead. */
 	if (reg->pad || !reg->ring_entries || (reg->ring_entries & (reg->ring_entries - 1)) ||
-	    reg->ring_entries > 32768 || corio__emu_bufring(e, reg->bgid))
+	    reg->ring_entries > 32768 || corio__emu_bufring_find(e, reg->bgid))
 		return -EINVAL;
 	for (unsigned i = 0; i < MAX_BUFRINGS; i++) {
 		struct emu_bufring *b = &e->bufs[i];
@@ -359,7 +341,7 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 
 int corio__emu_unregister_buf_ring(struct corio__ring *r, unsigned bgid)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, (uint16_t)bgid);
+	struct emu_bufring *b = corio__emu_bufring_find(r->em, (uint16_t)bgid);
 
 	if (!b)
 		return -EINVAL;
@@ -384,8 +366,12 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 		corio__emu_post(r, sqe->user_data, -EINVAL, 0);
 		return;
 	}
-	if (def->now && (tried = def->now(r, sqe)) == 1)
+	if (sqe->opcode == IORING_OP_SEND) {
+		if ((tried = corio__emu_send_now(r, sqe)) == 1)
+			return;
+	} else if (def->now && (tried = def->now(r, sqe)) == 1) {
 		return;
+	}
 	o = corio__emu_op_get(e);
 	if (!o) {
 		corio__emu_post(r, sqe->user_data, -ENOMEM, 0);
@@ -408,6 +394,8 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	o->bgid = sqe->buf_group;
 	o->events = def->events;
 	o->mshot = sqe->ioprio & def->mshot_ioprio;
+	o->try = def->try;
+	o->readiness = def->readiness;
 	res = o->mshot && def->mshot_bsel && !o->bsel ? -EINVAL : 0;
 	if (!res && def->prep)
 		res = def->prep(r, o, sqe);
@@ -423,7 +411,7 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	if ((def->readiness && !o->f->head) || tried == 0)
 		res = T_AGAIN;
 	else
-		res = def->try(r, o, &flags);
+		res = o->try(r, o, &flags);
 	if (res == T_AGAIN || res == T_MORE) {
 		struct emu_fd *f = o->f;
 
@@ -439,41 +427,38 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	}
 }
 
-static unsigned submit(struct corio__ring *r)
+static __attribute__((noinline)) unsigned submit(struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
 	struct io_uring_sq *sq = &r->ring.sq;
 	unsigned n = 0;
 
+	/* Read in place: nothing an issue does takes an SQE (no callback
+	 * runs in here), so the slot is not handed out again before the
+	 * issue is done with it; the consumed head is published once. */
 	while (sq->sqe_head != sq->sqe_tail) {
-		struct io_uring_sqe sqe = sq->sqes[sq->sqe_head & sq->ring_mask];
-
-		/* consumed before it runs: liburing may hand the slot out again */
+		issue(r, &sq->sqes[sq->sqe_head & sq->ring_mask]);
 		sq->sqe_head++;
+		n++;
+	}
+	if (n) {
 		IO_URING_WRITE_ONCE(e->sq_head, sq->sqe_head);
 		IO_URING_WRITE_ONCE(e->sq_tail, sq->sqe_head);
-		issue(r, &sqe);
-		n++;
 	}
 	return n;
 }
 
 /* ---- enter ------------------------------------------------------------------------------------ */
 
-static int epoll_wait_ns(struct corio__emu *e, int64_t ns)
+/* IORING_SQ_TASKRUN says the ready list has records (the loop's reap
+ * comes back for them). The list changes only in here, so the flag is
+ * set once, on the way out. */
+static void sync_taskrun(struct corio__emu *e)
 {
-	int n;
+	unsigned f = e->sq_flags;
 
-	if (!e->no_pwait2) {
-		struct __kernel_timespec ts = { ns / 1000000000, ns % 1000000000 };
-
-		n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
-		if (n >= 0 || errno != ENOSYS)
-			return n < 0 ? -errno : n;
-		e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
-	}
-	n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS, ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
-	return n < 0 ? -errno : n;
+	if (UNLIKELY(!!(f & IORING_SQ_TASKRUN) != !!e->ready_head))
+		IO_URING_WRITE_ONCE(e->sq_flags, f ^ IORING_SQ_TASKRUN);
 }
 
 bool corio__emu_poll_due(const struct corio__ring *r)
@@ -491,18 +476,20 @@ bool corio__emu_poll_due(const struct corio__ring *r)
 	       (e->retry && e->retry_at <= now);
 }
 
-int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
-		     const struct __kernel_timespec *limit)
+/* Everything an enter may do, after its submit. */
+static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned wait_nr, bool poll,
+						 const struct __kernel_timespec *limit,
+						 unsigned submitted)
 {
 	struct corio__emu *e = r->em;
-	unsigned submitted = submit(r);
 	uint64_t until = 0;
 	int n;
 
 	if (e->ready_head)
 		corio__emu_process_ready(r);
 	corio__emu_fire_timeouts(r);
-	flush_overflow(e);
+	if (UNLIKELY(e->novf))
+		flush_overflow(e);
 	/* Look at epoll when asked, or when a busy turn is due for a look. A
 	 * wait that the submit satisfied at once (an op that completes on
 	 * the spot) is a busy turn too: it used to skip the look, so a fiber
@@ -510,7 +497,7 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 	 * from being served (backend::ops_that_complete_at_once_...). */
 	if (poll || ((!wait_nr || io_uring_cq_ready(&r->ring) || e->ready_head) &&
 		     corio__emu_poll_due(r))) {
-		n = epoll_wait_ns(e, 0);
+		n = corio__emu_epoll_wait(e, 0);
 		if (n >= 0) /* 0 events is a look too (else every busy turn polls) */
 			corio__emu_harvest(r, n);
 		corio__emu_fire_timeouts(r);
@@ -537,15 +524,48 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 			if (ns < 0 || left < ns)
 				ns = left;
 		}
-		n = epoll_wait_ns(e, ns);
-		if (n < 0)
+		n = corio__emu_epoll_wait(e, ns);
+		if (n < 0) {
+			sync_taskrun(e);
 			return submitted ? (int)submitted : n; /* -EINTR */
+		}
 		corio__emu_harvest(r, n);
 		corio__emu_fire_timeouts(r);
 		if (until && mono_ns(CLOCK_MONOTONIC) >= until)
 			break;
 	}
+	sync_taskrun(e);
 	return (int)submitted;
+}
+
+int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
+		     const struct __kernel_timespec *limit)
+{
+	struct corio__emu *e = r->em;
+	unsigned submitted = 0;
+
+	if (r->ring.sq.sqe_head != r->ring.sq.sqe_tail)
+		submitted = submit(r);
+	/*
+	 * The plain wait, every message's at low load: nothing queued, timed
+	 * or overflowed, no look asked for, the CQ empty. enter_full's steps
+	 * before its wait loop do nothing then, and this is its loop with no
+	 * timeout; anything else (a retry armed by a connect tried in the
+	 * harvest) goes on there.
+	 */
+	if (LIKELY(wait_nr && !poll && !limit) &&
+	    LIKELY(!e->ready_head && !e->novf && !e->timeouts && !e->retry) &&
+	    !corio__emu_cq_ready(e)) {
+		int n = corio__emu_wait_plain(r);
+
+		if (UNLIKELY(n < 0))
+			return submitted ? (int)submitted : n; /* -EINTR; nothing queued */
+		if (LIKELY(corio__emu_cq_ready(e) || e->ready_head)) {
+			sync_taskrun(e);
+			return (int)submitted;
+		}
+	}
+	return enter_full(r, wait_nr, poll, limit, submitted);
 }
 
 /* ---- set-up and exit ------------------------------------------------------------------------- */

@@ -23,6 +23,7 @@
 #include <time.h>
 
 #define UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define LIKELY(x) __builtin_expect(!!(x), 1)
 
 /* include/uapi/linux/io_uring.h, Linux 6.10+; liburing 2.3 lacks it */
 #ifndef IORING_NOP_INJECT_RESULT
@@ -38,16 +39,24 @@ enum {
 	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
+_Static_assert((MAX_BUFRINGS & (MAX_BUFRINGS - 1)) == 0 && MAX_BUFRINGS <= 256,
+	       "emu_op.bslot indexes bufs[] with a mask");
+
 /* Interest bits of a parked op (which edges retry it). */
 #define EV_IN (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)
 #define EV_OUT (EPOLLOUT | EPOLLERR | EPOLLHUP)
 
 struct emu_fd;
+struct emu_op;
+
+/* One attempt of an op (struct emu_opdef's try says what it returns). */
+typedef int (*emu_try_fn)(struct corio__ring *r, struct emu_op *o, uint32_t *flags);
 
 struct emu_op {
 	struct emu_op *next;      /* on its record (FIFO), the timeout list or free */
 	struct emu_op *hnext;     /* user_data hash chain                           */
 	struct emu_fd *f;         /* NULL for timeouts                              */
+	emu_try_fn try;           /* its row's try, or the variant its prep picked  */
 	uint64_t user_data;
 	uint64_t deadline;        /* timeouts: CLOCK_MONOTONIC ns                   */
 	struct msghdr mh;         /* multishot recvmsg: the header template         */
@@ -58,9 +67,11 @@ struct emu_op {
 	uint32_t events;          /* poll mask, or EV_IN / EV_OUT                   */
 	uint8_t opcode;
 	bool mshot, bsel, connecting;
+	bool readiness;           /* its row's readiness                            */
 	bool parked;              /* on its record (park() .. unpark())             */
 	bool stale;               /* its file was closed under it: never retried    */
 	uint16_t bgid;
+	uint8_t bslot;            /* corio__emu_bufring's hint: bufs[] slot of bgid  */
 	int fd;
 	uint32_t accept_flags;
 };
@@ -139,13 +150,15 @@ struct emu_opdef {
 	 * not answered here (the full path). */
 	int (*now)(struct corio__ring *r, const struct io_uring_sqe *sqe);
 	/* The op's own SQE fields, after the common ones (fd, addr, off, len,
-	 * msg_flags, buffer group, events, multishot): 0 or -errno. An op with
-	 * no try (TIMEOUT) is started here: its record is the caller's no more. */
+	 * msg_flags, buffer group, events, multishot, try): 0 or -errno. It may
+	 * set o->try to the variant of try the op's form takes (the records'
+	 * retries call o->try). An op with no try (TIMEOUT) is started here:
+	 * its record is the caller's no more. */
 	int (*prep)(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe);
 	/* One attempt: a CQE res, T_AGAIN, T_MORE or T_DONE; *flags (zeroed by
 	 * the caller) gets the CQE flags of a result the caller posts. Set: the op waits on an fd
 	 * record (epoll readiness). */
-	int (*try)(struct corio__ring *r, struct emu_op *o, uint32_t *flags);
+	emu_try_fn try;
 	uint32_t events;       /* the edges that retry it: EV_IN, EV_OUT (0: the SQE's poll mask) */
 	uint16_t mshot_ioprio; /* the SQE ioprio bit that makes it multishot (0: none)   */
 	bool mshot_bsel;       /* multishot needs provided buffers (-EINVAL without)     */
@@ -180,22 +193,110 @@ void corio__emu_ud_del(struct corio__emu *e, struct emu_op *o);
 struct emu_op *corio__emu_ud_find(struct corio__emu *e, uint64_t ud);
 
 /* emu.c: completions and provided buffers */
-void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on);
-void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags);
+static inline void corio__emu_set_flag(struct corio__emu *e, unsigned bit, bool on)
+{
+	unsigned f = e->sq_flags;
+
+	IO_URING_WRITE_ONCE(e->sq_flags, on ? f | bit : f & ~bit);
+}
+
+/* A CQE that finds the CQ full, or others waiting before it: the overflow
+ * list (out of line: the post below is on every message's path). */
+void corio__emu_post_ovf(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags);
+
+static inline void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t res, uint32_t flags)
+{
+	struct corio__emu *e = r->em;
+	unsigned tail = e->cq_tail;
+	struct io_uring_cqe *cqe;
+
+	if (UNLIKELY(e->novf || tail - io_uring_smp_load_acquire(&e->cq_head) >= e->cq_entries)) {
+		corio__emu_post_ovf(r, ud, res, flags);
+		return;
+	}
+	cqe = &e->cqes[tail & e->cq_mask];
+	cqe->user_data = ud;
+	cqe->res = res;
+	cqe->flags = flags;
+	io_uring_smp_store_release(&e->cq_tail, tail + 1);
+}
+
+static inline bool corio__emu_cq_ready(const struct corio__emu *e)
+{
+	return io_uring_smp_load_acquire(&e->cq_tail) != e->cq_head;
+}
+
 /* Post o's CQE and return o to the pool. */
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags);
-struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid);
+struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid);
+
+/* The ring of group bgid, or NULL: the slot last found for it is checked
+ * first (*hint, per op), a registration being moved or dropped since. */
+static inline struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid,
+						     uint8_t *hint)
+{
+	struct emu_bufring *b = &e->bufs[*hint & (MAX_BUFRINGS - 1)];
+
+	if (UNLIKELY(!b->used || b->bgid != bgid)) {
+		b = corio__emu_bufring_find(e, bgid);
+		if (b)
+			*hint = (uint8_t)(b - e->bufs);
+	}
+	return b;
+}
+
 /* The head buffer, not yet taken: the caller commits only when data landed. */
-struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b);
+static inline struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
+{
+	uint16_t tail = io_uring_smp_load_acquire(&b->br->tail);
+
+	if (tail == b->head)
+		return NULL;
+	return &b->br->bufs[b->head & b->mask];
+}
+
+/*
+ * A SEND the socket takes at once (or fails at once) is answered from the
+ * SQE: no op record, no fd-record look-up, which every ring-issued send
+ * (corio_send_buf while other fibers are ready) paid per message. 1: its
+ * CQE is posted; 0: tried, it would block (the full path parks it without
+ * a second try); -1: not tried. Fault builds never try here: their
+ * injection sits on the full path's syscall sites. Inline: at load, with
+ * sends queued on the ring, one a message (emu.c's issue calls it
+ * directly; SEND's row names it too).
+ */
+static inline int corio__emu_send_now(struct corio__ring *r, const struct io_uring_sqe *sqe)
+{
+#ifdef CORIO_FAULTS
+	(void)r;
+	(void)sqe;
+	return -1;
+#else
+	ssize_t n = corio__nc_send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
+			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
+
+	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+		return 0;
+	corio__emu_post(r, sqe->user_data, n < 0 ? -errno : (int32_t)n, 0);
+	return 1;
+#endif
+}
 
 /* emu_fd.c: fd records */
 void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
 /* False when o could not wait and was completed instead. */
 bool corio__emu_park(struct corio__ring *r, struct emu_op *o);
 void corio__emu_unpark(struct corio__emu *e, struct emu_op *o);
+/* One pass over the ready list. */
 void corio__emu_process_ready(struct corio__ring *r);
+/* One epoll wait into e->evs (ns < 0: no timeout): events, or -errno. */
+int corio__emu_epoll_wait(struct corio__emu *e, int64_t ns);
 /* n epoll events in e->evs: mark their records ready, retry their ops. */
 void corio__emu_harvest(struct corio__ring *r, int n);
+/* The plain wait (corio__emu_enter): wait with no timeout and harvest
+ * until a CQE is posted, a record is queued, or a timeout or retry is
+ * armed. 0, or -errno (-EINTR). */
+int corio__emu_wait_plain(struct corio__ring *r);
 /* A connect with no edge to wait for: retried after RETRY_NS. */
 void corio__emu_retry_later(struct corio__emu *e, struct emu_fd *f);
 void corio__emu_fire_retries(struct corio__emu *e, uint64_t now);
@@ -206,7 +307,14 @@ int corio__emu_timeout_add(struct corio__ring *r, struct emu_op *o, const struct
 /* TIMEOUT_REMOVE (and its UPDATE), ASYNC_CANCEL: the CQE res. */
 int corio__emu_timeout_remove(struct corio__ring *r, const struct io_uring_sqe *sqe);
 int corio__emu_cancel(struct corio__ring *r, const struct io_uring_sqe *sqe);
-/* Complete the timeouts due (and due connect retries). */
-void corio__emu_fire_timeouts(struct corio__ring *r);
+/* Complete the timeouts due (and due connect retries); the test for none
+ * pending inline, since every wait makes it. */
+void corio__emu_fire_due(struct corio__ring *r);
+
+static inline void corio__emu_fire_timeouts(struct corio__ring *r)
+{
+	if (UNLIKELY(r->em->timeouts || r->em->retry))
+		corio__emu_fire_due(r);
+}
 
 #endif

@@ -23,7 +23,6 @@ void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f)
 	else
 		e->ready_head = f;
 	e->ready_tail = f;
-	corio__emu_set_flag(e, IORING_SQ_TASKRUN, true);
 }
 
 /* The record goes from no ops to waiting: (re-)register it. Its file may be
@@ -32,7 +31,7 @@ void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f)
 static int fd_watch(struct corio__emu *e, struct emu_fd *f)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-				  .data.fd = f->fd };
+				  .data.ptr = f };
 	int ret;
 
 	f->ready = 0;
@@ -70,7 +69,7 @@ static int fd_watch(struct corio__emu *e, struct emu_fd *f)
 static bool fd_moved(struct corio__emu *e, struct emu_fd *f)
 {
 	struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-				  .data.fd = f->fd };
+				  .data.ptr = f };
 
 	if (!f->registered)
 		return true; /* a file found here before was refused by epoll: try again */
@@ -95,7 +94,7 @@ bool corio__emu_park(struct corio__ring *r, struct emu_op *o)
 		if (ret < 0) {
 			/* Not pollable: a regular file is always ready (poll(2)
 			 * says so); anything else cannot wait here. */
-			if (corio__emu_ops[o->opcode].readiness && ret == -EPERM) {
+			if (o->readiness && ret == -EPERM) {
 				corio__emu_finish(r, o, (int32_t)(o->events & (POLLIN | POLLOUT | POLLRDNORM |
 								    POLLWRNORM)), 0);
 				return false;
@@ -141,7 +140,7 @@ static bool settle(struct corio__ring *r, struct emu_op *o, int res, uint32_t fl
 
 	if (res == T_AGAIN) {
 		/* would block: the direction's bit was stale */
-		if (corio__emu_ops[o->opcode].readiness)
+		if (o->readiness)
 			return false;
 		f->ready &= ~(o->events == EV_OUT ? EPOLLOUT : EPOLLIN);
 		return false;
@@ -150,7 +149,7 @@ static bool settle(struct corio__ring *r, struct emu_op *o, int res, uint32_t fl
 		*more = true; /* budget spent, work left: stay on the ready list */
 		return false;
 	}
-	if (corio__emu_ops[o->opcode].readiness && o->mshot) {
+	if (o->readiness && o->mshot) {
 		corio__emu_post(r, o->user_data, res, IORING_CQE_F_MORE);
 		return false;
 	}
@@ -162,8 +161,9 @@ static bool settle(struct corio__ring *r, struct emu_op *o, int res, uint32_t fl
 	return true;
 }
 
-/* Retry the ops of f that its ready bits concern. */
-static void process_fd(struct corio__ring *r, struct emu_fd *f)
+/* Retry the ops of f that its ready bits concern (inline in both loops:
+ * the harvest's is every message's path). */
+static inline __attribute__((always_inline)) void process_fd(struct corio__ring *r, struct emu_fd *f)
 {
 	bool more = false;
 
@@ -174,7 +174,14 @@ static void process_fd(struct corio__ring *r, struct emu_fd *f)
 		next = o->next;
 		if (!(f->ready & o->events) || o->stale)
 			continue;
-		res = corio__emu_ops[o->opcode].try(r, o, &flags);
+		res = o->try(r, o, &flags);
+		if (res == T_AGAIN) {
+			/* would block (every message's end): the direction's
+			 * bit was stale; settle's first case, inline */
+			if (!o->readiness)
+				f->ready &= ~(o->events == EV_OUT ? EPOLLOUT : EPOLLIN);
+			continue;
+		}
 		settle(r, o, res, flags, &more);
 	}
 	if (more && f->head)
@@ -189,7 +196,6 @@ void corio__emu_process_ready(struct corio__ring *r)
 	/* One pass over what is queued now; records re-queued by this pass
 	 * wait for the next one. */
 	e->ready_head = e->ready_tail = NULL;
-	corio__emu_set_flag(e, IORING_SQ_TASKRUN, false);
 	while (f) {
 		struct emu_fd *next = f == end ? NULL : f->rnext;
 
@@ -199,23 +205,86 @@ void corio__emu_process_ready(struct corio__ring *r)
 	}
 }
 
-void corio__emu_harvest(struct corio__ring *r, int n)
+/* ---- the wait ----------------------------------------------------------------------- */
+
+static inline int epoll_wait_ms(struct corio__emu *e, int64_t ns)
+{
+	int n = (int)corio__nc_epoll_wait(e->epfd, e->evs, NEVENTS,
+					  ns < 0 ? -1 : (int)((ns + 999999) / 1000000));
+
+	return n < 0 ? -errno : n;
+}
+
+/* The wait: ns < 0 none (the common case takes no timespec). */
+static inline int epoll_wait_ns(struct corio__emu *e, int64_t ns)
+{
+	struct __kernel_timespec ts;
+	int n;
+
+	if (UNLIKELY(e->no_pwait2))
+		return epoll_wait_ms(e, ns);
+	if (ns >= 0)
+		ts = (struct __kernel_timespec){ ns / 1000000000, ns % 1000000000 };
+	n = (int)corio__nc_epoll_pwait2(e->epfd, e->evs, NEVENTS, ns < 0 ? NULL : &ts);
+	if (LIKELY(n >= 0))
+		return n;
+	if (errno != ENOSYS)
+		return -errno;
+	e->no_pwait2 = true; /* before 5.11: milliseconds, rounded up */
+	return epoll_wait_ms(e, ns);
+}
+
+int corio__emu_epoll_wait(struct corio__emu *e, int64_t ns)
+{
+	return epoll_wait_ns(e, ns);
+}
+
+static inline __attribute__((always_inline)) void harvest(struct corio__ring *r, int n)
 {
 	struct corio__emu *e = r->em;
 
+	/*
+	 * Each record is retried as its event is read, not queued for a pass
+	 * after the loop: nothing an op does touches another record. A
+	 * record queued already (its multishot budget spent) gets the bits
+	 * and keeps its place, for the next enter's pass (one pass each).
+	 * data.ptr is the record: records go back to their pool, never to
+	 * the heap, before exit, so an event of a registration that outlived
+	 * its record's file (a file still open elsewhere) points at a record
+	 * that is idle (skipped) or serves another fd (its ops retried once,
+	 * for an EAGAIN), as a look-up by the old number would.
+	 */
 	for (int i = 0; i < n; i++) {
-		struct emu_fd *f = corio__emu_fd_find(e, e->evs[i].data.fd);
+		struct emu_fd *f = e->evs[i].data.ptr;
 
-		if (!f || !f->head)
+		if (!f->head)
 			continue; /* idle: re-registered (and re-read) when it waits again */
 		f->ready |= corio__fault_events(r, e->evs[i].events);
-		corio__emu_ready_add(e, f);
+		if (!f->on_ready)
+			process_fd(r, f);
 	}
 	/* Looked just now; when exactly is asked only if a busy turn wants
 	 * it (corio__emu_poll_due), not paid here on every wake-up. */
 	e->last_harvest = 0;
-	if (n)
-		corio__emu_process_ready(r);
+}
+
+void corio__emu_harvest(struct corio__ring *r, int n)
+{
+	harvest(r, n);
+}
+
+int corio__emu_wait_plain(struct corio__ring *r)
+{
+	struct corio__emu *e = r->em;
+
+	do {
+		int n = epoll_wait_ns(e, -1);
+
+		if (UNLIKELY(n < 0))
+			return n;
+		harvest(r, n);
+	} while (!corio__emu_cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
+	return 0;
 }
 
 /* ---- connects with no edge to wait for ------------------------------------------------- */

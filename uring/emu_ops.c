@@ -36,7 +36,7 @@ static int fault_at(struct corio__ring *r, struct emu_op *o, size_t *len, int wh
 
 	if (UNLIKELY(e)) {
 		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-					  .data.fd = o->fd };
+					  .data.ptr = o->f };
 
 		if (e == EAGAIN && o->f->registered)
 			epoll_ctl(r->em->epfd, EPOLL_CTL_MOD, o->fd, &ev);
@@ -66,9 +66,9 @@ static int set_nonblock(struct emu_op *o)
 }
 
 /* A multishot receive into provided buffers. */
-static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
+static int try_recv_bsel(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	unsigned posted = 0;
 
 	if (!b)
@@ -119,7 +119,7 @@ static int try_recv_bsel(struct corio__ring *r, struct emu_op *o)
 /* One-shot buffer-select receive: post with the buffer flags. */
 static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	struct io_uring_buf *buf = b ? corio__emu_buf_peek(b) : NULL;
 	size_t len;
 	ssize_t n;
@@ -163,7 +163,7 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
  */
 static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	size_t hdr = sizeof(struct io_uring_recvmsg_out) + o->mh.msg_namelen + o->mh.msg_controllen;
 	unsigned posted = 0;
 
@@ -321,7 +321,7 @@ static int try_recv(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	ssize_t n;
 
 	if (o->bsel)
-		return o->mshot ? try_recv_bsel(r, o) : recv_bsel_once(r, o, flags);
+		return o->mshot ? try_recv_bsel(r, o, flags) : recv_bsel_once(r, o, flags);
 	n = fault_at(r, o, &len, corio__emu_ops[o->opcode].fault)
 		    ? -1
 		    : corio__nc_recv(o->fd, (void *)(uintptr_t)o->addr, len, o->msg_flags | MSG_DONTWAIT);
@@ -370,6 +370,8 @@ static int try_read(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 static int prep_recv(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe)
 {
 	memcpy(&o->limit, &sqe->addr_len, sizeof(o->limit)); /* 6.16's byte limit */
+	if (o->bsel && o->mshot)
+		o->try = try_recv_bsel; /* its retries skip try_recv's dispatch */
 	return 0;
 }
 
@@ -427,29 +429,9 @@ static int now_shutdown(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	return 1;
 }
 
-/*
- * A SEND the socket takes at once (or fails at once) is answered from the
- * SQE: no op record, no fd-record look-up, which every ring-issued send
- * (corio_send_buf while other fibers are ready) paid per message. 1: its
- * CQE is posted; 0: tried, it would block (the full path parks it without
- * a second try); -1: not tried. Fault builds never try here: their
- * injection sits on the full path's syscall sites.
- */
 static int send_at_once(struct corio__ring *r, const struct io_uring_sqe *sqe)
 {
-#ifdef CORIO_FAULTS
-	(void)r;
-	(void)sqe;
-	return -1;
-#else
-	ssize_t n = corio__nc_send(sqe->fd, (const void *)(uintptr_t)sqe->addr, sqe->len,
-			 (int)sqe->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
-
-	if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-		return 0;
-	corio__emu_post(r, sqe->user_data, n < 0 ? -errno : (int32_t)n, 0);
-	return 1;
-#endif
+	return corio__emu_send_now(r, sqe);
 }
 
 /* ---- the table ---------------------------------------------------------------------------- */

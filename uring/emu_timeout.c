@@ -55,14 +55,11 @@ static int timeout_deadline(const struct __kernel_timespec *ts, uint32_t tflags,
 	return 0;
 }
 
-void corio__emu_fire_timeouts(struct corio__ring *r)
+void corio__emu_fire_due(struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
-	uint64_t now;
+	uint64_t now = mono_ns(CLOCK_MONOTONIC);
 
-	if (!e->timeouts && !e->retry)
-		return;
-	now = mono_ns(CLOCK_MONOTONIC);
 	corio__emu_fire_retries(e, now);
 	while (e->timeouts && e->timeouts->deadline <= now) {
 		struct emu_op *o = e->timeouts;
