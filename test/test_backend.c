@@ -1443,7 +1443,11 @@ Test(backend, multishot_budget_left_raises_taskrun_until_served, .timeout = 30)
 		more_left = got < sizeof(data);
 		cr_assert_eq(!!(*r.ring.sq.kflags & IORING_SQ_TASKRUN), more_left,
 			     "after %u bytes: TASKRUN %s", got, more_left ? "not raised" : "left up");
-		cr_assert_eq(corio__ring_needs_enter(&r), more_left);
+		/* work left makes the enter needed; with none left it may still
+		 * be (a parked op's harvest is due HARVEST_NS after the last,
+		 * which a slow run - TSan - reaches by itself) */
+		if (more_left)
+			cr_assert(corio__ring_needs_enter(&r));
 		if (more_left)
 			cr_assert_geq(corio__ring_enter(&r, 0), 0); /* the reap's enter */
 		cr_assert_lt(++passes, 10);
