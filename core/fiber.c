@@ -443,16 +443,7 @@ int corio__wq_wait_slow(struct corio_waitq *wq)
 	bounded = f->deadline_ns != 0;
 	if (CORIO__UNLIKELY(bounded) && (ret = corio__deadline_arm(&dt, f)) < 0)
 		return ret;
-	corio__wq_push(wq, f);
-	ret = corio__park();
-	/* Every waker takes f off the queue first (wake_one/all, cancel, the
-	 * deadline). Should anything else make f ready - a stray completion
-	 * for an op f waited on before - f must not stay queued: the next
-	 * caller would find the queue taken (corio_accept's -EBUSY) or f would
-	 * be pushed twice. Callers loop on their condition, so the early
-	 * return is a spurious wake-up, nothing worse. */
-	if (CORIO__UNLIKELY(f->wq))
-		corio__wq_del(f);
+	ret = corio__wq_park(f->shard, f, wq);
 	if (CORIO__UNLIKELY(bounded))
 		corio__deadline_disarm(&dt);
 	return ret;

@@ -618,6 +618,27 @@ int corio__spawn_unrun(int (*fn)(void *), void *arg, const struct corio_spawn_op
 /* Fiber side of a park or a yield: hand the CPU to the next fiber of the
  * run, or back to the loop (core/fiber.c). */
 void corio__leave(struct corio__shard *s, struct corio_fiber *f);
+/* Queue f (the running fiber of s) on wq, park it, and return what woke
+ * it. Every waker takes f off the queue first (wake_one/all, cancel, the
+ * deadline). Should anything else make f ready - a stray completion for an
+ * op f waited on before - f must not stay queued: the next caller would
+ * find the queue taken (corio_accept's -EBUSY) or f would be pushed twice.
+ * Callers loop on their condition, so the early return is a spurious
+ * wake-up, nothing worse. Shared by both waits below. */
+static inline __attribute__((always_inline)) int corio__wq_park(struct corio__shard *s,
+								 struct corio_fiber *f,
+								 struct corio_waitq *wq)
+{
+	f->wq = wq;
+	CORIO__DLIST_APPEND(wq->head, wq->tail, f, wq_next, wq_prev);
+	f->state = CORIO__F_PARKED;
+	corio__leave(s, f);
+	if (CORIO__UNLIKELY(f->wq != NULL)) {
+		CORIO__DLIST_DEL2(f->wq->head, f->wq->tail, f, wq_next, wq_prev);
+		f->wq = NULL;
+	}
+	return f->wake_res;
+}
 /* corio__wq_wait with a deadline scope, off a fiber, or cancelled. */
 int corio__wq_wait_slow(struct corio_waitq *wq);
 /* Park on a wait queue; -ECANCELED if cancelled (then off the queue).
@@ -631,16 +652,7 @@ static inline int corio__wq_wait(struct corio_waitq *wq)
 
 	if (CORIO__UNLIKELY(!f || (f->flags & CORIO__FF_CANCELLED) || f->deadline_ns))
 		return corio__wq_wait_slow(wq);
-	f->wq = wq;
-	CORIO__DLIST_APPEND(wq->head, wq->tail, f, wq_next, wq_prev);
-	f->state = CORIO__F_PARKED;
-	corio__leave(s, f);
-	/* as in corio__wq_wait_slow: a stray wake leaves f queued */
-	if (CORIO__UNLIKELY(f->wq != NULL)) {
-		CORIO__DLIST_DEL2(f->wq->head, f->wq->tail, f, wq_next, wq_prev);
-		f->wq = NULL;
-	}
-	return f->wake_res;
+	return corio__wq_park(s, f, wq);
 }
 /* Pop the first waiter (NULL if none) and make it ready with res. */
 struct corio_fiber *corio__wq_wake_one(struct corio_waitq *wq, int res);

@@ -177,9 +177,21 @@ struct srec_fin {
 	struct corio__srec *head, **tail;
 };
 
+/* res bytes of s's queue went out. */
+static inline __attribute__((always_inline)) void srec_count(struct corio_sock *s, int32_t res)
+{
+	struct corio__net *n = s->net;
+
+	CORIO__STAT_ADD(n->stats.ops_out, 1);
+	CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
+	s->tx += (uint64_t)res;
+}
+
 /* Take the head off the queue: a borrowed buffer goes back to the ring, an
- * owned record onto fin with res for its done callback. */
-static void srec_pop(struct corio_sock *s, int32_t res, struct srec_fin *fin)
+ * owned record onto fin with res for its done callback (fin may be NULL
+ * when the head is known to be borrowed). */
+static inline __attribute__((always_inline)) void srec_pop(struct corio_sock *s, int32_t res,
+							    struct srec_fin *fin)
 {
 	struct corio__srec *r = s->sq_head;
 
@@ -202,7 +214,8 @@ static void srec_pop(struct corio_sock *s, int32_t res, struct srec_fin *fin)
 
 /* res bytes of the queue went out: give back the records fully sent, move
  * the head's offset past the rest. */
-static void srec_sent(struct corio_sock *s, uint32_t res, struct srec_fin *fin)
+static inline __attribute__((always_inline)) void srec_sent(struct corio_sock *s, uint32_t res,
+							     struct srec_fin *fin)
 {
 	while (res && s->sq_head) {
 		struct corio__srec *r = s->sq_head;
@@ -237,7 +250,7 @@ static void srec_finish(struct corio__net *n, struct srec_fin *fin)
 }
 
 /* The queue's op ended (nothing more in the kernel): wake who waits. */
-static void srec_idle(struct corio_sock *s)
+static inline __attribute__((always_inline)) void srec_idle(struct corio_sock *s)
 {
 	s->sq_cancel = false;
 	corio__list_del(&s->send_link);
@@ -260,22 +273,15 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 				     !n->stopping,
 			     1)) {
 		/* The common completion: the queue's one borrowed buffer went
-		 * out whole. As below, without the walk and the done list. */
-		CORIO__STAT_ADD(n->stats.ops_out, 1);
-		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
-		s->tx += (uint64_t)res;
-		s->sq_head = s->sq_tail = NULL;
-		s->sq_count--;
-		corio__net_buf_put(n, r->bid);
-		srec_put(n, r);
-		corio__wq_wake_all(&s->sroom, 0);
+		 * out whole, so no walk and no done list (a borrowed record
+		 * never goes on one). */
+		srec_count(s, res);
+		srec_pop(s, res, NULL);
 		srec_idle(s);
 		return;
 	}
 	if (res > 0) {
-		CORIO__STAT_ADD(n->stats.ops_out, 1);
-		CORIO__STAT_ADD(n->stats.bytes_out, (uint64_t)res);
-		s->tx += (uint64_t)res;
+		srec_count(s, res);
 		srec_sent(s, (uint32_t)res, &fin); /* r may be off the queue */
 	} else if (!s->serr) {
 		s->serr = res ? res : -EPIPE;

@@ -653,41 +653,14 @@ static void stash_cqes(struct corio__ring *r)
 
 unsigned corio__ring_reap(struct corio__ring *r)
 {
+	struct io_uring_cq *cq = &r->ring.cq;
 	unsigned total = 0, flushes = 0;
 
 	/* Fast path for turns with nothing to reap (fibers only yielding). */
 	if (!r->nstash && !io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
 		return 0;
-	/* The common turn: nothing stashed, a batch in the CQ and nothing the
-	 * kernel holds back after it. Dispatched as below, without the
-	 * stash's bookkeeping; anything else goes on to the general loop. */
-	if (__builtin_expect(!r->nstash, 1)) {
-		struct io_uring_cq *cq = &r->ring.cq;
-		unsigned head = *cq->khead;
-
-		while (head != io_uring_smp_load_acquire(cq->ktail)) {
-			struct io_uring_cqe *cqe = &cq->cqes[head & cq->ring_mask];
-			struct corio__op *op = io_uring_cqe_get_data(cqe);
-			int32_t res = cqe->res;
-			uint32_t flags = cqe->flags;
-
-			io_uring_smp_store_release(cq->khead, ++head);
-			total++;
-			dispatch(op, res, flags);
-			if (CORIO__RING_UNLIKELY(r->nstash))
-				break; /* that callback stashed the CQEs behind it */
-			head = *cq->khead; /* a callback may have reaped (corio__ring_sqe) */
-		}
-		if (__builtin_expect(!r->nstash, 1) &&
-		    !(IO_URING_READ_ONCE(*r->ring.sq.kflags) &
-		      (IORING_SQ_CQ_OVERFLOW | (r->no_reap_flush ? 0 : IORING_SQ_TASKRUN)))) {
-			CORIO__RCNT_ADD(r->cnt.cqes, total);
-			return total;
-		}
-	}
 	for (;;) {
-		struct io_uring_cqe *cqe;
-		unsigned kflags;
+		unsigned head, kflags;
 
 		/* Stashed CQEs are older than anything now in the CQ: they go
 		 * first, also after an overflow flush below has posted newer
@@ -696,33 +669,38 @@ unsigned corio__ring_reap(struct corio__ring *r)
 		 * order, a socket's final receive CQE could overtake an earlier
 		 * one and its closer free the socket under it
 		 * (net::reset_churn_under_refused_submits). */
-		for (unsigned i = 0; i < r->nstash; i++) {
-			struct corio__stashed c = r->stash[i];
+		if (CORIO__RING_UNLIKELY(r->nstash)) {
+			for (unsigned i = 0; i < r->nstash; i++) {
+				struct corio__stashed c = r->stash[i];
 
-			total++;
-			dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
+				total++;
+				dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
+			}
+			r->nstash = 0;
 		}
-		r->nstash = 0;
-		while ((cqe = peek(r))) {
+		/* The head is read again after each callback: one may have
+		 * reaped from inside (corio__ring_sqe). */
+		for (head = *cq->khead; head != io_uring_smp_load_acquire(cq->ktail);
+		     head = *cq->khead) {
+			struct io_uring_cqe *cqe = &cq->cqes[head & cq->ring_mask];
 			struct corio__op *op = io_uring_cqe_get_data(cqe);
 			int32_t res = cqe->res;
 			uint32_t flags = cqe->flags;
 
-			io_uring_cq_advance(&r->ring, 1);
+			io_uring_smp_store_release(cq->khead, head + 1);
 			total++;
 			dispatch(op, res, flags);
 			/* That callback stashed the CQEs behind this one: they
 			 * come before whatever the kernel posted since (a
 			 * retried submit completes some ops inline). */
-			if (r->nstash)
+			if (CORIO__RING_UNLIKELY(r->nstash))
 				break;
 		}
-		if (r->nstash)
+		if (CORIO__RING_UNLIKELY(r->nstash))
 			continue;
-		kflags = IO_URING_READ_ONCE(*r->ring.sq.kflags);
-		if (r->no_reap_flush)
-			kflags &= ~IORING_SQ_TASKRUN;
-		if (!(kflags & (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)) || flushes >= 64)
+		kflags = IO_URING_READ_ONCE(*r->ring.sq.kflags) &
+			 (IORING_SQ_CQ_OVERFLOW | (r->no_reap_flush ? 0 : IORING_SQ_TASKRUN));
+		if (!kflags || flushes >= 64)
 			break;
 		/* A bound on flushes: completions that keep arriving are left for
 		 * the next turn (the loop's enter flushes them), so fibers run. */
