@@ -248,15 +248,31 @@ bool corio__run_fibers(struct corio__shard *s)
 	c = &s->cls[id];
 	s->run.q = &s->runq[id];
 	s->run.c = c;
-	s->run.bit = 1u << id;
-	s->run.last = s->run.q->tail;
-	s->run.budget = s->run.budget0;
 	s->run.stalled = false;
 	s->run.cut = false;
 	/* The run's time starts at the loop's last look at the ring (its
-	 * tick is s->now): the reap that made these fibers ready is theirs. */
+	 * tick is s->now): the reap that made these fibers ready is theirs.
+	 * Its slice bounds corio_should_yield() in a lone fiber too. */
 	t0 = s->run.t0 = s->now;
 	s->run.end = t0 + s->slice_ticks;
+	f = s->run.q->head;
+	if (f == s->run.q->tail && f->state != CORIO__F_NEW) {
+		/* One fiber ready, which has run before (a reader woken by its
+		 * bytes): the run is that fiber alone, as the loop below would
+		 * make it, without the budget and the peeks, which only part
+		 * several fibers. run.last is NULL, so whatever f makes ready
+		 * waits for the next turn, as below. */
+		s->run.q->head = s->run.q->tail = NULL;
+		s->runq_active = active & ~(1u << id);
+		f->flags &= ~CORIO__FF_QUEUED;
+		s->run.last = NULL;
+		waited(s, f);
+		switch_to(s, f);
+		goto charge;
+	}
+	s->run.bit = 1u << id;
+	s->run.last = s->run.q->tail;
+	s->run.budget = s->run.budget0;
 	while ((f = run_peek(s))) {
 		run_take(s, f);
 		if (f->state == CORIO__F_NEW && (f->flags & CORIO__FF_CANCELLED))
@@ -266,6 +282,7 @@ bool corio__run_fibers(struct corio__shard *s)
 		/* f may be back in the fiber pool: its name and id stay until
 		 * the next spawn reuses it. */
 	}
+charge:
 	/* The class pays for the run: its CPU, its virtual time. */
 	t0 = s->now - s->run.t0;
 	c->vtime += t0 * c->vmul;

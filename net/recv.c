@@ -671,7 +671,7 @@ int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
 /* corio_recv_buf, inline in it and in corio_recv_bufs (no second call a
  * message). */
 static inline __attribute__((always_inline)) ssize_t recv_buf(struct corio_sock *s,
-							      struct corio_buf *b)
+							      struct corio_buf *b, bool more)
 {
 	struct corio__net *n = corio__sock_owner(s);
 	struct corio__slice *q;
@@ -707,13 +707,14 @@ static inline __attribute__((always_inline)) ssize_t recv_buf(struct corio_sock 
 	corio__sock_q_pop(s);
 	CORIO__STAT_ADD(n->stats.bytes_in, b->len);
 	s->rx += b->len;
-	uncap(s);
+	if (!more) /* else the caller takes more first, then uncaps */
+		uncap(s);
 	return (ssize_t)b->len;
 }
 
 ssize_t corio_recv_buf(struct corio_sock *s, struct corio_buf *b)
 {
-	return recv_buf(s, b);
+	return recv_buf(s, b, false);
 }
 
 int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
@@ -724,7 +725,7 @@ int corio_recv_bufs(struct corio_sock *s, struct corio_buf *b, int max)
 
 	if (!b || max < 1)
 		return corio__error(-EINVAL, "corio_recv_bufs: no room for a buffer");
-	r = recv_buf(s, &b[0]);
+	r = recv_buf(s, &b[0], true);
 	if (r <= 0)
 		return (int)r;
 	n = s->net;

@@ -34,7 +34,7 @@
  * does CORIO_FAULTS, so that fault-injection runs meet every send in the
  * ring (where the faults are injected).
  */
-static bool direct_ok(struct corio__net *n)
+static inline __attribute__((always_inline)) bool direct_ok(struct corio__net *n)
 {
 	return n->send_direct && !n->shard->runq_active &&
 	       !corio__ring_pending(&n->shard->ring);
