@@ -126,6 +126,9 @@ struct corio_sock {
 	struct corio__mshot h;
 	bool hup;              /* the poll fired: receive with single shots */
 	struct corio_waitq rwq;      /* the fiber waiting for data */
+	/* The buffer of the corio_recv_buf(s) parked on rwq while the queue
+	 * is empty: the next bytes go straight into it (recv.c hand()). */
+	struct corio_buf *rdirect;
 	struct corio_fiber *closer;  /* fiber waiting for rop's last CQE */
 	/* corio_close() with receives parked on s: it marks s closing, wakes
 	 * them (-EBADF) and waits until every one has left (readers == 0) */

@@ -355,6 +355,21 @@ static inline __attribute__((always_inline)) bool q_push(struct corio_sock *s, u
 	return true;
 }
 
+/* The slice [off, off + len) of buffer id goes to the parked reader's
+ * buffer, with the reference the caller took: no slice record, no queue. */
+static inline __attribute__((always_inline)) void hand(struct corio_sock *s, struct corio__net *n,
+							struct corio__bufring *ring, uint32_t id,
+							uint32_t off, uint32_t len)
+{
+	struct corio_buf *b = s->rdirect;
+
+	s->rdirect = NULL;
+	b->data = (char *)corio__bufring_addr(ring, id) + off;
+	b->len = len;
+	b->_owner = n;
+	b->_id = id | s->rtag;
+}
+
 /*
  * A receive CQE, in three steps: take its bytes (queue the slice of its
  * buffer, or give the buffer back), read its result (the stream's end or
@@ -382,9 +397,15 @@ static int32_t recv_take(struct corio_sock *s, struct corio__bufring *ring, int3
 		uint32_t off;
 		int bid = corio__bufring_cqe(ring, res, flags, &off);
 
-		/* After -ENOMEM lost bytes, later ones must not follow them. */
-		if (bid >= 0 && (s->has_term || !q_push(s, (uint32_t)bid | s->rtag, off,
-							(uint32_t)res))) {
+		/* The parked corio_recv_buf(s) takes the bytes straight, when
+		 * the queue is empty (it parks only then) and it still waits:
+		 * whatever took it off rwq (a cancel, a deadline, the close)
+		 * leaves them to the queue. After -ENOMEM lost bytes, later ones
+		 * must not follow them. */
+		if (bid >= 0 && s->rdirect && s->rwq.head && !s->has_term) {
+			hand(s, n, ring, (uint32_t)bid, off, (uint32_t)res);
+		} else if (bid >= 0 && (s->has_term || !q_push(s, (uint32_t)bid | s->rtag, off,
+								 (uint32_t)res))) {
 			corio__net_buf_put(n, (uint32_t)bid | s->rtag);
 			res = -ENOMEM; /* the bytes are lost: end the stream */
 			if (more) {
@@ -618,8 +639,11 @@ void corio__sock_reader_leave(struct corio_sock *s)
 }
 
 /* corio__sock_wait_data, inline for corio_recv_buf(s): the reader's park
- * once a message. */
-static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s)
+ * once a message. With b (corio_recv_buf(s)'s buffer), bytes that arrive
+ * while it waits may be handed straight to b (hand()); 0 then means b
+ * holds them, and the queue may hold more after them. */
+static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s,
+							   struct corio_buf *b)
 {
 	struct corio__net *n = s->net;
 	int ret;
@@ -635,12 +659,24 @@ static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s)
 				return ret;
 		}
 		s->readers++;
+		s->rdirect = b;
 		ret = corio__wq_wait(&s->rwq);
+		s->rdirect = NULL;
 		corio__sock_reader_leave(s);
 		/* Closed while we waited: the closer runs only once we park
-		 * again, so s is still there to look at, but not after. */
-		if (s->closing)
+		 * again, so s is still there to look at, but not after. Bytes
+		 * handed to b go with the rest of the queue the close drops. */
+		if (s->closing) {
+			if (b && b->_owner) {
+				corio__net_buf_put(n, b->_id);
+				b->_owner = NULL;
+				b->data = NULL;
+				b->len = 0;
+			}
 			return -EBADF;
+		}
+		if (b && b->_owner)
+			return 0; /* bytes first, whatever else woke us */
 		if (ret < 0)
 			return corio__net_err(n, ret);
 	}
@@ -649,7 +685,7 @@ static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s)
 
 int corio__sock_wait_data(struct corio_sock *s)
 {
-	return wait_data(s);
+	return wait_data(s, NULL);
 }
 
 int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
@@ -693,18 +729,20 @@ static inline __attribute__((always_inline)) ssize_t recv_buf(struct corio_sock 
 	/* A send error ends the stream, but what already arrived comes first. */
 	if (s->serr && !s->qhead)
 		return s->serr;
-	ret = wait_data(s);
+	ret = wait_data(s, b);
 	if (ret)
 		return ret;
-	q = s->qhead;
-	if (!q)
-		return s->rterm;
-	/* the slice's reference goes to b */
-	b->data = (char *)corio__net_slice_data(n, q) + s->qoff;
-	b->len = q->len - s->qoff;
-	b->_owner = n;
-	b->_id = q->id;
-	corio__sock_q_pop(s);
+	if (!b->_owner) { /* else the bytes were handed straight to b */
+		q = s->qhead;
+		if (!q)
+			return s->rterm;
+		/* the slice's reference goes to b */
+		b->data = (char *)corio__net_slice_data(n, q) + s->qoff;
+		b->len = q->len - s->qoff;
+		b->_owner = n;
+		b->_id = q->id;
+		corio__sock_q_pop(s);
+	}
 	CORIO__STAT_ADD(n->stats.bytes_in, b->len);
 	s->rx += b->len;
 	if (!more) /* else the caller takes more first, then uncaps */

@@ -4,8 +4,9 @@
  * first (borrowed and copied receives), provided buffers that fit small
  * messages (IOU_PBUF_RING_INC: slices released out of order, a held slice
  * pinning its buffer, on the incremental and whole-buffer paths), many
- * small messages held without running the ring dry, and closing a socket
- * another fiber is parked on.
+ * small messages held without running the ring dry, closing a socket
+ * another fiber is parked on, and closing one whose parked reader was
+ * already handed its bytes.
  */
 #include "net_helpers.h"
 
@@ -456,3 +457,62 @@ CLOSE_READER_TEST(recv_copy_buffered, CR_RECV_COPY_Q)
 CLOSE_READER_TEST(select, CR_SELECT)
 CLOSE_READER_TEST(udp_recvfrom_buf, CR_UDP_BUF)
 CLOSE_READER_TEST(udp_recvfrom_copy, CR_UDP_COPY)
+
+/*
+ * Bytes that reach a parked corio_recv_buf go straight into its buffer,
+ * not through the socket's queue (net/recv.c hand()). If s is closed after
+ * that and before the reader runs, the reader still returns -EBADF, and
+ * the buffer it was handed goes back to the ring with the rest of what the
+ * close drops (bufs_out is 0 again; pair_close checks it). On both
+ * provided-buffer paths: an incremental buffer the kernel still fills is
+ * not out of the ring, a whole one is.
+ */
+static void handed_then_closed_entry(void *arg)
+{
+	bool whole = arg != NULL;
+	struct cr_ctx x = { .mode = CR_RECV_BUF };
+	struct corio_net_stats st;
+	struct corio_fiber *f;
+	struct pair p;
+	uint64_t in0;
+
+	pair_open(&p, 0, 0);
+	x.s = p.s;
+	CHECK_EQ(corio_spawn(cr_reader, &x, NULL, &f), 0);
+	while (!x.started)
+		corio_yield();
+	corio_yield(); /* the reader is parked, its receive submitted */
+	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	in0 = st.ops_in;
+	CHECK_EQ(corio_send(p.c, "x", 1), 1);
+	/* Yield until the receive's CQE has been handled: it made the reader
+	 * ready behind this fiber, which was queued first by its yield. */
+	do {
+		corio_yield();
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
+	} while (st.ops_in == in0);
+	if (whole)
+		CHECK_EQ(st.bufs_out, 1); /* in the reader's hands, not yet run */
+	CHECK_EQ(corio_close(x.s), 0);
+	CHECK_EQ(corio_join(f, NULL), 0);
+	CHECK_EQ(x.res, -EBADF);
+	p.s = NULL;
+	pair_close(&p);
+}
+
+Test(net, close_after_bytes_reach_a_parked_reader_gives_them_back_inc, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	if (!pbuf_path(true))
+		cr_skip_test("no incremental provided buffers here");
+	th_run(&cfg, handed_then_closed_entry, NULL);
+}
+
+Test(net, close_after_bytes_reach_a_parked_reader_gives_them_back_whole, .timeout = 30)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	pbuf_path(false);
+	th_run(&cfg, handed_then_closed_entry, (void *)1);
+}
