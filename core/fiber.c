@@ -202,7 +202,8 @@ static inline void run_take(struct corio__shard *s, struct corio_fiber *f)
 
 /* Scheduler side: run f until control comes back to the loop, which may be
  * from another fiber f handed the CPU to. */
-static void switch_to(struct corio__shard *s, struct corio_fiber *f)
+static inline __attribute__((always_inline)) void switch_to(struct corio__shard *s,
+							     struct corio_fiber *f)
 {
 	if (f->state == CORIO__F_NEW) {
 		if (corio__stack_get(s, f)) {
