@@ -172,10 +172,10 @@ static inline void waited(struct corio__shard *s, const struct corio_fiber *f)
  * has run. */
 static inline struct corio_fiber *run_peek(struct corio__shard *s)
 {
-	struct corio_fiber *f = s->run.q->head;
+	struct corio_fiber *f;
 
-	if (!s->run.last || !f)
-		return NULL;
+	if (!s->run.last || !(f = s->run.q->head))
+		return NULL; /* run.last first: NULL after a lone fiber's run */
 	if (CORIO__UNLIKELY(s->now >= s->run.end)) {
 		s->run.last = NULL;
 		s->run.cut = true;

@@ -164,7 +164,7 @@ static void srec_submit(struct corio_sock *s, struct corio__srec *r)
 		s->smsg.msg_iovlen = k;
 		io_uring_prep_sendmsg(sqe, s->fd, &s->smsg, MSG_NOSIGNAL);
 	} else {
-		io_uring_prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
+		corio__prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
 	}
 	corio__sqe_set_op(sqe, &r->op);
 }
