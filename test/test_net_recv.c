@@ -467,12 +467,18 @@ CLOSE_READER_TEST(udp_recvfrom_copy, CR_UDP_COPY)
  * provided-buffer paths: an incremental buffer the kernel still fills is
  * not out of the ring, a whole one is.
  */
+static int hc_sender(void *arg)
+{
+	CHECK_EQ(corio_send(arg, "x", 1), 1);
+	return 0;
+}
+
 static void handed_then_closed_entry(void *arg)
 {
 	bool whole = arg != NULL;
 	struct cr_ctx x = { .mode = CR_RECV_BUF };
 	struct corio_net_stats st;
-	struct corio_fiber *f;
+	struct corio_fiber *f, *g;
 	struct pair p;
 	uint64_t in0;
 
@@ -484,9 +490,11 @@ static void handed_then_closed_entry(void *arg)
 	corio_yield(); /* the reader is parked, its receive submitted */
 	CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
 	in0 = st.ops_in;
-	CHECK_EQ(corio_send(p.c, "x", 1), 1);
-	/* Yield until the receive's CQE has been handled: it made the reader
-	 * ready behind this fiber, which was queued first by its yield. */
+	/* Sent by another fiber: a send can park (it goes through the ring
+	 * under CORIO_FAULTS), and this fiber must stay ready. Yield until
+	 * the receive's CQE has been handled: it made the reader ready behind
+	 * this fiber, which each yield queues before the turn's reap. */
+	CHECK_EQ(corio_spawn(hc_sender, p.c, NULL, &g), 0);
 	do {
 		corio_yield();
 		CHECK_EQ(corio_net_stats_get(NULL, 0, &st), 0);
@@ -496,6 +504,7 @@ static void handed_then_closed_entry(void *arg)
 	CHECK_EQ(corio_close(x.s), 0);
 	CHECK_EQ(corio_join(f, NULL), 0);
 	CHECK_EQ(x.res, -EBADF);
+	CHECK_EQ(corio_join(g, NULL), 0);
 	p.s = NULL;
 	pair_close(&p);
 }
