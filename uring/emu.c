@@ -80,6 +80,7 @@
 #include "uring/emu.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -538,8 +539,9 @@ static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned 
 	return (int)submitted;
 }
 
-int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
-		     const struct __kernel_timespec *limit)
+static inline __attribute__((always_inline)) int enter(struct corio__ring *r, unsigned wait_nr,
+							bool poll,
+							const struct __kernel_timespec *limit)
 {
 	struct corio__emu *e = r->em;
 	unsigned submitted = 0;
@@ -566,6 +568,55 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 		}
 	}
 	return enter_full(r, wait_nr, poll, limit, submitted);
+}
+
+int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
+		     const struct __kernel_timespec *limit)
+{
+	return enter(r, wait_nr, poll, limit);
+}
+
+/*
+ * The loop's enter (corio__ring_enter tests r->emu first and comes here):
+ * its steps as ring.c takes them for io_uring (the stash, the fault hooks,
+ * nothing to do, the counters, -EBADR), around the enter above inlined
+ * with no limit, so that every message's wait at low load is one frame
+ * short of what it was, and builds no timespec for valgrind's slices.
+ * ring.c's version is the reference: change both together.
+ */
+int corio__emu_ring_enter(struct corio__ring *r, unsigned wait_nr)
+{
+	unsigned pending;
+	int ret;
+
+	if (r->nstash)
+		wait_nr = 0; /* completions are waiting in the stash already */
+	corio__fault_sq(r);
+	pending = io_uring_sq_ready(&r->ring);
+	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
+		return ret; /* test builds: the kernel "refused" (uring/fault.h) */
+	if (!wait_nr && !pending && !corio__ring_needs_enter(r))
+		return 0;
+	if (UNLIKELY(r->under_valgrind)) {
+		/* valgrind: sliced waits (ring.c says why) */
+		struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 1000000 };
+
+		ret = corio__emu_enter(r, wait_nr, false, &ts);
+		if (wait_nr)
+			sched_yield();
+	} else {
+		ret = enter(r, wait_nr, false, NULL);
+	}
+	CORIO__RCNT_ADD(r->cnt.enters, 1);
+	if (UNLIKELY(r->fault_ebadr) && wait_nr) {
+		r->fault_ebadr = false;
+		ret = -EBADR;
+	}
+	if (UNLIKELY(ret < 0))
+		return corio__ring_check(r, ret, "io_uring_enter");
+	if (ret > 0)
+		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
+	return ret;
 }
 
 /* ---- set-up and exit ------------------------------------------------------------------------- */
