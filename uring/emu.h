@@ -282,6 +282,17 @@ static inline int corio__emu_send_now(struct corio__ring *r, const struct io_uri
 #endif
 }
 
+/* IORING_SQ_TASKRUN says the ready list has records (the loop's reap
+ * comes back for them). The list changes only in an enter, so the flag
+ * is set once, on the way out. */
+static inline void corio__emu_sync_taskrun(struct corio__emu *e)
+{
+	unsigned f = e->sq_flags;
+
+	if (UNLIKELY(!!(f & IORING_SQ_TASKRUN) != !!e->ready_head))
+		IO_URING_WRITE_ONCE(e->sq_flags, f ^ IORING_SQ_TASKRUN);
+}
+
 /* emu_fd.c: fd records */
 void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
 /* False when o could not wait and was completed instead. */
@@ -297,6 +308,10 @@ void corio__emu_harvest(struct corio__ring *r, int n);
  * until a CQE is posted, a record is queued, or a timeout or retry is
  * armed. 0, or -errno (-EINTR). */
 int corio__emu_wait_plain(struct corio__ring *r);
+/* corio__emu_ring_enter's plain wait: nothing to submit, nothing queued,
+ * timed or overflowed, the CQ empty, no valgrind or -EBADR fault. The
+ * enter counted; 0, or -errno (-EINTR). */
+int corio__emu_wait_enter(struct corio__ring *r);
 /* A connect with no edge to wait for: retried after RETRY_NS. */
 void corio__emu_retry_later(struct corio__emu *e, struct emu_fd *f);
 void corio__emu_fire_retries(struct corio__emu *e, uint64_t now);
