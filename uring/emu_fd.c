@@ -174,7 +174,9 @@ static inline __attribute__((always_inline)) void process_fd(struct corio__ring 
 		next = o->next;
 		if (!(f->ready & o->events) || o->stale)
 			continue;
-		res = o->try(r, o, &flags);
+		/* the multishot receive, every message's: inline */
+		res = LIKELY(o->try == corio__emu_try_recv_mshot) ? corio__emu_recv_mshot(r, o)
+								  : o->try(r, o, &flags);
 		if (res == T_AGAIN) {
 			/* would block (every message's end): the direction's
 			 * bit was stale; settle's first case, inline */
