@@ -80,6 +80,7 @@
 #include "uring/emu.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -450,17 +451,6 @@ static __attribute__((noinline)) unsigned submit(struct corio__ring *r)
 
 /* ---- enter ------------------------------------------------------------------------------------ */
 
-/* IORING_SQ_TASKRUN says the ready list has records (the loop's reap
- * comes back for them). The list changes only in here, so the flag is
- * set once, on the way out. */
-static void sync_taskrun(struct corio__emu *e)
-{
-	unsigned f = e->sq_flags;
-
-	if (UNLIKELY(!!(f & IORING_SQ_TASKRUN) != !!e->ready_head))
-		IO_URING_WRITE_ONCE(e->sq_flags, f ^ IORING_SQ_TASKRUN);
-}
-
 bool corio__emu_poll_due(const struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
@@ -526,7 +516,7 @@ static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned 
 		}
 		n = corio__emu_epoll_wait(e, ns);
 		if (n < 0) {
-			sync_taskrun(e);
+			corio__emu_sync_taskrun(e);
 			return submitted ? (int)submitted : n; /* -EINTR */
 		}
 		corio__emu_harvest(r, n);
@@ -534,12 +524,13 @@ static __attribute__((noinline)) int enter_full(struct corio__ring *r, unsigned 
 		if (until && mono_ns(CLOCK_MONOTONIC) >= until)
 			break;
 	}
-	sync_taskrun(e);
+	corio__emu_sync_taskrun(e);
 	return (int)submitted;
 }
 
-int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
-		     const struct __kernel_timespec *limit)
+static inline __attribute__((always_inline)) int enter(struct corio__ring *r, unsigned wait_nr,
+							bool poll,
+							const struct __kernel_timespec *limit)
 {
 	struct corio__emu *e = r->em;
 	unsigned submitted = 0;
@@ -561,11 +552,83 @@ int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 		if (UNLIKELY(n < 0))
 			return submitted ? (int)submitted : n; /* -EINTR; nothing queued */
 		if (LIKELY(corio__emu_cq_ready(e) || e->ready_head)) {
-			sync_taskrun(e);
+			corio__emu_sync_taskrun(e);
 			return (int)submitted;
 		}
 	}
 	return enter_full(r, wait_nr, poll, limit, submitted);
+}
+
+int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
+		     const struct __kernel_timespec *limit)
+{
+	return enter(r, wait_nr, poll, limit);
+}
+
+/*
+ * The loop's enter (corio__ring_enter tests r->emu first and comes to
+ * corio__emu_ring_enter below, which comes here unless the plain wait):
+ * its steps as ring.c takes them for io_uring (the stash, the fault hooks,
+ * nothing to do, the counters, -EBADR), around the enter above inlined
+ * with no limit, so that every message's wait at low load is one frame
+ * short of what it was, and builds no timespec for valgrind's slices.
+ * ring.c's version is the reference: change both together.
+ */
+static __attribute__((noinline)) int ring_enter_full(struct corio__ring *r, unsigned wait_nr)
+{
+	unsigned pending;
+	int ret;
+
+	if (r->nstash)
+		wait_nr = 0; /* completions are waiting in the stash already */
+	pending = io_uring_sq_ready(&r->ring);
+	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
+		return ret; /* test builds: the kernel "refused" (uring/fault.h) */
+	if (!wait_nr && !pending && !corio__ring_needs_enter(r))
+		return 0;
+	if (UNLIKELY(r->under_valgrind)) {
+		/* valgrind: sliced waits (ring.c says why) */
+		struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 1000000 };
+
+		ret = corio__emu_enter(r, wait_nr, false, &ts);
+		if (wait_nr)
+			sched_yield();
+	} else {
+		ret = enter(r, wait_nr, false, NULL);
+	}
+	CORIO__RCNT_ADD(r->cnt.enters, 1);
+	if (UNLIKELY(r->fault_ebadr) && wait_nr) {
+		r->fault_ebadr = false;
+		ret = -EBADR;
+	}
+	if (UNLIKELY(ret < 0))
+		return corio__ring_check(r, ret, "io_uring_enter");
+	if (ret > 0)
+		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
+	return ret;
+}
+
+int corio__emu_ring_enter(struct corio__ring *r, unsigned wait_nr)
+{
+	struct corio__emu *e = r->em;
+
+	/*
+	 * The plain wait with nothing to submit (every message's at one
+	 * connection, where the send went out directly): ring_enter_full's
+	 * steps reduce to the fault hooks and corio__emu_wait_enter, which
+	 * counts the enter itself. Tested here with no frame built: two
+	 * tail calls.
+	 */
+	corio__fault_sq(r);
+	if (LIKELY(wait_nr && !r->nstash && r->ring.sq.sqe_head == r->ring.sq.sqe_tail) &&
+	    LIKELY(!r->under_valgrind && !r->fault_ebadr) &&
+	    LIKELY(!e->ready_head && !e->novf && !e->timeouts && !e->retry) &&
+	    !corio__emu_cq_ready(e)) {
+		int ret = corio__fault_enter(r, false);
+
+		return ret < 0 ? ret : corio__emu_wait_enter(r);
+	}
+	return ring_enter_full(r, wait_nr);
 }
 
 /* ---- set-up and exit ------------------------------------------------------------------------- */

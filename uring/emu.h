@@ -18,6 +18,7 @@
 
 #include "uring/internal.h"
 
+#include <errno.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <time.h>
@@ -282,6 +283,103 @@ static inline int corio__emu_send_now(struct corio__ring *r, const struct io_uri
 #endif
 }
 
+/* IORING_SQ_TASKRUN says the ready list has records (the loop's reap
+ * comes back for them). The list changes only in an enter, so the flag
+ * is set once, on the way out. */
+static inline void corio__emu_sync_taskrun(struct corio__emu *e)
+{
+	unsigned f = e->sq_flags;
+
+	if (UNLIKELY(!!(f & IORING_SQ_TASKRUN) != !!e->ready_head))
+		IO_URING_WRITE_ONCE(e->sq_flags, f ^ IORING_SQ_TASKRUN);
+}
+
+/* ---- emu_ops.c's syscall sites, here for the inline receive below ---- */
+
+static inline int corio__emu_err(void)
+{
+	return errno == EAGAIN || errno == EWOULDBLOCK ? T_AGAIN : -errno;
+}
+
+/*
+ * Fault injection at the syscall sites (uring/fault.h; test builds): 0 to
+ * make the call, *len perhaps shrunk (a short transfer); or the errno the
+ * call "returned", set in errno. An injected EAGAIN stands for the kernel's
+ * after a stale edge (another reader took the data): the next arrival's
+ * edge follows it, given here by re-arming the record (EPOLL_CTL_MOD
+ * reports the file's state as a fresh edge; an unregistered record gets
+ * it from corio__emu_park()).
+ */
+static inline int corio__emu_fault_at(struct corio__ring *r, struct emu_op *o, size_t *len, int what)
+{
+	int e = corio__fault_syscall(r, o->fd, len, what);
+
+	if (UNLIKELY(e)) {
+		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
+					  .data.ptr = o->f };
+
+		if (e == EAGAIN && o->f->registered)
+			epoll_ctl(r->em->epfd, EPOLL_CTL_MOD, o->fd, &ev);
+		errno = e;
+	}
+	return e;
+}
+
+/* A multishot receive into provided buffers: every message's receive,
+ * inline in the harvest (emu_fd.c), out of line as the op's try. */
+static inline __attribute__((always_inline)) int corio__emu_recv_mshot(struct corio__ring *r,
+									struct emu_op *o)
+{
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	unsigned posted = 0;
+
+	if (!b)
+		return -ENOBUFS;
+	for (;;) {
+		struct io_uring_buf *buf = corio__emu_buf_peek(b);
+		size_t len;
+		ssize_t n;
+		uint32_t fl;
+
+		if (!buf)
+			return -ENOBUFS; /* ends a multishot, as the kernel does */
+		len = buf->len;
+		if (o->len && o->len < len)
+			len = o->len;
+		if (o->limit && o->limit < len)
+			len = o->limit;
+		n = corio__emu_fault_at(r, o, &len, CORIO__FAULT_RECV)
+			    ? -1
+			    : corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
+		if (n <= 0)
+			return n == 0 ? 0 : corio__emu_err();
+		fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
+		b->head++;
+		if (o->limit) {
+			o->limit -= (uint32_t)n;
+			if (!o->limit) {
+				corio__emu_post(r, o->user_data, (int32_t)n, fl);
+				return T_DONE; /* posted the final CQE */
+			}
+		}
+		corio__emu_post(r, o->user_data, (int32_t)n, fl | IORING_CQE_F_MORE);
+		/*
+		 * A short read drained the stream (a multishot RECV is a stream
+		 * receive: datagram sockets use RECVMSG): wait for the next edge
+		 * instead of paying a recv for its EAGAIN. Edge-triggered epoll
+		 * reports every arrival after this read, so nothing is missed;
+		 * a hang-up seen already is not reported again, so then read on
+		 * until the 0.
+		 */
+		if ((size_t)n < len && !(o->f->ready & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
+			return T_AGAIN;
+		if (++posted >= MSHOT_BUDGET)
+			return T_MORE;
+	}
+}
+
+int corio__emu_try_recv_mshot(struct corio__ring *r, struct emu_op *o, uint32_t *flags);
+
 /* emu_fd.c: fd records */
 void corio__emu_ready_add(struct corio__emu *e, struct emu_fd *f);
 /* False when o could not wait and was completed instead. */
@@ -297,6 +395,10 @@ void corio__emu_harvest(struct corio__ring *r, int n);
  * until a CQE is posted, a record is queued, or a timeout or retry is
  * armed. 0, or -errno (-EINTR). */
 int corio__emu_wait_plain(struct corio__ring *r);
+/* corio__emu_ring_enter's plain wait: nothing to submit, nothing queued,
+ * timed or overflowed, the CQ empty, no valgrind or -EBADR fault. The
+ * enter counted; 0, or -errno (-EINTR). */
+int corio__emu_wait_enter(struct corio__ring *r);
 /* A connect with no edge to wait for: retried after RETRY_NS. */
 void corio__emu_retry_later(struct corio__emu *e, struct emu_fd *f);
 void corio__emu_fire_retries(struct corio__emu *e, uint64_t now);

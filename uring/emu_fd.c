@@ -174,7 +174,9 @@ static inline __attribute__((always_inline)) void process_fd(struct corio__ring 
 		next = o->next;
 		if (!(f->ready & o->events) || o->stale)
 			continue;
-		res = o->try(r, o, &flags);
+		/* the multishot receive, every message's: inline */
+		res = LIKELY(o->try == corio__emu_try_recv_mshot) ? corio__emu_recv_mshot(r, o)
+								  : o->try(r, o, &flags);
 		if (res == T_AGAIN) {
 			/* would block (every message's end): the direction's
 			 * bit was stale; settle's first case, inline */
@@ -285,6 +287,29 @@ int corio__emu_wait_plain(struct corio__ring *r)
 		harvest(r, n);
 	} while (!corio__emu_cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
 	return 0;
+}
+
+int corio__emu_wait_enter(struct corio__ring *r)
+{
+	struct corio__emu *e = r->em;
+	int ret = 0;
+
+	do {
+		int n = epoll_wait_ns(e, -1);
+
+		if (UNLIKELY(n < 0)) {
+			ret = n; /* -EINTR; nothing queued */
+			goto out;
+		}
+		harvest(r, n);
+	} while (!corio__emu_cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
+	if (LIKELY(corio__emu_cq_ready(e) || e->ready_head))
+		corio__emu_sync_taskrun(e);
+	else /* a timeout or retry armed by the harvest: the full enter */
+		ret = corio__emu_enter(r, 1, false, NULL);
+out:
+	CORIO__RCNT_ADD(r->cnt.enters, 1);
+	return ret;
 }
 
 /* ---- connects with no edge to wait for ------------------------------------------------- */

@@ -16,35 +16,6 @@
 #include <sys/uio.h>
 #include <unistd.h>
 
-static int err(void)
-{
-	return errno == EAGAIN || errno == EWOULDBLOCK ? T_AGAIN : -errno;
-}
-
-/*
- * Fault injection at the syscall sites (uring/fault.h; test builds): 0 to
- * make the call, *len perhaps shrunk (a short transfer); or the errno the
- * call "returned", set in errno. An injected EAGAIN stands for the kernel's
- * after a stale edge (another reader took the data): the next arrival's
- * edge follows it, given here by re-arming the record (EPOLL_CTL_MOD
- * reports the file's state as a fresh edge; an unregistered record gets
- * it from corio__emu_park()).
- */
-static int fault_at(struct corio__ring *r, struct emu_op *o, size_t *len, int what)
-{
-	int e = corio__fault_syscall(r, o->fd, len, what);
-
-	if (UNLIKELY(e)) {
-		struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET,
-					  .data.ptr = o->f };
-
-		if (e == EAGAIN && o->f->registered)
-			epoll_ctl(r->em->epfd, EPOLL_CTL_MOD, o->fd, &ev);
-		errno = e;
-	}
-	return e;
-}
-
 /* The record's file O_NONBLOCK (accept4 and connect have no per-call
  * flag). Asked once per wait: an op already parked relies on the check
  * made since its record last (re-)registered; an op being issued asks
@@ -65,55 +36,12 @@ static int set_nonblock(struct emu_op *o)
 	return 0;
 }
 
-/* A multishot receive into provided buffers. */
-static int try_recv_bsel(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
+/* A multishot receive into provided buffers (emu.h: inline in the
+ * harvest, where every message's receive is made). */
+int corio__emu_try_recv_mshot(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
-	unsigned posted = 0;
-
-	if (!b)
-		return -ENOBUFS;
-	for (;;) {
-		struct io_uring_buf *buf = corio__emu_buf_peek(b);
-		size_t len;
-		ssize_t n;
-		uint32_t fl;
-
-		if (!buf)
-			return -ENOBUFS; /* ends a multishot, as the kernel does */
-		len = buf->len;
-		if (o->len && o->len < len)
-			len = o->len;
-		if (o->limit && o->limit < len)
-			len = o->limit;
-		n = fault_at(r, o, &len, CORIO__FAULT_RECV)
-			    ? -1
-			    : corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
-		if (n <= 0)
-			return n == 0 ? 0 : err();
-		fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
-		b->head++;
-		if (o->limit) {
-			o->limit -= (uint32_t)n;
-			if (!o->limit) {
-				corio__emu_post(r, o->user_data, (int32_t)n, fl);
-				return T_DONE; /* posted the final CQE */
-			}
-		}
-		corio__emu_post(r, o->user_data, (int32_t)n, fl | IORING_CQE_F_MORE);
-		/*
-		 * A short read drained the stream (a multishot RECV is a stream
-		 * receive: datagram sockets use RECVMSG): wait for the next edge
-		 * instead of paying a recv for its EAGAIN. Edge-triggered epoll
-		 * reports every arrival after this read, so nothing is missed;
-		 * a hang-up seen already is not reported again, so then read on
-		 * until the 0.
-		 */
-		if ((size_t)n < len && !(o->f->ready & (EPOLLRDHUP | EPOLLHUP | EPOLLERR)))
-			return T_AGAIN;
-		if (++posted >= MSHOT_BUDGET)
-			return T_MORE;
-	}
+	(void)flags;
+	return corio__emu_recv_mshot(r, o);
 }
 
 /* One-shot buffer-select receive: post with the buffer flags. */
@@ -127,7 +55,7 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 	if (!buf)
 		return -ENOBUFS;
 	len = o->len && o->len < buf->len ? o->len : buf->len;
-	if (fault_at(r, o, o->opcode == IORING_OP_RECV ? &len : NULL, CORIO__FAULT_RECV)) {
+	if (corio__emu_fault_at(r, o, o->opcode == IORING_OP_RECV ? &len : NULL, CORIO__FAULT_RECV)) {
 		n = -1;
 	} else if (o->opcode == IORING_OP_RECVMSG) {
 		struct msghdr *mh = (struct msghdr *)(uintptr_t)o->addr;
@@ -146,7 +74,7 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 		n = corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 	}
 	if (n < 0)
-		return err();
+		return corio__emu_err();
 	if (n > 0) {
 		*flags = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
 		b->head++;
@@ -194,11 +122,11 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 			.msg_iov = &iov,
 			.msg_iovlen = 1,
 		};
-		n = fault_at(r, o, NULL, CORIO__FAULT_OTHER)
+		n = corio__emu_fault_at(r, o, NULL, CORIO__FAULT_OTHER)
 			    ? -1
 			    : corio__nc_recvmsg(o->fd, &mh, o->msg_flags | MSG_DONTWAIT | MSG_TRUNC);
 		if (n < 0)
-			return err();
+			return corio__emu_err();
 		out->namelen = mh.msg_namelen;
 		out->controllen = (uint32_t)mh.msg_controllen;
 		out->payloadlen = (uint32_t)n;
@@ -220,13 +148,13 @@ static int try_accept(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	if (ret)
 		return ret;
 	for (;;) {
-		int fd = fault_at(r, o, NULL, corio__emu_ops[o->opcode].fault)
+		int fd = corio__emu_fault_at(r, o, NULL, corio__emu_ops[o->opcode].fault)
 				 ? -1
 				 : accept4(o->fd, (struct sockaddr *)(uintptr_t)o->addr,
 					   (socklen_t *)(uintptr_t)o->addr2, (int)o->accept_flags);
 
 		if (fd < 0)
-			return err();
+			return corio__emu_err();
 		if (!o->mshot)
 			return fd;
 		corio__emu_post(r, o->user_data, fd, IORING_CQE_F_MORE);
@@ -260,7 +188,7 @@ static int try_connect(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	}
 	if (errno == EAGAIN)
 		corio__emu_retry_later(r->em, o->f); /* a Unix listener's backlog is full */
-	return err();
+	return corio__emu_err();
 }
 
 static int try_sendmsg(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
@@ -271,8 +199,8 @@ static int try_sendmsg(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	size_t len = mh->msg_iovlen ? mh->msg_iov[0].iov_len : 0;
 	ssize_t n;
 
-	if (fault_at(r, o, &len, corio__emu_ops[o->opcode].fault))
-		return err();
+	if (corio__emu_fault_at(r, o, &len, corio__emu_ops[o->opcode].fault))
+		return corio__emu_err();
 	if (UNLIKELY(mh->msg_iovlen && len < mh->msg_iov[0].iov_len)) {
 		/* a short write (test builds): part of the first iovec only */
 		first = (struct iovec){ mh->msg_iov[0].iov_base, len };
@@ -280,7 +208,7 @@ static int try_sendmsg(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 		m.msg_iovlen = 1;
 	}
 	n = corio__nc_sendmsg(o->fd, &m, o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
-	return n < 0 ? err() : (int)n;
+	return n < 0 ? corio__emu_err() : (int)n;
 }
 
 /*
@@ -321,11 +249,11 @@ static int try_recv(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 	ssize_t n;
 
 	if (o->bsel)
-		return o->mshot ? try_recv_bsel(r, o, flags) : recv_bsel_once(r, o, flags);
-	n = fault_at(r, o, &len, corio__emu_ops[o->opcode].fault)
+		return o->mshot ? corio__emu_recv_mshot(r, o) : recv_bsel_once(r, o, flags);
+	n = corio__emu_fault_at(r, o, &len, corio__emu_ops[o->opcode].fault)
 		    ? -1
 		    : corio__nc_recv(o->fd, (void *)(uintptr_t)o->addr, len, o->msg_flags | MSG_DONTWAIT);
-	return n < 0 ? err() : (int)n;
+	return n < 0 ? corio__emu_err() : (int)n;
 }
 
 static int try_recvmsg(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
@@ -336,33 +264,33 @@ static int try_recvmsg(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 		return try_recvmsg_mshot(r, o);
 	if (o->bsel)
 		return recv_bsel_once(r, o, flags);
-	n = fault_at(r, o, NULL, corio__emu_ops[o->opcode].fault)
+	n = corio__emu_fault_at(r, o, NULL, corio__emu_ops[o->opcode].fault)
 		    ? -1
 		    : corio__nc_recvmsg(o->fd, (struct msghdr *)(uintptr_t)o->addr,
 				      o->msg_flags | MSG_DONTWAIT);
-	return n < 0 ? err() : (int)n;
+	return n < 0 ? corio__emu_err() : (int)n;
 }
 
 static int try_send(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
 	size_t len = o->len;
-	ssize_t n = fault_at(r, o, &len, corio__emu_ops[o->opcode].fault)
+	ssize_t n = corio__emu_fault_at(r, o, &len, corio__emu_ops[o->opcode].fault)
 			    ? -1
 			    : corio__nc_send(o->fd, (const void *)(uintptr_t)o->addr, len,
 					     o->msg_flags | MSG_DONTWAIT | MSG_NOSIGNAL);
 
-	return n < 0 ? err() : (int)n;
+	return n < 0 ? corio__emu_err() : (int)n;
 }
 
 static int try_read(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	ssize_t n = fault_at(r, o, NULL, corio__emu_ops[o->opcode].fault)
+	ssize_t n = corio__emu_fault_at(r, o, NULL, corio__emu_ops[o->opcode].fault)
 			    ? -1
 			    : corio__nc_read(o->fd, (void *)(uintptr_t)o->addr, o->len);
 
 	if (n < 0 && errno == EAGAIN && (o->msg_flags & RWF_NOWAIT))
 		return -EAGAIN; /* RWF_NOWAIT: the old kernels' answer, for tests */
-	return n < 0 ? err() : (int)n;
+	return n < 0 ? corio__emu_err() : (int)n;
 }
 
 /* ---- preparation: each op's own SQE fields --------------------------------------------- */
@@ -371,7 +299,7 @@ static int prep_recv(struct corio__ring *r, struct emu_op *o, const struct io_ur
 {
 	memcpy(&o->limit, &sqe->addr_len, sizeof(o->limit)); /* 6.16's byte limit */
 	if (o->bsel && o->mshot)
-		o->try = try_recv_bsel; /* its retries skip try_recv's dispatch */
+		o->try = corio__emu_try_recv_mshot; /* its retries skip try_recv's dispatch */
 	return 0;
 }
 

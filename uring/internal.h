@@ -286,6 +286,9 @@ void corio__emu_probe(struct corio__ring *r);
  * even when not waiting. Returns SQEs submitted or -EINTR. */
 int corio__emu_enter(struct corio__ring *r, unsigned wait_nr, bool poll,
 		     const struct __kernel_timespec *limit);
+/* corio__ring_enter on an emulated ring: the same steps (stash, fault
+ * hooks, counters, -EBADR) around the emulator's enter, in one frame. */
+int corio__emu_ring_enter(struct corio__ring *r, unsigned wait_nr);
 /* A busy loop should enter now: parked ops have not been looked at for a
  * while, or an emulated timeout is due. */
 bool corio__emu_poll_due(const struct corio__ring *r);

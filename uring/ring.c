@@ -494,22 +494,16 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 	unsigned pending;
 	int ret;
 
+	/* The emulator takes these same steps in its own frame (emu.c) */
+	if (CORIO__RING_UNLIKELY(r->emu))
+		return corio__emu_ring_enter(r, wait_nr);
 	if (r->nstash)
 		wait_nr = 0; /* completions are waiting in the stash already */
 	corio__fault_sq(r);
 	pending = io_uring_sq_ready(&r->ring);
 	if ((pending || wait_nr) && (ret = corio__fault_enter(r, false)) < 0)
 		return ret; /* test builds: the kernel "refused" (uring/fault.h) */
-	if (CORIO__RING_UNLIKELY(r->emu)) {
-		/* Valgrind: sliced waits, as below */
-		struct __kernel_timespec ts = { .tv_sec = 0, .tv_nsec = 1000000 };
-
-		if (!wait_nr && !pending && !corio__ring_needs_enter(r))
-			return 0;
-		ret = corio__emu_enter(r, wait_nr, false, CORIO__UNLIKELY_VG(r) ? &ts : NULL);
-		if (CORIO__UNLIKELY_VG(r) && wait_nr)
-			sched_yield();
-	} else if (wait_nr && CORIO__UNLIKELY_VG(r)) {
+	if (wait_nr && CORIO__UNLIKELY_VG(r)) {
 		/* Valgrind runs one thread at a time and does not know that
 		 * io_uring_enter blocks: a shard sleeping in it would keep every
 		 * other thread from running. Sleep in 1 ms slices instead. */
