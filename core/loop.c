@@ -160,12 +160,17 @@ static void begin_stop(struct corio__shard *s)
 static inline __attribute__((always_inline)) unsigned parts_poll(struct corio__shard *s)
 {
 	const struct corio_rt *rt = s->rt;
+	struct corio__timers *T = corio__timers(s);
 	unsigned work = 0, want = s->part_want;
 
 	/* Relaxed: a hint missed here is seen by the seq_cst look before
 	 * sleeping (idle_wait); the exchange orders the polls after it. */
 	if (CORIO__UNLIKELY(atomic_load_explicit(&s->xpend, memory_order_relaxed)))
 		want |= atomic_exchange(&s->xpend, 0);
+	/* The timers (a part with no .poll, core/timer.c): one load a turn
+	 * while none is armed, no call. */
+	if (T->n)
+		work += corio__timers_poll(T, rt->cfg.idle == CORIO_IDLE_BLOCK);
 	for (unsigned i = 0; i < rt->npolls; i++)
 		work += rt->polls[i](s);
 	if (CORIO__UNLIKELY(want)) {

@@ -59,18 +59,11 @@ static int timers_init(struct corio__shard *s)
 	return 0;
 }
 
-/* Arm the kernel timeout only when the loop may block: at every turn's
- * poll under BLOCK; under SPIN once the spin is over and the shard is
- * about to sleep (timers_sleep); POLL never blocks. */
-static unsigned timers_poll(struct corio__shard *s)
-{
-	struct corio__timers *T = corio__timers(s);
-
-	if (!T->n) /* every turn: nothing armed costs a load */
-		return 0;
-	return corio__timers_poll(T, s->rt->cfg.idle == CORIO_IDLE_BLOCK);
-}
-
+/* No .poll: the loop polls the timers itself, inline (core/loop.c
+ * parts_poll), one load a turn while none is armed. They arm the kernel
+ * timeout only when the loop may block: at every turn's poll under BLOCK;
+ * under SPIN once the spin is over and the shard is about to sleep
+ * (timers_sleep); POLL never blocks. */
 static void timers_sleep(struct corio__shard *s)
 {
 	if (s->rt->cfg.idle == CORIO_IDLE_SPIN)
@@ -101,7 +94,6 @@ static void timers_release(struct corio__shard *s)
 const struct corio__part corio__timer_part = {
 	.name = "timer",
 	.init = timers_init,
-	.poll = timers_poll,
 	.sleep = timers_sleep,
 	.stop = timers_stop,
 	.busy = timers_busy,
