@@ -398,4 +398,53 @@ static inline pid_t th_start_server(char *const argv[], const char *name,
 	return pid;
 }
 
+/*
+ * A client command line (curl, the examples, openssl) for a test, as
+ * system(3) runs it, except that it cannot outlive the test. system()'s
+ * shell and what it starts are nobody's once the test process dies (make
+ * test interrupted, Criterion's .timeout): the server dies with it
+ * (th_start_server's PR_SET_PDEATHSIG) and the client is left behind,
+ * reparented to init. So the command runs under timeout(1), which puts it
+ * in a process group of its own and passes a SIGTERM to that whole group
+ * (SIGKILL 5 s later for what is still alive), and timeout gets that
+ * SIGTERM when this process dies. The 600 s cap also ends a command that
+ * hangs while the test lives. out_fd, err_fd: its stdout and stderr
+ * (-1: this process's).
+ * The pid, for th_sh_wait().
+ */
+static inline pid_t th_sh_start(const char *cmd, int out_fd, int err_fd)
+{
+	pid_t parent = getpid(), pid = fork();
+
+	cr_assert(pid >= 0);
+	if (pid == 0) {
+		prctl(PR_SET_PDEATHSIG, SIGTERM);
+		if (getppid() != parent) /* it died before the prctl */
+			_exit(127);
+		if (out_fd >= 0)
+			dup2(out_fd, 1);
+		if (err_fd >= 0)
+			dup2(err_fd, 2);
+		execlp("timeout", "timeout", "-k", "5", "600", "sh", "-c", cmd, (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+/* The wait status of th_sh_start's pid (as system() returns it). */
+static inline int th_sh_wait(pid_t pid)
+{
+	int status = 0;
+
+	while (waitpid(pid, &status, 0) < 0)
+		cr_assert_eq(errno, EINTR, "waitpid: %s", strerror(errno));
+	return status;
+}
+
+/* system(cmd) for a client: see th_sh_start. */
+static inline int th_system(const char *cmd)
+{
+	return th_sh_wait(th_sh_start(cmd, -1, -1));
+}
+
 #endif

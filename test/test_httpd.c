@@ -12,6 +12,7 @@
 #include "helpers.h"
 
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 /* The program; HTTPD_PROG names another build of it (a sanitizer's). */
@@ -190,15 +192,26 @@ static size_t exchange(int port, const char *req, char *buf, size_t cap)
 	return n;
 }
 
+/* popen(cmd, "r") and read it whole, the command bound to this process
+ * as th_sh_start says (a killed test leaves no client behind). */
 static void run(const char *cmd, char *out, size_t cap)
 {
-	FILE *p = popen(cmd, "r");
-	size_t n;
+	int pfd[2];
+	size_t n = 0;
+	ssize_t r;
+	pid_t pid;
 
-	cr_assert(p);
-	n = fread(out, 1, cap - 1, p);
+	cr_assert_eq(pipe(pfd), 0);
+	pid = th_sh_start(cmd, pfd[1], -1);
+	close(pfd[1]);
+	while (n < cap - 1 && (r = read(pfd[0], out + n, cap - 1 - n)) != 0)
+		if (r > 0)
+			n += (size_t)r;
+		else if (errno != EINTR)
+			break;
 	out[n] = '\0';
-	pclose(p);
+	close(pfd[0]);
+	th_sh_wait(pid);
 }
 
 /* The head of a response at buf and its length (up to the blank line). */
@@ -231,7 +244,7 @@ Test(httpd, curl_files_errors_escapes_keepalive, .timeout = 60)
 	/* GET: byte-exact, several MiB */
 	snprintf(path, sizeof(path), "%s/got.bin", dir);
 	snprintf(cmd, sizeof(cmd), "curl -sf -o %s http://127.0.0.1:%d/big.bin", path, port);
-	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(th_system(cmd), 0);
 	cr_assert((f = fopen(path, "r")));
 	cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);
 	fclose(f);
@@ -538,7 +551,7 @@ Test(httpd, https_curl_files_keepalive_tls13_http11, .timeout = 60)
 	snprintf(path, sizeof(path), "%s/got.bin", dir);
 	snprintf(cmd, sizeof(cmd), "curl -sf --cacert %s -o %s https://127.0.0.1:%d/big.bin",
 		 ca_pem, path, port);
-	cr_assert_eq(system(cmd), 0);
+	cr_assert_eq(th_system(cmd), 0);
 	cr_assert((f = fopen(path, "r")));
 	cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);
 	fclose(f);
@@ -558,7 +571,7 @@ Test(httpd, https_curl_files_keepalive_tls13_http11, .timeout = 60)
 		got = malloc(BIG + 1);
 		snprintf(cmd, sizeof(cmd), "%s --cafile %s https://localhost:%d/big.bin > %s",
 			 GET_PROG, ca_pem, port, path);
-		cr_assert_eq(system(cmd), 0);
+		cr_assert_eq(th_system(cmd), 0);
 		cr_assert((f = fopen(path, "r")));
 		cr_assert_eq(fread(got, 1, BIG + 1, f), (size_t)BIG);
 		fclose(f);
@@ -579,6 +592,92 @@ Test(httpd, https_curl_files_keepalive_tls13_http11, .timeout = 60)
 	run(cmd, out, sizeof(out));
 	cr_assert_str_eq(out, "200 404 403 ");
 	stop_prog(pid);
+}
+
+/* Read what fd gives (into buf, at most cap - 1 bytes kept, the rest
+ * read and dropped) until its end or until `until` bytes came, waiting at
+ * most secs in all: the bytes read, or -1 when the time ran out. */
+static long long read_bounded(int fd, char *buf, size_t cap, long long until, int secs)
+{
+	struct timespec t0, now;
+	long long got = 0;
+	char sink[65536];
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (got < until) {
+		struct pollfd p = { .fd = fd, .events = POLLIN };
+		char *to = (size_t)got < cap - 1 ? buf + got : sink;
+		size_t room = (size_t)got < cap - 1 ? cap - 1 - (size_t)got : sizeof(sink);
+		ssize_t r;
+
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (now.tv_sec - t0.tv_sec >= secs)
+			return -1;
+		if (poll(&p, 1, 1000) <= 0)
+			continue;
+		if ((r = read(fd, to, room)) == 0)
+			break;
+		if (r > 0)
+			got += r;
+		else if (errno != EINTR)
+			break;
+	}
+	if (cap)
+		buf[(size_t)got < cap - 1 ? (size_t)got : cap - 1] = '\0';
+	return got;
+}
+
+/*
+ * The client example when its server dies mid-download (SIGKILL, as a
+ * killed test run kills its httpd): it ends on its own within a bounded
+ * wait (its -t is far longer), exits 3, and says the body was cut short,
+ * not that the handshake failed. The body is a 1 GiB sparse file, so the
+ * transfer is surely under way: the test reads 64 KiB of it from the
+ * client's stdout, and the client, its socket and the server's wait on
+ * this pipe until the server is killed.
+ */
+Test(httpd, https_get_exits_3_when_the_server_dies_mid_download, .timeout = 90)
+{
+	char cmd[1024], p[256], out[64], err[2048];
+	int pfd[2], efd[2], port, fd, status = 0;
+	long long got;
+	pid_t srv, cli;
+
+	if (access(GET_PROG, X_OK) != 0)
+		cr_skip_test("%s is not built (make tools)", GET_PROG);
+	srv = start_prog_tls(&port, "5", "1", true);
+	snprintf(p, sizeof(p), "%s/huge.bin", www);
+	cr_assert((fd = open(p, O_WRONLY | O_CREAT | O_TRUNC, 0644)) >= 0);
+	cr_assert_eq(ftruncate(fd, 1ll << 30), 0);
+	close(fd);
+	cr_assert_eq(pipe(pfd), 0);
+	cr_assert_eq(pipe(efd), 0);
+	snprintf(cmd, sizeof(cmd), "exec %s --cafile %s -t 600 https://localhost:%d/huge.bin",
+		 GET_PROG, ca_pem, port);
+	cli = th_sh_start(cmd, pfd[1], efd[1]);
+	close(pfd[1]);
+	close(efd[1]);
+	got = read_bounded(pfd[0], out, sizeof(out), 65536, 20);
+	if (got < 65536)
+		read_bounded(efd[0], err, sizeof(err), sizeof(err), 20);
+	cr_assert_geq(got, 65536, "the client wrote %lld body bytes in 20 s; stderr: %s", got,
+		      got < 65536 ? err : "");
+	cr_assert_eq(kill(srv, SIGKILL), 0);
+	cr_assert_eq(waitpid(srv, NULL, 0), srv);
+	/* what the client still had (socket and TLS buffers), then its end */
+	got = read_bounded(pfd[0], out, sizeof(out), 1ll << 30, 20);
+	cr_assert_geq(got, 0, "the client was still writing 20 s after its server died");
+	got = read_bounded(efd[0], err, sizeof(err), sizeof(err), 20);
+	cr_assert_geq(got, 0, "the client's stderr stayed open 20 s after its server died");
+	close(pfd[0]);
+	close(efd[0]);
+	status = th_sh_wait(cli);
+	cr_assert(WIFEXITED(status) && WEXITSTATUS(status) == 3, "status 0x%x, stderr: %s",
+		  status, err);
+	cr_assert(strstr(err, "reading the body: ") &&
+		  (strstr(err, "(truncated)") || strstr(err, "reset by peer")) &&
+		  !strstr(err, "handshake"), "%s", err);
+	remove_tree();
 }
 
 static void need_openssl(void)

@@ -857,7 +857,8 @@ Test(tls, a_tcp_close_without_close_notify_is_an_error_not_eof, .timeout = 60)
 	certs();
 	bad_run(&b, srv_pem, srv_key, 0, "localhost");
 	cr_assert_eq(b.v.echo_ret, -ECONNABORTED, "%d: %s", b.v.echo_ret, b.v.err);
-	cr_assert(strstr(b.v.err, "without close_notify"), "%s", b.v.err);
+	/* after the handshake: OpenSSL's error path says "in init" again */
+	cr_assert(strstr(b.v.err, "without close_notify (truncated)"), "%s", b.v.err);
 }
 
 Test(tls, close_sends_close_notify_and_the_peer_reads_end_of_stream, .timeout = 60)
@@ -1385,7 +1386,7 @@ Test(tls, stream_read_of_a_truncated_connection_is_an_error_not_eof, .timeout = 
 	th_run(&cfg, truncate_entry, &c);
 	cr_assert_eq(c.first, 6);
 	cr_assert_eq(c.second, -ECONNABORTED, "%zd: %s", c.second, c.err);
-	cr_assert(strstr(c.err, "without close_notify"), "%s", c.err);
+	cr_assert(strstr(c.err, "without close_notify (truncated)"), "%s", c.err);
 	cr_assert_eq(c.third, -ECONNABORTED);
 	cr_assert_eq(c.buffered, 4);
 	corio_tls_ctx_free(c.sctx);

@@ -74,6 +74,8 @@ struct corio_tls {
 	int err;                   /* sticky: a protocol error or truncation */
 	bool server;
 	bool notify_sent;
+	bool handshaken;           /* the handshake finished (SSL_in_init is no
+				      witness: a fatal error sets it again) */
 	bool eof;                  /* the peer's close_notify arrived */
 	bool net_eof;              /* the socket said end of stream */
 	bool flushing;             /* a fiber is sending the pair's output */

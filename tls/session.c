@@ -99,8 +99,11 @@ static int ssl_failed(struct corio_tls *t, int e, const char *who)
 	unsigned long code = ERR_peek_error();
 	int err;
 
+	/* Whether the handshake had finished is t->handshaken, not
+	 * SSL_in_init(): OpenSSL's fatal-error path puts the state machine
+	 * back "in init", so a body cut short read as "during the handshake". */
 	if (!t->server && !(t->ctx->flags & CORIO_TLS_NO_VERIFY) && v != X509_V_OK &&
-	    SSL_in_init(t->ssl)) {
+	    !t->handshaken) {
 		ERR_clear_error();
 		err = corio__error(-EKEYREJECTED, "%s: the server's certificate was refused: %s", who,
 				   X509_verify_cert_error_string(v));
@@ -110,7 +113,7 @@ static int ssl_failed(struct corio_tls *t, int e, const char *who)
 		ERR_clear_error();
 		err = corio__error(-ECONNABORTED,
 				   "%s: the peer closed the connection without close_notify%s", who,
-				   SSL_in_init(t->ssl) ? " (during the handshake)" : " (truncated)");
+				   t->handshaken ? " (truncated)" : " (during the handshake)");
 		TSTAT(t, truncated, 1);
 	} else {
 		err = corio__error(-EPROTO, "%s: %s", who,
@@ -266,6 +269,7 @@ int corio__tls_handshake(struct corio_tls *t)
 	ssize_t r = pump(t, OP_HANDSHAKE, NULL, 0, who);
 
 	if (r > 0) {
+		t->handshaken = true;
 		TSTAT(t, handshakes, 1);
 		if (SSL_session_reused(t->ssl))
 			TSTAT(t, resumed, 1);
