@@ -338,6 +338,15 @@ static inline void corio__net_buf_put(struct corio__net *n, uint32_t id)
 	corio__bufring_put(corio__net_ring(n, id), id & 0xffffu);
 }
 
+/* Give b's buffer back to n's ring and empty b: it lends nothing now. */
+static inline void corio__net_buf_give_back(struct corio__net *n, struct corio_buf *b)
+{
+	corio__net_buf_put(n, b->_id);
+	b->_owner = NULL;
+	b->data = NULL;
+	b->len = 0;
+}
+
 /* The part's poll: re-arm receives an empty ring (or the budget) stopped.
  * The number armed. */
 unsigned corio__net_recv_poll(struct corio__shard *sh);

@@ -667,12 +667,8 @@ static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s,
 		 * again, so s is still there to look at, but not after. Bytes
 		 * handed to b go with the rest of the queue the close drops. */
 		if (s->closing) {
-			if (b && b->_owner) {
-				corio__net_buf_put(n, b->_id);
-				b->_owner = NULL;
-				b->data = NULL;
-				b->len = 0;
-			}
+			if (b && b->_owner)
+				corio__net_buf_give_back(n, b);
 			return -EBADF;
 		}
 		if (b && b->_owner)
@@ -798,10 +794,7 @@ void corio_buf_release(struct corio_buf *b)
 				       "shard; it is leaked, not released");
 		return;
 	}
-	corio__net_buf_put(n, b->_id);
-	b->_owner = NULL;
-	b->data = NULL;
-	b->len = 0;
+	corio__net_buf_give_back(n, b);
 }
 
 ssize_t corio__sock_take(struct corio_sock *s, void *buf, size_t len)

@@ -394,10 +394,7 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 			sent = sent_now(n, s, corio__sys_send(s->fd, b->data, len,
 							      MSG_DONTWAIT | MSG_NOSIGNAL));
 			if (CORIO__LIKELY((size_t)sent == b->len)) {
-				corio__net_buf_put(n, b->_id);
-				b->_owner = NULL;
-				b->data = NULL;
-				b->len = 0;
+				corio__net_buf_give_back(n, b);
 				return 0;
 			}
 		}
@@ -429,10 +426,7 @@ sent:
 	if (ret || !b->len) {
 		/* b is this shard's (checked above; s may not be, so not
 		 * s's net): straight back to its ring */
-		corio__net_buf_put(b->_owner, b->_id);
-		b->_owner = NULL;
-		b->data = NULL;
-		b->len = 0;
+		corio__net_buf_give_back(b->_owner, b);
 		return ret;
 	}
 	r->op.cb = srec_cb;

@@ -275,7 +275,8 @@ void corio__emu_harvest(struct corio__ring *r, int n)
 	harvest(r, n);
 }
 
-int corio__emu_wait_plain(struct corio__ring *r)
+/* The plain wait's loop, inline in both callers below. */
+static inline __attribute__((always_inline)) int wait_plain(struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
 
@@ -289,25 +290,22 @@ int corio__emu_wait_plain(struct corio__ring *r)
 	return 0;
 }
 
+int corio__emu_wait_plain(struct corio__ring *r)
+{
+	return wait_plain(r);
+}
+
 int corio__emu_wait_enter(struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
-	int ret = 0;
+	int ret = wait_plain(r); /* -EINTR: nothing queued */
 
-	do {
-		int n = epoll_wait_ns(e, -1);
-
-		if (UNLIKELY(n < 0)) {
-			ret = n; /* -EINTR; nothing queued */
-			goto out;
-		}
-		harvest(r, n);
-	} while (!corio__emu_cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
-	if (LIKELY(corio__emu_cq_ready(e) || e->ready_head))
-		corio__emu_sync_taskrun(e);
-	else /* a timeout or retry armed by the harvest: the full enter */
-		ret = corio__emu_enter(r, 1, false, NULL);
-out:
+	if (LIKELY(!ret)) {
+		if (LIKELY(corio__emu_cq_ready(e) || e->ready_head))
+			corio__emu_sync_taskrun(e);
+		else /* a timeout or retry armed by the harvest: the full enter */
+			ret = corio__emu_enter(r, 1, false, NULL);
+	}
 	CORIO__RCNT_ADD(r->cnt.enters, 1);
 	return ret;
 }

@@ -329,7 +329,6 @@ int corio__ring_try_setup(void);
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
-#include <string.h>
 
 /* liburing 2.3 predates incremental consumption (uapi values of 6.12). */
 #ifndef IOU_PBUF_RING_INC
