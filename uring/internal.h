@@ -86,6 +86,8 @@ struct corio__ring {
 	unsigned disabled;      /* CORIO_RING_DISABLE: CORIO__RING_NO_* */
 	unsigned char ops[IORING_OP_LAST + 1]; /* opcode supported, from the probe */
 	unsigned sq_entries, cq_entries;
+	unsigned sq_head;       /* the kernel's SQ head as last read: corio__ring_sqe */
+	bool plain_wait;        /* corio__ring_wait may take its short way */
 	struct corio__ring_counters cnt;
 	struct corio__link *link_free;  /* link slot pool */
 	void *link_chunks;              /* list of chunks, for ring exit */
@@ -175,9 +177,23 @@ struct io_uring_sqe *corio__ring_sqe_full(struct corio__ring *r);
  * takes one, and an SQ with room is the rule. */
 static inline struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 {
-	struct io_uring_sqe *sqe = corio__fault_sqfull(r) ? NULL : io_uring_get_sqe(&r->ring);
+	struct io_uring_sq *sq = &r->ring.sq;
+	unsigned tail = sq->sqe_tail;
 
-	return __builtin_expect(sqe != NULL, 1) ? sqe : corio__ring_sqe_full(r);
+	/* io_uring_get_sqe without its per-call flag tests (no SQE128 ring is
+	 * ever set up) and without reading the kernel's head while the head
+	 * last read leaves room: the head only moves on, so room by an old
+	 * head is room. */
+	if (__builtin_expect(tail - r->sq_head >= sq->ring_entries, 0)) {
+		r->sq_head = (r->caps & CORIO__CAP_SQPOLL) ? io_uring_smp_load_acquire(sq->khead)
+							   : IO_URING_READ_ONCE(*sq->khead);
+		if (tail - r->sq_head >= sq->ring_entries)
+			return corio__ring_sqe_full(r);
+	}
+	if (corio__fault_sqfull(r))
+		return corio__ring_sqe_full(r);
+	sq->sqe_tail = tail + 1;
+	return &sq->sqes[tail & sq->ring_mask];
 }
 
 /* Make room for n SQEs that must go to the kernel in one submit (a link:
@@ -246,6 +262,9 @@ bool corio__ring_needs_enter(const struct corio__ring *r);
  * -EBADR is counted and reported (corio__ring_check()).
  */
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
+/* corio__ring_enter(r, 1), the idle turn's: submit what is queued and wait
+ * for one completion, the common case in a few tests. */
+int corio__ring_wait(struct corio__ring *r);
 
 /* Non-blocking: submit what is queued, flush completions the kernel holds
  * back, and return how many CQEs are ready (for spinning idle loops). */
