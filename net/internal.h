@@ -142,6 +142,7 @@ struct corio_sock {
 	/* asynchronous sends (corio_send_buf): a FIFO whose first records are in
 	 * the kernel as one send (several buffers gathered in one SENDMSG) */
 	struct corio__srec *sq_head, *sq_tail;
+	struct corio__srec srec1; /* the record of a corio_send_buf into an empty queue */
 	struct iovec siov[CORIO__SEND_GATHER]; /* the in-flight SENDMSG's buffers */
 	struct msghdr smsg;
 	bool sq_cancel;        /* cancel queued: drop the rest at the head's CQE */

@@ -207,7 +207,8 @@ static inline __attribute__((always_inline)) void srec_pop(struct corio_sock *s,
 		fin->tail = &r->next;
 	} else {
 		corio__net_buf_put(s->net, r->bid);
-		srec_put(s->net, r);
+		if (r != &s->srec1)
+			srec_put(s->net, r);
 	}
 	corio__wq_wake_all(&s->sroom, 0);
 }
@@ -318,6 +319,18 @@ static int queue_refuses(struct corio__net *n, struct corio_sock *s, const char 
 	return n->stopping ? -ECANCELED : 0;
 }
 
+/* r (its next NULL, counted) is the whole queue: send it, one op in
+ * flight until the queue is empty again (srec_idle). */
+static inline __attribute__((always_inline)) void srec_start(struct corio_sock *s,
+							      struct corio__net *n,
+							      struct corio__srec *r)
+{
+	s->sq_head = s->sq_tail = r;
+	srec_submit(s, r);
+	corio__op_started(n->shard);
+	corio__list_add(&n->sending, &s->send_link);
+}
+
 /* Put r at the tail of s's queue; an empty queue sends it at once and
  * counts as one op in flight until it is empty again (srec_idle). */
 static void srec_queue(struct corio_sock *s, struct corio__srec *r)
@@ -332,10 +345,7 @@ static void srec_queue(struct corio_sock *s, struct corio__srec *r)
 		s->sq_tail = r;
 		return;
 	}
-	s->sq_head = s->sq_tail = r;
-	srec_submit(s, r);
-	corio__op_started(n->shard);
-	corio__list_add(&n->sending, &s->send_link);
+	srec_start(s, n, r);
 }
 
 /*
@@ -365,6 +375,27 @@ static int wait_room(struct corio_sock *s)
 	return ret;
 }
 
+/* r takes b's bytes from off on (b is empty after: the record owns the
+ * buffer's reference now). */
+static inline __attribute__((always_inline)) void srec_take(struct corio__srec *r,
+							     struct corio_sock *s,
+							     struct corio_buf *b, uint32_t off)
+{
+	r->op.cb = srec_cb;
+	r->op.data = r;
+	r->next = NULL;
+	r->s = s;
+	r->p = b->data;
+	r->off = off;
+	r->len = (uint32_t)b->len;
+	r->bid = b->_id;
+	r->gathered = false;
+	r->owned = false;
+	b->_owner = NULL;
+	b->data = NULL;
+	b->len = 0;
+}
+
 int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 {
 	struct corio__net *n = corio__sock_owner(s);
@@ -386,7 +417,9 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		 * else (sent 0) it is queued, as below. CORIO_NET_TCP_SHORT
 		 * (tests) cuts the send, as in send_now, so the short write
 		 * is tested on this path too. */
-		if (!s->sq_tail && direct_ok(n)) {
+		if (s->sq_tail)
+			goto sent; /* behind the queue: as below */
+		if (direct_ok(n)) {
 			size_t len = b->len;
 
 			if (CORIO__UNLIKELY(n->tcp_short_test) && len > n->tcp_short_test)
@@ -397,8 +430,15 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 				corio__net_buf_give_back(n, b);
 				return 0;
 			}
+			goto sent; /* a short write, none, or an error: as below */
 		}
-		goto sent; /* a short write, none, or an error: as below */
+		/* Other fibers are ready (their sends go in the same submit):
+		 * the whole buffer becomes the queue, in s's own record. */
+		r = &s->srec1;
+		srec_take(r, s, b, 0);
+		s->sq_count = 1;
+		srec_start(s, n, r);
+		return 0;
 	}
 	ret = queue_refuses(n, s, "corio_send_buf");
 	if (!ret && b->len && s->sq_count >= s->cap.send)
@@ -418,7 +458,10 @@ sent:
 			b->len = 0; /* all sent: released below */
 		}
 	}
-	if (!ret && b->len && !(r = srec_get(n))) {
+	/* Into an empty queue (the rule) the socket's own record goes: it is
+	 * free whenever the queue is empty (one send op at a time, and its
+	 * record leaves the queue only once the op is done). */
+	if (!ret && b->len && !(r = s->sq_tail ? srec_get(n) : &s->srec1)) {
 		ret = -ENOMEM;
 		if (sent)
 			s->serr = ret; /* the byte stream has a hole */
@@ -429,19 +472,7 @@ sent:
 		corio__net_buf_give_back(b->_owner, b);
 		return ret;
 	}
-	r->op.cb = srec_cb;
-	r->op.data = r;
-	r->next = NULL;
-	r->s = s;
-	r->p = b->data;
-	r->off = (uint32_t)sent;
-	r->len = (uint32_t)b->len;
-	r->bid = b->_id;
-	r->gathered = false;
-	r->owned = false;
-	b->_owner = NULL;
-	b->data = NULL;
-	b->len = 0;
+	srec_take(r, s, b, (uint32_t)sent);
 	srec_queue(s, r);
 	return 0;
 }
