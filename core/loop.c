@@ -285,7 +285,7 @@ static inline __attribute__((always_inline)) bool idle_wait(struct corio__shard 
 	/* Last look for work that another thread published before it saw us
 	 * awake: its hint (seq_cst; corio__shard_hint). */
 	if (!atomic_load(&s->xpend) && !atomic_load(&rt->stopping)) {
-		corio__ring_enter(&s->ring, 1);
+		corio__ring_wait(&s->ring);
 		blocked = true;
 	}
 	/* seq_cst: a waker whose exchange won saw us before this store, and
@@ -362,7 +362,7 @@ void corio__loop(struct corio__shard *s)
 			CORIO__STAT_ADD(s->stats.wakes, 1);
 			CORIO__STAT_ADD(s->stats.wake_cqes, n);
 		}
-		CORIO__STAT_ADD(s->stats.loop_turns, 1);
+		/* loop_turns is the sum of the turn histogram (corio_stats_get) */
 	}
 }
 

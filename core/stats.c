@@ -389,11 +389,15 @@ int corio_stats_get(struct corio_rt *rt, unsigned shard, struct corio_stats *out
 		out->busy_ns = corio__ticks_ns(busy);
 		out->gap_ns = corio__ticks_ns(busy > sub ? busy - sub : 0);
 	}
+	/* Every turn is in turn_hist once (the loop's account()), so the
+	 * turns are its sum: no counter of their own in the loop. */
+	out->loop_turns = 0;
 	for (unsigned b = 0; b < CORIO_STATS_HIST_BUCKETS; b++) {
 		uint64_t same = __atomic_load_n(&s->ls.same_hist[b], __ATOMIC_RELAXED);
 
 		out->turn_hist[b] = same + __atomic_load_n(&s->ls.turn_hist[b], __ATOMIC_RELAXED);
 		out->gap_hist[b] = same + __atomic_load_n(&s->ls.gap_hist[b], __ATOMIC_RELAXED);
+		out->loop_turns += out->turn_hist[b];
 	}
 	out->turn_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.turn_max_t, __ATOMIC_RELAXED));
 	out->gap_max_ns = corio__ticks_ns(__atomic_load_n(&s->ls.gap_max_t, __ATOMIC_RELAXED));
