@@ -369,6 +369,9 @@ void corio__sock_unstarve(struct corio_sock *s);
  * fiber is already receiving on s). */
 int corio__sock_wait_data(struct corio_sock *s);
 
+/* Set the parts of s->srec1 that never change (corio__sock_new). */
+void corio__sock_send_init(struct corio_sock *s);
+
 /* Take the head slice off s's receive queue (the caller keeps its
  * reference or puts it) and return the record to the pool. */
 void corio__sock_q_pop(struct corio_sock *s);

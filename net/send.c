@@ -325,8 +325,12 @@ static inline __attribute__((always_inline)) void srec_start(struct corio_sock *
 							      struct corio__net *n,
 							      struct corio__srec *r)
 {
+	struct io_uring_sqe *sqe = corio__ring_sqe(&n->shard->ring);
+
 	s->sq_head = s->sq_tail = r;
-	srec_submit(s, r);
+	/* srec_submit's one-record case: nothing to gather behind it */
+	corio__prep_send(sqe, s->fd, r->p + r->off, r->len - r->off, MSG_NOSIGNAL);
+	corio__sqe_set_op(sqe, &r->op);
 	corio__op_started(n->shard);
 	corio__list_add(&n->sending, &s->send_link);
 }
@@ -373,6 +377,13 @@ static int wait_room(struct corio_sock *s)
 	if (ret && ret != s->serr)
 		corio__net_err(n, ret);
 	return ret;
+}
+
+void corio__sock_send_init(struct corio_sock *s)
+{
+	s->srec1.op.cb = srec_cb;
+	s->srec1.op.data = &s->srec1;
+	s->srec1.s = s;
 }
 
 /* r takes b's bytes from off on (b is empty after: the record owns the
@@ -434,8 +445,16 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		}
 		/* Other fibers are ready (their sends go in the same submit):
 		 * the whole buffer becomes the queue, in s's own record. */
-		r = &s->srec1;
-		srec_take(r, s, b, 0);
+		r = &s->srec1; /* its op, s and owned never change: corio__sock_send_init */
+		r->next = NULL;
+		r->p = b->data;
+		r->off = 0;
+		r->len = (uint32_t)b->len;
+		r->bid = b->_id;
+		r->gathered = false;
+		b->_owner = NULL;
+		b->data = NULL;
+		b->len = 0;
 		s->sq_count = 1;
 		srec_start(s, n, r);
 		return 0;

@@ -43,6 +43,7 @@ struct corio_sock *corio__sock_new(struct corio__net *n, int fd, int family, int
 	s->r.op.data = s;
 	s->h.op.cb = corio__sock_hup_cb;
 	s->h.op.data = s;
+	corio__sock_send_init(s);
 	corio__list_init(&s->uops);
 	return s;
 }
