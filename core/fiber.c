@@ -20,8 +20,7 @@
  * once; one parked on a kernel op gets an async cancel and stays parked
  * until the op's final CQE (invariant 2).
  */
-#include "core/internal.h"
-#include "core/sanitizer.h"
+#include "core/run.h"
 
 
 #include <errno.h>
@@ -154,19 +153,6 @@ static inline void ran(struct corio__shard *s, const struct corio_fiber *f)
 		ran_long(s, f, d);
 }
 
-/* f is taken off its queue to run now: its queue delay. */
-static inline void waited(struct corio__shard *s, const struct corio_fiber *f)
-{
-	struct corio__class *c = s->run.c;
-	uint64_t d = s->now - f->ready_t;
-
-	/* fibers_run is the histogram's sum (corio_class_stats_get) */
-	CORIO__STAT_ADD(c->st.wait_t, d);
-	CORIO__STAT_ADD(c->st.wait_hist[corio__tick_bucket(d)], 1);
-	if (CORIO__UNLIKELY(d > c->st.wait_max_t))
-		CORIO__STAT_SET(c->st.wait_max_t, d);
-}
-
 /* The next fiber of this turn's run, or NULL when the run is over: its
  * budget spent, its slice used, or the fiber queued last when it began
  * has run. */
@@ -197,7 +183,7 @@ static inline void run_take(struct corio__shard *s, struct corio_fiber *f)
 	f->flags &= ~CORIO__FF_QUEUED;
 	if (f == s->run.last || !--s->run.budget)
 		s->run.last = NULL;
-	waited(s, f);
+	corio__run_waited(s, f);
 }
 
 /* Scheduler side: run f until control comes back to the loop, which may be
@@ -217,19 +203,7 @@ static inline __attribute__((always_inline)) void switch_to(struct corio__shard 
 		f->tsan_fiber = __tsan_create_fiber(0);
 #endif
 	}
-	f->state = CORIO__F_RUNNING;
-	s->current = f;
-	CORIO__STAT_ADD(s->stats.switches, 1);
-	CORIO__ASAN_START(&s->sched_asan_fake, f->stack_lo, f->stack_size);
-#if CORIO__TSAN
-	__tsan_switch_to_fiber(f->tsan_fiber, 0);
-#endif
-	corio__ctx_switch(&s->sched_ctx, &f->ctx);
-	CORIO__ASAN_FINISH(s->sched_asan_fake, NULL, NULL);
-	f = s->current; /* the fiber that gave the CPU back (it read the tick) */
-	s->current = NULL;
-	if (f->state == CORIO__F_DONE)
-		corio__fiber_reap(s, f);
+	corio__run_resume(s, f);
 }
 
 bool corio__run_fibers(struct corio__shard *s)
@@ -238,39 +212,13 @@ bool corio__run_fibers(struct corio__shard *s)
 	struct corio__class *c;
 	struct corio_fiber *f;
 	unsigned id;
-	uint64_t t0;
 
 	if (!active)
 		return false;
 	/* one class with work (the common case): no pick */
 	id = CORIO__LIKELY(!(active & (active - 1))) ? (unsigned)__builtin_ctz(active)
 						      : corio__sched_pick(s, active);
-	s->sched_seen = active;
-	c = &s->cls[id];
-	s->run.q = &s->runq[id];
-	s->run.c = c;
-	s->run.stalled = false;
-	s->run.cut = false;
-	/* The run's time starts at the loop's last look at the ring (its
-	 * tick is s->now): the reap that made these fibers ready is theirs.
-	 * Its slice bounds corio_should_yield() in a lone fiber too. */
-	t0 = s->run.t0 = s->now;
-	s->run.end = t0 + s->slice_ticks;
-	f = s->run.q->head;
-	if (f == s->run.q->tail && f->state != CORIO__F_NEW) {
-		/* One fiber ready, which has run before (a reader woken by its
-		 * bytes): the run is that fiber alone, as the loop below would
-		 * make it, without the budget and the peeks, which only part
-		 * several fibers. run.last is NULL, so whatever f makes ready
-		 * waits for the next turn, as below. */
-		s->run.q->head = s->run.q->tail = NULL;
-		s->runq_active = active & ~(1u << id);
-		f->flags &= ~CORIO__FF_QUEUED;
-		s->run.last = NULL;
-		waited(s, f);
-		switch_to(s, f);
-		goto charge;
-	}
+	c = corio__run_begin(s, active, id);
 	s->run.bit = 1u << id;
 	s->run.last = s->run.q->tail;
 	s->run.budget = s->run.budget0;
@@ -283,14 +231,7 @@ bool corio__run_fibers(struct corio__shard *s)
 		/* f may be back in the fiber pool: its name and id stay until
 		 * the next spawn reuses it. */
 	}
-charge:
-	/* The class pays for the run: its CPU, its virtual time. */
-	t0 = s->now - s->run.t0;
-	c->vtime += t0 * c->vmul;
-	CORIO__STAT_ADD(c->st.cpu_t, t0);
-	CORIO__STAT_ADD(c->st.runs, 1);
-	if (CORIO__UNLIKELY(s->run.cut) && s->run.q->head)
-		CORIO__STAT_ADD(c->st.slices_cut, 1);
+	corio__run_charge(s, c);
 	return s->run.stalled;
 }
 

@@ -41,6 +41,7 @@
  * eventfd when they can (core/msg.c has the full argument).
  */
 #include "core/internal.h"
+#include "core/run.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -344,7 +345,7 @@ void corio__loop(struct corio__shard *s)
 		 * stall_ns / 4 (a system call; never when stall_ns is 0). */
 		if (CORIO__UNLIKELY(sp->last_poll - sp->base_tick > sp->refresh_ticks))
 			corio__cpu_base(s);
-		stalled = corio__run_fibers(s);
+		stalled = corio__run(s);
 		parts_poll(s);
 		if (CORIO__UNLIKELY(s->stopping) && !s->all && !s->ops_inflight && !s->runq_active &&
 		    !parts_busy(s))
