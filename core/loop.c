@@ -358,7 +358,7 @@ void corio__loop(struct corio__shard *s)
 		/* Always reap after the enter, whatever it returned: -EBUSY or
 		 * -EAGAIN (the kernel wants the CQ drained) is answered by this
 		 * reap, -EBADR was reported in corio__ring_check(). */
-		n = corio__ring_reap(&s->ring);
+		n = corio__ring_reap_turn(&s->ring);
 		if (woke) {
 			CORIO__STAT_ADD(s->stats.wakes, 1);
 			CORIO__STAT_ADD(s->stats.wake_cqes, n);

@@ -196,6 +196,45 @@ static inline struct io_uring_sqe *corio__ring_sqe(struct corio__ring *r)
 	return &sq->sqes[tail & sq->ring_mask];
 }
 
+/* One CQE's op: its callback. NULL and LIBURING_UDATA_TIMEOUT (liburing's
+ * own timeout SQE, for waits with a timeout on kernels without
+ * IORING_FEAT_EXT_ARG) have none. */
+static inline __attribute__((always_inline)) void corio__ring_dispatch(struct corio__op *op,
+								       int32_t res, uint32_t flags)
+{
+	if (op && (uint64_t)(uintptr_t)op != LIBURING_UDATA_TIMEOUT) {
+		op->res = res;
+		op->cqe_flags = flags;
+		op->cb(op, res, flags);
+	}
+}
+
+/* Dispatch the CQEs in the CQ, in order, until it is empty or a callback
+ * stashed the ones behind its own (corio__ring_sqe's refused submit): those
+ * come before whatever the kernel posted since, so the caller dispatches
+ * the stash next. The number dispatched. The head is read again after each
+ * callback: one may have reaped from inside (the stash). */
+static inline __attribute__((always_inline)) unsigned corio__ring_walk(struct corio__ring *r)
+{
+	struct io_uring_cq *cq = &r->ring.cq;
+	unsigned n = 0;
+
+	for (unsigned head = *cq->khead; head != io_uring_smp_load_acquire(cq->ktail);
+	     head = *cq->khead) {
+		struct io_uring_cqe *cqe = &cq->cqes[head & cq->ring_mask];
+		struct corio__op *op = io_uring_cqe_get_data(cqe);
+		int32_t res = cqe->res;
+		uint32_t flags = cqe->flags;
+
+		io_uring_smp_store_release(cq->khead, head + 1);
+		n++;
+		corio__ring_dispatch(op, res, flags);
+		if (__builtin_expect(r->nstash != 0, 0))
+			break;
+	}
+	return n;
+}
+
 /* Make room for n SQEs that must go to the kernel in one submit (a link:
  * corio__ring_sqe() would otherwise submit between them when the SQ fills). */
 void corio__ring_reserve(struct corio__ring *r, unsigned n);
@@ -274,6 +313,23 @@ unsigned corio__ring_poll(struct corio__ring *r);
  * reaped. Flushes overflowed CQEs and deferred task work so none is left
  * behind (ring.c says why that matters). Safe to call from a callback. */
 unsigned corio__ring_reap(struct corio__ring *r);
+/* The loop's reap, once a turn: corio__ring_reap, with the common turn (no
+ * stash, nothing held back in the kernel) in the caller's frame. */
+static inline __attribute__((always_inline)) unsigned corio__ring_reap_turn(struct corio__ring *r)
+{
+	unsigned n = 0;
+
+	if (__builtin_expect(!r->nstash, 1)) {
+		n = corio__ring_walk(r);
+		if (n)
+			CORIO__RCNT_ADD(r->cnt.cqes, n);
+		if (__builtin_expect(!r->nstash && !(IO_URING_READ_ONCE(*r->ring.sq.kflags) &
+						     (IORING_SQ_CQ_OVERFLOW | IORING_SQ_TASKRUN)),
+				     1))
+			return n;
+	}
+	return n + corio__ring_reap(r); /* the stash, a flush: the whole reap */
+}
 
 /* Queue an async cancel of op (matched by user_data). The op's own final CQE
  * still arrives (with -ECANCELED, or its real result if it won the race).

@@ -629,17 +629,6 @@ static struct io_uring_cqe *peek(struct corio__ring *r)
 	return &cq->cqes[head & cq->ring_mask];
 }
 
-static void dispatch(struct corio__op *op, int32_t res, uint32_t flags)
-{
-	/* LIBURING_UDATA_TIMEOUT: liburing's own timeout SQE (waits with a
-	 * timeout on kernels without IORING_FEAT_EXT_ARG) */
-	if (op && (uint64_t)(uintptr_t)op != LIBURING_UDATA_TIMEOUT) {
-		op->res = res;
-		op->cqe_flags = flags;
-		op->cb(op, res, flags);
-	}
-}
-
 /* Take every CQE off the CQ (and flush the kernel's overflow list into it)
  * without dispatching: see submit_refused(). */
 static void stash_cqes(struct corio__ring *r)
@@ -673,14 +662,13 @@ static void stash_cqes(struct corio__ring *r)
 
 unsigned corio__ring_reap(struct corio__ring *r)
 {
-	struct io_uring_cq *cq = &r->ring.cq;
 	unsigned total = 0, flushes = 0;
 
 	/* Fast path for turns with nothing to reap (fibers only yielding). */
 	if (!r->nstash && !io_uring_cq_ready(&r->ring) && !corio__ring_needs_enter(r))
 		return 0;
 	for (;;) {
-		unsigned head, kflags;
+		unsigned kflags;
 
 		/* Stashed CQEs are older than anything now in the CQ: they go
 		 * first, also after an overflow flush below has posted newer
@@ -694,28 +682,11 @@ unsigned corio__ring_reap(struct corio__ring *r)
 				struct corio__stashed c = r->stash[i];
 
 				total++;
-				dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
+				corio__ring_dispatch((struct corio__op *)(uintptr_t)c.user_data, c.res, c.flags);
 			}
 			r->nstash = 0;
 		}
-		/* The head is read again after each callback: one may have
-		 * reaped from inside (corio__ring_sqe). */
-		for (head = *cq->khead; head != io_uring_smp_load_acquire(cq->ktail);
-		     head = *cq->khead) {
-			struct io_uring_cqe *cqe = &cq->cqes[head & cq->ring_mask];
-			struct corio__op *op = io_uring_cqe_get_data(cqe);
-			int32_t res = cqe->res;
-			uint32_t flags = cqe->flags;
-
-			io_uring_smp_store_release(cq->khead, head + 1);
-			total++;
-			dispatch(op, res, flags);
-			/* That callback stashed the CQEs behind this one: they
-			 * come before whatever the kernel posted since (a
-			 * retried submit completes some ops inline). */
-			if (CORIO__RING_UNLIKELY(r->nstash))
-				break;
-		}
+		total += corio__ring_walk(r);
 		if (CORIO__RING_UNLIKELY(r->nstash))
 			continue;
 		kflags = IO_URING_READ_ONCE(*r->ring.sq.kflags) &
