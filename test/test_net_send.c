@@ -1277,3 +1277,61 @@ Test(net, send_more_holds_the_head_for_the_body, .timeout = 30)
 
 	th_run(&cfg, send_more_entry, NULL);
 }
+
+/*
+ * With another fiber ready, corio_send_buf does not try send(2) (the loop's
+ * next submit carries the send with the rest): the buffer becomes the
+ * socket's queue in the socket's own record, stays out until its send
+ * completes, and comes back then. Eight rounds, one and two buffers deep,
+ * so that record is taken again after a queue of two drained.
+ */
+static int sb_ready_noop(void *arg)
+{
+	(void)arg;
+	return 0;
+}
+
+static void send_buf_ready_entry(void *arg)
+{
+	struct corio_net_stats a, b;
+	struct corio_buf buf[2];
+	struct sb_pair p;
+	uint8_t got[12];
+
+	(void)arg;
+	sb_open(&p);
+	for (int round = 0; round < 8; round++) {
+		int k = 1 + (round & 1), spins = 0;
+
+		for (int i = 0; i < k; i++) {
+			CHECK_EQ(corio_send(p.c, i ? "world!" : "hello!", 6), 6);
+			CHECK_EQ(corio_recv_buf(p.s, &buf[i]), 6);
+		}
+		/* a fiber ready to run: the send waits for the loop's submit */
+		CHECK_EQ(corio_spawn(sb_ready_noop, NULL, NULL, NULL), 0);
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &a), 0);
+		for (int i = 0; i < k; i++)
+			CHECK_EQ(corio_send_buf(p.s, &buf[i]), 0);
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &b), 0);
+		CHECK_EQ(b.send_direct, a.send_direct); /* none went direct */
+		CHECK_EQ(b.bufs_out, (uint64_t)k);      /* out until the send completes */
+		CHECK_EQ(corio_sock_queued(p.s, NULL), 6 * k);
+		CHECK_EQ(recv_all(p.c, got, 6 * (size_t)k), 6 * k);
+		CHECK(!memcmp(got, "hello!world!", 6 * (size_t)k));
+		/* the send's completion gives the buffers back (a few turns) */
+		while (corio_sock_queued(p.s, NULL) > 0 && spins++ < 100000)
+			corio_yield();
+		CHECK_EQ(corio_sock_queued(p.s, NULL), 0);
+		CHECK_EQ(corio_net_stats_get(NULL, 0, &b), 0);
+		CHECK_EQ(b.bufs_out, 0);
+	}
+	sb_close(&p);
+}
+
+Test(net, send_buf_with_a_fiber_ready_goes_through_the_ring_and_comes_back, .timeout = 60)
+{
+	struct corio_config cfg = th_cfg(1);
+
+	setenv("CORIO_NET_DISABLE", "pbuf_inc", 1);
+	th_run(&cfg, send_buf_ready_entry, NULL);
+}
