@@ -779,6 +779,22 @@ static inline int corio__may_block(const char *who)
 		return 0;
 	return corio__may_block_slow(who);
 }
+/* corio__may_block for a caller that parks next: the calling fiber when
+ * its first park needs no test of its own (not cancelled, no deadline
+ * scope: corio__wq_park), else NULL with *ret the slow check's answer (0:
+ * it may block, through the checked corio__wq_wait). */
+static inline __attribute__((always_inline)) struct corio_fiber *
+corio__may_block_fiber(const char *who, int *ret)
+{
+	struct corio_fiber *f = corio__self();
+
+	if (CORIO__LIKELY(f && !(f->flags & CORIO__FF_CANCELLED) && !f->deadline_ns)) {
+		*ret = 0;
+		return f;
+	}
+	*ret = corio__may_block_slow(who);
+	return NULL;
+}
 /* Without a name: the calling function's, which is the public call where
  * the op is begun in it (pass the public name with the _who forms where
  * it is not). */

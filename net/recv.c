@@ -641,9 +641,13 @@ void corio__sock_reader_leave(struct corio_sock *s)
 /* corio__sock_wait_data, inline for corio_recv_buf(s): the reader's park
  * once a message. With b (corio_recv_buf(s)'s buffer), bytes that arrive
  * while it waits may be handed straight to b (hand()); 0 then means b
- * holds them, and the queue may hold more after them. */
+ * holds them, and the queue may hold more after them. me: the caller's
+ * fiber when corio__may_block_fiber found it free to park, so the first
+ * park skips that test; a second park tests again (a cancel inside an
+ * uninterruptible section marks the fiber without waking it). */
 static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s,
-							   struct corio_buf *b)
+							   struct corio_buf *b,
+							   struct corio_fiber *me)
 {
 	struct corio__net *n = s->net;
 	int ret;
@@ -660,7 +664,8 @@ static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s,
 		}
 		s->readers++;
 		s->rdirect = b;
-		ret = corio__wq_wait(&s->rwq);
+		ret = me ? corio__wq_park(me->shard, me, &s->rwq) : corio__wq_wait(&s->rwq);
+		me = NULL;
 		s->rdirect = NULL;
 		corio__sock_reader_leave(s);
 		/* Closed while we waited: the closer runs only once we park
@@ -681,7 +686,7 @@ static inline __attribute__((always_inline)) int wait_data(struct corio_sock *s,
 
 int corio__sock_wait_data(struct corio_sock *s)
 {
-	return wait_data(s, NULL);
+	return wait_data(s, NULL, NULL);
 }
 
 int corio__sock_op_wait(struct corio_sock *s, struct corio__op *op)
@@ -707,6 +712,7 @@ static inline __attribute__((always_inline)) ssize_t recv_buf(struct corio_sock 
 {
 	struct corio__net *n = corio__sock_owner(s);
 	struct corio__slice *q;
+	struct corio_fiber *me;
 	int ret;
 
 	if (!b)
@@ -719,13 +725,13 @@ static inline __attribute__((always_inline)) ssize_t recv_buf(struct corio_sock 
 	if (s->type != SOCK_STREAM)
 		return corio__error(-EINVAL, "corio_recv_buf: not a stream socket "
 					     "(use corio_recvfrom_buf)");
-	ret = corio__may_block("corio_recv_buf"); /* cancellation first, data or not */
+	me = corio__may_block_fiber("corio_recv_buf", &ret); /* cancellation first, data or not */
 	if (ret)
 		return ret;
 	/* A send error ends the stream, but what already arrived comes first. */
 	if (s->serr && !s->qhead)
 		return s->serr;
-	ret = wait_data(s, b);
+	ret = wait_data(s, b, me);
 	if (ret)
 		return ret;
 	if (!b->_owner) { /* else the bytes were handed straight to b */
