@@ -50,7 +50,10 @@
  * Buffer selection picks a buffer only when the syscall can use it: a
  * receive peeks the head buffer, and the ring's head moves only when data
  * landed in it, so idle sockets pin no buffers. An empty ring ends the
- * receive with -ENOBUFS, as the kernel does.
+ * receive with -ENOBUFS, as the kernel does. A ring registered with
+ * IOU_PBUF_RING_INC is consumed incrementally, as 6.12's kernel does
+ * (corio__emu_buf_commit): a receive takes only the bytes it got from the
+ * head buffer, which stays at the head for the next while room is left.
  *
  * Fairness: a multishot op posts at most MSHOT_BUDGET CQEs per pass; a
  * record with work left stays on the ready list and IORING_SQ_TASKRUN is
@@ -319,10 +322,12 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 {
 	struct corio__emu *e = r->em;
 
-	/* Incremental consumption (reg->pad: IOU_PBUF_RING_INC) is refused as a
-	 * kernel before 6.12 would: bufring.c registers whole buffers instead. */
-	if (reg->pad || !reg->ring_entries || (reg->ring_entries & (reg->ring_entries - 1)) ||
-	    reg->ring_entries > 32768 || corio__emu_bufring_find(e, reg->bgid))
+	/* reg->pad is io_uring_buf_reg.flags (liburing 2.3's name): of its
+	 * flags only incremental consumption is served (IOU_PBUF_RING_MMAP
+	 * needs kernel memory). */
+	if ((reg->pad & ~IOU_PBUF_RING_INC) || !reg->ring_entries ||
+	    (reg->ring_entries & (reg->ring_entries - 1)) || reg->ring_entries > 32768 ||
+	    corio__emu_bufring_find(e, reg->bgid))
 		return -EINVAL;
 	for (unsigned i = 0; i < MAX_BUFRINGS; i++) {
 		struct emu_bufring *b = &e->bufs[i];
@@ -334,6 +339,7 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 		b->mask = reg->ring_entries - 1;
 		b->head = 0;
 		b->bgid = reg->bgid;
+		b->inc = reg->pad & IOU_PBUF_RING_INC;
 		b->used = true;
 		return 0;
 	}

@@ -92,6 +92,7 @@ struct emu_bufring {
 	unsigned entries, mask;
 	uint16_t head, bgid;
 	bool used;
+	bool inc;                 /* IOU_PBUF_RING_INC: consumed incrementally      */
 };
 
 struct corio__emu {
@@ -257,6 +258,31 @@ static inline struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
 }
 
 /*
+ * Commit n > 0 bytes received into buf, b's head buffer, which had room
+ * bytes (its len, read before the receive): the CQE flags that name it. A
+ * whole-buffer ring hands the buffer over (the head moves on). An
+ * incremental one (IOU_PBUF_RING_INC) does what the kernel's
+ * io_kbuf_inc_commit does: the entry's addr and len move past the bytes,
+ * and the buffer stays at the head, IORING_CQE_F_BUF_MORE saying so, until
+ * a receive fills what was left of it (uring/bufring.c counts the slices).
+ */
+static inline uint32_t corio__emu_buf_commit(struct emu_bufring *b, struct io_uring_buf *buf,
+					     size_t n, uint32_t room)
+{
+	uint32_t fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
+
+	if (LIKELY(b->inc && n < room)) {
+		buf->addr += n;
+		buf->len = room - (uint32_t)n;
+		return fl | IORING_CQE_F_BUF_MORE;
+	}
+	if (b->inc)
+		buf->len = 0;
+	b->head++;
+	return fl;
+}
+
+/*
  * A SEND the socket takes at once (or fails at once) is answered from the
  * SQE: no op record, no fd-record look-up, which every ring-issued send
  * (corio_send_buf while other fibers are ready) paid per message. 1: its
@@ -337,13 +363,14 @@ static inline __attribute__((always_inline)) int corio__emu_recv_mshot(struct co
 		return -ENOBUFS;
 	for (;;) {
 		struct io_uring_buf *buf = corio__emu_buf_peek(b);
+		uint32_t room, fl;
 		size_t len;
 		ssize_t n;
-		uint32_t fl;
 
 		if (!buf)
 			return -ENOBUFS; /* ends a multishot, as the kernel does */
-		len = buf->len;
+		room = buf->len;
+		len = room;
 		if (o->len && o->len < len)
 			len = o->len;
 		if (o->limit && o->limit < len)
@@ -353,8 +380,7 @@ static inline __attribute__((always_inline)) int corio__emu_recv_mshot(struct co
 			    : corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 		if (n <= 0)
 			return n == 0 ? 0 : corio__emu_err();
-		fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
-		b->head++;
+		fl = corio__emu_buf_commit(b, buf, (size_t)n, room);
 		if (o->limit) {
 			o->limit -= (uint32_t)n;
 			if (!o->limit) {

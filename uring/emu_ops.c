@@ -49,12 +49,14 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 {
 	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
 	struct io_uring_buf *buf = b ? corio__emu_buf_peek(b) : NULL;
+	uint32_t room;
 	size_t len;
 	ssize_t n;
 
 	if (!buf)
 		return -ENOBUFS;
-	len = o->len && o->len < buf->len ? o->len : buf->len;
+	room = buf->len;
+	len = o->len && o->len < room ? o->len : room;
 	if (corio__emu_fault_at(r, o, o->opcode == IORING_OP_RECV ? &len : NULL, CORIO__FAULT_RECV)) {
 		n = -1;
 	} else if (o->opcode == IORING_OP_RECVMSG) {
@@ -75,10 +77,8 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 	}
 	if (n < 0)
 		return corio__emu_err();
-	if (n > 0) {
-		*flags = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
-		b->head++;
-	}
+	if (n > 0)
+		*flags = corio__emu_buf_commit(b, buf, (size_t)n, room);
 	return (int)n;
 }
 
@@ -104,7 +104,7 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 		struct iovec iov;
 		unsigned char *p;
 		ssize_t n;
-		size_t room;
+		size_t room, res;
 
 		if (!buf)
 			return -ENOBUFS;
@@ -131,10 +131,9 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 		out->controllen = (uint32_t)mh.msg_controllen;
 		out->payloadlen = (uint32_t)n;
 		out->flags = (uint32_t)mh.msg_flags;
-		b->head++;
-		corio__emu_post(r, o->user_data, (int32_t)(hdr + ((size_t)n < room ? (size_t)n : room)),
-		     IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT) |
-			     IORING_CQE_F_MORE);
+		res = hdr + ((size_t)n < room ? (size_t)n : room);
+		corio__emu_post(r, o->user_data, (int32_t)res,
+				corio__emu_buf_commit(b, buf, res, (uint32_t)(hdr + room)) | IORING_CQE_F_MORE);
 		if (++posted >= MSHOT_BUDGET)
 			return T_MORE;
 	}
