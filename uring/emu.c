@@ -399,6 +399,7 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	o->msg_flags = (int32_t)sqe->msg_flags;
 	o->bsel = sqe->flags & IOSQE_BUFFER_SELECT;
 	o->bgid = sqe->buf_group;
+	o->bring = e->bufs;
 	o->events = def->events;
 	o->mshot = sqe->ioprio & def->mshot_ioprio;
 	o->try = def->try;

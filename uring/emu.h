@@ -40,9 +40,6 @@ enum {
 	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
-_Static_assert((MAX_BUFRINGS & (MAX_BUFRINGS - 1)) == 0 && MAX_BUFRINGS <= 256,
-	       "emu_op.bslot indexes bufs[] with a mask");
-
 /* Interest bits of a parked op (which edges retry it). */
 #define EV_IN (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)
 #define EV_OUT (EPOLLOUT | EPOLLERR | EPOLLHUP)
@@ -58,6 +55,9 @@ struct emu_op {
 	struct emu_op *hnext;     /* user_data hash chain                           */
 	struct emu_fd *f;         /* NULL for timeouts                              */
 	emu_try_fn try;           /* its row's try, or the variant its prep picked  */
+	/* corio__emu_bufring's hint: the bufs[] entry last found for bgid
+	 * (bufs[0] from issue on, never NULL) */
+	struct emu_bufring *bring;
 	uint64_t user_data;
 	uint64_t deadline;        /* timeouts: CLOCK_MONOTONIC ns                   */
 	struct msghdr mh;         /* multishot recvmsg: the header template         */
@@ -65,14 +65,13 @@ struct emu_op {
 	uint32_t len;
 	uint32_t limit;           /* multishot recv byte limit left (0: none)       */
 	int32_t msg_flags;
-	uint32_t events;          /* poll mask, or EV_IN / EV_OUT                   */
+	uint32_t events;          /* poll mask, or EV_IN / EV_OUT; 0 once stale (its
+				   * file was closed under it: never retried)      */
 	uint8_t opcode;
 	bool mshot, bsel, connecting;
 	bool readiness;           /* its row's readiness                            */
 	bool parked;              /* on its record (park() .. unpark())             */
-	bool stale;               /* its file was closed under it: never retried    */
 	uint16_t bgid;
-	uint8_t bslot;            /* corio__emu_bufring's hint: bufs[] slot of bgid  */
 	int fd;
 	uint32_t accept_flags;
 };
@@ -232,17 +231,18 @@ static inline bool corio__emu_cq_ready(const struct corio__emu *e)
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags);
 struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid);
 
-/* The ring of group bgid, or NULL: the slot last found for it is checked
- * first (*hint, per op), a registration being moved or dropped since. */
+/* The ring of group bgid, or NULL: the entry last found for it is checked
+ * first (*hint, per op: an entry of e->bufs, never NULL), a registration
+ * being moved or dropped since. */
 static inline struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid,
-						     uint8_t *hint)
+						     struct emu_bufring **hint)
 {
-	struct emu_bufring *b = &e->bufs[*hint & (MAX_BUFRINGS - 1)];
+	struct emu_bufring *b = *hint;
 
 	if (UNLIKELY(!b->used || b->bgid != bgid)) {
 		b = corio__emu_bufring_find(e, bgid);
 		if (b)
-			*hint = (uint8_t)(b - e->bufs);
+			*hint = b;
 	}
 	return b;
 }
@@ -356,7 +356,7 @@ static inline int corio__emu_fault_at(struct corio__ring *r, struct emu_op *o, s
 static inline __attribute__((always_inline)) int corio__emu_recv_mshot(struct corio__ring *r,
 									struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bring);
 	unsigned posted = 0;
 
 	if (!b)

@@ -47,7 +47,7 @@ int corio__emu_try_recv_mshot(struct corio__ring *r, struct emu_op *o, uint32_t 
 /* One-shot buffer-select receive: post with the buffer flags. */
 static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bring);
 	struct io_uring_buf *buf = b ? corio__emu_buf_peek(b) : NULL;
 	uint32_t room;
 	size_t len;
@@ -91,7 +91,7 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
  */
 static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bring);
 	size_t hdr = sizeof(struct io_uring_recvmsg_out) + o->mh.msg_namelen + o->mh.msg_controllen;
 	unsigned posted = 0;
 
