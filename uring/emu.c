@@ -285,6 +285,7 @@ void corio__emu_post_ovf(struct corio__ring *r, uint64_t ud, int32_t res, uint32
 	}
 	e->ovf[(e->ovf_head + e->novf++) % e->ovf_cap] =
 		(struct io_uring_cqe){ .user_data = ud, .res = res, .flags = flags };
+	e->cq_room = 0; /* later CQEs queue behind this one */
 	corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, true);
 }
 
@@ -298,8 +299,10 @@ static void flush_overflow(struct corio__emu *e)
 		e->novf--;
 		io_uring_smp_store_release(&e->cq_tail, e->cq_tail + 1);
 	}
-	if (!e->novf)
+	if (!e->novf) {
+		e->cq_room = e->cq_entries;
 		corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, false);
+	}
 }
 
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags)
@@ -689,6 +692,7 @@ int corio__emu_init(struct corio__ring *r, unsigned entries, struct io_uring_par
 	e->sq_entries = entries;
 	e->sq_mask = entries - 1;
 	e->cq_entries = cq;
+	e->cq_room = cq;
 	e->cq_mask = cq - 1;
 	e->last_harvest = mono_ns(CLOCK_MONOTONIC);
 	memset(ring, 0, sizeof(*ring));

@@ -62,8 +62,9 @@ struct emu_op {
 	uint64_t deadline;        /* timeouts: CLOCK_MONOTONIC ns                   */
 	struct msghdr mh;         /* multishot recvmsg: the header template         */
 	uint64_t addr, addr2;     /* the SQE's buffer / msghdr / sockaddr pointers  */
-	uint32_t len;
-	uint32_t limit;           /* multishot recv byte limit left (0: none)       */
+	uint64_t left;            /* multishot recv: bytes its byte limit leaves
+				   * (UINT64_MAX: no limit)                        */
+	uint32_t len;             /* (multishot recv: UINT32_MAX for none)         */
 	int32_t msg_flags;
 	uint32_t events;          /* poll mask, or EV_IN / EV_OUT; 0 once stale (its
 				   * file was closed under it: never retried)      */
@@ -98,6 +99,8 @@ struct corio__emu {
 	/* the memory liburing's helpers read and write */
 	unsigned sq_head, sq_tail, sq_mask, sq_entries, sq_flags, sq_dropped;
 	unsigned cq_head, cq_tail, cq_mask, cq_entries, cq_flags, cq_overflow;
+	unsigned cq_room;         /* cq_entries, 0 while CQEs wait in ovf: the test
+				   * corio__emu_post makes for both               */
 	unsigned *sq_array;
 	struct io_uring_sqe *sqes;
 	struct io_uring_cqe *cqes;
@@ -211,7 +214,7 @@ static inline void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t r
 	unsigned tail = e->cq_tail;
 	struct io_uring_cqe *cqe;
 
-	if (UNLIKELY(e->novf || tail - io_uring_smp_load_acquire(&e->cq_head) >= e->cq_entries)) {
+	if (UNLIKELY(tail - io_uring_smp_load_acquire(&e->cq_head) >= e->cq_room)) {
 		corio__emu_post_ovf(r, ud, res, flags);
 		return;
 	}
@@ -370,23 +373,19 @@ static inline __attribute__((always_inline)) int corio__emu_recv_mshot(struct co
 		if (!buf)
 			return -ENOBUFS; /* ends a multishot, as the kernel does */
 		room = buf->len;
-		len = room;
-		if (o->len && o->len < len)
-			len = o->len;
-		if (o->limit && o->limit < len)
-			len = o->limit;
+		len = room < o->len ? room : o->len;
+		if (o->left < len)
+			len = (size_t)o->left;
 		n = corio__emu_fault_at(r, o, &len, CORIO__FAULT_RECV)
 			    ? -1
 			    : corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 		if (n <= 0)
 			return n == 0 ? 0 : corio__emu_err();
 		fl = corio__emu_buf_commit(b, buf, (size_t)n, room);
-		if (o->limit) {
-			o->limit -= (uint32_t)n;
-			if (!o->limit) {
-				corio__emu_post(r, o->user_data, (int32_t)n, fl);
-				return T_DONE; /* posted the final CQE */
-			}
+		o->left -= (uint64_t)n;
+		if (UNLIKELY(!o->left)) {
+			corio__emu_post(r, o->user_data, (int32_t)n, fl);
+			return T_DONE; /* posted the final CQE: the limit is reached */
 		}
 		corio__emu_post(r, o->user_data, (int32_t)n, fl | IORING_CQE_F_MORE);
 		/*

@@ -296,9 +296,15 @@ static int try_read(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 
 static int prep_recv(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe)
 {
-	memcpy(&o->limit, &sqe->addr_len, sizeof(o->limit)); /* 6.16's byte limit */
-	if (o->bsel && o->mshot)
+	uint32_t limit;
+
+	if (o->bsel && o->mshot) {
+		memcpy(&limit, &sqe->addr_len, sizeof(limit)); /* 6.16's byte limit */
+		o->left = limit ? limit : UINT64_MAX;
+		if (!o->len)
+			o->len = UINT32_MAX; /* no cap: one test less per receive */
 		o->try = corio__emu_try_recv_mshot; /* its retries skip try_recv's dispatch */
+	}
 	return 0;
 }
 
