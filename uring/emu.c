@@ -361,27 +361,27 @@ int corio__emu_unregister_buf_ring(struct corio__ring *r, unsigned bgid)
 
 /* ---- submit --------------------------------------------------------------------------------- */
 
+/* links, drains, fixed files, CQE skipping: never reported, never used */
+#define SQE_FLAGS_SERVED (IOSQE_BUFFER_SELECT | IOSQE_ASYNC)
+
 /* Issue one SQE: complete it now, or park it. Its row in corio__emu_ops
- * says how (uring/emu.h). */
-static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
+ * says how (uring/emu.h). tried: a SEND's corio__emu_send_now() answer
+ * (issue() below made it), -1 for any other op. */
+static __attribute__((noinline)) void issue_op(struct corio__ring *r,
+					       const struct io_uring_sqe *sqe, int tried)
 {
 	const struct emu_opdef *def = corio__emu_opdef(sqe->opcode);
 	struct corio__emu *e = r->em;
 	struct emu_op *o;
 	uint32_t flags = 0;
-	int res, tried = -1;
+	int res;
 
-	/* links, drains, fixed files, CQE skipping: never reported, never used */
-	if (UNLIKELY(sqe->flags & ~(IOSQE_BUFFER_SELECT | IOSQE_ASYNC))) {
+	if (UNLIKELY(sqe->flags & ~SQE_FLAGS_SERVED)) {
 		corio__emu_post(r, sqe->user_data, -EINVAL, 0);
 		return;
 	}
-	if (sqe->opcode == IORING_OP_SEND) {
-		if ((tried = corio__emu_send_now(r, sqe)) == 1)
-			return;
-	} else if (def->now && (tried = def->now(r, sqe)) == 1) {
+	if (sqe->opcode != IORING_OP_SEND && def->now && (tried = def->now(r, sqe)) == 1)
 		return;
-	}
 	o = corio__emu_op_get(e);
 	if (!o) {
 		corio__emu_post(r, sqe->user_data, -ENOMEM, 0);
@@ -436,6 +436,19 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	} else {
 		corio__emu_finish(r, o, res, flags);
 	}
+}
+
+/* A SEND the socket takes at once (every ring-issued send's, at load) is
+ * answered here, inline in submit's loop, without the op table's row. */
+static inline __attribute__((always_inline)) void issue(struct corio__ring *r,
+							 const struct io_uring_sqe *sqe)
+{
+	int tried = -1;
+
+	if (LIKELY(sqe->opcode == IORING_OP_SEND && !(sqe->flags & ~SQE_FLAGS_SERVED)) &&
+	    LIKELY((tried = corio__emu_send_now(r, sqe)) == 1))
+		return;
+	issue_op(r, sqe, tried);
 }
 
 static __attribute__((noinline)) unsigned submit(struct corio__ring *r)
