@@ -447,11 +447,12 @@ static inline bool kernel_pbuf_inc(void)
 }
 
 /* Which path a test runs: incremental buffers (the default where the kernel
- * has them) or whole buffers (CORIO_NET_DISABLE=pbuf_inc). */
+ * has them, and on the epoll fallback, which emulates them) or whole
+ * buffers (CORIO_NET_DISABLE=pbuf_inc). */
 static inline bool pbuf_path(bool inc)
 {
 	if (inc) {
-		if (!kernel_pbuf_inc())
+		if (!th_on_epoll() && !kernel_pbuf_inc())
 			return false;
 		unsetenv("CORIO_NET_DISABLE");
 	} else {

@@ -226,11 +226,14 @@ Test(backend, echo_copying_recv_and_send, .timeout = 60) { run_echo(0, 0); }
 Test(backend, echo_borrowed_bufs_and_send_buf, .timeout = 60) { run_echo(1, 0); }
 Test(backend, echo_recv_bufs_and_sendv_dispatched, .timeout = 60) { run_echo(2, 1); }
 
-/* The whole-buffer receive path without multishot (single-shot receives
- * re-armed each time) and the user-mode buffer path. */
+/* The receive paths without multishot (single-shot receives re-armed each
+ * time) into incremental and into whole buffers, and the user-mode buffer
+ * path. */
 Test(backend, echo_single_shot_and_user_buffers, .timeout = 60)
 {
 	setenv("CORIO_NET_DISABLE", "multishot", 1);
+	run_echo(1, 0);
+	setenv("CORIO_NET_DISABLE", "multishot,pbuf_inc", 1);
 	run_echo(1, 0);
 	setenv("CORIO_NET_DISABLE", "bufring", 1);
 	run_echo(1, 1);

@@ -225,8 +225,6 @@ static void run_slices(bool inc, bool order)
 	struct corio_config cfg = th_cfg(1);
 	struct slices_arg a = { inc, order };
 
-	if (inc)
-		TH_URING_ONLY("incremental provided buffers (IOU_PBUF_RING_INC)");
 	if (!pbuf_path(inc))
 		cr_skip_test("the kernel has no IOU_PBUF_RING_INC (Linux 6.12)");
 	setenv("CORIO_NET_BUFS", inc ? "4:256" : "8:256", 1);
@@ -318,8 +316,6 @@ Test(net, many_small_messages_held_do_not_run_the_ring_dry, .timeout = 60)
 {
 	struct corio_config cfg = th_cfg(1);
 
-	TH_URING_ONLY("incremental provided buffers (IOU_PBUF_RING_INC): whole buffers "
-		      "would need more than the ring holds");
 	if (!pbuf_path(true))
 		cr_skip_test("the kernel has no IOU_PBUF_RING_INC (Linux 6.12)");
 	unsetenv("CORIO_NET_BUFS");

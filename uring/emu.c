@@ -50,7 +50,10 @@
  * Buffer selection picks a buffer only when the syscall can use it: a
  * receive peeks the head buffer, and the ring's head moves only when data
  * landed in it, so idle sockets pin no buffers. An empty ring ends the
- * receive with -ENOBUFS, as the kernel does.
+ * receive with -ENOBUFS, as the kernel does. A ring registered with
+ * IOU_PBUF_RING_INC is consumed incrementally, as 6.12's kernel does
+ * (corio__emu_buf_commit): a receive takes only the bytes it got from the
+ * head buffer, which stays at the head for the next while room is left.
  *
  * Fairness: a multishot op posts at most MSHOT_BUDGET CQEs per pass; a
  * record with work left stays on the ready list and IORING_SQ_TASKRUN is
@@ -282,6 +285,7 @@ void corio__emu_post_ovf(struct corio__ring *r, uint64_t ud, int32_t res, uint32
 	}
 	e->ovf[(e->ovf_head + e->novf++) % e->ovf_cap] =
 		(struct io_uring_cqe){ .user_data = ud, .res = res, .flags = flags };
+	e->cq_room = 0; /* later CQEs queue behind this one */
 	corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, true);
 }
 
@@ -295,8 +299,10 @@ static void flush_overflow(struct corio__emu *e)
 		e->novf--;
 		io_uring_smp_store_release(&e->cq_tail, e->cq_tail + 1);
 	}
-	if (!e->novf)
+	if (!e->novf) {
+		e->cq_room = e->cq_entries;
 		corio__emu_set_flag(e, IORING_SQ_CQ_OVERFLOW, false);
+	}
 }
 
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags)
@@ -319,10 +325,12 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 {
 	struct corio__emu *e = r->em;
 
-	/* Incremental consumption (reg->pad: IOU_PBUF_RING_INC) is refused as a
-	 * kernel before 6.12 would: bufring.c registers whole buffers instead. */
-	if (reg->pad || !reg->ring_entries || (reg->ring_entries & (reg->ring_entries - 1)) ||
-	    reg->ring_entries > 32768 || corio__emu_bufring_find(e, reg->bgid))
+	/* reg->pad is io_uring_buf_reg.flags (liburing 2.3's name): of its
+	 * flags only incremental consumption is served (IOU_PBUF_RING_MMAP
+	 * needs kernel memory). */
+	if ((reg->pad & ~IOU_PBUF_RING_INC) || !reg->ring_entries ||
+	    (reg->ring_entries & (reg->ring_entries - 1)) || reg->ring_entries > 32768 ||
+	    corio__emu_bufring_find(e, reg->bgid))
 		return -EINVAL;
 	for (unsigned i = 0; i < MAX_BUFRINGS; i++) {
 		struct emu_bufring *b = &e->bufs[i];
@@ -334,6 +342,7 @@ int corio__emu_register_buf_ring(struct corio__ring *r, const struct io_uring_bu
 		b->mask = reg->ring_entries - 1;
 		b->head = 0;
 		b->bgid = reg->bgid;
+		b->inc = reg->pad & IOU_PBUF_RING_INC;
 		b->used = true;
 		return 0;
 	}
@@ -352,27 +361,27 @@ int corio__emu_unregister_buf_ring(struct corio__ring *r, unsigned bgid)
 
 /* ---- submit --------------------------------------------------------------------------------- */
 
+/* links, drains, fixed files, CQE skipping: never reported, never used */
+#define SQE_FLAGS_SERVED (IOSQE_BUFFER_SELECT | IOSQE_ASYNC)
+
 /* Issue one SQE: complete it now, or park it. Its row in corio__emu_ops
- * says how (uring/emu.h). */
-static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
+ * says how (uring/emu.h). tried: a SEND's corio__emu_send_now() answer
+ * (issue() below made it), -1 for any other op. */
+static __attribute__((noinline)) void issue_op(struct corio__ring *r,
+					       const struct io_uring_sqe *sqe, int tried)
 {
 	const struct emu_opdef *def = corio__emu_opdef(sqe->opcode);
 	struct corio__emu *e = r->em;
 	struct emu_op *o;
 	uint32_t flags = 0;
-	int res, tried = -1;
+	int res;
 
-	/* links, drains, fixed files, CQE skipping: never reported, never used */
-	if (UNLIKELY(sqe->flags & ~(IOSQE_BUFFER_SELECT | IOSQE_ASYNC))) {
+	if (UNLIKELY(sqe->flags & ~SQE_FLAGS_SERVED)) {
 		corio__emu_post(r, sqe->user_data, -EINVAL, 0);
 		return;
 	}
-	if (sqe->opcode == IORING_OP_SEND) {
-		if ((tried = corio__emu_send_now(r, sqe)) == 1)
-			return;
-	} else if (def->now && (tried = def->now(r, sqe)) == 1) {
+	if (sqe->opcode != IORING_OP_SEND && def->now && (tried = def->now(r, sqe)) == 1)
 		return;
-	}
 	o = corio__emu_op_get(e);
 	if (!o) {
 		corio__emu_post(r, sqe->user_data, -ENOMEM, 0);
@@ -393,6 +402,7 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	o->msg_flags = (int32_t)sqe->msg_flags;
 	o->bsel = sqe->flags & IOSQE_BUFFER_SELECT;
 	o->bgid = sqe->buf_group;
+	o->bring = e->bufs;
 	o->events = def->events;
 	o->mshot = sqe->ioprio & def->mshot_ioprio;
 	o->try = def->try;
@@ -426,6 +436,19 @@ static void issue(struct corio__ring *r, const struct io_uring_sqe *sqe)
 	} else {
 		corio__emu_finish(r, o, res, flags);
 	}
+}
+
+/* A SEND the socket takes at once (every ring-issued send's, at load) is
+ * answered here, inline in submit's loop, without the op table's row. */
+static inline __attribute__((always_inline)) void issue(struct corio__ring *r,
+							 const struct io_uring_sqe *sqe)
+{
+	int tried = -1;
+
+	if (LIKELY(sqe->opcode == IORING_OP_SEND && !(sqe->flags & ~SQE_FLAGS_SERVED)) &&
+	    LIKELY((tried = corio__emu_send_now(r, sqe)) == 1))
+		return;
+	issue_op(r, sqe, tried);
 }
 
 static __attribute__((noinline)) unsigned submit(struct corio__ring *r)
@@ -682,6 +705,7 @@ int corio__emu_init(struct corio__ring *r, unsigned entries, struct io_uring_par
 	e->sq_entries = entries;
 	e->sq_mask = entries - 1;
 	e->cq_entries = cq;
+	e->cq_room = cq;
 	e->cq_mask = cq - 1;
 	e->last_harvest = mono_ns(CLOCK_MONOTONIC);
 	memset(ring, 0, sizeof(*ring));

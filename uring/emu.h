@@ -40,9 +40,6 @@ enum {
 	RETRY_NS = 1000000, /* a connect refused for a full Unix backlog: retry  */
 };
 
-_Static_assert((MAX_BUFRINGS & (MAX_BUFRINGS - 1)) == 0 && MAX_BUFRINGS <= 256,
-	       "emu_op.bslot indexes bufs[] with a mask");
-
 /* Interest bits of a parked op (which edges retry it). */
 #define EV_IN (EPOLLIN | EPOLLRDHUP | EPOLLERR | EPOLLHUP)
 #define EV_OUT (EPOLLOUT | EPOLLERR | EPOLLHUP)
@@ -58,21 +55,24 @@ struct emu_op {
 	struct emu_op *hnext;     /* user_data hash chain                           */
 	struct emu_fd *f;         /* NULL for timeouts                              */
 	emu_try_fn try;           /* its row's try, or the variant its prep picked  */
+	/* corio__emu_bufring's hint: the bufs[] entry last found for bgid
+	 * (bufs[0] from issue on, never NULL) */
+	struct emu_bufring *bring;
 	uint64_t user_data;
 	uint64_t deadline;        /* timeouts: CLOCK_MONOTONIC ns                   */
 	struct msghdr mh;         /* multishot recvmsg: the header template         */
 	uint64_t addr, addr2;     /* the SQE's buffer / msghdr / sockaddr pointers  */
-	uint32_t len;
-	uint32_t limit;           /* multishot recv byte limit left (0: none)       */
+	uint64_t left;            /* multishot recv: bytes its byte limit leaves
+				   * (UINT64_MAX: no limit)                        */
+	uint32_t len;             /* (multishot recv: UINT32_MAX for none)         */
 	int32_t msg_flags;
-	uint32_t events;          /* poll mask, or EV_IN / EV_OUT                   */
+	uint32_t events;          /* poll mask, or EV_IN / EV_OUT; 0 once stale (its
+				   * file was closed under it: never retried)      */
 	uint8_t opcode;
 	bool mshot, bsel, connecting;
 	bool readiness;           /* its row's readiness                            */
 	bool parked;              /* on its record (park() .. unpark())             */
-	bool stale;               /* its file was closed under it: never retried    */
 	uint16_t bgid;
-	uint8_t bslot;            /* corio__emu_bufring's hint: bufs[] slot of bgid  */
 	int fd;
 	uint32_t accept_flags;
 };
@@ -92,12 +92,15 @@ struct emu_bufring {
 	unsigned entries, mask;
 	uint16_t head, bgid;
 	bool used;
+	bool inc;                 /* IOU_PBUF_RING_INC: consumed incrementally      */
 };
 
 struct corio__emu {
 	/* the memory liburing's helpers read and write */
 	unsigned sq_head, sq_tail, sq_mask, sq_entries, sq_flags, sq_dropped;
 	unsigned cq_head, cq_tail, cq_mask, cq_entries, cq_flags, cq_overflow;
+	unsigned cq_room;         /* cq_entries, 0 while CQEs wait in ovf: the test
+				   * corio__emu_post makes for both               */
 	unsigned *sq_array;
 	struct io_uring_sqe *sqes;
 	struct io_uring_cqe *cqes;
@@ -211,7 +214,7 @@ static inline void corio__emu_post(struct corio__ring *r, uint64_t ud, int32_t r
 	unsigned tail = e->cq_tail;
 	struct io_uring_cqe *cqe;
 
-	if (UNLIKELY(e->novf || tail - io_uring_smp_load_acquire(&e->cq_head) >= e->cq_entries)) {
+	if (UNLIKELY(tail - io_uring_smp_load_acquire(&e->cq_head) >= e->cq_room)) {
 		corio__emu_post_ovf(r, ud, res, flags);
 		return;
 	}
@@ -231,17 +234,18 @@ static inline bool corio__emu_cq_ready(const struct corio__emu *e)
 void corio__emu_finish(struct corio__ring *r, struct emu_op *o, int32_t res, uint32_t flags);
 struct emu_bufring *corio__emu_bufring_find(struct corio__emu *e, uint16_t bgid);
 
-/* The ring of group bgid, or NULL: the slot last found for it is checked
- * first (*hint, per op), a registration being moved or dropped since. */
+/* The ring of group bgid, or NULL: the entry last found for it is checked
+ * first (*hint, per op: an entry of e->bufs, never NULL), a registration
+ * being moved or dropped since. */
 static inline struct emu_bufring *corio__emu_bufring(struct corio__emu *e, uint16_t bgid,
-						     uint8_t *hint)
+						     struct emu_bufring **hint)
 {
-	struct emu_bufring *b = &e->bufs[*hint & (MAX_BUFRINGS - 1)];
+	struct emu_bufring *b = *hint;
 
 	if (UNLIKELY(!b->used || b->bgid != bgid)) {
 		b = corio__emu_bufring_find(e, bgid);
 		if (b)
-			*hint = (uint8_t)(b - e->bufs);
+			*hint = b;
 	}
 	return b;
 }
@@ -254,6 +258,31 @@ static inline struct io_uring_buf *corio__emu_buf_peek(struct emu_bufring *b)
 	if (tail == b->head)
 		return NULL;
 	return &b->br->bufs[b->head & b->mask];
+}
+
+/*
+ * Commit n > 0 bytes received into buf, b's head buffer, which had room
+ * bytes (its len, read before the receive): the CQE flags that name it. A
+ * whole-buffer ring hands the buffer over (the head moves on). An
+ * incremental one (IOU_PBUF_RING_INC) does what the kernel's
+ * io_kbuf_inc_commit does: the entry's addr and len move past the bytes,
+ * and the buffer stays at the head, IORING_CQE_F_BUF_MORE saying so, until
+ * a receive fills what was left of it (uring/bufring.c counts the slices).
+ */
+static inline uint32_t corio__emu_buf_commit(struct emu_bufring *b, struct io_uring_buf *buf,
+					     size_t n, uint32_t room)
+{
+	uint32_t fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
+
+	if (LIKELY(b->inc && n < room)) {
+		buf->addr += n;
+		buf->len = room - (uint32_t)n;
+		return fl | IORING_CQE_F_BUF_MORE;
+	}
+	if (b->inc)
+		buf->len = 0;
+	b->head++;
+	return fl;
 }
 
 /*
@@ -330,37 +359,33 @@ static inline int corio__emu_fault_at(struct corio__ring *r, struct emu_op *o, s
 static inline __attribute__((always_inline)) int corio__emu_recv_mshot(struct corio__ring *r,
 									struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bring);
 	unsigned posted = 0;
 
 	if (!b)
 		return -ENOBUFS;
 	for (;;) {
 		struct io_uring_buf *buf = corio__emu_buf_peek(b);
+		uint32_t room, fl;
 		size_t len;
 		ssize_t n;
-		uint32_t fl;
 
 		if (!buf)
 			return -ENOBUFS; /* ends a multishot, as the kernel does */
-		len = buf->len;
-		if (o->len && o->len < len)
-			len = o->len;
-		if (o->limit && o->limit < len)
-			len = o->limit;
+		room = buf->len;
+		len = room < o->len ? room : o->len;
+		if (o->left < len)
+			len = (size_t)o->left;
 		n = corio__emu_fault_at(r, o, &len, CORIO__FAULT_RECV)
 			    ? -1
 			    : corio__nc_recv(o->fd, (void *)(uintptr_t)buf->addr, len, o->msg_flags | MSG_DONTWAIT);
 		if (n <= 0)
 			return n == 0 ? 0 : corio__emu_err();
-		fl = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
-		b->head++;
-		if (o->limit) {
-			o->limit -= (uint32_t)n;
-			if (!o->limit) {
-				corio__emu_post(r, o->user_data, (int32_t)n, fl);
-				return T_DONE; /* posted the final CQE */
-			}
+		fl = corio__emu_buf_commit(b, buf, (size_t)n, room);
+		o->left -= (uint64_t)n;
+		if (UNLIKELY(!o->left)) {
+			corio__emu_post(r, o->user_data, (int32_t)n, fl);
+			return T_DONE; /* posted the final CQE: the limit is reached */
 		}
 		corio__emu_post(r, o->user_data, (int32_t)n, fl | IORING_CQE_F_MORE);
 		/*

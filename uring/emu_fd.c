@@ -77,7 +77,7 @@ static bool fd_moved(struct corio__emu *e, struct emu_fd *f)
 	    (errno != ENOENT && errno != EBADF))
 		return false;
 	for (struct emu_op *o = f->head; o; o = o->next)
-		o->stale = true;
+		o->events = 0; /* stale: no edge retries it */
 	f->registered = false;
 	return true;
 }
@@ -133,22 +133,12 @@ void corio__emu_unpark(struct corio__emu *e, struct emu_op *o)
 	e->parked--;
 }
 
-/* Handle the outcome of a try of a parked op: true if it left the record. */
-static bool settle(struct corio__ring *r, struct emu_op *o, int res, uint32_t flags, bool *more)
+/* Handle the outcome of a try of a parked op, T_AGAIN aside (its caller's):
+ * true if it spent its budget with work left (the record stays ready). */
+static bool settle(struct corio__ring *r, struct emu_op *o, int res, uint32_t flags)
 {
-	struct emu_fd *f = o->f;
-
-	if (res == T_AGAIN) {
-		/* would block: the direction's bit was stale */
-		if (o->readiness)
-			return false;
-		f->ready &= ~(o->events == EV_OUT ? EPOLLOUT : EPOLLIN);
-		return false;
-	}
-	if (res == T_MORE) {
-		*more = true; /* budget spent, work left: stay on the ready list */
-		return false;
-	}
+	if (res == T_MORE)
+		return true;
 	if (o->readiness && o->mshot) {
 		corio__emu_post(r, o->user_data, res, IORING_CQE_F_MORE);
 		return false;
@@ -158,7 +148,7 @@ static bool settle(struct corio__ring *r, struct emu_op *o, int res, uint32_t fl
 		corio__emu_op_put(r->em, o); /* the multishot's final CQE is posted already */
 	else
 		corio__emu_finish(r, o, res, flags);
-	return true;
+	return false;
 }
 
 /* Retry the ops of f that its ready bits concern (inline in both loops:
@@ -168,23 +158,35 @@ static inline __attribute__((always_inline)) void process_fd(struct corio__ring 
 	bool more = false;
 
 	for (struct emu_op *o = f->head, *next; o; o = next) {
-		uint32_t flags = 0; /* a try sets only the flags it posts with */
+		uint32_t flags;
 		int res;
 
 		next = o->next;
-		if (!(f->ready & o->events) || o->stale)
-			continue;
-		/* the multishot receive, every message's: inline */
-		res = LIKELY(o->try == corio__emu_try_recv_mshot) ? corio__emu_recv_mshot(r, o)
-								  : o->try(r, o, &flags);
-		if (res == T_AGAIN) {
-			/* would block (every message's end): the direction's
-			 * bit was stale; settle's first case, inline */
-			if (!o->readiness)
-				f->ready &= ~(o->events == EV_OUT ? EPOLLOUT : EPOLLIN);
-			continue;
+		if (!(f->ready & o->events))
+			continue; /* not its direction, or stale (no events) */
+		if (LIKELY(o->try == corio__emu_try_recv_mshot)) {
+			/* the multishot receive, every message's: inline. Its
+			 * T_AGAIN (every message's end) says the stream is
+			 * drained: the input bit was stale (it is an EV_IN op
+			 * that moves data) */
+			res = corio__emu_recv_mshot(r, o);
+			if (res == T_AGAIN) {
+				f->ready &= ~EPOLLIN;
+				continue;
+			}
+			flags = 0; /* it posts its own CQEs */
+		} else {
+			flags = 0; /* a try sets only the flags it posts with */
+			res = o->try(r, o, &flags);
+			if (res == T_AGAIN) {
+				/* would block: the direction's bit was stale
+				 * (a readiness op's T_AGAIN clears none) */
+				if (!o->readiness)
+					f->ready &= ~(o->events == EV_OUT ? EPOLLOUT : EPOLLIN);
+				continue;
+			}
 		}
-		settle(r, o, res, flags, &more);
+		more |= settle(r, o, res, flags);
 	}
 	if (more && f->head)
 		corio__emu_ready_add(r->em, f);
@@ -275,37 +277,45 @@ void corio__emu_harvest(struct corio__ring *r, int n)
 	harvest(r, n);
 }
 
-/* The plain wait's loop, inline in both callers below. */
+/* The plain wait's loop, inline in both callers below: -errno (-EINTR),
+ * 0 when a CQE is posted or a record queued, 1 when neither but a timeout
+ * or retry is armed (by the harvest). The test for the common end (a CQE
+ * and no record queued, nor flagged) first: then no flag needs syncing. */
 static inline __attribute__((always_inline)) int wait_plain(struct corio__ring *r)
 {
 	struct corio__emu *e = r->em;
 
-	do {
+	for (;;) {
 		int n = epoll_wait_ns(e, -1);
 
 		if (UNLIKELY(n < 0))
 			return n;
 		harvest(r, n);
-	} while (!corio__emu_cq_ready(e) && !e->ready_head && !e->timeouts && !e->retry);
-	return 0;
+		if (LIKELY(corio__emu_cq_ready(e) && !e->ready_head &&
+			   !(e->sq_flags & IORING_SQ_TASKRUN)))
+			return 0;
+		if (corio__emu_cq_ready(e) || e->ready_head) {
+			corio__emu_sync_taskrun(e);
+			return 0;
+		}
+		if (e->timeouts || e->retry)
+			return 1;
+	}
 }
 
 int corio__emu_wait_plain(struct corio__ring *r)
 {
-	return wait_plain(r);
+	int ret = wait_plain(r);
+
+	return ret < 0 ? ret : 0;
 }
 
 int corio__emu_wait_enter(struct corio__ring *r)
 {
-	struct corio__emu *e = r->em;
 	int ret = wait_plain(r); /* -EINTR: nothing queued */
 
-	if (LIKELY(!ret)) {
-		if (LIKELY(corio__emu_cq_ready(e) || e->ready_head))
-			corio__emu_sync_taskrun(e);
-		else /* a timeout or retry armed by the harvest: the full enter */
-			ret = corio__emu_enter(r, 1, false, NULL);
-	}
+	if (UNLIKELY(ret > 0)) /* a timeout or retry armed by the harvest: the full enter */
+		ret = corio__emu_enter(r, 1, false, NULL);
 	CORIO__RCNT_ADD(r->cnt.enters, 1);
 	return ret;
 }

@@ -47,14 +47,16 @@ int corio__emu_try_recv_mshot(struct corio__ring *r, struct emu_op *o, uint32_t 
 /* One-shot buffer-select receive: post with the buffer flags. */
 static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bring);
 	struct io_uring_buf *buf = b ? corio__emu_buf_peek(b) : NULL;
+	uint32_t room;
 	size_t len;
 	ssize_t n;
 
 	if (!buf)
 		return -ENOBUFS;
-	len = o->len && o->len < buf->len ? o->len : buf->len;
+	room = buf->len;
+	len = o->len && o->len < room ? o->len : room;
 	if (corio__emu_fault_at(r, o, o->opcode == IORING_OP_RECV ? &len : NULL, CORIO__FAULT_RECV)) {
 		n = -1;
 	} else if (o->opcode == IORING_OP_RECVMSG) {
@@ -75,10 +77,8 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
 	}
 	if (n < 0)
 		return corio__emu_err();
-	if (n > 0) {
-		*flags = IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT);
-		b->head++;
-	}
+	if (n > 0)
+		*flags = corio__emu_buf_commit(b, buf, (size_t)n, room);
 	return (int)n;
 }
 
@@ -91,7 +91,7 @@ static int recv_bsel_once(struct corio__ring *r, struct emu_op *o, uint32_t *fla
  */
 static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 {
-	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bslot);
+	struct emu_bufring *b = corio__emu_bufring(r->em, o->bgid, &o->bring);
 	size_t hdr = sizeof(struct io_uring_recvmsg_out) + o->mh.msg_namelen + o->mh.msg_controllen;
 	unsigned posted = 0;
 
@@ -104,7 +104,7 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 		struct iovec iov;
 		unsigned char *p;
 		ssize_t n;
-		size_t room;
+		size_t room, res;
 
 		if (!buf)
 			return -ENOBUFS;
@@ -131,10 +131,9 @@ static int try_recvmsg_mshot(struct corio__ring *r, struct emu_op *o)
 		out->controllen = (uint32_t)mh.msg_controllen;
 		out->payloadlen = (uint32_t)n;
 		out->flags = (uint32_t)mh.msg_flags;
-		b->head++;
-		corio__emu_post(r, o->user_data, (int32_t)(hdr + ((size_t)n < room ? (size_t)n : room)),
-		     IORING_CQE_F_BUFFER | ((uint32_t)buf->bid << IORING_CQE_BUFFER_SHIFT) |
-			     IORING_CQE_F_MORE);
+		res = hdr + ((size_t)n < room ? (size_t)n : room);
+		corio__emu_post(r, o->user_data, (int32_t)res,
+				corio__emu_buf_commit(b, buf, res, (uint32_t)(hdr + room)) | IORING_CQE_F_MORE);
 		if (++posted >= MSHOT_BUDGET)
 			return T_MORE;
 	}
@@ -297,9 +296,15 @@ static int try_read(struct corio__ring *r, struct emu_op *o, uint32_t *flags)
 
 static int prep_recv(struct corio__ring *r, struct emu_op *o, const struct io_uring_sqe *sqe)
 {
-	memcpy(&o->limit, &sqe->addr_len, sizeof(o->limit)); /* 6.16's byte limit */
-	if (o->bsel && o->mshot)
+	uint32_t limit;
+
+	if (o->bsel && o->mshot) {
+		memcpy(&limit, &sqe->addr_len, sizeof(limit)); /* 6.16's byte limit */
+		o->left = limit ? limit : UINT64_MAX;
+		if (!o->len)
+			o->len = UINT32_MAX; /* no cap: one test less per receive */
 		o->try = corio__emu_try_recv_mshot; /* its retries skip try_recv's dispatch */
+	}
 	return 0;
 }
 
