@@ -199,6 +199,7 @@ struct corio__net {
 	                          stream sockets that hold nothing */
 	unsigned nstarved;     /* sockets on starved (stats.starved) */
 	unsigned reserve_bufs; /* reserve_pct of the stream ring, in buffers */
+	unsigned reserve_dbufs; /* and of the datagram ring */
 	unsigned promised;     /* sum of the armed stream receives' promise */
 	bool recv_limit;       /* multishot recv takes a byte limit (until -EINVAL) */
 	bool send_gather;      /* queued records go out together (CORIO_NET_DISABLE=send_gather) */
@@ -207,6 +208,7 @@ struct corio__net {
 	unsigned udp_eagain_test; /* CORIO_NET_UDP_EAGAIN: direct tries to refuse */
 	unsigned tcp_short_test;  /* CORIO_NET_TCP_SHORT: bytes a direct TCP send
 	                             may take at most (forces short writes) */
+	size_t send_max;          /* the same as a cap: SIZE_MAX when it is 0 */
 	uint32_t disabled;        /* CORIO_NET_DISABLE, bits NO_* below */
 	unsigned nbufs, bufsz;    /* receive rings (CORIO_NET_BUFS=count:size) */
 	int accept_fault_err;     /* CORIO_NET_ACCEPT_FAULT=errno:count, copied */
@@ -264,7 +266,9 @@ static inline struct corio__net *corio__net_owner(struct corio__net *n)
 /* s belongs to the calling shard and is not closed: its net part, or NULL. */
 static inline struct corio__net *corio__sock_owner(const struct corio_sock *s)
 {
-	return s && !s->dead ? corio__net_owner(s->net) : NULL;
+	/* corio__net_owner(s->net), shorter: a socket's net is set when it
+	 * is made, and a net is its shard's one net part */
+	return s && !s->dead && s->net->shard == corio__tl_shard ? s->net : NULL;
 }
 
 /* A call on obj (a socket or listener) that failed the owner check: -EINVAL

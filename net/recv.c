@@ -105,6 +105,7 @@ int corio__net_dbufs(struct corio__net *n)
 		ret = ring_init(n, &n->dbufs, 1, false);
 		if (ret)
 			return ret;
+		n->reserve_dbufs = (unsigned)((uint64_t)n->dbufs.nbufs * n->reserve_pct / 100);
 		n->dbufs_ready = true;
 	}
 	return CORIO__NET_DRING;
@@ -186,9 +187,8 @@ static unsigned holds(const struct corio_sock *s)
 
 static unsigned ring_reserve(const struct corio__net *n, const struct corio__bufring *b)
 {
-	/* the stream ring's is kept (net/shard.c sets both once) */
-	return CORIO__LIKELY(b == &n->bufs) ? n->reserve_bufs
-					     : (unsigned)((uint64_t)b->nbufs * n->reserve_pct / 100);
+	/* each ring's is kept, worked out once as the ring is set up */
+	return b == &n->bufs ? n->reserve_bufs : n->reserve_dbufs;
 }
 
 /* Buffers of b a holding socket may be promised now. */

@@ -431,10 +431,8 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		if (s->sq_tail)
 			goto sent; /* behind the queue: as below */
 		if (direct_ok(n)) {
-			size_t len = b->len;
+			size_t len = b->len < n->send_max ? b->len : n->send_max;
 
-			if (CORIO__UNLIKELY(n->tcp_short_test) && len > n->tcp_short_test)
-				len = n->tcp_short_test;
 			sent = sent_now(n, s, corio__sys_send(s->fd, b->data, len,
 							      MSG_DONTWAIT | MSG_NOSIGNAL));
 			if (CORIO__LIKELY((size_t)sent == b->len)) {

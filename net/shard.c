@@ -111,6 +111,7 @@ static int net_env(struct corio__net *n, char *err, size_t len)
 	n->reserve_pct = (unsigned)reserve;
 	n->udp_eagain_test = (unsigned)eagain;
 	n->tcp_short_test = (unsigned)shrt;
+	n->send_max = shrt ? (size_t)shrt : SIZE_MAX;
 	n->accept_fault_err = (int)fault[0];
 	n->accept_fault_n = (unsigned)fault[1];
 	return ret < 0 ? ret : 0;
