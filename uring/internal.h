@@ -301,9 +301,33 @@ bool corio__ring_needs_enter(const struct corio__ring *r);
  * -EBADR is counted and reported (corio__ring_check()).
  */
 int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
+/* Account an io_uring_enter result (-EBADR: completions dropped, counted
+ * and reported); returns ret. */
+int corio__ring_check(struct corio__ring *r, int ret, const char *what);
 /* corio__ring_enter(r, 1), the idle turn's: submit what is queued and wait
- * for one completion, the common case in a few tests. */
-int corio__ring_wait(struct corio__ring *r);
+ * for one completion; inline in the loop, the common case in a few tests. */
+static inline __attribute__((always_inline)) int corio__ring_wait(struct corio__ring *r)
+{
+	struct io_uring_sq *sq = &r->ring.sq;
+	unsigned tail;
+	int ret;
+
+	/* corio__ring_enter(r, 1)'s branch for a plain kernel ring (no stash,
+	 * SQPOLL, valgrind or injected fault), tested once */
+	if (__builtin_expect(!r->plain_wait || r->nstash, 0))
+		return corio__ring_enter(r, 1);
+	tail = sq->sqe_tail;
+	if (sq->sqe_head != tail) {
+		sq->sqe_head = tail;
+		io_uring_smp_store_release(sq->ktail, tail);
+	}
+	ret = (int)corio__sys_uring_enter(r->ring.ring_fd, tail - IO_URING_READ_ONCE(*sq->khead), 1,
+					  IORING_ENTER_GETEVENTS);
+	CORIO__RCNT_ADD(r->cnt.enters, 1);
+	if (ret > 0)
+		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
+	return ret < 0 ? corio__ring_check(r, ret, "io_uring_enter") : ret;
+}
 
 /* Non-blocking: submit what is queued, flush completions the kernel holds
  * back, and return how many CQEs are ready (for spinning idle loops). */
@@ -340,9 +364,6 @@ static inline __attribute__((always_inline)) unsigned corio__ring_reap_turn(stru
  * inline_reap_during_cancel). */
 void corio__ring_cancel(struct corio__ring *r, struct corio__op *op);
 
-/* Account an io_uring_enter result (-EBADR: completions dropped, counted
- * and reported); returns ret. */
-int corio__ring_check(struct corio__ring *r, int ret, const char *what);
 
 /* ==== the ring emulator (uring/emu.c) ==================================== */
 /*

@@ -555,29 +555,6 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 	return ret;
 }
 
-int corio__ring_wait(struct corio__ring *r)
-{
-	struct io_uring_sq *sq = &r->ring.sq;
-	unsigned tail;
-	int ret;
-
-	/* corio__ring_enter(r, 1)'s branch for a plain kernel ring (no stash,
-	 * SQPOLL, valgrind or injected fault), tested once */
-	if (CORIO__RING_UNLIKELY(!r->plain_wait || r->nstash))
-		return corio__ring_enter(r, 1);
-	tail = sq->sqe_tail;
-	if (sq->sqe_head != tail) {
-		sq->sqe_head = tail;
-		io_uring_smp_store_release(sq->ktail, tail);
-	}
-	ret = (int)corio__sys_uring_enter(r->ring.ring_fd, tail - IO_URING_READ_ONCE(*sq->khead), 1,
-					  IORING_ENTER_GETEVENTS);
-	CORIO__RCNT_ADD(r->cnt.enters, 1);
-	if (ret > 0)
-		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);
-	return ret < 0 ? corio__ring_check(r, ret, "io_uring_enter") : ret;
-}
-
 unsigned corio__ring_poll(struct corio__ring *r)
 {
 	/* Without TASKRUN_FLAG we cannot tell whether completions wait in the
