@@ -261,29 +261,16 @@ static inline __attribute__((always_inline)) void srec_idle(struct corio_sock *s
 	corio__wq_wake_all(&s->swq, 0);
 }
 
-static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
+/* srec_cb's every other completion: a short write, more queued, an owned
+ * record, an error, a close or shutdown. */
+static __attribute__((noinline)) void srec_cb_rest(struct corio_sock *s, int32_t res)
 {
-	struct corio__srec *r = op->data;
-	struct corio_sock *s = r->s;
 	struct corio__net *n = s->net;
 	struct srec_fin fin = { NULL, &fin.head };
 
-	(void)flags;
-	if (__builtin_expect(res > 0 && r == s->sq_head && !r->next && !r->owned &&
-				     (uint32_t)res == r->len - r->off && !s->serr && !s->sq_cancel &&
-				     !n->stopping,
-			     1)) {
-		/* The common completion: the queue's one borrowed buffer went
-		 * out whole, so no walk and no done list (a borrowed record
-		 * never goes on one). */
-		srec_count(s, res);
-		srec_pop(s, res, NULL);
-		srec_idle(s);
-		return;
-	}
 	if (res > 0) {
 		srec_count(s, res);
-		srec_sent(s, (uint32_t)res, &fin); /* r may be off the queue */
+		srec_sent(s, (uint32_t)res, &fin); /* the op's record may be off the queue */
 	} else if (!s->serr) {
 		s->serr = res ? res : -EPIPE;
 		corio__net_err(n, s->serr);
@@ -302,6 +289,27 @@ static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
 		srec_idle(s);
 	}
 	srec_finish(n, &fin);
+}
+
+static void srec_cb(struct corio__op *op, int32_t res, uint32_t flags)
+{
+	struct corio__srec *r = op->data;
+	struct corio_sock *s = r->s;
+
+	(void)flags;
+	if (__builtin_expect(res > 0 && r == s->sq_head && !r->next && !r->owned &&
+				     (uint32_t)res == r->len - r->off && !s->serr && !s->sq_cancel &&
+				     !s->net->stopping,
+			     1)) {
+		/* The common completion: the queue's one borrowed buffer went
+		 * out whole, so no walk and no done list (a borrowed record
+		 * never goes on one), in a frame of its own. */
+		srec_count(s, res);
+		srec_pop(s, res, NULL);
+		srec_idle(s);
+		return;
+	}
+	srec_cb_rest(s, res);
 }
 
 /* Why s's queue takes no new record (corio_send_buf, corio_send_owned): 0,
