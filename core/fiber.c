@@ -248,13 +248,7 @@ void corio__leave(struct corio__shard *s, struct corio_fiber *f)
 		g->state = CORIO__F_RUNNING;
 		if (g == f)
 			return; /* f yielded and is next: no switch */
-		s->current = g;
-		CORIO__STAT_ADD(s->stats.switches, 1);
-		CORIO__ASAN_START(&f->asan_fake, g->stack_lo, g->stack_size);
-#if CORIO__TSAN
-		__tsan_switch_to_fiber(g->tsan_fiber, 0);
-#endif
-		corio__ctx_switch(&f->ctx, &g->ctx);
+		corio__switch_into(s, g, &f->ctx, &f->asan_fake);
 	} else {
 		CORIO__ASAN_START(&f->asan_fake, s->sched_stack_bottom, s->sched_stack_size);
 #if CORIO__TSAN

@@ -26,6 +26,23 @@ static inline __attribute__((always_inline)) void corio__run_waited(struct corio
 		CORIO__STAT_SET(c->st.wait_max_t, d);
 }
 
+/* Switch from the context from (the scheduler's, or a parking fiber's,
+ * whose ASan fake stack is saved in *fake) into g, which has a stack and
+ * context already and is the shard's current fiber from here on. */
+static inline __attribute__((always_inline)) void corio__switch_into(struct corio__shard *s,
+								     struct corio_fiber *g,
+								     struct corio__ctx *from,
+								     void **fake)
+{
+	s->current = g;
+	CORIO__STAT_ADD(s->stats.switches, 1);
+	CORIO__ASAN_START(fake, g->stack_lo, g->stack_size);
+#if CORIO__TSAN
+	__tsan_switch_to_fiber(g->tsan_fiber, 0);
+#endif
+	corio__ctx_switch(from, &g->ctx);
+}
+
 /* Scheduler side: switch into f, which has a stack and context already,
  * until control comes back to the loop (maybe from another fiber f handed
  * the CPU to). */
@@ -33,13 +50,7 @@ static inline __attribute__((always_inline)) void corio__run_resume(struct corio
 								    struct corio_fiber *f)
 {
 	f->state = CORIO__F_RUNNING;
-	s->current = f;
-	CORIO__STAT_ADD(s->stats.switches, 1);
-	CORIO__ASAN_START(&s->sched_asan_fake, f->stack_lo, f->stack_size);
-#if CORIO__TSAN
-	__tsan_switch_to_fiber(f->tsan_fiber, 0);
-#endif
-	corio__ctx_switch(&s->sched_ctx, &f->ctx);
+	corio__switch_into(s, f, &s->sched_ctx, &s->sched_asan_fake);
 	CORIO__ASAN_FINISH(s->sched_asan_fake, NULL, NULL);
 	f = s->current; /* the fiber that gave the CPU back (it read the tick) */
 	s->current = NULL;

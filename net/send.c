@@ -395,24 +395,33 @@ void corio__sock_send_init(struct corio_sock *s)
 }
 
 /* r takes b's bytes from off on (b is empty after: the record owns the
- * buffer's reference now). */
+ * buffer's reference now). The record's op, socket and owned flag are the
+ * caller's: set once for s->srec1 (corio__sock_send_init), per use for a
+ * pooled one (srec_take). */
+static inline __attribute__((always_inline)) void srec_fill(struct corio__srec *r,
+							     struct corio_buf *b, uint32_t off)
+{
+	r->next = NULL;
+	r->p = b->data;
+	r->off = off;
+	r->len = (uint32_t)b->len;
+	r->bid = b->_id;
+	r->gathered = false;
+	b->_owner = NULL;
+	b->data = NULL;
+	b->len = 0;
+}
+
+/* srec_fill for any record of s, the pool's included. */
 static inline __attribute__((always_inline)) void srec_take(struct corio__srec *r,
 							     struct corio_sock *s,
 							     struct corio_buf *b, uint32_t off)
 {
 	r->op.cb = srec_cb;
 	r->op.data = r;
-	r->next = NULL;
 	r->s = s;
-	r->p = b->data;
-	r->off = off;
-	r->len = (uint32_t)b->len;
-	r->bid = b->_id;
-	r->gathered = false;
 	r->owned = false;
-	b->_owner = NULL;
-	b->data = NULL;
-	b->len = 0;
+	srec_fill(r, b, off);
 }
 
 int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
@@ -451,16 +460,8 @@ int corio_send_buf(struct corio_sock *s, struct corio_buf *b)
 		}
 		/* Other fibers are ready (their sends go in the same submit):
 		 * the whole buffer becomes the queue, in s's own record. */
-		r = &s->srec1; /* its op, s and owned never change: corio__sock_send_init */
-		r->next = NULL;
-		r->p = b->data;
-		r->off = 0;
-		r->len = (uint32_t)b->len;
-		r->bid = b->_id;
-		r->gathered = false;
-		b->_owner = NULL;
-		b->data = NULL;
-		b->len = 0;
+		r = &s->srec1; /* its op, s and owned never change */
+		srec_fill(r, b, 0);
 		s->sq_count = 1;
 		srec_start(s, n, r);
 		return 0;

@@ -304,25 +304,35 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr);
 /* Account an io_uring_enter result (-EBADR: completions dropped, counted
  * and reported); returns ret. */
 int corio__ring_check(struct corio__ring *r, int ret, const char *what);
+/* The wait's enter on a kernel ring without SQPOLL, without liburing's
+ * submit path (it works out per call what holds for every corio ring: no
+ * SQPOLL here, no registered ring fd, GETEVENTS since we wait): publish the
+ * queued SQEs, then one syscall that submits whatever the kernel has not
+ * consumed and waits for wait_nr completions. The raw result. */
+static inline __attribute__((always_inline)) int corio__ring_sys_wait(struct corio__ring *r,
+								      unsigned wait_nr)
+{
+	struct io_uring_sq *sq = &r->ring.sq;
+	unsigned tail = sq->sqe_tail;
+
+	if (sq->sqe_head != tail) {
+		sq->sqe_head = tail;
+		io_uring_smp_store_release(sq->ktail, tail);
+	}
+	return (int)corio__sys_uring_enter(r->ring.ring_fd, tail - IO_URING_READ_ONCE(*sq->khead),
+					   wait_nr, IORING_ENTER_GETEVENTS);
+}
 /* corio__ring_enter(r, 1), the idle turn's: submit what is queued and wait
  * for one completion; inline in the loop, the common case in a few tests. */
 static inline __attribute__((always_inline)) int corio__ring_wait(struct corio__ring *r)
 {
-	struct io_uring_sq *sq = &r->ring.sq;
-	unsigned tail;
 	int ret;
 
 	/* corio__ring_enter(r, 1)'s branch for a plain kernel ring (no stash,
 	 * SQPOLL, valgrind or injected fault), tested once */
 	if (__builtin_expect(!r->plain_wait || r->nstash, 0))
 		return corio__ring_enter(r, 1);
-	tail = sq->sqe_tail;
-	if (sq->sqe_head != tail) {
-		sq->sqe_head = tail;
-		io_uring_smp_store_release(sq->ktail, tail);
-	}
-	ret = (int)corio__sys_uring_enter(r->ring.ring_fd, tail - IO_URING_READ_ONCE(*sq->khead), 1,
-					  IORING_ENTER_GETEVENTS);
+	ret = corio__ring_sys_wait(r, 1);
 	CORIO__RCNT_ADD(r->cnt.enters, 1);
 	if (ret > 0)
 		CORIO__RCNT_ADD(r->cnt.sqes, (unsigned)ret);

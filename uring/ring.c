@@ -519,20 +519,7 @@ int corio__ring_enter(struct corio__ring *r, unsigned wait_nr)
 			sched_yield(); /* valgrind hands its lock over here */
 		}
 	} else if (wait_nr && !(r->caps & CORIO__CAP_SQPOLL)) {
-		/* The idle turn's enter, without liburing's submit path (it
-		 * works out per call what holds for every corio ring: no SQPOLL
-		 * here, no registered ring fd, GETEVENTS since we wait):
-		 * publish the queued SQEs, then one syscall that submits
-		 * whatever the kernel has not consumed and waits. */
-		struct io_uring_sq *sq = &r->ring.sq;
-		unsigned tail = sq->sqe_tail;
-
-		if (sq->sqe_head != tail) {
-			sq->sqe_head = tail;
-			io_uring_smp_store_release(sq->ktail, tail);
-		}
-		ret = (int)corio__sys_uring_enter(r->ring.ring_fd, tail - IO_URING_READ_ONCE(*sq->khead),
-						  wait_nr, IORING_ENTER_GETEVENTS);
+		ret = corio__ring_sys_wait(r, wait_nr);
 	} else if (wait_nr) {
 		ret = io_uring_submit_and_wait(&r->ring, wait_nr);
 	} else if (corio__ring_needs_enter(r)) {
